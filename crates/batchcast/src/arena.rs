@@ -1,0 +1,257 @@
+//! The shared-memory arena: one memfd cut into equal slots.
+//!
+//! The producer creates an anonymous memfd, sizes it, reserves every page
+//! with `fallocate` (so a machine short of memory fails here, with a clear
+//! error, rather than with SIGBUS on some later write) and seals its size.
+//! Consumers receive a read-only descriptor of the same file and map it
+//! read-only. A memfd has no name in any file system: nothing can be left in
+//! `/dev/shm` by a crash, whoever dies, and `/dev/shm`'s size limit (64 MiB
+//! in a default Docker container) does not apply.
+//!
+//! Each slot starts with a [`SLOT_HEADER`]-byte header (magic, sequence
+//! number, used bytes) that the consumer checks against the batch message.
+
+use std::fs::File;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+
+use memmap2::{Mmap, MmapMut, MmapOptions};
+use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
+
+use crate::error::{Error, Result};
+use crate::layout::SLOT_HEADER;
+
+const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT01");
+
+/// The producer's read-write arena.
+pub struct Arena {
+    file: File,
+    map: MmapMut,
+    slot_size: usize,
+    slots: usize,
+}
+
+impl Arena {
+    /// Creates an arena of `slots` slots of `slot_size` bytes each.
+    pub fn create(name: &str, slots: usize, slot_size: usize) -> Result<Arena> {
+        if slots == 0 || slot_size < SLOT_HEADER {
+            return Err(Error::InvalidArgument(format!(
+                "an arena needs at least one slot of at least {SLOT_HEADER} bytes"
+            )));
+        }
+        let total = (slots as u64)
+            .checked_mul(slot_size as u64)
+            .ok_or_else(|| Error::InvalidArgument("arena size overflows".into()))?;
+        let out_of_memory = |available: String| Error::OutOfSharedMemory {
+            needed: total,
+            slots,
+            slot_size,
+            available,
+        };
+        if let Some(avail) = available_memory() {
+            if total > avail {
+                return Err(out_of_memory(format!("{avail} bytes available")));
+            }
+        }
+        let fd = rustix::fs::memfd_create(
+            format!("batchcast:{name}"),
+            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
+        )
+        .map_err(|e| Error::io("cannot create the shared-memory arena (memfd_create)", e))?;
+        rustix::fs::ftruncate(&fd, total).map_err(|e| {
+            if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
+                out_of_memory(format!("ftruncate failed: {e}"))
+            } else {
+                Error::io("cannot size the arena", e)
+            }
+        })?;
+        rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, total).map_err(|e| {
+            if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::NOMEM {
+                out_of_memory(format!("the kernel refused to reserve it: {e}"))
+            } else {
+                Error::io("cannot reserve the arena's memory (fallocate)", e)
+            }
+        })?;
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
+            .map_err(|e| Error::io("cannot seal the arena", e))?;
+        let file = File::from(fd);
+        // SAFETY: the file is our own sealed memfd: its size cannot change
+        // (no SIGBUS), and the only writer is this process's publishing
+        // thread, which writes a slot only while no consumer holds a lease
+        // on it (see producer::state).
+        let map = unsafe { MmapOptions::new().len(total as usize).map_mut(&file) }
+            .map_err(|e| Error::io("cannot map the arena", e))?;
+        Ok(Arena {
+            file,
+            map,
+            slot_size,
+            slots,
+        })
+    }
+
+    /// A read-only descriptor of the arena, to send to consumers: a consumer
+    /// can neither write it nor map it writable.
+    pub fn readonly_fd(&self) -> Result<OwnedFd> {
+        let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        rustix::fs::open(
+            path.as_str(),
+            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
+            rustix::fs::Mode::empty(),
+        )
+        .map_err(|e| Error::io("cannot reopen the arena read-only", e))
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+
+    /// Number of slots.
+    pub fn slots(&self) -> usize {
+        self.slots
+    }
+
+    /// Slot `i`, writable. The caller must hold the slot free of leases.
+    pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
+        let start = i * self.slot_size;
+        &mut self.map[start..start + self.slot_size]
+    }
+
+    /// Writes the header of slot `i` for batch `seq` using `used` bytes.
+    pub fn seal_slot(&mut self, i: usize, seq: u64, used: u64) {
+        let slot = self.slot_mut(i);
+        slot[0..8].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
+        slot[8..16].copy_from_slice(&seq.to_le_bytes());
+        slot[16..24].copy_from_slice(&used.to_le_bytes());
+    }
+}
+
+/// A consumer's read-only mapping of the arena.
+pub struct ArenaView {
+    map: Mmap,
+    slot_size: usize,
+    slots: usize,
+}
+
+impl ArenaView {
+    /// Maps the arena received from the producer.
+    pub fn map(fd: OwnedFd, slots: usize, slot_size: usize) -> Result<ArenaView> {
+        let total = slots
+            .checked_mul(slot_size)
+            .ok_or_else(|| Error::Protocol("arena size overflows".into()))?;
+        let file = File::from(fd);
+        let actual = rustix::fs::fstat(file.as_fd())
+            .map_err(|e| Error::io("cannot inspect the arena", e))?
+            .st_size;
+        if actual < 0 || (actual as u64) < total as u64 {
+            return Err(Error::Protocol(format!(
+                "the arena has {actual} bytes, the producer announced {total}"
+            )));
+        }
+        // SAFETY: a read-only shared mapping. The producer sealed the memfd's
+        // size, so the mapping cannot shrink under us (no SIGBUS), and it
+        // writes a slot only while this consumer holds no lease on it; bytes
+        // read through a lease are stable for the lease's lifetime.
+        let map = unsafe { MmapOptions::new().len(total).map(&file) }
+            .map_err(|e| Error::io("cannot map the arena", e))?;
+        Ok(ArenaView {
+            map,
+            slot_size,
+            slots,
+        })
+    }
+
+    /// Slot `i`; `None` if out of range.
+    pub fn slot(&self, i: usize) -> Option<&[u8]> {
+        if i >= self.slots {
+            return None;
+        }
+        let start = i * self.slot_size;
+        Some(&self.map[start..start + self.slot_size])
+    }
+
+    /// Checks slot `i`'s header names batch `seq`.
+    pub fn check_header(&self, i: usize, seq: u64) -> Result<()> {
+        let slot = self
+            .slot(i)
+            .ok_or_else(|| Error::Protocol(format!("slot {i} out of range")))?;
+        let word = |k: usize| {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&slot[k * 8..k * 8 + 8]);
+            u64::from_le_bytes(b)
+        };
+        if word(0) != SLOT_MAGIC || word(1) != seq {
+            return Err(Error::Protocol(format!(
+                "slot {i} does not hold batch {seq} (header names batch {})",
+                word(1)
+            )));
+        }
+        Ok(())
+    }
+
+    /// Bytes per slot.
+    pub fn slot_size(&self) -> usize {
+        self.slot_size
+    }
+}
+
+/// Bytes of memory this process can still commit: the smaller of the
+/// system's `MemAvailable` and the cgroup's headroom, when readable.
+pub fn available_memory() -> Option<u64> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let sys = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemAvailable:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .map(|kb| kb * 1024);
+    let read = |p: &str| std::fs::read_to_string(p).ok()?.trim().parse::<u64>().ok();
+    let cgroup = match (
+        read("/sys/fs/cgroup/memory.max"),
+        read("/sys/fs/cgroup/memory.current"),
+    ) {
+        (Some(max), Some(cur)) => Some(max.saturating_sub(cur)),
+        _ => None,
+    };
+    match (sys, cgroup) {
+        (Some(a), Some(b)) => Some(a.min(b)),
+        (a, b) => a.or(b),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn consumer_sees_what_the_producer_wrote() {
+        let mut arena = Arena::create("t", 3, 4096).unwrap();
+        arena.slot_mut(1)[SLOT_HEADER..SLOT_HEADER + 4].copy_from_slice(b"abcd");
+        arena.seal_slot(1, 42, 68);
+        let view = ArenaView::map(arena.readonly_fd().unwrap(), 3, 4096).unwrap();
+        assert_eq!(&view.slot(1).unwrap()[SLOT_HEADER..SLOT_HEADER + 4], b"abcd");
+        view.check_header(1, 42).unwrap();
+        assert!(view.check_header(1, 41).is_err());
+        assert!(view.check_header(0, 0).is_err());
+        assert!(view.slot(3).is_none());
+    }
+
+    #[test]
+    fn readonly_fd_cannot_be_mapped_writable() {
+        let arena = Arena::create("t", 1, 4096).unwrap();
+        let file = File::from(arena.readonly_fd().unwrap());
+        // SAFETY: the mapping is expected to fail; nothing is read or written.
+        let res = unsafe { MmapOptions::new().len(4096).map_mut(&file) };
+        assert!(res.is_err());
+    }
+
+    #[test]
+    fn an_impossible_arena_fails_with_the_fix() {
+        let err = Arena::create("t", 1024, 1 << 40).err().unwrap().to_string();
+        assert!(err.contains("lower the window"), "{err}");
+    }
+
+    #[test]
+    fn a_view_larger_than_the_arena_is_refused() {
+        let arena = Arena::create("t", 1, 4096).unwrap();
+        assert!(ArenaView::map(arena.readonly_fd().unwrap(), 2, 4096).is_err());
+    }
+}

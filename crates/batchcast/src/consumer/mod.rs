@@ -1,0 +1,421 @@
+//! The consumer: attaches to a producer by name and reads its batches.
+//!
+//! [`Consumer::connect`] finds the producer's socket, says hello, receives
+//! the arena fd and maps it read-only. [`Consumer::next_event`] then yields,
+//! in order, [`Event::EpochStart`] (with the exact number of batches when the
+//! producer knows its epoch's size), the epoch's [`Event::Batch`]es cut to the
+//! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
+//! [`Event::Finished`] when the producer shuts down cleanly. If the producer
+//! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
+//! is the signal, so no timeout or heartbeat is involved.
+
+mod batch;
+pub mod rebatch;
+
+use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+
+pub use batch::{Batch, Keepalive, Leaf, SlotLease};
+use batch::Link;
+use rebatch::{batches_in, Rebatcher};
+
+use crate::arena::ArenaView;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::wire::{
+    self, BatchReady, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ShutdownReason,
+    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+};
+
+/// How often blocking calls wake to run the interrupt hook.
+const TICK: Duration = Duration::from_millis(100);
+
+/// Consumer settings.
+#[derive(Debug, Clone, Default)]
+pub struct ConsumerOptions {
+    /// Rows per batch; `None`: the producer's batch size.
+    pub batch_size: Option<u64>,
+    /// Drop each epoch's last, smaller batch.
+    pub drop_last: bool,
+    /// How to join a producer that is already running.
+    pub join: JoinPolicy,
+    /// How long to wait for the producer's socket to appear; `None`: fail at
+    /// once if it is not there.
+    pub connect_timeout: Option<Duration>,
+    /// Shown by `batchcast status`.
+    pub label: String,
+    /// Socket directory; `None`: the default.
+    pub dir: Option<PathBuf>,
+}
+
+/// An epoch as this consumer will see it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EpochInfo {
+    /// The epoch number.
+    pub epoch: u64,
+    /// Rows this consumer will receive, when the producer knows.
+    pub samples: Option<u64>,
+    /// Batches this consumer will receive, when the producer knows.
+    pub batches: Option<u64>,
+    /// This consumer's batch size.
+    pub batch_size: u64,
+    /// True when joined mid-epoch.
+    pub partial: bool,
+}
+
+/// What [`Consumer::next_event`] returns.
+pub enum Event {
+    /// An epoch begins.
+    EpochStart(EpochInfo),
+    /// A batch.
+    Batch(Batch),
+    /// The epoch ended after its last batch.
+    EpochEnd {
+        /// The epoch.
+        epoch: u64,
+        /// Rows received in it.
+        samples: u64,
+    },
+    /// The producer shut down cleanly; repeated on every later call.
+    Finished(ShutdownReason),
+}
+
+/// A consumer's own figures.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ConsumerStats {
+    /// Batches handed out.
+    pub batches: u64,
+    /// Seconds spent waiting for data.
+    pub wait_secs: f64,
+    /// Batches received and ready but not yet handed out.
+    pub lag: u64,
+}
+
+/// A consumer attached to one producer.
+pub struct Consumer {
+    name: String,
+    link: Arc<Link>,
+    reader: FrameReader,
+    arena: Arc<ArenaView>,
+    welcome: Welcome,
+    opts: ConsumerOptions,
+    rebatcher: Option<Rebatcher<Arc<SlotLease>>>,
+    epoch: Option<EpochInfo>,
+    index: u64,
+    events: VecDeque<Event>,
+    finished: Option<ShutdownReason>,
+}
+
+impl Consumer {
+    /// Connects to the producer `name` and waits for its welcome (which
+    /// comes once the producer has sized its arena). `interrupt` is called
+    /// every 100 ms while waiting; returning true stops with
+    /// [`Error::Interrupted`].
+    pub fn connect(
+        name: &str,
+        opts: ConsumerOptions,
+        interrupt: &mut dyn FnMut() -> bool,
+    ) -> Result<Consumer> {
+        if opts.batch_size == Some(0) {
+            return Err(Error::InvalidArgument(
+                "batch_size must be at least 1 (or None for the producer's batch size)".into(),
+            ));
+        }
+        let endpoint = match &opts.dir {
+            Some(dir) => Endpoint::in_dir(name, dir)?,
+            None => Endpoint::new(name)?,
+        };
+        let sock = connect_socket(&endpoint, opts.connect_timeout, interrupt)?;
+        let cred = rustix::net::sockopt::socket_peercred(&sock)
+            .map_err(|e| Error::io("cannot read the producer's credentials", e))?;
+        let ours = rustix::process::getuid().as_raw();
+        if cred.uid.as_raw() != ours {
+            return Err(Error::ForeignPeer {
+                peer: cred.uid.as_raw(),
+                ours,
+            });
+        }
+        let hello = ToProducer::Hello(Hello {
+            magic: MAGIC,
+            version: PROTOCOL_VERSION,
+            role: Role::Consumer(ConsumerHello {
+                batch_size: opts.batch_size,
+                drop_last: opts.drop_last,
+                join: opts.join,
+                label: opts.label.clone(),
+            }),
+        });
+        wire::send_frame(&sock, &wire::encode(&hello)?)?;
+        let mut reader = FrameReader::new();
+        let mut fd: Option<OwnedFd> = None;
+        let gone = || Error::ProducerGone {
+            name: name.to_owned(),
+        };
+        let welcome = loop {
+            if let Some(msg) = reader.next::<ToConsumer>()? {
+                match msg {
+                    ToConsumer::Welcome(w) => break w,
+                    ToConsumer::Refused(reason) => {
+                        return Err(Error::JoinRefused {
+                            name: name.to_owned(),
+                            reason,
+                        })
+                    }
+                    ToConsumer::Shutdown(_) => return Err(gone()),
+                    other => {
+                        return Err(Error::Protocol(format!("expected a welcome, got {other:?}")))
+                    }
+                }
+            }
+            if !wait_readable(&sock, TICK)? {
+                if interrupt() {
+                    return Err(Error::Interrupted);
+                }
+                continue;
+            }
+            if reader.fill(&sock, false, Some(&mut fd))? == Fill::Eof {
+                return Err(gone());
+            }
+        };
+        if welcome.version != PROTOCOL_VERSION {
+            return Err(Error::VersionMismatch {
+                ours: PROTOCOL_VERSION,
+                theirs: welcome.version,
+            });
+        }
+        let fd = fd.ok_or_else(|| Error::Protocol("the welcome carried no arena fd".into()))?;
+        let slot_size = usize::try_from(welcome.slot_size)
+            .map_err(|_| Error::Protocol("slot size out of range".into()))?;
+        let arena = ArenaView::map(fd, welcome.slots as usize, slot_size)?;
+        Ok(Consumer {
+            name: name.to_owned(),
+            link: Arc::new(Link::new(sock)),
+            reader,
+            arena: Arc::new(arena),
+            welcome,
+            opts,
+            rebatcher: None,
+            epoch: None,
+            index: 0,
+            events: VecDeque::new(),
+            finished: None,
+        })
+    }
+
+    /// The producer's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the producer said at join.
+    pub fn welcome(&self) -> &Welcome {
+        &self.welcome
+    }
+
+    /// The epoch in progress, if any.
+    pub fn epoch(&self) -> Option<&EpochInfo> {
+        self.epoch.as_ref()
+    }
+
+    /// Batches in a full epoch, from what the producer announced at join.
+    pub fn batches_per_epoch(&self) -> Option<u64> {
+        let bs = self.opts.batch_size.or(self.welcome.batch_size)?;
+        let samples = self.welcome.samples_per_epoch?;
+        Some(batches_in(samples, bs, self.opts.drop_last))
+    }
+
+    /// This consumer's figures.
+    pub fn stats(&self) -> ConsumerStats {
+        ConsumerStats {
+            batches: self.link.delivered.load(Ordering::Relaxed),
+            wait_secs: self.link.waited_ns.load(Ordering::Relaxed) as f64 / 1e9,
+            lag: self
+                .events
+                .iter()
+                .filter(|e| matches!(e, Event::Batch(_)))
+                .count() as u64,
+        }
+    }
+
+    /// The next event; blocks until there is one. `interrupt` runs every
+    /// 100 ms while blocked; returning true stops with
+    /// [`Error::Interrupted`].
+    pub fn next_event(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<Event> {
+        loop {
+            self.drain()?;
+            if let Some(event) = self.events.pop_front() {
+                if matches!(event, Event::Batch(_)) {
+                    self.link.delivered.fetch_add(1, Ordering::Relaxed);
+                }
+                return Ok(event);
+            }
+            if let Some(reason) = &self.finished {
+                return Ok(Event::Finished(reason.clone()));
+            }
+            let t0 = Instant::now();
+            let ready = wait_readable(&self.link.sock, TICK)?;
+            self.link
+                .waited_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            if !ready && interrupt() {
+                return Err(Error::Interrupted);
+            }
+        }
+    }
+
+    /// Reads and handles everything the producer has sent so far.
+    fn drain(&mut self) -> Result<()> {
+        if self.finished.is_some() {
+            return Ok(());
+        }
+        let mut eof = false;
+        loop {
+            match self.reader.fill(&self.link.sock, false, None)? {
+                Fill::Data => continue,
+                Fill::WouldBlock => break,
+                Fill::Eof => {
+                    eof = true;
+                    break;
+                }
+            }
+        }
+        while let Some(msg) = self.reader.next::<ToConsumer>()? {
+            self.handle(msg)?;
+            if self.finished.is_some() {
+                return Ok(());
+            }
+        }
+        if eof {
+            self.events.clear();
+            return Err(Error::ProducerGone {
+                name: self.name.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    fn handle(&mut self, msg: ToConsumer) -> Result<()> {
+        match msg {
+            ToConsumer::EpochStart(es) => {
+                let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
+                let info = EpochInfo {
+                    epoch: es.epoch,
+                    samples: es.samples,
+                    batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
+                    batch_size: bs,
+                    partial: es.partial,
+                };
+                self.rebatcher = Some(Rebatcher::new(bs, self.opts.drop_last));
+                self.index = 0;
+                self.epoch = Some(info.clone());
+                self.events.push_back(Event::EpochStart(info));
+            }
+            ToConsumer::Batch(ready) => self.take_batch(ready)?,
+            ToConsumer::EpochEnd { epoch, samples } => {
+                if let Some(tail) = self.rebatcher.as_mut().and_then(|r| r.finish()) {
+                    let batch = Batch::assemble(tail, epoch, self.index)?;
+                    self.index += 1;
+                    self.events.push_back(Event::Batch(batch));
+                }
+                self.rebatcher = None;
+                self.events.push_back(Event::EpochEnd { epoch, samples });
+            }
+            ToConsumer::Shutdown(reason) => {
+                if let Some(r) = self.rebatcher.as_mut() {
+                    r.clear();
+                }
+                self.rebatcher = None;
+                self.finished = Some(reason);
+            }
+            other => {
+                return Err(Error::Protocol(format!(
+                    "unexpected message from the producer: {other:?}"
+                )))
+            }
+        }
+        Ok(())
+    }
+
+    fn take_batch(&mut self, ready: BatchReady) -> Result<()> {
+        let slot = ready.slot as usize;
+        ready.layout.validate(self.arena.slot_size())?;
+        self.arena.check_header(slot, ready.seq)?;
+        let rows = ready.layout.rows();
+        let lease = Arc::new(SlotLease {
+            seq: ready.seq,
+            slot,
+            layout: ready.layout,
+            arena: Arc::clone(&self.arena),
+            link: Arc::clone(&self.link),
+        });
+        let epoch = ready.epoch;
+        let Some(rebatcher) = self.rebatcher.as_mut() else {
+            return Err(Error::Protocol("a batch arrived outside an epoch".into()));
+        };
+        for spans in rebatcher.push(lease, rows) {
+            let batch = Batch::assemble(spans, epoch, self.index)?;
+            self.index += 1;
+            self.events.push_back(Event::Batch(batch));
+        }
+        Ok(())
+    }
+}
+
+fn connect_socket(
+    endpoint: &Endpoint,
+    timeout: Option<Duration>,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<UnixStream> {
+    let path = endpoint.socket_path();
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        match UnixStream::connect(&path) {
+            Ok(sock) => return Ok(sock),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
+                ) =>
+            {
+                if deadline.is_none_or(|d| Instant::now() >= d) {
+                    return Err(Error::ProducerNotFound {
+                        name: endpoint.name().to_owned(),
+                        socket: path,
+                    });
+                }
+                // No signal exists for "a socket appeared": retry briefly.
+                std::thread::sleep(Duration::from_millis(20));
+                if interrupt() {
+                    return Err(Error::Interrupted);
+                }
+            }
+            Err(e) => {
+                return Err(Error::io(
+                    format!("cannot connect to {}", path.display()),
+                    e,
+                ))
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for `sock` to be readable (or closed).
+fn wait_readable(sock: &UnixStream, timeout: Duration) -> Result<bool> {
+    let mut fds = [PollFd::new(sock, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(Error::io("cannot wait for the producer", e)),
+    }
+}

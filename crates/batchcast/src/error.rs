@@ -1,0 +1,181 @@
+//! The one error type of the core.
+//!
+//! Every variant a user can cause says what went wrong *and* what to do about
+//! it; the Python bindings map each variant to its own exception class, so
+//! adding a variant means adding its mapping there.
+
+use std::path::PathBuf;
+
+/// Errors of the batchcast core.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// A producer name that cannot be used as a file name.
+    #[error(
+        "invalid producer name {name:?}: {why}; use 1 to 64 characters from A-Z a-z 0-9 . _ - \
+         (not starting with '.'), e.g. \"cifar\""
+    )]
+    InvalidName {
+        /// The name as given.
+        name: String,
+        /// What rule it breaks.
+        why: &'static str,
+    },
+
+    /// An option out of range (batch size 0, window 0, ...).
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// No producer listens under this name.
+    #[error(
+        "no producer named {name:?} is running (looked for {}); start one \
+         (`batchcast serve --name {name} ...` or batchcast.Producer(loader, name={name:?})), \
+         check the name with `batchcast status`, or pass a connect timeout to wait for it",
+        socket.display()
+    )]
+    ProducerNotFound {
+        /// The name asked for.
+        name: String,
+        /// The socket path that was tried.
+        socket: PathBuf,
+    },
+
+    /// A live producer already holds this name.
+    #[error(
+        "a producer named {name:?} is already running{}; stop it or choose another name",
+        pid.map(|p| format!(" (pid {p})")).unwrap_or_default()
+    )]
+    NameInUse {
+        /// The name asked for.
+        name: String,
+        /// The pid of the live producer, when it could be read.
+        pid: Option<u32>,
+    },
+
+    /// The producer's connection closed without a clean shutdown.
+    #[error(
+        "producer {name:?} is gone (its connection closed without a shutdown message: it was \
+         killed or crashed); restart it, then reconnect"
+    )]
+    ProducerGone {
+        /// The producer's name.
+        name: String,
+    },
+
+    /// The producer refused this consumer.
+    #[error("producer {name:?} refused to join: {reason}")]
+    JoinRefused {
+        /// The producer's name.
+        name: String,
+        /// The producer's reason.
+        reason: String,
+    },
+
+    /// A batch needs more bytes than one slot has.
+    #[error(
+        "a batch of {needed} bytes does not fit in a slot of {slot_size} bytes; start the \
+         producer with a slot size of at least {needed} bytes (Python: Producer(..., \
+         slot_size={needed}), CLI: --slot-size {needed})"
+    )]
+    BatchTooLarge {
+        /// Bytes the batch needs, header included.
+        needed: usize,
+        /// Bytes one slot has.
+        slot_size: usize,
+    },
+
+    /// Not enough shared memory for the arena.
+    #[error(
+        "cannot reserve {needed} bytes of shared memory for the arena ({slots} slots of {slot_size} \
+         bytes; {available}); lower the window (--window) or the slot size, or free memory"
+    )]
+    OutOfSharedMemory {
+        /// Bytes the arena needs.
+        needed: u64,
+        /// Slots asked for.
+        slots: usize,
+        /// Bytes per slot.
+        slot_size: usize,
+        /// What is known about the memory available.
+        available: String,
+    },
+
+    /// A batch that breaks the rules (ragged rows, too deep, wrong sizes).
+    #[error("invalid batch: {0}")]
+    InvalidBatch(String),
+
+    /// A peer sent bytes that are not a valid message.
+    #[error("protocol error: {0}")]
+    Protocol(String),
+
+    /// The peer speaks another protocol version.
+    #[error(
+        "protocol version mismatch: this side speaks {ours}, the peer {theirs}; use the same \
+         batchcast version for the producer and its consumers"
+    )]
+    VersionMismatch {
+        /// Our version.
+        ours: u32,
+        /// The peer's version.
+        theirs: u32,
+    },
+
+    /// The socket's peer runs as another user.
+    #[error("refused a connection from uid {peer} (this process runs as uid {ours})")]
+    ForeignPeer {
+        /// The peer's uid.
+        peer: u32,
+        /// Our uid.
+        ours: u32,
+    },
+
+    /// The socket directory is unsafe to use.
+    #[error("unsafe socket directory {}: {why}", path.display())]
+    UnsafeDirectory {
+        /// The directory.
+        path: PathBuf,
+        /// Why it is refused and what to do.
+        why: String,
+    },
+
+    /// The producer waited too long with no consumer attached.
+    #[error(
+        "no consumer attached within {secs:.1} s; start the training processes, or raise the \
+         idle timeout"
+    )]
+    NoConsumers {
+        /// The timeout that expired.
+        secs: f64,
+    },
+
+    /// A blocking call was interrupted (Ctrl-C) through its interrupt hook.
+    #[error("interrupted")]
+    Interrupted,
+
+    /// A producer call made out of order (publish outside an epoch, ...).
+    #[error("usage error: {0}")]
+    Usage(String),
+
+    /// An operating-system call failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What was being done.
+        context: String,
+        /// The OS error.
+        #[source]
+        source: std::io::Error,
+    },
+}
+
+impl Error {
+    /// Wraps an I/O error with what was being done.
+    pub fn io(context: impl Into<String>, source: impl Into<std::io::Error>) -> Self {
+        Error::Io {
+            context: context.into(),
+            source: source.into(),
+        }
+    }
+}
+
+/// Result with the core's error.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

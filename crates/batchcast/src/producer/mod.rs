@@ -1,0 +1,513 @@
+//! The producer: owns the arena, publishes batches, serves consumers.
+//!
+//! Use: [`Producer::create`], then per epoch [`Producer::begin_epoch`],
+//! [`Producer::loan`] a slot for each batch, write its arrays through the
+//! returned [`SlotMut`], [`SlotMut::publish`] it, and [`Producer::end_epoch`].
+//! [`Producer::finish`] (or drop) tells every consumer the stream is over.
+//!
+//! `loan` blocks only while every slot is leased, that is while the slowest
+//! live consumer is a whole window behind, or (with [`IdlePolicy::Wait`])
+//! while no consumer is attached.
+
+mod control;
+mod lock;
+pub(crate) mod state;
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixListener;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::arena::Arena;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::layout::{Layout, LeafSpec, Node};
+use crate::status::StatusReport;
+use crate::wire::{self, BatchReady, ShutdownReason, ToConsumer};
+use state::{ArenaInfo, Phase, State};
+
+/// What the producer does while no consumer is attached.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum IdlePolicy {
+    /// Wait for a consumer before publishing (optionally only this long,
+    /// then fail with [`Error::NoConsumers`]).
+    Wait(Option<Duration>),
+    /// Publish anyway; batches nobody reads are overwritten.
+    Run,
+}
+
+/// Producer settings.
+#[derive(Debug, Clone)]
+pub struct ProducerOptions {
+    /// Slots retained: how far the slowest consumer may fall behind.
+    pub window: usize,
+    /// Bytes per slot; `None` sizes slots from the first batch with
+    /// [`SLOT_HEADROOM`] headroom.
+    pub slot_size: Option<usize>,
+    /// Rows per epoch, when known: lets consumers know `len()` up front.
+    pub samples_per_epoch: Option<u64>,
+    /// The nominal batch size; `None`: the first batch's rows.
+    pub batch_size: Option<u64>,
+    /// What to do with no consumer attached.
+    pub idle: IdlePolicy,
+    /// Socket directory; `None`: the default (see [`crate::endpoint`]).
+    pub dir: Option<PathBuf>,
+}
+
+/// Headroom of auto-sized slots over the first batch (25 %).
+pub const SLOT_HEADROOM: f64 = 1.25;
+
+impl Default for ProducerOptions {
+    fn default() -> Self {
+        ProducerOptions {
+            window: 8,
+            slot_size: None,
+            samples_per_epoch: None,
+            batch_size: None,
+            idle: IdlePolicy::Wait(None),
+            dir: None,
+        }
+    }
+}
+
+/// State shared with the control thread.
+pub(crate) struct Shared {
+    state: Mutex<State>,
+    cond: Condvar,
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave the bookkeeping half
+        // updated in a way that matters more than stopping: keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Figures about one finished epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EpochSummary {
+    /// The epoch.
+    pub epoch: u64,
+    /// Batches published in it.
+    pub batches: u64,
+    /// Rows published in it.
+    pub samples: u64,
+}
+
+/// A producer of batches under a name.
+pub struct Producer {
+    endpoint: Endpoint,
+    opts: ProducerOptions,
+    shared: Arc<Shared>,
+    arena: Option<Arena>,
+    control: Option<JoinHandle<()>>,
+    wake: Option<OwnedFd>,
+    lock: Option<lock::NameLock>,
+    epoch_batches: u64,
+}
+
+impl Producer {
+    /// Claims `name` and starts listening for consumers.
+    pub fn create(name: &str, opts: ProducerOptions) -> Result<Producer> {
+        if opts.window == 0 {
+            return Err(Error::InvalidArgument(
+                "window must be at least 1 slot (2 or more lets consumers run apart)".into(),
+            ));
+        }
+        if opts.batch_size == Some(0) {
+            return Err(Error::InvalidArgument("batch_size must be at least 1".into()));
+        }
+        let endpoint = match &opts.dir {
+            Some(dir) => Endpoint::in_dir(name, dir)?,
+            None => Endpoint::new(name)?,
+        };
+        endpoint.ensure_dir()?;
+        let lock = lock::NameLock::acquire(&endpoint)?;
+        let sock_path = endpoint.socket_path();
+        match std::fs::remove_file(&sock_path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io(format!("cannot remove the stale socket {}", sock_path.display()), e)),
+        }
+        let listener = UnixListener::bind(&sock_path)
+            .map_err(|e| Error::io(format!("cannot listen on {}", sock_path.display()), e))?;
+        set_mode(&sock_path, 0o600)?;
+        listener
+            .set_nonblocking(true)
+            .map_err(|e| Error::io("cannot configure the listening socket", e))?;
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::new(
+                name,
+                opts.window,
+                opts.batch_size,
+                opts.samples_per_epoch,
+            )),
+            cond: Condvar::new(),
+        });
+        let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+            .map_err(|e| Error::io("cannot create a pipe", e))?;
+        let control = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name(format!("batchcast-{name}"))
+                .spawn(move || control::run(shared, listener, wake_read))
+                .map_err(|e| Error::io("cannot start the control thread", e))?
+        };
+        let mut producer = Producer {
+            endpoint,
+            opts,
+            shared,
+            arena: None,
+            control: Some(control),
+            wake: Some(wake_write),
+            lock: Some(lock),
+            epoch_batches: 0,
+        };
+        if let Some(size) = producer.opts.slot_size {
+            producer.create_arena(size)?;
+        }
+        Ok(producer)
+    }
+
+    /// The producer's name.
+    pub fn name(&self) -> &str {
+        self.endpoint.name()
+    }
+
+    /// The socket consumers connect to.
+    pub fn socket_path(&self) -> PathBuf {
+        self.endpoint.socket_path()
+    }
+
+    /// Bytes per slot, once the arena exists.
+    pub fn slot_size(&self) -> Option<usize> {
+        self.arena.as_ref().map(|a| a.slot_size())
+    }
+
+    /// Consumers connected now.
+    pub fn consumers(&self) -> usize {
+        self.shared.lock().consumers.len()
+    }
+
+    /// Live figures.
+    pub fn status(&self) -> StatusReport {
+        self.shared.lock().report()
+    }
+
+    /// Sets the rows of the coming epochs (before `begin_epoch`).
+    pub fn set_samples_per_epoch(&mut self, samples: Option<u64>) {
+        self.opts.samples_per_epoch = samples;
+        self.shared.lock().samples_per_epoch = samples;
+    }
+
+    /// Waits until at least `n` consumers are connected; false on timeout.
+    pub fn wait_for_consumers(&self, n: usize, timeout: Option<Duration>) -> bool {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut state = self.shared.lock();
+        while state.consumers.len() < n {
+            let step = match deadline {
+                Some(d) => match d.checked_duration_since(Instant::now()) {
+                    Some(left) => left,
+                    None => return false,
+                },
+                None => Duration::from_secs(3600),
+            };
+            state = self
+                .shared
+                .cond
+                .wait_timeout(state, step)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        true
+    }
+
+    /// Begins the next epoch; returns its number (the first is 0).
+    pub fn begin_epoch(&mut self) -> Result<u64> {
+        let mut state = self.shared.lock();
+        if state.epoch.open {
+            return Err(Error::Usage("begin_epoch called twice without end_epoch".into()));
+        }
+        let number = state.epochs_begun;
+        state.epochs_begun += 1;
+        state.epoch = state::Epoch {
+            number,
+            open: true,
+            first_seq: None,
+            published_rows: 0,
+            samples: state.samples_per_epoch,
+        };
+        for id in state.ids_in(Phase::Waiting) {
+            if let Some(c) = state.consumers.get_mut(&id) {
+                c.phase = Phase::Following;
+                c.started = None;
+                c.epoch_rows = 0;
+            }
+        }
+        self.epoch_batches = 0;
+        Ok(number)
+    }
+
+    /// Loans a free slot for a batch of the given structure. Blocks while
+    /// every slot is leased (or no consumer is attached, under
+    /// [`IdlePolicy::Wait`]); every 100 ms it calls `interrupt`, and stops
+    /// with [`Error::Interrupted`] when that returns true.
+    pub fn loan(
+        &mut self,
+        tree: Node,
+        leaves: &[LeafSpec],
+        interrupt: &mut dyn FnMut() -> bool,
+    ) -> Result<SlotMut<'_>> {
+        if !self.shared.lock().epoch.open {
+            return Err(Error::Usage("loan called outside an epoch; call begin_epoch first".into()));
+        }
+        let layout = Layout::plan(tree, leaves)?;
+        let needed = layout.slot_bytes() as usize;
+        if self.arena.is_none() {
+            let size = ((needed as f64 * SLOT_HEADROOM) as usize).max(needed).next_multiple_of(4096);
+            self.create_arena(size)?;
+        }
+        let slot_size = self.arena.as_ref().map(|a| a.slot_size()).unwrap_or(0);
+        if needed > slot_size {
+            return Err(Error::BatchTooLarge { needed, slot_size });
+        }
+        let index = self.wait_for_slot(interrupt)?;
+        Ok(SlotMut {
+            producer: self,
+            index,
+            layout,
+        })
+    }
+
+    fn wait_for_slot(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<usize> {
+        let idle_since = Instant::now();
+        let mut state = self.shared.lock();
+        loop {
+            let idle = state.consumers.is_empty();
+            match self.opts.idle {
+                IdlePolicy::Wait(limit) if idle => {
+                    if let Some(limit) = limit {
+                        if idle_since.elapsed() >= limit {
+                            return Err(Error::NoConsumers {
+                                secs: limit.as_secs_f64(),
+                            });
+                        }
+                    }
+                }
+                _ => {
+                    let free = state
+                        .slots
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, s)| s.refs == 0)
+                        .min_by_key(|(_, s)| s.seq.map_or(0, |q| q + 1))
+                        .map(|(i, _)| i);
+                    if let Some(i) = free {
+                        // The slot's old batch is gone from now on.
+                        state.slots[i].seq = None;
+                        state.slots[i].frame = None;
+                        return Ok(i);
+                    }
+                }
+            }
+            let t0 = Instant::now();
+            state = self
+                .shared
+                .cond
+                .wait_timeout(state, Duration::from_millis(100))
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if !idle {
+                state.blocked += t0.elapsed();
+            }
+            if interrupt() {
+                return Err(Error::Interrupted);
+            }
+        }
+    }
+
+    fn create_arena(&mut self, slot_size: usize) -> Result<()> {
+        let arena = Arena::create(self.endpoint.name(), self.opts.window, slot_size)?;
+        let fd = arena.readonly_fd()?;
+        self.arena = Some(arena);
+        let mut state = self.shared.lock();
+        state.arena = Some(ArenaInfo {
+            fd,
+            slot_size: slot_size as u64,
+        });
+        state.welcome_pending();
+        drop(state);
+        self.shared.cond.notify_all();
+        Ok(())
+    }
+
+    fn publish(&mut self, index: usize, layout: Layout) -> Result<u64> {
+        let rows = layout.rows();
+        let used = layout.slot_bytes();
+        let mut state = self.shared.lock();
+        let seq = state.next_seq;
+        state.next_seq += 1;
+        if let Some(arena) = self.arena.as_mut() {
+            arena.seal_slot(index, seq, used);
+        }
+        let epoch = state.epoch.number;
+        if state.batch_size.is_none() {
+            state.batch_size = Some(rows);
+        }
+        if state.epoch.first_seq.is_none() {
+            state.epoch.first_seq = Some(seq);
+        }
+        let frame = Arc::new(wire::encode(&ToConsumer::Batch(BatchReady {
+            seq,
+            slot: index as u32,
+            epoch,
+            layout,
+        }))?);
+        let slot = &mut state.slots[index];
+        slot.seq = Some(seq);
+        slot.rows = rows;
+        slot.frame = Some(Arc::clone(&frame));
+        let samples = state.epoch.samples;
+        for id in state.ids_in(Phase::Following) {
+            let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
+            if !started && !state.start_epoch_for(id, samples, false) {
+                continue;
+            }
+            state.send_batch_to(id, seq, rows, &frame);
+        }
+        state.epoch.published_rows += rows;
+        state.note_publish();
+        self.epoch_batches += 1;
+        Ok(seq)
+    }
+
+    /// Ends the current epoch: every consumer following it gets its end.
+    pub fn end_epoch(&mut self) -> Result<EpochSummary> {
+        let mut state = self.shared.lock();
+        if !state.epoch.open {
+            return Err(Error::Usage("end_epoch called outside an epoch".into()));
+        }
+        let epoch = state.epoch.number;
+        let samples = state.epoch.samples;
+        for id in state.ids_in(Phase::Following) {
+            let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
+            if !started && !state.start_epoch_for(id, samples, false) {
+                continue;
+            }
+            let rows = state.consumers.get(&id).map(|c| c.epoch_rows).unwrap_or(0);
+            if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd { epoch, samples: rows }) {
+                if let Some(c) = state.consumers.get(&id) {
+                    if wire::send_frame(&*c.sock, &frame).is_err() {
+                        state.remove_consumer(id);
+                    }
+                }
+            }
+            if let Some(c) = state.consumers.get_mut(&id) {
+                c.started = None;
+                c.phase = Phase::Waiting;
+            }
+        }
+        state.epoch.open = false;
+        Ok(EpochSummary {
+            epoch,
+            batches: self.epoch_batches,
+            samples: state.epoch.published_rows,
+        })
+    }
+
+    /// Tells every consumer the stream is over, with `reason`, and releases
+    /// the name. Dropping the producer does this with `Finished`.
+    pub fn finish(mut self, reason: ShutdownReason) {
+        self.shutdown(reason);
+    }
+
+    fn shutdown(&mut self, reason: ShutdownReason) {
+        if let Some(wake) = self.wake.take() {
+            {
+                let mut state = self.shared.lock();
+                state.closed = true;
+                if let Ok(frame) = wire::encode(&ToConsumer::Shutdown(reason)) {
+                    state.broadcast(&frame);
+                }
+            }
+            let _ = std::fs::remove_file(self.endpoint.socket_path());
+            let _ = rustix::io::write(&wake, &[1]);
+            if let Some(handle) = self.control.take() {
+                let _ = handle.join();
+            }
+            let ids: Vec<u64> = self.shared.lock().consumers.keys().copied().collect();
+            let mut state = self.shared.lock();
+            for id in ids {
+                state.remove_consumer(id);
+            }
+        }
+        if let Some(lock) = self.lock.take() {
+            lock.release();
+        }
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        self.shutdown(ShutdownReason::Finished);
+    }
+}
+
+/// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
+pub struct SlotMut<'p> {
+    producer: &'p mut Producer,
+    index: usize,
+    layout: Layout,
+}
+
+impl SlotMut<'_> {
+    /// Where each array goes.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The bytes of leaf `i`, to fill.
+    pub fn leaf_mut(&mut self, i: usize) -> &mut [u8] {
+        let leaf = &self.layout.leaves[i];
+        let (start, len) = (leaf.offset as usize, leaf.nbytes as usize);
+        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        &mut arena.slot_mut(self.index)[start..start + len]
+    }
+
+    /// Every leaf's bytes at once, to fill in parallel.
+    pub fn leaves_mut(&mut self) -> Vec<&mut [u8]> {
+        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        let mut rest = arena.slot_mut(self.index);
+        let mut consumed = 0usize;
+        let mut out = Vec::with_capacity(self.layout.leaves.len());
+        for leaf in &self.layout.leaves {
+            let start = leaf.offset as usize - consumed;
+            let (_, tail) = rest.split_at_mut(start);
+            let (mine, tail) = tail.split_at_mut(leaf.nbytes as usize);
+            out.push(mine);
+            rest = tail;
+            consumed = leaf.offset as usize + leaf.nbytes as usize;
+        }
+        out
+    }
+
+    /// Publishes the batch to every consumer following the epoch; returns
+    /// its sequence number.
+    pub fn publish(self) -> Result<u64> {
+        let SlotMut {
+            producer,
+            index,
+            layout,
+        } = self;
+        producer.publish(index, layout)
+    }
+}
+
+fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::io(format!("cannot chmod {}", path.display()), e))
+}

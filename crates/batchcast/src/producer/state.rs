@@ -1,0 +1,395 @@
+//! The producer's shared bookkeeping: slots, leases, consumers, epochs.
+//!
+//! One `Mutex<State>` guards it; the publishing thread and the control thread
+//! both take it. The invariant everything rests on: a slot's `refs` counts the
+//! consumers that were sent its batch and have not released it, and the
+//! publishing thread writes a slot only while its `refs` is 0. A consumer's
+//! leases are the seqs in its `held` list; removing a consumer (its socket
+//! closed, it sent garbage, a send to it failed) gives all of them back at
+//! once, so a dead consumer never holds the others up.
+
+use std::collections::{BTreeMap, VecDeque};
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::status::{ConsumerStatus, StatusReport};
+use crate::wire::{self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION};
+
+/// One slot of the window.
+#[derive(Debug, Default)]
+pub(crate) struct Slot {
+    /// The batch it holds, if any.
+    pub seq: Option<u64>,
+    /// Consumers holding a lease on it.
+    pub refs: u32,
+    /// The encoded `Batch` frame, kept for catch-up replays.
+    pub frame: Option<Arc<Vec<u8>>>,
+    /// Rows of the batch it holds.
+    pub rows: u64,
+}
+
+/// Where a consumer stands.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Phase {
+    /// Connected before the arena existed; not welcomed yet.
+    Pending,
+    /// Welcomed; waits for the next epoch to begin.
+    Waiting,
+    /// Receives the current epoch's batches.
+    Following,
+}
+
+/// One connected consumer.
+#[derive(Debug)]
+pub(crate) struct ConsumerEntry {
+    pub sock: Arc<UnixStream>,
+    pub pid: u32,
+    pub hello: ConsumerHello,
+    pub phase: Phase,
+    /// The epoch this consumer got an `EpochStart` for, if it is inside one.
+    pub started: Option<u64>,
+    /// Rows sent in the current epoch.
+    pub epoch_rows: u64,
+    /// Seqs sent and not yet released.
+    pub held: Vec<u64>,
+    pub last_sent: Option<u64>,
+    pub delivered: u64,
+    pub waited_ns: u64,
+}
+
+/// The current epoch, as the publisher drives it.
+#[derive(Debug, Default)]
+pub(crate) struct Epoch {
+    pub number: u64,
+    pub open: bool,
+    pub first_seq: Option<u64>,
+    pub published_rows: u64,
+    pub samples: Option<u64>,
+}
+
+/// The arena as the control thread needs it.
+#[derive(Debug)]
+pub(crate) struct ArenaInfo {
+    pub fd: OwnedFd,
+    pub slot_size: u64,
+}
+
+/// Everything behind the producer's mutex.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub name: String,
+    pub pid: u32,
+    pub started: Instant,
+    pub arena: Option<ArenaInfo>,
+    pub slots: Vec<Slot>,
+    pub consumers: BTreeMap<u64, ConsumerEntry>,
+    pub next_id: u64,
+    pub next_seq: u64,
+    pub epoch: Epoch,
+    pub epochs_begun: u64,
+    pub batch_size: Option<u64>,
+    pub samples_per_epoch: Option<u64>,
+    pub published: u64,
+    pub blocked: Duration,
+    pub recent: VecDeque<Instant>,
+    pub closed: bool,
+}
+
+impl State {
+    pub fn new(name: &str, window: usize, batch_size: Option<u64>, samples: Option<u64>) -> Self {
+        State {
+            name: name.to_owned(),
+            pid: std::process::id(),
+            started: Instant::now(),
+            arena: None,
+            slots: (0..window).map(|_| Slot::default()).collect(),
+            consumers: BTreeMap::new(),
+            next_id: 1,
+            next_seq: 0,
+            epoch: Epoch::default(),
+            epochs_begun: 0,
+            batch_size,
+            samples_per_epoch: samples,
+            published: 0,
+            blocked: Duration::ZERO,
+            recent: VecDeque::new(),
+            closed: false,
+        }
+    }
+
+    /// Sends `frame` to consumer `id`; on failure removes it.
+    fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
+        let ok = match self.consumers.get(&id) {
+            Some(c) => wire::send_frame(&*c.sock, frame).is_ok(),
+            None => return false,
+        };
+        if !ok {
+            self.remove_consumer(id);
+        }
+        ok
+    }
+
+    /// Removes a consumer and gives back every lease it held.
+    pub fn remove_consumer(&mut self, id: u64) {
+        let Some(entry) = self.consumers.remove(&id) else {
+            return;
+        };
+        for seq in entry.held {
+            if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
+                slot.refs = slot.refs.saturating_sub(1);
+            }
+        }
+        // Wake the peer's reader at once if it is still alive.
+        let _ = entry.sock.shutdown(std::net::Shutdown::Both);
+    }
+
+    /// Handles `Release { seq }` from consumer `id`. A seq it does not hold
+    /// is a protocol violation: the consumer is removed.
+    pub fn release(&mut self, id: u64, seq: u64, delivered: u64, waited_ns: u64) {
+        let Some(entry) = self.consumers.get_mut(&id) else {
+            return;
+        };
+        let Some(pos) = entry.held.iter().position(|&s| s == seq) else {
+            self.remove_consumer(id);
+            return;
+        };
+        entry.held.swap_remove(pos);
+        entry.delivered = delivered;
+        entry.waited_ns = waited_ns;
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
+            slot.refs = slot.refs.saturating_sub(1);
+        }
+    }
+
+    /// Adds a consumer. Before the arena exists it is left pending; else it
+    /// is welcomed and joins per its policy.
+    pub fn add_consumer(&mut self, sock: Arc<UnixStream>, pid: u32, hello: ConsumerHello) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        self.consumers.insert(
+            id,
+            ConsumerEntry {
+                sock,
+                pid,
+                hello,
+                phase: Phase::Pending,
+                started: None,
+                epoch_rows: 0,
+                held: Vec::new(),
+                last_sent: None,
+                delivered: 0,
+                waited_ns: 0,
+            },
+        );
+        if self.arena.is_some() {
+            self.welcome(id);
+        }
+        id
+    }
+
+    /// Welcomes every pending consumer (called once the arena exists).
+    pub fn welcome_pending(&mut self) {
+        let pending: Vec<u64> = self
+            .consumers
+            .iter()
+            .filter(|(_, c)| c.phase == Phase::Pending)
+            .map(|(&id, _)| id)
+            .collect();
+        for id in pending {
+            self.welcome(id);
+        }
+    }
+
+    fn welcome(&mut self, id: u64) {
+        let (Some(arena), Some(entry)) = (self.arena.as_ref(), self.consumers.get(&id)) else {
+            return;
+        };
+        let welcome = ToConsumer::Welcome(Welcome {
+            version: PROTOCOL_VERSION,
+            producer_pid: self.pid,
+            slot_size: arena.slot_size,
+            slots: self.slots.len() as u32,
+            samples_per_epoch: self.samples_per_epoch,
+            batch_size: self.batch_size,
+            consumer_id: id,
+        });
+        let sent = wire::encode(&welcome)
+            .and_then(|frame| wire::send_frame_with_fd(&*entry.sock, &frame, &arena.fd));
+        if sent.is_err() {
+            self.remove_consumer(id);
+            return;
+        }
+        self.join(id);
+    }
+
+    /// Places a welcomed consumer per its join policy.
+    fn join(&mut self, id: u64) {
+        let Some(policy) = self.consumers.get(&id).map(|c| c.hello.join) else {
+            return;
+        };
+        let epoch = &self.epoch;
+        if !epoch.open {
+            self.set_phase(id, Phase::Waiting);
+            return;
+        }
+        if epoch.published_rows == 0 {
+            // The epoch has not sent anything yet: joining it is joining at its start.
+            self.set_phase(id, Phase::Following);
+            return;
+        }
+        match policy {
+            JoinPolicy::NextEpoch => self.set_phase(id, Phase::Waiting),
+            JoinPolicy::Now => {
+                let samples = epoch
+                    .samples
+                    .map(|n| n.saturating_sub(epoch.published_rows));
+                self.set_phase(id, Phase::Following);
+                self.start_epoch_for(id, samples, true);
+            }
+            JoinPolicy::CatchUp => match self.retained_epoch_frames() {
+                Some(frames) => {
+                    let samples = self.epoch.samples;
+                    self.set_phase(id, Phase::Following);
+                    if !self.start_epoch_for(id, samples, false) {
+                        return;
+                    }
+                    for (seq, rows, frame) in frames {
+                        if !self.send_batch_to(id, seq, rows, &frame) {
+                            return;
+                        }
+                    }
+                }
+                None => self.set_phase(id, Phase::Waiting),
+            },
+        }
+    }
+
+    fn set_phase(&mut self, id: u64, phase: Phase) {
+        if let Some(c) = self.consumers.get_mut(&id) {
+            c.phase = phase;
+            c.started = None;
+            c.epoch_rows = 0;
+        }
+    }
+
+    /// Every batch of the current epoch, oldest first, if all are still in
+    /// their slots.
+    fn retained_epoch_frames(&self) -> Option<Vec<(u64, u64, Arc<Vec<u8>>)>> {
+        let first = self.epoch.first_seq?;
+        (first..self.next_seq)
+            .map(|seq| {
+                let slot = self.slots.iter().find(|s| s.seq == Some(seq))?;
+                Some((seq, slot.rows, slot.frame.clone()?))
+            })
+            .collect()
+    }
+
+    /// Sends `EpochStart` to consumer `id`.
+    pub fn start_epoch_for(&mut self, id: u64, samples: Option<u64>, partial: bool) -> bool {
+        let msg = ToConsumer::EpochStart(EpochStart {
+            epoch: self.epoch.number,
+            samples,
+            batch_size: self.batch_size.unwrap_or(1),
+            partial,
+        });
+        let Ok(frame) = wire::encode(&msg) else {
+            return false;
+        };
+        if !self.send_or_drop(id, &frame) {
+            return false;
+        }
+        if let Some(c) = self.consumers.get_mut(&id) {
+            c.started = Some(self.epoch.number);
+            c.epoch_rows = 0;
+        }
+        true
+    }
+
+    /// Sends batch `seq` to consumer `id` and takes its lease.
+    pub fn send_batch_to(&mut self, id: u64, seq: u64, rows: u64, frame: &[u8]) -> bool {
+        if !self.send_or_drop(id, frame) {
+            return false;
+        }
+        if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
+            slot.refs += 1;
+        }
+        if let Some(c) = self.consumers.get_mut(&id) {
+            c.held.push(seq);
+            c.last_sent = Some(seq);
+            c.epoch_rows += rows;
+        }
+        true
+    }
+
+    /// Ids of the consumers in `phase`.
+    pub fn ids_in(&self, phase: Phase) -> Vec<u64> {
+        self.consumers
+            .iter()
+            .filter(|(_, c)| c.phase == phase)
+            .map(|(&id, _)| id)
+            .collect()
+    }
+
+    /// Sends `frame` to every consumer, dropping those it fails for.
+    pub fn broadcast(&mut self, frame: &[u8]) {
+        let ids: Vec<u64> = self.consumers.keys().copied().collect();
+        for id in ids {
+            self.send_or_drop(id, frame);
+        }
+    }
+
+    /// The figures `batchcast status` prints.
+    pub fn report(&self) -> StatusReport {
+        let now = Instant::now();
+        let rate = match (self.recent.front(), self.recent.back()) {
+            (Some(&a), Some(&b)) if self.recent.len() > 1 && now.duration_since(b) < Duration::from_secs(5) => {
+                (self.recent.len() - 1) as f64 / b.duration_since(a).as_secs_f64().max(1e-9)
+            }
+            _ => 0.0,
+        };
+        StatusReport {
+            name: self.name.clone(),
+            pid: self.pid,
+            uptime_secs: self.started.elapsed().as_secs_f64(),
+            slots: self.slots.len() as u32,
+            slot_size: self.arena.as_ref().map(|a| a.slot_size).unwrap_or(0),
+            epoch: self.epoch.number,
+            published: self.published,
+            batches_per_sec: rate,
+            blocked_secs: self.blocked.as_secs_f64(),
+            consumers: self
+                .consumers
+                .iter()
+                .map(|(&id, c)| ConsumerStatus {
+                    id,
+                    pid: c.pid,
+                    label: c.hello.label.clone(),
+                    batch_size: c.hello.batch_size,
+                    join: c.hello.join.name().to_owned(),
+                    state: match c.phase {
+                        Phase::Pending => "pending",
+                        Phase::Waiting => "waiting",
+                        Phase::Following => "following",
+                    }
+                    .to_owned(),
+                    position: c.last_sent,
+                    lag: c.held.len() as u64,
+                    delivered: c.delivered,
+                    wait_secs: c.waited_ns as f64 / 1e9,
+                })
+                .collect(),
+        }
+    }
+
+    /// Records one publish for the rate figure.
+    pub fn note_publish(&mut self) {
+        self.published += 1;
+        let now = Instant::now();
+        self.recent.push_back(now);
+        while self.recent.len() > 64 {
+            self.recent.pop_front();
+        }
+    }
+}

@@ -1,0 +1,472 @@
+//! The control-plane protocol: messages, framing and fd passing.
+//!
+//! A frame is a little-endian `u32` length followed by that many bytes of a
+//! postcard-encoded message. Frames longer than [`MAX_FRAME`] are refused
+//! before any allocation, and decoding is into plain, closed data types (no
+//! object graphs, nothing executable): a malformed frame is an error that
+//! closes that one connection. The arena fd rides on the `Welcome` frame as
+//! `SCM_RIGHTS` ancillary data.
+
+use std::io::{IoSlice, IoSliceMut};
+use std::mem::MaybeUninit;
+use std::os::fd::{AsFd, OwnedFd};
+
+use rustix::net::{
+    RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
+    SendAncillaryMessage, SendFlags,
+};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::layout::Layout;
+use crate::status::StatusReport;
+
+/// Version of this protocol; both ends must agree.
+pub const PROTOCOL_VERSION: u32 = 1;
+/// Marks a batchcast hello, so that a stray client is told apart from an old one.
+pub const MAGIC: [u8; 4] = *b"BCST";
+/// Largest frame accepted, in bytes.
+pub const MAX_FRAME: usize = 1 << 20;
+
+/// How a consumer that connects mid-run joins the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum JoinPolicy {
+    /// Replay the current epoch's retained batches if its start is still
+    /// retained, else start at the next epoch.
+    #[default]
+    CatchUp,
+    /// Start at the next epoch.
+    NextEpoch,
+    /// Start with the next batch, mid-epoch (a partial first epoch).
+    Now,
+}
+
+impl JoinPolicy {
+    /// Parses `catch-up`, `next-epoch` or `now`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "catch-up" | "catchup" | "catch_up" => Ok(JoinPolicy::CatchUp),
+            "next-epoch" | "next_epoch" => Ok(JoinPolicy::NextEpoch),
+            "now" => Ok(JoinPolicy::Now),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown join policy {s:?}; use \"catch-up\", \"next-epoch\" or \"now\""
+            ))),
+        }
+    }
+
+    /// The name [`JoinPolicy::parse`] accepts.
+    pub fn name(self) -> &'static str {
+        match self {
+            JoinPolicy::CatchUp => "catch-up",
+            JoinPolicy::NextEpoch => "next-epoch",
+            JoinPolicy::Now => "now",
+        }
+    }
+}
+
+/// First message of every connection.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Hello {
+    /// Must be [`MAGIC`].
+    pub magic: [u8; 4],
+    /// The sender's [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// What the connection is for.
+    pub role: Role,
+}
+
+/// What a connection is for.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum Role {
+    /// A consumer of batches.
+    Consumer(ConsumerHello),
+    /// A one-shot status query (`batchcast status`).
+    Status,
+}
+
+/// A consumer's wishes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ConsumerHello {
+    /// Rows per consumer batch; `None`: the producer's batch size.
+    pub batch_size: Option<u64>,
+    /// Drop each epoch's last, smaller batch.
+    pub drop_last: bool,
+    /// How to join mid-run.
+    pub join: JoinPolicy,
+    /// Free text shown by `batchcast status` (e.g. the script name).
+    pub label: String,
+}
+
+/// Messages a consumer sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToProducer {
+    /// Opens the connection.
+    Hello(Hello),
+    /// The consumer no longer reads batch `seq`; carries its running totals.
+    Release {
+        /// The released batch.
+        seq: u64,
+        /// Consumer batches handed to user code so far.
+        delivered: u64,
+        /// Nanoseconds the consumer has spent waiting for data so far.
+        waited_ns: u64,
+    },
+}
+
+/// Messages a producer sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum ToConsumer {
+    /// Accepts a consumer; the arena fd is attached.
+    Welcome(Welcome),
+    /// Refuses a consumer.
+    Refused(String),
+    /// An epoch begins for this consumer.
+    EpochStart(EpochStart),
+    /// A producer batch is ready in a slot; the consumer holds a lease on it
+    /// until it sends `Release { seq }`.
+    Batch(BatchReady),
+    /// The epoch's last batch has been sent.
+    EpochEnd {
+        /// The epoch.
+        epoch: u64,
+        /// Rows sent to this consumer in this epoch.
+        samples: u64,
+    },
+    /// The producer stops; no more batches follow.
+    Shutdown(ShutdownReason),
+    /// Reply to a status query.
+    Status(StatusReport),
+}
+
+/// Sent once, with the arena fd.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Welcome {
+    /// The producer's [`PROTOCOL_VERSION`].
+    pub version: u32,
+    /// The producer's pid.
+    pub producer_pid: u32,
+    /// Bytes per slot.
+    pub slot_size: u64,
+    /// Number of slots (the window).
+    pub slots: u32,
+    /// Rows per epoch, when the producer knows it.
+    pub samples_per_epoch: Option<u64>,
+    /// The producer's nominal batch size, when known.
+    pub batch_size: Option<u64>,
+    /// The id `batchcast status` shows for this consumer.
+    pub consumer_id: u64,
+}
+
+/// An epoch begins.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EpochStart {
+    /// Epoch number, from 0.
+    pub epoch: u64,
+    /// Rows this consumer will receive in this epoch, when known.
+    pub samples: Option<u64>,
+    /// The producer's nominal batch size.
+    pub batch_size: u64,
+    /// True when the consumer joined mid-epoch (`JoinPolicy::Now`).
+    pub partial: bool,
+}
+
+/// A producer batch is ready.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct BatchReady {
+    /// Global sequence number of the batch.
+    pub seq: u64,
+    /// The slot holding it.
+    pub slot: u32,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Where its arrays lie in the slot.
+    pub layout: Layout,
+}
+
+/// Why a producer stopped.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShutdownReason {
+    /// It ran all its epochs.
+    Finished,
+    /// It was interrupted (Ctrl-C, SIGTERM) and stopped cleanly.
+    Interrupted,
+    /// Its source failed; the text says how.
+    Failed(String),
+}
+
+/// Encodes `msg` as one frame.
+pub fn encode<T: Serialize>(msg: &T) -> Result<Vec<u8>> {
+    let mut frame = postcard::to_extend(msg, vec![0u8; 4])
+        .map_err(|e| Error::Protocol(format!("cannot encode a message: {e}")))?;
+    let len = frame.len() - 4;
+    if len > MAX_FRAME {
+        return Err(Error::Protocol(format!(
+            "message of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+        )));
+    }
+    frame[..4].copy_from_slice(&(len as u32).to_le_bytes());
+    Ok(frame)
+}
+
+/// Sends an encoded frame whole (blocking), never raising SIGPIPE.
+pub fn send_frame(sock: impl AsFd, frame: &[u8]) -> Result<()> {
+    let mut rest = frame;
+    while !rest.is_empty() {
+        match rustix::net::send(&sock, rest, SendFlags::NOSIGNAL) {
+            Ok(n) => rest = &rest[n..],
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io("cannot send to the peer", e)),
+        }
+    }
+    Ok(())
+}
+
+/// Sends an encoded frame with `fd` attached as `SCM_RIGHTS`.
+pub fn send_frame_with_fd(sock: impl AsFd, frame: &[u8], fd: impl AsFd) -> Result<()> {
+    let fds = [fd.as_fd()];
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+    let mut control = SendAncillaryBuffer::new(&mut space);
+    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
+        return Err(Error::Protocol("cannot attach the arena fd".into()));
+    }
+    let sent = loop {
+        match rustix::net::sendmsg(&sock, &[IoSlice::new(frame)], &mut control, SendFlags::NOSIGNAL)
+        {
+            Ok(n) => break n,
+            Err(rustix::io::Errno::INTR) => continue,
+            Err(e) => return Err(Error::io("cannot send the welcome", e)),
+        }
+    };
+    send_frame(&sock, &frame[sent..])
+}
+
+/// What one read from a socket brought.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Fill {
+    /// Some bytes arrived.
+    Data,
+    /// Nothing is available now (non-blocking read only).
+    WouldBlock,
+    /// The peer closed the connection.
+    Eof,
+}
+
+/// Reassembles frames from a byte stream.
+#[derive(Debug, Default)]
+pub struct FrameReader {
+    buf: Vec<u8>,
+    start: usize,
+}
+
+impl FrameReader {
+    /// An empty reader.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Reads what is available from `sock` into the buffer. With
+    /// `blocking == false`, returns [`Fill::WouldBlock`] instead of waiting.
+    /// A received fd (the arena's) is stored in `fd_out` when given.
+    pub fn fill(
+        &mut self,
+        sock: impl AsFd,
+        blocking: bool,
+        fd_out: Option<&mut Option<OwnedFd>>,
+    ) -> Result<Fill> {
+        if self.start > 0 && self.start == self.buf.len() {
+            self.buf.clear();
+            self.start = 0;
+        }
+        let old = self.buf.len();
+        self.buf.resize(old + 64 * 1024, 0);
+        let flags = if blocking {
+            RecvFlags::empty()
+        } else {
+            RecvFlags::DONTWAIT
+        };
+        let res = match fd_out {
+            None => loop {
+                match rustix::net::recv(&sock, &mut self.buf[old..], flags) {
+                    Err(rustix::io::Errno::INTR) => continue,
+                    r => break r.map(|(n, _)| n),
+                }
+            },
+            Some(slot) => {
+                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+                let mut control = RecvAncillaryBuffer::new(&mut space);
+                let r = loop {
+                    let mut iov = [IoSliceMut::new(&mut self.buf[old..])];
+                    match rustix::net::recvmsg(&sock, &mut iov, &mut control, flags) {
+                        Err(rustix::io::Errno::INTR) => continue,
+                        r => break r,
+                    }
+                };
+                for msg in control.drain() {
+                    if let RecvAncillaryMessage::ScmRights(fds) = msg {
+                        for fd in fds {
+                            // Keep the first fd; any others are closed on drop.
+                            if slot.is_none() {
+                                *slot = Some(fd);
+                            }
+                        }
+                    }
+                }
+                r.map(|m| m.bytes)
+            }
+        };
+        match res {
+            Ok(0) => {
+                self.buf.truncate(old);
+                Ok(Fill::Eof)
+            }
+            Ok(n) => {
+                self.buf.truncate(old + n);
+                Ok(Fill::Data)
+            }
+            Err(rustix::io::Errno::AGAIN) => {
+                self.buf.truncate(old);
+                Ok(Fill::WouldBlock)
+            }
+            Err(rustix::io::Errno::CONNRESET) => {
+                self.buf.truncate(old);
+                Ok(Fill::Eof)
+            }
+            Err(e) => {
+                self.buf.truncate(old);
+                Err(Error::io("cannot read from the peer", e))
+            }
+        }
+    }
+
+    /// Decodes the next complete frame, if one is buffered.
+    pub fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+        let avail = &self.buf[self.start..];
+        if avail.len() < 4 {
+            return Ok(None);
+        }
+        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
+        if len > MAX_FRAME {
+            return Err(Error::Protocol(format!(
+                "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+            )));
+        }
+        if avail.len() < 4 + len {
+            return Ok(None);
+        }
+        let body = &avail[4..4 + len];
+        let msg = postcard::from_bytes(body)
+            .map_err(|e| Error::Protocol(format!("malformed message: {e}")))?;
+        self.start += 4 + len;
+        Ok(Some(msg))
+    }
+
+    /// Bytes received but not yet decoded.
+    pub fn pending(&self) -> usize {
+        self.buf.len() - self.start
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dtype::DType;
+    use crate::layout::{LeafSpec, Node};
+    use std::io::Write;
+    use std::os::unix::net::UnixStream;
+
+    fn sample_batch() -> ToConsumer {
+        let layout = Layout::plan(
+            Node::Dict(vec![("x".into(), Node::Leaf(0))]),
+            &[LeafSpec::array(DType::F32, vec![8, 4])],
+        )
+        .unwrap();
+        ToConsumer::Batch(BatchReady {
+            seq: 7,
+            slot: 2,
+            epoch: 1,
+            layout,
+        })
+    }
+
+    #[test]
+    fn frames_round_trip_across_split_reads() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let msgs = vec![
+            sample_batch(),
+            ToConsumer::EpochEnd {
+                epoch: 1,
+                samples: 100,
+            },
+            ToConsumer::Shutdown(ShutdownReason::Failed("disk".into())),
+        ];
+        let mut bytes = Vec::new();
+        for m in &msgs {
+            bytes.extend(encode(m).unwrap());
+        }
+        // Deliver one byte at a time: frames must reassemble.
+        let mut r = FrameReader::new();
+        let mut got = Vec::new();
+        for byte in bytes {
+            (&a).write_all(&[byte]).unwrap();
+            assert_eq!(r.fill(&b, true, None).unwrap(), Fill::Data);
+            while let Some(m) = r.next::<ToConsumer>().unwrap() {
+                got.push(m);
+            }
+        }
+        assert_eq!(got, msgs);
+        drop(a);
+        assert_eq!(r.fill(&b, true, None).unwrap(), Fill::Eof);
+    }
+
+    #[test]
+    fn oversized_frame_is_refused_before_reading_it() {
+        let (a, b) = UnixStream::pair().unwrap();
+        (&a).write_all(&u32::MAX.to_le_bytes()).unwrap();
+        let mut r = FrameReader::new();
+        r.fill(&b, true, None).unwrap();
+        let err = r.next::<ToProducer>().unwrap_err().to_string();
+        assert!(err.contains("exceeds"), "{err}");
+    }
+
+    #[test]
+    fn garbage_is_a_protocol_error_not_a_panic() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut frame = 16u32.to_le_bytes().to_vec();
+        frame.extend([0xff; 16]);
+        (&a).write_all(&frame).unwrap();
+        let mut r = FrameReader::new();
+        r.fill(&b, true, None).unwrap();
+        assert!(matches!(r.next::<ToProducer>(), Err(Error::Protocol(_))));
+    }
+
+    #[test]
+    fn nonblocking_fill_reports_would_block() {
+        let (_a, b) = UnixStream::pair().unwrap();
+        let mut r = FrameReader::new();
+        assert_eq!(r.fill(&b, false, None).unwrap(), Fill::WouldBlock);
+    }
+
+    #[test]
+    fn fd_travels_with_the_frame() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let file = tempfile::tempfile().unwrap();
+        let frame = encode(&ToConsumer::Refused("x".into())).unwrap();
+        send_frame_with_fd(&a, &frame, &file).unwrap();
+        let mut r = FrameReader::new();
+        let mut fd = None;
+        r.fill(&b, true, Some(&mut fd)).unwrap();
+        assert!(fd.is_some());
+        assert_eq!(
+            r.next::<ToConsumer>().unwrap(),
+            Some(ToConsumer::Refused("x".into()))
+        );
+    }
+
+    #[test]
+    fn join_policies_parse_and_name() {
+        for p in [JoinPolicy::CatchUp, JoinPolicy::NextEpoch, JoinPolicy::Now] {
+            assert_eq!(JoinPolicy::parse(p.name()).unwrap(), p);
+        }
+        assert!(JoinPolicy::parse("later").is_err());
+    }
+}
