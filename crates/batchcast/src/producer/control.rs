@@ -75,11 +75,14 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         if ready[0] {
             return; // shutdown
         }
+        // Serve the connections that were polled; newly accepted ones are
+        // polled from the next round on.
+        let polled = conns.len();
         if ready[1] {
             accept_all(&listener, uid, &mut conns);
         }
         let mut dead = Vec::new();
-        for (i, (conn, reader)) in conns.iter_mut().enumerate() {
+        for (i, (conn, reader)) in conns.iter_mut().enumerate().take(polled) {
             let timed_out = matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
             if timed_out || (ready[i + 2] && !serve(&shared, conn, reader)) {
                 dead.push(i);

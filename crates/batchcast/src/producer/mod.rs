@@ -494,6 +494,52 @@ impl SlotMut<'_> {
         out
     }
 
+    /// Keeps only the first `rows` rows (a source skipped bad samples):
+    /// re-plans the layout for `rows` and moves each array's first rows to
+    /// its new place. Fails if `rows` is 0 or more than the batch has.
+    pub fn truncate_rows(&mut self, rows: u64) -> Result<()> {
+        let old = self.layout.rows();
+        if rows == old {
+            return Ok(());
+        }
+        if rows == 0 || rows > old {
+            return Err(Error::InvalidBatch(format!(
+                "cannot keep {rows} rows of a batch of {old}"
+            )));
+        }
+        let specs: Vec<LeafSpec> = self
+            .layout
+            .leaves
+            .iter()
+            .map(|l| {
+                if l.kind == crate::layout::LeafKind::StrList {
+                    return Err(Error::InvalidBatch(
+                        "a batch with strings cannot be truncated".into(),
+                    ));
+                }
+                let mut shape = l.shape.clone();
+                shape[0] = rows;
+                Ok(LeafSpec {
+                    kind: l.kind,
+                    dtype: l.dtype,
+                    shape,
+                    text_bytes: 0,
+                })
+            })
+            .collect::<Result<_>>()?;
+        let new = Layout::plan(self.layout.tree.clone(), &specs)?;
+        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        let slot = arena.slot_mut(self.index);
+        // New offsets are never past old ones (every leaf shrank), so moving
+        // leaves front to back never overwrites one not yet moved.
+        for (o, n) in self.layout.leaves.iter().zip(&new.leaves) {
+            let len = n.nbytes as usize;
+            slot.copy_within(o.offset as usize..o.offset as usize + len, n.offset as usize);
+        }
+        self.layout = new;
+        Ok(())
+    }
+
     /// Publishes the batch to every consumer following the epoch; returns
     /// its sequence number.
     pub fn publish(self) -> Result<u64> {

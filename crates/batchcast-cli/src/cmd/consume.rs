@@ -1,0 +1,214 @@
+//! `batchcast consume`: attach to a producer and read (and check) its
+//! batches. A smoke test for users, and the real consumer process that the
+//! multi-process tests spawn, kill and watch.
+//!
+//! Prints one JSON line per event on stdout: `connected`, `epoch_start`,
+//! `batch` (with `--each`), `epoch_end` (with the ids seen and whether every
+//! payload byte matched), then `finished`, or `error` with its kind.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use batchcast::{Batch, Consumer, ConsumerOptions, DType, Event, JoinPolicy, Node};
+use serde_json::json;
+
+use crate::source::synthetic::expected_byte;
+
+/// Arguments of `batchcast consume`.
+#[derive(Debug, clap::Args)]
+pub struct ConsumeArgs {
+    /// The producer's name.
+    pub name: String,
+    /// Rows per batch (default: the producer's).
+    #[arg(long)]
+    pub batch_size: Option<u64>,
+    /// Join policy: catch-up, next-epoch or now.
+    #[arg(long, default_value = "catch-up")]
+    pub join: String,
+    /// Drop each epoch's last, smaller batch.
+    #[arg(long)]
+    pub drop_last: bool,
+    /// Stop after this many epochs (default: until the producer finishes).
+    #[arg(long)]
+    pub epochs: Option<u64>,
+    /// Wait this many seconds for the producer to appear.
+    #[arg(long, default_value_t = 0.0)]
+    pub connect_timeout: f64,
+    /// Milliseconds of emulated work per batch (a slow trainer).
+    #[arg(long, default_value_t = 0.0)]
+    pub delay_ms: f64,
+    /// Check every payload byte against the synthetic source's pattern.
+    #[arg(long)]
+    pub verify: bool,
+    /// Print a line per batch.
+    #[arg(long)]
+    pub each: bool,
+}
+
+/// What one epoch brought.
+#[derive(Default)]
+struct EpochTally {
+    batches: u64,
+    samples: u64,
+    first_id: Option<i64>,
+    last_id: Option<i64>,
+    contiguous: bool,
+    payload_ok: bool,
+    zero_copy: u64,
+    sizes_ok: bool,
+}
+
+/// Runs `batchcast consume`; the exit code says how it ended.
+pub fn run(args: ConsumeArgs) -> Result<i32> {
+    let opts = ConsumerOptions {
+        batch_size: args.batch_size,
+        drop_last: args.drop_last,
+        join: JoinPolicy::parse(&args.join)?,
+        connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
+        label: format!("batchcast consume {}", std::process::id()),
+        dir: None,
+    };
+    let mut never = || false;
+    let mut consumer = match Consumer::connect(&args.name, opts, &mut never) {
+        Ok(c) => c,
+        Err(e) => return Ok(report_error(&e)),
+    };
+    println!(
+        "{}",
+        json!({"event": "connected", "pid": std::process::id(),
+               "batches_per_epoch": consumer.batches_per_epoch(),
+               "producer_pid": consumer.welcome().producer_pid})
+    );
+    let mut epochs_done = 0;
+    let mut tally = EpochTally::default();
+    let mut expected: Option<u64> = None;
+    let mut batch_size = 0;
+    loop {
+        let event = match consumer.next_event(&mut never) {
+            Ok(e) => e,
+            Err(e) => return Ok(report_error(&e)),
+        };
+        match event {
+            Event::EpochStart(info) => {
+                println!(
+                    "{}",
+                    json!({"event": "epoch_start", "epoch": info.epoch, "batches": info.batches,
+                           "samples": info.samples, "partial": info.partial,
+                           "batch_size": info.batch_size})
+                );
+                expected = info.batches;
+                batch_size = info.batch_size;
+                tally = EpochTally {
+                    contiguous: true,
+                    payload_ok: true,
+                    sizes_ok: true,
+                    ..Default::default()
+                };
+            }
+            Event::Batch(batch) => {
+                let rows = batch.rows();
+                // Every batch but the epoch's last has exactly batch_size rows.
+                if tally.samples != tally.batches * batch_size {
+                    tally.sizes_ok = false;
+                }
+                let (first, _) = check_batch(&batch, &mut tally, args.verify);
+                tally.batches += 1;
+                tally.samples += rows;
+                if args.each {
+                    println!(
+                        "{}",
+                        json!({"event": "batch", "epoch": batch.epoch, "index": batch.index,
+                               "rows": rows, "first_id": first})
+                    );
+                }
+                if args.delay_ms > 0.0 {
+                    // Emulated training step: this is the workload, not a wait.
+                    std::thread::sleep(Duration::from_secs_f64(args.delay_ms / 1000.0));
+                }
+            }
+            Event::EpochEnd { epoch, samples } => {
+                println!(
+                    "{}",
+                    json!({"event": "epoch_end", "epoch": epoch, "batches": tally.batches,
+                           "expected_batches": expected, "samples": tally.samples,
+                           "producer_samples": samples, "first_id": tally.first_id,
+                           "last_id": tally.last_id, "contiguous": tally.contiguous,
+                           "payload_ok": tally.payload_ok, "sizes_ok": tally.sizes_ok,
+                           "zero_copy_batches": tally.zero_copy})
+                );
+                epochs_done += 1;
+                if args.epochs.is_some_and(|e| epochs_done >= e) {
+                    let s = consumer.stats();
+                    println!(
+                        "{}",
+                        json!({"event": "finished", "reason": "epochs", "batches": s.batches,
+                               "wait_secs": s.wait_secs})
+                    );
+                    return Ok(0);
+                }
+            }
+            Event::Finished(reason) => {
+                let s = consumer.stats();
+                println!(
+                    "{}",
+                    json!({"event": "finished", "reason": format!("{reason:?}"),
+                           "batches": s.batches, "wait_secs": s.wait_secs})
+                );
+                return Ok(0);
+            }
+        }
+    }
+}
+
+/// Checks ids (and payloads with `verify`); returns the first and last id.
+fn check_batch(batch: &Batch, tally: &mut EpochTally, verify: bool) -> (Option<i64>, Option<i64>) {
+    let leaves = batch.leaves();
+    let ids_leaf = match (batch.tree(), leaves) {
+        (Node::Tuple(items), [_, ids]) if items.len() == 2 && ids.dtype() == DType::I64 => ids,
+        _ => {
+            tally.payload_ok = false;
+            return (None, None);
+        }
+    };
+    if leaves.iter().all(|l| l.is_zero_copy()) {
+        tally.zero_copy += 1;
+    }
+    let ids: Vec<i64> = ids_leaf
+        .bytes()
+        .chunks_exact(8)
+        .map(|c| i64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+        .collect();
+    for &id in &ids {
+        if let Some(last) = tally.last_id {
+            if id != last + 1 {
+                tally.contiguous = false;
+            }
+        }
+        tally.first_id.get_or_insert(id);
+        tally.last_id = Some(id);
+    }
+    if verify {
+        let payload = &leaves[0];
+        let sb = payload.shape().get(1).copied().unwrap_or(0) as usize;
+        if sb > 0 {
+            for (row, &id) in payload.bytes().chunks_exact(sb).zip(&ids) {
+                if row.iter().enumerate().any(|(k, &b)| b != expected_byte(id as u64, k)) {
+                    tally.payload_ok = false;
+                }
+            }
+        }
+    }
+    (ids.first().copied(), ids.last().copied())
+}
+
+fn report_error(e: &batchcast::Error) -> i32 {
+    let (kind, code) = match e {
+        batchcast::Error::ProducerGone { .. } => ("producer_gone", 3),
+        batchcast::Error::ProducerNotFound { .. } => ("not_found", 2),
+        batchcast::Error::JoinRefused { .. } => ("refused", 4),
+        _ => ("other", 1),
+    };
+    println!("{}", json!({"event": "error", "kind": kind, "message": e.to_string()}));
+    eprintln!("error: {e}");
+    code
+}

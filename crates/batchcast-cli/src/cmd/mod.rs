@@ -1,0 +1,5 @@
+//! One module per subcommand.
+
+pub mod consume;
+pub mod serve;
+pub mod status;

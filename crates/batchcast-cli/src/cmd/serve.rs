@@ -1,0 +1,138 @@
+//! `batchcast serve`: run a producer over a dataset (or a synthetic source).
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{bail, Result};
+use batchcast::{IdlePolicy, Producer, ProducerOptions};
+
+use crate::progress::Progress;
+use crate::source::{self, synthetic::Synthetic, BatchSource};
+
+/// Arguments of `batchcast serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Name consumers attach to.
+    #[arg(long)]
+    pub name: String,
+    /// Dataset: an ImageFolder directory or WebDataset .tar shards.
+    #[arg(long, conflicts_with = "synthetic")]
+    pub data: Option<PathBuf>,
+    /// Serve synthetic samples (id + payload) instead of a dataset.
+    #[arg(long)]
+    pub synthetic: bool,
+    /// Rows per producer batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: u64,
+    /// Epochs to serve.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Slots retained: how far the slowest consumer may fall behind.
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+    /// Bytes per slot (default: sized from the first batch, +25 %).
+    #[arg(long)]
+    pub slot_size: Option<usize>,
+    /// Worker threads of the pipeline.
+    #[arg(long, default_value_t = default_workers())]
+    pub workers: usize,
+    /// Publish even with no consumer attached (default: wait for one).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Give up after this many seconds with no consumer attached.
+    #[arg(long)]
+    pub idle_timeout: Option<f64>,
+    /// Synthetic: samples per epoch.
+    #[arg(long, default_value_t = 10_000)]
+    pub samples: u64,
+    /// Synthetic: payload bytes per sample.
+    #[arg(long, default_value_t = 3 * 32 * 32)]
+    pub sample_bytes: usize,
+    /// Synthetic: CPU microseconds of work per sample.
+    #[arg(long, default_value_t = 0.0)]
+    pub work_us: f64,
+    /// Print one JSON line per event on stdout (for scripts and tests).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Pipeline threads by default: the machine's cores.
+pub fn default_workers() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// Runs `batchcast serve`.
+pub fn run(args: ServeArgs) -> Result<()> {
+    source::check_batch_size(args.batch_size)?;
+    let source: Box<dyn BatchSource> = if args.synthetic {
+        Box::new(Synthetic::new(
+            args.samples,
+            args.batch_size,
+            args.sample_bytes,
+            args.work_us,
+            args.workers,
+        ))
+    } else if let Some(path) = &args.data {
+        crate::source::images::open(path, args.batch_size, args.workers)?
+    } else {
+        bail!("say what to serve: --data PATH (an image dataset) or --synthetic");
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    crate::signals::install(&stop)?;
+    let mut producer = Producer::create(
+        &args.name,
+        ProducerOptions {
+            window: args.window,
+            slot_size: args.slot_size,
+            samples_per_epoch: Some(source.samples_per_epoch()),
+            batch_size: Some(args.batch_size),
+            idle: if args.no_wait {
+                IdlePolicy::Run
+            } else {
+                IdlePolicy::Wait(args.idle_timeout.map(Duration::from_secs_f64))
+            },
+            dir: None,
+        },
+    )?;
+    if args.json {
+        println!(
+            "{}",
+            serde_json::json!({"event": "listening", "name": args.name,
+                "socket": producer.socket_path(), "pid": std::process::id(),
+                "samples_per_epoch": source.samples_per_epoch()})
+        );
+    } else {
+        eprintln!(
+            "serving {:?} on {} ({} samples per epoch, batch {}, {} epochs); Ctrl-C stops",
+            args.name,
+            producer.socket_path().display(),
+            source.samples_per_epoch(),
+            args.batch_size,
+            args.epochs
+        );
+    }
+    let progress = Progress::new(!args.json && std::io::stderr().is_terminal());
+    let result = source::serve(&mut producer, source.as_ref(), args.epochs, &stop, |e, i, n| {
+        progress.batch(e, i, n, args.batch_size);
+    });
+    progress.finish();
+    producer.finish(source::shutdown_reason(&result));
+    let summary = result?;
+    if args.json {
+        println!("{}", serde_json::json!({"event": "finished", "summary": summary}));
+    } else {
+        eprintln!(
+            "served {} epochs, {} batches, {} samples in {:.1} s ({:.0} samples/s){}",
+            summary.epochs,
+            summary.batches,
+            summary.samples,
+            summary.seconds,
+            summary.samples as f64 / summary.seconds.max(1e-9),
+            if summary.interrupted { "; interrupted" } else { "" }
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,96 @@
+//! `batchcast status`: live figures of running producers.
+
+use std::time::Duration;
+
+use anyhow::Result;
+use batchcast::{endpoint, Endpoint, Error, StatusReport};
+
+/// Arguments of `batchcast status`.
+#[derive(Debug, clap::Args)]
+pub struct StatusArgs {
+    /// Only this producer.
+    pub name: Option<String>,
+    /// Print JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Runs `batchcast status`.
+pub fn run(args: StatusArgs) -> Result<()> {
+    let dir = endpoint::default_dir();
+    let names = match &args.name {
+        Some(n) => vec![n.clone()],
+        None => endpoint::list_names(&dir),
+    };
+    let mut reports = Vec::new();
+    let mut stale = Vec::new();
+    for name in &names {
+        let ep = Endpoint::new(name)?;
+        match batchcast::status::query(&ep, Duration::from_secs(2)) {
+            Ok(r) => reports.push(r),
+            Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => stale.push(name.clone()),
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if args.name.is_some() && reports.is_empty() {
+        let ep = Endpoint::new(&names[0])?;
+        return Err(Error::ProducerNotFound {
+            name: names[0].clone(),
+            socket: ep.socket_path(),
+        }
+        .into());
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&reports)?);
+        return Ok(());
+    }
+    if reports.is_empty() {
+        println!("no producer is running (looked in {})", dir.display());
+    }
+    for r in &reports {
+        print_report(r);
+    }
+    for name in stale {
+        println!("{name}: not running (a socket left by a killed producer; the next producer of this name reuses it)");
+    }
+    Ok(())
+}
+
+fn print_report(r: &StatusReport) {
+    println!(
+        "{} (pid {}): epoch {}, {} batches published, {:.1} batches/s, window {} x {:.1} MiB, \
+         blocked {:.1} s, up {:.0} s",
+        r.name,
+        r.pid,
+        r.epoch,
+        r.published,
+        r.batches_per_sec,
+        r.slots,
+        r.slot_size as f64 / (1 << 20) as f64,
+        r.blocked_secs,
+        r.uptime_secs
+    );
+    if r.consumers.is_empty() {
+        println!("  no consumers");
+        return;
+    }
+    println!(
+        "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9}  label",
+        "id", "pid", "state", "join", "batch", "position", "lag", "delivered", "wait s"
+    );
+    for c in &r.consumers {
+        println!(
+            "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9.2}  {}",
+            c.id,
+            c.pid,
+            c.state,
+            c.join,
+            c.batch_size.map_or("producer".to_string(), |b| b.to_string()),
+            c.position.map_or("-".to_string(), |p| p.to_string()),
+            c.lag,
+            c.delivered,
+            c.wait_secs,
+            c.label
+        );
+    }
+}

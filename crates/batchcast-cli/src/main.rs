@@ -1,0 +1,50 @@
+//! The `batchcast` command: `demo`, `serve`, `consume`, `status`, `bench`.
+//!
+//! Errors reach `main` as `anyhow` errors and leave as one `error:` line and
+//! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise.
+
+mod cmd;
+mod progress;
+mod signals;
+mod source;
+
+use clap::{Parser, Subcommand};
+
+/// Share one data-loading pipeline between many training processes.
+#[derive(Parser)]
+#[command(name = "batchcast", version, about)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Serve batches under a name (a producer).
+    Serve(cmd::serve::ServeArgs),
+    /// Attach to a producer and read (and check) its batches.
+    Consume(cmd::consume::ConsumeArgs),
+    /// Show running producers and their consumers.
+    Status(cmd::status::StatusArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => cmd::serve::run(a).map(|()| 0),
+        Command::Consume(a) => cmd::consume::run(a),
+        Command::Status(a) => cmd::status::run(a).map(|()| 0),
+    };
+    match result {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            let code = match e.downcast_ref::<batchcast::Error>() {
+                Some(batchcast::Error::ProducerNotFound { .. }) => 2,
+                Some(batchcast::Error::ProducerGone { .. }) => 3,
+                _ => 1,
+            };
+            std::process::exit(code);
+        }
+    }
+}
