@@ -227,7 +227,10 @@ mod tests {
         arena.slot_mut(1)[SLOT_HEADER..SLOT_HEADER + 4].copy_from_slice(b"abcd");
         arena.seal_slot(1, 42, 68);
         let view = ArenaView::map(arena.readonly_fd().unwrap(), 3, 4096).unwrap();
-        assert_eq!(&view.slot(1).unwrap()[SLOT_HEADER..SLOT_HEADER + 4], b"abcd");
+        assert_eq!(
+            &view.slot(1).unwrap()[SLOT_HEADER..SLOT_HEADER + 4],
+            b"abcd"
+        );
         view.check_header(1, 42).unwrap();
         assert!(view.check_header(1, 41).is_err());
         assert!(view.check_header(0, 0).is_err());

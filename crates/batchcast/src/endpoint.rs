@@ -88,7 +88,10 @@ pub fn default_dir() -> PathBuf {
     if let Some(run) = std::env::var_os("XDG_RUNTIME_DIR").filter(|d| !d.is_empty()) {
         return PathBuf::from(run).join("batchcast");
     }
-    PathBuf::from(format!("/tmp/batchcast-{}", rustix::process::getuid().as_raw()))
+    PathBuf::from(format!(
+        "/tmp/batchcast-{}",
+        rustix::process::getuid().as_raw()
+    ))
 }
 
 /// Checks a producer name: it becomes a file name, so it must be a safe one.
@@ -118,7 +121,11 @@ pub fn validate_name(name: &str) -> Result<()> {
 }
 
 fn ensure_private_dir(dir: &Path) -> Result<()> {
-    match fs::DirBuilder::new().recursive(true).mode(0o700).create(dir) {
+    match fs::DirBuilder::new()
+        .recursive(true)
+        .mode(0o700)
+        .create(dir)
+    {
         Ok(()) => {}
         Err(e) => {
             return Err(Error::io(

@@ -7,7 +7,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::wire::{self, FrameReader, Hello, Role, ToConsumer, ToProducer, MAGIC, PROTOCOL_VERSION};
+use crate::wire::{
+    self, FrameReader, Hello, Role, ToConsumer, ToProducer, MAGIC, PROTOCOL_VERSION,
+};
 
 /// A producer's figures.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -230,8 +230,12 @@ pub fn send_frame_with_fd(sock: impl AsFd, frame: &[u8], fd: impl AsFd) -> Resul
         return Err(Error::Protocol("cannot attach the arena fd".into()));
     }
     let sent = loop {
-        match rustix::net::sendmsg(&sock, &[IoSlice::new(frame)], &mut control, SendFlags::NOSIGNAL)
-        {
+        match rustix::net::sendmsg(
+            &sock,
+            &[IoSlice::new(frame)],
+            &mut control,
+            SendFlags::NOSIGNAL,
+        ) {
             Ok(n) => break n,
             Err(rustix::io::Errno::INTR) => continue,
             Err(e) => return Err(Error::io("cannot send the welcome", e)),

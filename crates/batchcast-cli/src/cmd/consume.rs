@@ -192,7 +192,11 @@ fn check_batch(batch: &Batch, tally: &mut EpochTally, verify: bool) -> (Option<i
         let sb = payload.shape().get(1).copied().unwrap_or(0) as usize;
         if sb > 0 {
             for (row, &id) in payload.bytes().chunks_exact(sb).zip(&ids) {
-                if row.iter().enumerate().any(|(k, &b)| b != expected_byte(id as u64, k)) {
+                if row
+                    .iter()
+                    .enumerate()
+                    .any(|(k, &b)| b != expected_byte(id as u64, k))
+                {
                     tally.payload_ok = false;
                 }
             }
@@ -208,7 +212,10 @@ fn report_error(e: &batchcast::Error) -> i32 {
         batchcast::Error::JoinRefused { .. } => ("refused", 4),
         _ => ("other", 1),
     };
-    println!("{}", json!({"event": "error", "kind": kind, "message": e.to_string()}));
+    println!(
+        "{}",
+        json!({"event": "error", "kind": kind, "message": e.to_string()})
+    );
     eprintln!("error: {e}");
     code
 }

@@ -42,6 +42,10 @@ pub struct ServeArgs {
     /// Publish even with no consumer attached (default: wait for one).
     #[arg(long)]
     pub no_wait: bool,
+    /// Wait for this many consumers before the first epoch (so that all of
+    /// them see it whole).
+    #[arg(long, default_value_t = 0)]
+    pub consumers: usize,
     /// Give up after this many seconds with no consumer attached.
     #[arg(long)]
     pub idle_timeout: Option<f64>,
@@ -114,15 +118,34 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.epochs
         );
     }
+    if args.consumers > 0 {
+        let timeout = args.idle_timeout.map(Duration::from_secs_f64);
+        if !producer.wait_for_consumers(args.consumers, timeout) {
+            let err = batchcast::Error::NoConsumers {
+                secs: args.idle_timeout.unwrap_or(0.0),
+            };
+            producer.finish(batchcast::ShutdownReason::Failed(err.to_string()));
+            return Err(err.into());
+        }
+    }
     let progress = Progress::new(!args.json && std::io::stderr().is_terminal());
-    let result = source::serve(&mut producer, source.as_ref(), args.epochs, &stop, |e, i, n| {
-        progress.batch(e, i, n, args.batch_size);
-    });
+    let result = source::serve(
+        &mut producer,
+        source.as_ref(),
+        args.epochs,
+        &stop,
+        |e, i, n| {
+            progress.batch(e, i, n, args.batch_size);
+        },
+    );
     progress.finish();
     producer.finish(source::shutdown_reason(&result));
     let summary = result?;
     if args.json {
-        println!("{}", serde_json::json!({"event": "finished", "summary": summary}));
+        println!(
+            "{}",
+            serde_json::json!({"event": "finished", "summary": summary})
+        );
     } else {
         eprintln!(
             "served {} epochs, {} batches, {} samples in {:.1} s ({:.0} samples/s){}",
@@ -131,7 +154,11 @@ pub fn run(args: ServeArgs) -> Result<()> {
             summary.samples,
             summary.seconds,
             summary.samples as f64 / summary.seconds.max(1e-9),
-            if summary.interrupted { "; interrupted" } else { "" }
+            if summary.interrupted {
+                "; interrupted"
+            } else {
+                ""
+            }
         );
     }
     Ok(())

@@ -28,7 +28,9 @@ pub fn run(args: StatusArgs) -> Result<()> {
         let ep = Endpoint::new(name)?;
         match batchcast::status::query(&ep, Duration::from_secs(2)) {
             Ok(r) => reports.push(r),
-            Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => stale.push(name.clone()),
+            Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => {
+                stale.push(name.clone())
+            }
             Err(e) => return Err(e.into()),
         }
     }
@@ -85,7 +87,8 @@ fn print_report(r: &StatusReport) {
             c.pid,
             c.state,
             c.join,
-            c.batch_size.map_or("producer".to_string(), |b| b.to_string()),
+            c.batch_size
+                .map_or("producer".to_string(), |b| b.to_string()),
             c.position.map_or("-".to_string(), |p| p.to_string()),
             c.lag,
             c.delivered,

@@ -8,5 +8,8 @@ use super::BatchSource;
 
 /// Opens an image dataset as a batch source.
 pub fn open(path: &Path, _batch_size: u64, _workers: usize) -> Result<Box<dyn BatchSource>> {
-    bail!("serving images from {} needs the native pipeline, which is not built in yet", path.display())
+    bail!(
+        "serving images from {} needs the native pipeline, which is not built in yet",
+        path.display()
+    )
 }

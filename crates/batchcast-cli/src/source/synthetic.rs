@@ -34,7 +34,13 @@ pub struct Synthetic {
 
 impl Synthetic {
     /// A source; measures how fast this machine does the stand-in work.
-    pub fn new(samples: u64, batch_size: u64, sample_bytes: usize, work_us: f64, workers: usize) -> Self {
+    pub fn new(
+        samples: u64,
+        batch_size: u64,
+        sample_bytes: usize,
+        work_us: f64,
+        workers: usize,
+    ) -> Self {
         Synthetic {
             samples,
             batch_size,

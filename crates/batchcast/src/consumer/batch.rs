@@ -236,7 +236,11 @@ impl Batch {
     }
 
     /// Builds a consumer batch from spans of producer batches.
-    pub(crate) fn assemble(spans: Vec<Span<Arc<SlotLease>>>, epoch: u64, index: u64) -> Result<Batch> {
+    pub(crate) fn assemble(
+        spans: Vec<Span<Arc<SlotLease>>>,
+        epoch: u64,
+        index: u64,
+    ) -> Result<Batch> {
         let first = &spans
             .first()
             .ok_or_else(|| Error::Protocol("empty consumer batch".into()))?
@@ -246,7 +250,11 @@ impl Batch {
             let other = &s.piece.layout;
             let same = other.tree == first.tree
                 && other.leaves.len() == first.leaves.len()
-                && other.leaves.iter().zip(&first.leaves).all(|(a, b)| same_kind(a, b));
+                && other
+                    .leaves
+                    .iter()
+                    .zip(&first.leaves)
+                    .all(|(a, b)| same_kind(a, b));
             if !same {
                 return Err(Error::InvalidBatch(
                     "the producer's batches differ in structure, dtype or per-sample shape, so \

@@ -22,8 +22,8 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use batch::Link;
+pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use rebatch::{batches_in, Rebatcher};
 
 use crate::arena::ArenaView;
@@ -170,7 +170,9 @@ impl Consumer {
                     }
                     ToConsumer::Shutdown(_) => return Err(gone()),
                     other => {
-                        return Err(Error::Protocol(format!("expected a welcome, got {other:?}")))
+                        return Err(Error::Protocol(format!(
+                            "expected a welcome, got {other:?}"
+                        )))
                     }
                 }
             }

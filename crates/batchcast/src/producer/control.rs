@@ -83,7 +83,8 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         }
         let mut dead = Vec::new();
         for (i, (conn, reader)) in conns.iter_mut().enumerate().take(polled) {
-            let timed_out = matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
+            let timed_out =
+                matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
             if timed_out || (ready[i + 2] && !serve(&shared, conn, reader)) {
                 dead.push(i);
             }

@@ -118,7 +118,9 @@ impl Producer {
             ));
         }
         if opts.batch_size == Some(0) {
-            return Err(Error::InvalidArgument("batch_size must be at least 1".into()));
+            return Err(Error::InvalidArgument(
+                "batch_size must be at least 1".into(),
+            ));
         }
         let endpoint = match &opts.dir {
             Some(dir) => Endpoint::in_dir(name, dir)?,
@@ -130,7 +132,12 @@ impl Producer {
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io(format!("cannot remove the stale socket {}", sock_path.display()), e)),
+            Err(e) => {
+                return Err(Error::io(
+                    format!("cannot remove the stale socket {}", sock_path.display()),
+                    e,
+                ))
+            }
         }
         let listener = UnixListener::bind(&sock_path)
             .map_err(|e| Error::io(format!("cannot listen on {}", sock_path.display()), e))?;
@@ -229,7 +236,9 @@ impl Producer {
     pub fn begin_epoch(&mut self) -> Result<u64> {
         let mut state = self.shared.lock();
         if state.epoch.open {
-            return Err(Error::Usage("begin_epoch called twice without end_epoch".into()));
+            return Err(Error::Usage(
+                "begin_epoch called twice without end_epoch".into(),
+            ));
         }
         let number = state.epochs_begun;
         state.epochs_begun += 1;
@@ -262,12 +271,16 @@ impl Producer {
         interrupt: &mut dyn FnMut() -> bool,
     ) -> Result<SlotMut<'_>> {
         if !self.shared.lock().epoch.open {
-            return Err(Error::Usage("loan called outside an epoch; call begin_epoch first".into()));
+            return Err(Error::Usage(
+                "loan called outside an epoch; call begin_epoch first".into(),
+            ));
         }
         let layout = Layout::plan(tree, leaves)?;
         let needed = layout.slot_bytes() as usize;
         if self.arena.is_none() {
-            let size = ((needed as f64 * SLOT_HEADROOM) as usize).max(needed).next_multiple_of(4096);
+            let size = ((needed as f64 * SLOT_HEADROOM) as usize)
+                .max(needed)
+                .next_multiple_of(4096);
             self.create_arena(size)?;
         }
         let slot_size = self.arena.as_ref().map(|a| a.slot_size()).unwrap_or(0);
@@ -398,7 +411,10 @@ impl Producer {
                 continue;
             }
             let rows = state.consumers.get(&id).map(|c| c.epoch_rows).unwrap_or(0);
-            if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd { epoch, samples: rows }) {
+            if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd {
+                epoch,
+                samples: rows,
+            }) {
                 if let Some(c) = state.consumers.get(&id) {
                     if wire::send_frame(&*c.sock, &frame).is_err() {
                         state.remove_consumer(id);
@@ -473,13 +489,21 @@ impl SlotMut<'_> {
     pub fn leaf_mut(&mut self, i: usize) -> &mut [u8] {
         let leaf = &self.layout.leaves[i];
         let (start, len) = (leaf.offset as usize, leaf.nbytes as usize);
-        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        let arena = self
+            .producer
+            .arena
+            .as_mut()
+            .expect("a loaned slot implies an arena");
         &mut arena.slot_mut(self.index)[start..start + len]
     }
 
     /// Every leaf's bytes at once, to fill in parallel.
     pub fn leaves_mut(&mut self) -> Vec<&mut [u8]> {
-        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        let arena = self
+            .producer
+            .arena
+            .as_mut()
+            .expect("a loaned slot implies an arena");
         let mut rest = arena.slot_mut(self.index);
         let mut consumed = 0usize;
         let mut out = Vec::with_capacity(self.layout.leaves.len());
@@ -528,13 +552,20 @@ impl SlotMut<'_> {
             })
             .collect::<Result<_>>()?;
         let new = Layout::plan(self.layout.tree.clone(), &specs)?;
-        let arena = self.producer.arena.as_mut().expect("a loaned slot implies an arena");
+        let arena = self
+            .producer
+            .arena
+            .as_mut()
+            .expect("a loaned slot implies an arena");
         let slot = arena.slot_mut(self.index);
         // New offsets are never past old ones (every leaf shrank), so moving
         // leaves front to back never overwrites one not yet moved.
         for (o, n) in self.layout.leaves.iter().zip(&new.leaves) {
             let len = n.nbytes as usize;
-            slot.copy_within(o.offset as usize..o.offset as usize + len, n.offset as usize);
+            slot.copy_within(
+                o.offset as usize..o.offset as usize + len,
+                n.offset as usize,
+            );
         }
         self.layout = new;
         Ok(())

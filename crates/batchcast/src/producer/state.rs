@@ -15,7 +15,9 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::status::{ConsumerStatus, StatusReport};
-use crate::wire::{self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION};
+use crate::wire::{
+    self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION,
+};
 
 /// One slot of the window.
 #[derive(Debug, Default)]
@@ -344,7 +346,9 @@ impl State {
     pub fn report(&self) -> StatusReport {
         let now = Instant::now();
         let rate = match (self.recent.front(), self.recent.back()) {
-            (Some(&a), Some(&b)) if self.recent.len() > 1 && now.duration_since(b) < Duration::from_secs(5) => {
+            (Some(&a), Some(&b))
+                if self.recent.len() > 1 && now.duration_since(b) < Duration::from_secs(5) =>
+            {
                 (self.recent.len() - 1) as f64 / b.duration_since(a).as_secs_f64().max(1e-9)
             }
             _ => 0.0,

@@ -1,0 +1,224 @@
+//! Test harness: runs the real `batchcast` binary in a private socket
+//! directory and reads the JSON lines it prints. Waiting is always for a
+//! line (the process's own signal) or an exit; the deadlines only turn a
+//! hang into a failure.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+/// Generous bound for anything that should happen "at once".
+pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// A private socket directory for one test.
+pub struct Env {
+    pub dir: tempfile::TempDir,
+}
+
+impl Env {
+    pub fn new() -> Env {
+        Env {
+            dir: tempfile::Builder::new()
+                .prefix("bc-test")
+                .tempdir()
+                .unwrap(),
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        self.dir.path()
+    }
+
+    /// A `batchcast` command in this environment.
+    pub fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(env!("CARGO_BIN_EXE_batchcast"));
+        c.args(args)
+            .env("BATCHCAST_DIR", self.path())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        c
+    }
+
+    /// Starts `batchcast ARGS` and collects its stdout lines.
+    pub fn spawn(&self, args: &[&str]) -> Proc {
+        Proc::start(self.cmd(args))
+    }
+
+    /// A synthetic producer; returns once it listens.
+    pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
+        let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];
+        args.extend_from_slice(extra);
+        let mut p = self.spawn(&args);
+        p.expect("listening");
+        p
+    }
+
+    /// Files left in the socket directory.
+    pub fn leftovers(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.path())
+            .map(|d| d.filter_map(|e| e.ok()).map(|e| e.path()).collect())
+            .unwrap_or_default()
+    }
+}
+
+/// A running `batchcast` process.
+pub struct Proc {
+    pub child: Child,
+    lines: Receiver<(Instant, Value)>,
+    pub seen: Vec<(Instant, Value)>,
+    stderr: Receiver<String>,
+}
+
+impl Proc {
+    pub fn start(mut cmd: Command) -> Proc {
+        let mut child = cmd.spawn().expect("spawn batchcast");
+        let out = child.stdout.take().unwrap();
+        let err = child.stderr.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    if tx.send((Instant::now(), v)).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        let (etx, stderr) = mpsc::channel();
+        std::thread::spawn(move || {
+            let mut all = String::new();
+            for line in BufReader::new(err).lines().map_while(Result::ok) {
+                all.push_str(&line);
+                all.push('\n');
+            }
+            let _ = etx.send(all);
+        });
+        Proc {
+            child,
+            lines,
+            seen: Vec::new(),
+            stderr,
+        }
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// The next line, or None when the process closed stdout.
+    pub fn next_line(&mut self, deadline: Duration) -> Option<Value> {
+        match self.lines.recv_timeout(deadline) {
+            Ok((t, v)) => {
+                self.seen.push((t, v.clone()));
+                Some(v)
+            }
+            Err(RecvTimeoutError::Disconnected) => None,
+            Err(RecvTimeoutError::Timeout) => panic!(
+                "pid {}: no output within {deadline:?}; seen so far: {:?}",
+                self.child.id(),
+                self.seen.iter().map(|(_, v)| v).collect::<Vec<_>>()
+            ),
+        }
+    }
+
+    /// Takes every line printed so far, without waiting.
+    pub fn pump(&mut self) {
+        while let Ok(line) = self.lines.try_recv() {
+            self.seen.push(line);
+        }
+    }
+
+    /// Waits for the next line whose `event` is `event`.
+    pub fn expect(&mut self, event: &str) -> Value {
+        self.expect_where(event, |_| true)
+    }
+
+    /// Waits for a line with `event` that satisfies `pred`.
+    pub fn expect_where(&mut self, event: &str, pred: impl Fn(&Value) -> bool) -> Value {
+        loop {
+            match self.next_line(DEADLINE) {
+                Some(v) if v["event"] == event && pred(&v) => return v,
+                Some(_) => continue,
+                None => panic!(
+                    "pid {} ended before printing {event:?}; seen {:?}; stderr: {}",
+                    self.child.id(),
+                    self.seen.iter().map(|(_, v)| v).collect::<Vec<_>>(),
+                    self.stderr_text()
+                ),
+            }
+        }
+    }
+
+    /// Reads every remaining line until the process closes stdout.
+    pub fn drain(&mut self) -> Vec<Value> {
+        let mut out = Vec::new();
+        while let Some(v) = self.next_line(DEADLINE) {
+            out.push(v);
+        }
+        out
+    }
+
+    /// All lines seen with this `event`.
+    pub fn events(&self, event: &str) -> Vec<Value> {
+        self.seen
+            .iter()
+            .filter(|(_, v)| v["event"] == event)
+            .map(|(_, v)| v.clone())
+            .collect()
+    }
+
+    /// Reads stdout to its end (the process closing it is the signal that
+    /// it is exiting), then reaps it.
+    pub fn finish(&mut self) -> ExitStatus {
+        self.drain();
+        self.child.wait().unwrap()
+    }
+
+    /// What the process wrote to stderr (after it exited).
+    pub fn stderr_text(&self) -> String {
+        self.stderr
+            .recv_timeout(Duration::from_secs(5))
+            .unwrap_or_default()
+    }
+
+    pub fn kill9(&mut self) {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe {
+            libc::kill(self.child.id() as i32, libc::SIGKILL);
+        }
+        let _ = self.child.wait();
+    }
+
+    pub fn signal(&self, sig: i32) {
+        // SAFETY: as in kill9.
+        unsafe {
+            libc::kill(self.child.id() as i32, sig);
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Checks an `epoch_end` line: every id from `first` to `last`, in order,
+/// every payload byte right, every batch full but the last, exact count.
+pub fn assert_full_epoch(v: &Value, first: i64, last: i64) {
+    assert_eq!(v["first_id"], first, "{v}");
+    assert_eq!(v["last_id"], last, "{v}");
+    assert_eq!(v["contiguous"], true, "{v}");
+    assert_eq!(v["payload_ok"], true, "{v}");
+    assert_eq!(v["sizes_ok"], true, "{v}");
+    assert_eq!(v["batches"], v["expected_batches"], "inexact len: {v}");
+    assert_eq!(v["samples"], last - first + 1, "{v}");
+}

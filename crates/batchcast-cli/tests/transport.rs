@@ -1,0 +1,561 @@
+//! Multi-process tests of the shared-memory transport: real producer and
+//! consumer processes, killed with SIGKILL where the test says so.
+
+mod common;
+
+use std::io::Write;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use common::{assert_full_epoch, Env};
+
+/// Three consumers with batch sizes that are neither multiples nor divisors
+/// of the producer's see every sample of every epoch exactly once, in order,
+/// with an exact `len`, and the directory is empty after the run.
+#[test]
+fn consumers_with_different_batch_sizes_see_every_sample_once() {
+    let env = Env::new();
+    let shm_before = shm_listing();
+    let mut producer = env.producer(
+        "sizes",
+        &[
+            "--samples",
+            "1000",
+            "--batch-size",
+            "64",
+            "--epochs",
+            "3",
+            "--window",
+            "4",
+            "--consumers",
+            "5",
+        ],
+    );
+    let mut consumers: Vec<_> = [
+        vec!["--batch-size", "32"],
+        vec!["--batch-size", "48"],
+        vec!["--batch-size", "100"],
+        vec![],
+        vec!["--batch-size", "48", "--drop-last"],
+    ]
+    .into_iter()
+    .map(|extra| {
+        let mut args = vec!["consume", "sizes", "--verify"];
+        args.extend(extra);
+        env.spawn(&args)
+    })
+    .collect();
+    for c in &mut consumers {
+        assert!(c.finish().success());
+        let ends = c.events("epoch_end");
+        assert_eq!(ends.len(), 3);
+        for (e, end) in ends.iter().enumerate() {
+            assert_eq!(end["epoch"], e as u64);
+            if end["expected_batches"] == 20 {
+                assert_full_epoch(end, 0, 959); // drop_last: 20 x 48
+            } else {
+                assert_full_epoch(end, 0, 999);
+            }
+        }
+        assert_eq!(c.events("finished")[0]["reason"], "Finished");
+    }
+    assert!(producer.finish().success());
+    // Batch size 64 matches the producer's: every batch is a view.
+    assert_eq!(consumers[3].events("epoch_end")[0]["zero_copy_batches"], 16);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    assert_eq!(shm_listing(), shm_before, "something was left in /dev/shm");
+}
+
+/// A consumer SIGKILLed while it holds every slot of the window: the
+/// producer reclaims its leases at once and the others finish.
+/// (TensorSocket 0.0.5 stalls everyone for 10 s on a dead consumer.)
+#[test]
+fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "kill-consumer",
+        &[
+            "--samples",
+            "2000",
+            "--batch-size",
+            "50",
+            "--epochs",
+            "2",
+            "--window",
+            "4",
+            "--consumers",
+            "3",
+        ],
+    );
+    // The victim is slow, so it soon holds the whole window.
+    let mut victim = env.spawn(&["consume", "kill-consumer", "--each", "--delay-ms", "1000"]);
+    let mut others: Vec<_> = (0..2)
+        .map(|_| env.spawn(&["consume", "kill-consumer", "--verify"]))
+        .collect();
+    victim.expect_where("batch", |v| v["index"] == 1);
+    let killed_at = Instant::now();
+    victim.kill9();
+    for c in &mut others {
+        assert!(c.finish().success());
+        let ends = c.events("epoch_end");
+        assert_eq!(ends.len(), 2);
+        for end in &ends {
+            assert_full_epoch(end, 0, 1999);
+        }
+    }
+    // 80 batches remained; had the dead consumer's leases been kept, the
+    // producer would have blocked for good.
+    assert!(killed_at.elapsed() < Duration::from_secs(30));
+    assert!(producer.finish().success());
+    assert!(env.leftovers().is_empty());
+}
+
+/// A producer SIGKILLed mid-run: every consumer's next read fails with
+/// "producer gone", promptly, and none hangs.
+#[test]
+fn producer_sigkilled_every_consumer_errors_promptly() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "kill-producer",
+        &[
+            "--samples",
+            "100000",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "100",
+            "--window",
+            "4",
+        ],
+    );
+    let mut consumers: Vec<_> = (0..3)
+        .map(|_| env.spawn(&["consume", "kill-producer", "--each", "--delay-ms", "5"]))
+        .collect();
+    for c in &mut consumers {
+        c.expect("batch");
+    }
+    let killed_at = Instant::now();
+    producer.kill9();
+    for c in &mut consumers {
+        let err = c.expect("error");
+        assert_eq!(err["kind"], "producer_gone", "{err}");
+        assert!(err["message"].as_str().unwrap().contains("kill-producer"));
+        assert_eq!(c.finish().code(), Some(3));
+    }
+    let took = killed_at.elapsed();
+    assert!(
+        took < Duration::from_secs(2),
+        "consumers took {took:?} to notice"
+    );
+}
+
+/// `catch-up`: a consumer joining while the current epoch's first batch is
+/// still retained gets that epoch whole, replayed, and the first consumer
+/// is not held back.
+#[test]
+fn late_joiner_catch_up_replays_the_retained_epoch() {
+    let env = Env::new();
+    // 10 batches per epoch, a window of 16: an epoch's start stays retained
+    // while the slow first consumer holds the window.
+    let mut producer = env.producer(
+        "catch-up",
+        &[
+            "--samples",
+            "100",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "3",
+            "--window",
+            "16",
+        ],
+    );
+    let mut first = env.spawn(&[
+        "consume",
+        "catch-up",
+        "--each",
+        "--delay-ms",
+        "30",
+        "--verify",
+    ]);
+    first.expect_where("batch", |v| v["index"] == 2);
+    let mut late = env.spawn(&["consume", "catch-up", "--verify", "--join", "catch-up"]);
+    assert!(late.finish().success());
+    let start = &late.events("epoch_start")[0];
+    assert_eq!(start["partial"], false, "{start}");
+    for end in late.events("epoch_end") {
+        assert_full_epoch(&end, 0, 99);
+    }
+    assert!(first.finish().success());
+    assert_eq!(first.events("epoch_end").len(), 3);
+    for end in first.events("epoch_end") {
+        assert_full_epoch(&end, 0, 99);
+    }
+    assert!(producer.finish().success());
+}
+
+/// `catch-up` when the epoch's start is no longer retained, and
+/// `next-epoch` always: the newcomer waits and sees only whole epochs.
+#[test]
+fn late_joiner_waits_for_the_next_epoch_when_it_must() {
+    for join in ["catch-up", "next-epoch"] {
+        let env = Env::new();
+        let mut producer = env.producer(
+            "next",
+            &[
+                "--samples",
+                "200",
+                "--batch-size",
+                "10",
+                "--epochs",
+                "3",
+                "--window",
+                "2",
+            ],
+        );
+        let mut first = env.spawn(&["consume", "next", "--each", "--delay-ms", "20"]);
+        // With a window of 2 the producer is at most a few batches past
+        // batch 5 of epoch 0: mid-epoch, its start overwritten.
+        first.expect_where("batch", |v| v["epoch"] == 0 && v["index"] == 5);
+        let mut late = env.spawn(&["consume", "next", "--verify", "--join", join]);
+        assert!(late.finish().success());
+        let starts = late.events("epoch_start");
+        assert_eq!(starts[0]["partial"], false, "{join}");
+        assert!(
+            starts[0]["epoch"].as_u64().unwrap() >= 1,
+            "{join}: {starts:?}"
+        );
+        for end in late.events("epoch_end") {
+            assert_full_epoch(&end, 0, 199);
+        }
+        assert!(first.finish().success());
+        assert!(producer.finish().success());
+    }
+}
+
+/// `now`: the newcomer starts mid-epoch with a partial first epoch whose
+/// length it knew exactly, then whole epochs.
+#[test]
+fn late_joiner_now_gets_a_partial_first_epoch_with_exact_len() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "now",
+        &[
+            "--samples",
+            "200",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "2",
+            "--window",
+            "2",
+        ],
+    );
+    let mut first = env.spawn(&["consume", "now", "--each", "--delay-ms", "20"]);
+    first.expect_where("batch", |v| v["epoch"] == 0 && v["index"] == 5);
+    let mut late = env.spawn(&[
+        "consume",
+        "now",
+        "--verify",
+        "--join",
+        "now",
+        "--batch-size",
+        "7",
+    ]);
+    assert!(late.finish().success());
+    let starts = late.events("epoch_start");
+    let ends = late.events("epoch_end");
+    assert_eq!(starts[0]["partial"], true);
+    assert_eq!(starts[0]["epoch"], 0);
+    let partial = &ends[0];
+    let first_id = partial["first_id"].as_i64().unwrap();
+    assert!(first_id > 0 && first_id % 10 == 0, "{partial}");
+    assert_full_epoch(partial, first_id, 199);
+    assert_full_epoch(&ends[1], 0, 199);
+    assert!(first.finish().success());
+    assert!(producer.finish().success());
+}
+
+/// The fast consumer runs ahead of the slow one inside the window.
+/// (TensorSocket 0.0.5 runs every consumer at the slowest one's pace.)
+#[test]
+fn tensorsocket_fault_lockstep_fast_consumer_is_not_held_back() {
+    let env = Env::new();
+    // An epoch of 6 batches fits in the window of 8; both consumers are
+    // attached before the first batch.
+    let mut producer = env.producer(
+        "pace",
+        &[
+            "--samples",
+            "60",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "1",
+            "--window",
+            "8",
+            "--consumers",
+            "2",
+        ],
+    );
+    let mut slow = env.spawn(&["consume", "pace", "--each", "--delay-ms", "300"]);
+    let mut fast = env.spawn(&["consume", "pace", "--verify"]);
+    let end = fast.expect("epoch_end");
+    assert_full_epoch(&end, 0, 59);
+    // The slow one has not got far: 300 ms per batch.
+    slow.pump();
+    let slow_batches = slow.events("batch").len();
+    assert!(
+        slow_batches <= 3,
+        "slow consumer read {slow_batches} batches meanwhile"
+    );
+    assert!(fast.finish().success());
+    assert!(slow.finish().success());
+    assert!(producer.finish().success());
+}
+
+/// Garbage, an oversized length and a truncated frame close only the
+/// connection that sent them.
+#[test]
+fn garbage_on_the_socket_closes_only_that_connection() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "garbage",
+        &[
+            "--samples",
+            "500",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "2",
+            "--window",
+            "4",
+        ],
+    );
+    let mut good = env.spawn(&[
+        "consume",
+        "garbage",
+        "--each",
+        "--delay-ms",
+        "10",
+        "--verify",
+    ]);
+    good.expect("batch");
+    let sock = env.path().join("garbage.sock");
+    let payloads: Vec<Vec<u8>> = vec![
+        b"GET / HTTP/1.1\r\n\r\n".to_vec(),
+        u32::MAX.to_le_bytes().to_vec(),
+        {
+            let mut v = 100u32.to_le_bytes().to_vec();
+            v.extend([0u8; 10]); // truncated
+            v
+        },
+        {
+            let mut v = 8u32.to_le_bytes().to_vec();
+            v.extend([0xff; 8]); // undecodable
+            v
+        },
+    ];
+    for bytes in payloads {
+        let mut s = UnixStream::connect(&sock).unwrap();
+        let _ = s.write_all(&bytes);
+        if bytes.len() > 8 {
+            continue; // dropped mid-frame
+        }
+        // The producer closes the connection: reading sees EOF.
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 64];
+        let n = std::io::Read::read(&mut s, &mut buf).unwrap_or(0);
+        assert!(n == 0 || n < 64, "expected the connection to close");
+    }
+    // The stream goes on for the good consumer and for a new one.
+    let mut newcomer = env.spawn(&["consume", "garbage", "--verify", "--join", "next-epoch"]);
+    assert!(newcomer.finish().success());
+    assert!(good.finish().success());
+    for end in good.events("epoch_end") {
+        assert_full_epoch(&end, 0, 499);
+    }
+    assert!(producer.finish().success());
+}
+
+/// A second live producer of the same name is refused, naming the first.
+#[test]
+fn second_producer_with_the_same_name_is_refused() {
+    let env = Env::new();
+    let first = env.producer("dup", &["--samples", "100", "--epochs", "1"]);
+    let mut second = env.spawn(&["serve", "--name", "dup", "--synthetic"]);
+    let status = second.finish();
+    assert_eq!(status.code(), Some(1));
+    let err = second.stderr_text();
+    assert!(err.contains("already running"), "{err}");
+    assert!(err.contains(&format!("pid {}", first.pid())), "{err}");
+}
+
+/// A producer killed with SIGKILL leaves a stale socket; `status` reports
+/// it, and the next producer of that name takes over and cleans up.
+#[test]
+fn restart_after_a_killed_producer_reuses_the_name() {
+    let env = Env::new();
+    let mut first = env.producer("again", &["--samples", "100", "--epochs", "1"]);
+    first.kill9();
+    assert!(env.path().join("again.sock").exists());
+    let out = env.cmd(&["status"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("again: not running"));
+    let mut second = env.producer(
+        "again",
+        &["--samples", "100", "--batch-size", "10", "--epochs", "1"],
+    );
+    let mut c = env.spawn(&["consume", "again", "--verify"]);
+    assert!(c.finish().success());
+    assert_full_epoch(&c.events("epoch_end")[0], 0, 99);
+    assert!(second.finish().success());
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+/// `status` shows the producer and each consumer with its pid.
+#[test]
+fn status_shows_live_figures_per_consumer() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "stat",
+        &[
+            "--samples",
+            "1000",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "1",
+            "--window",
+            "4",
+        ],
+    );
+    let mut c = env.spawn(&[
+        "consume",
+        "stat",
+        "--each",
+        "--delay-ms",
+        "20",
+        "--batch-size",
+        "5",
+    ]);
+    c.expect_where("batch", |v| v["index"] == 3);
+    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    assert!(out.status.success());
+    let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let r = &reports[0];
+    assert_eq!(r["name"], "stat");
+    assert_eq!(r["pid"], producer.pid());
+    assert!(r["published"].as_u64().unwrap() >= 2);
+    let cons = &r["consumers"][0];
+    assert_eq!(cons["pid"], c.pid());
+    assert_eq!(cons["batch_size"], 5);
+    assert_eq!(cons["state"], "following");
+    let text = env.cmd(&["status", "stat"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&text.stdout).contains("delivered"));
+    c.kill9();
+    producer.kill9();
+}
+
+/// Mistakes a user can make get a message that says what to do.
+#[test]
+fn user_errors_name_the_problem_and_the_fix() {
+    let env = Env::new();
+    let out = env.cmd(&["consume", "nosuch"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("no producer named") && text.contains("nosuch.sock"),
+        "{text}"
+    );
+
+    let out = env.cmd(&["consume", "bad/name"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("invalid producer name"));
+
+    let out = env
+        .cmd(&["consume", "x", "--batch-size", "0"])
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("batch_size must be at least 1"));
+
+    // An arena larger than this machine's memory: refused before serving.
+    let out = env
+        .cmd(&[
+            "serve",
+            "--name",
+            "huge",
+            "--synthetic",
+            "--slot-size",
+            "1000000000000",
+            "--window",
+            "8",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("cannot reserve") && err.contains("--window"),
+        "{err}"
+    );
+
+    // A batch larger than a fixed slot names both sizes and the option.
+    let mut p = env.spawn(&[
+        "serve",
+        "--name",
+        "small",
+        "--synthetic",
+        "--slot-size",
+        "4096",
+        "--batch-size",
+        "64",
+        "--no-wait",
+    ]);
+    assert_eq!(p.finish().code(), Some(1));
+    let err = p.stderr_text();
+    assert!(
+        err.contains("does not fit in a slot of 4096 bytes") && err.contains("--slot-size"),
+        "{err}"
+    );
+
+    let out = env.cmd(&["serve", "--name", "x"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--data PATH"));
+}
+
+/// SIGINT stops the producer cleanly: consumers see a clean end.
+#[test]
+fn interrupted_producer_ends_cleanly_for_consumers() {
+    let env = Env::new();
+    let mut producer = env.producer(
+        "int",
+        &[
+            "--samples",
+            "100000",
+            "--batch-size",
+            "10",
+            "--epochs",
+            "10",
+            "--window",
+            "2",
+        ],
+    );
+    let mut c = env.spawn(&["consume", "int", "--each", "--delay-ms", "5"]);
+    c.expect_where("batch", |v| v["index"] == 3);
+    producer.signal(libc::SIGINT);
+    c.expect_where("finished", |v| v["reason"] == "Interrupted");
+    assert!(c.finish().success());
+    assert!(producer.finish().success());
+    assert!(env.leftovers().is_empty());
+}
+
+fn shm_listing() -> Vec<String> {
+    let mut v: Vec<String> = std::fs::read_dir("/dev/shm")
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.contains("batchcast"))
+                .collect()
+        })
+        .unwrap_or_default();
+    v.sort();
+    v
+}
