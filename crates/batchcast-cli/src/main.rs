@@ -4,6 +4,7 @@
 //! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise.
 
 mod cmd;
+mod cpu;
 mod progress;
 mod signals;
 mod source;
@@ -20,17 +21,32 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Show what batchcast is for: N trainers with their own pipelines, then
+    /// sharing one producer.
+    Demo(cmd::demo::DemoArgs),
     /// Serve batches under a name (a producer).
     Serve(cmd::serve::ServeArgs),
     /// Attach to a producer and read (and check) its batches.
     Consume(cmd::consume::ConsumeArgs),
     /// Show running producers and their consumers.
     Status(cmd::status::StatusArgs),
+    /// Measure the transport: batches/s, GB/s and overhead per consumer.
+    Bench(cmd::bench::BenchArgs),
+    /// One consumer process of the bench (internal).
+    #[command(hide = true)]
+    BenchConsumer(cmd::bench::BenchConsumerArgs),
+    /// One trainer process of the demo (internal).
+    #[command(hide = true)]
+    DemoTrainer(cmd::trainer::TrainerArgs),
 }
 
 fn main() {
     let cli = Cli::parse();
     let result = match cli.command {
+        Command::Demo(a) => cmd::demo::run(a).map(|()| 0),
+        Command::DemoTrainer(a) => cmd::trainer::run(a).map(|()| 0),
+        Command::Bench(a) => cmd::bench::run(a).map(|()| 0),
+        Command::BenchConsumer(a) => cmd::bench::consumer(a).map(|()| 0),
         Command::Serve(a) => cmd::serve::run(a).map(|()| 0),
         Command::Consume(a) => cmd::consume::run(a),
         Command::Status(a) => cmd::status::run(a).map(|()| 0),

@@ -1,5 +1,8 @@
 //! One module per subcommand.
 
+pub mod bench;
 pub mod consume;
+pub mod demo;
 pub mod serve;
 pub mod status;
+pub mod trainer;

@@ -58,6 +58,9 @@ pub struct ServeArgs {
     /// Synthetic: CPU microseconds of work per sample.
     #[arg(long, default_value_t = 0.0)]
     pub work_us: f64,
+    /// Synthetic: work iterations per microsecond (default: measured).
+    #[arg(long, hide = true)]
+    pub iters_per_us: Option<f64>,
     /// Print one JSON line per event on stdout (for scripts and tests).
     #[arg(long)]
     pub json: bool,
@@ -78,6 +81,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.sample_bytes,
             args.work_us,
             args.workers,
+            args.iters_per_us,
         ))
     } else if let Some(path) = &args.data {
         crate::source::images::open(path, args.batch_size, args.workers)?

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use batchcast::{Error, LeafSpec, Node, Producer, ShutdownReason};
 
 /// A source of batches for one producer.
-pub trait BatchSource {
+pub trait BatchSource: Send {
     /// Rows in one epoch (what the consumers' `len()` is computed from).
     fn samples_per_epoch(&self) -> u64;
     /// The sample indices of each batch of `epoch`, in order.

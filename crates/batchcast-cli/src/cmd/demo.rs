@@ -1,0 +1,306 @@
+//! `batchcast demo`: what batchcast is for, in one command.
+//!
+//! N emulated trainers (processes, each with a fixed accelerator step time)
+//! train twice on the same data: first each with its own loading pipeline,
+//! as N independent jobs would, then all from one shared producer. The
+//! pipeline costs real CPU per sample, so on a machine with few cores the
+//! independent runs starve each other and the shared run does not. Prints
+//! per-trainer throughput and data-wait share, and totals with CPU cost.
+
+use std::io::{BufRead, BufReader, IsTerminal};
+use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
+use std::time::Instant;
+
+use anyhow::{bail, Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use serde_json::{json, Value};
+
+use crate::source::{synthetic::Synthetic, BatchSource};
+
+/// The dataset and pipeline every trainer uses.
+#[derive(Debug, Clone, clap::Args)]
+pub struct SourceArgs {
+    /// Samples per epoch.
+    #[arg(long, default_value_t = 4096)]
+    pub samples: u64,
+    /// Rows per batch.
+    #[arg(long, default_value_t = 64)]
+    pub batch_size: u64,
+    /// Bytes per sample.
+    #[arg(long, default_value_t = 3 * 64 * 64)]
+    pub sample_bytes: usize,
+    /// CPU microseconds of pipeline work per sample.
+    #[arg(long, default_value_t = 1000.0)]
+    pub work_us: f64,
+    /// Pipeline worker threads (per pipeline).
+    #[arg(long, default_value_t = super::serve::default_workers())]
+    pub workers: usize,
+    /// Work iterations per microsecond (default: measured once, here).
+    #[arg(long, hide = true)]
+    pub iters_per_us: Option<f64>,
+}
+
+impl SourceArgs {
+    /// The pipeline these arguments describe.
+    pub fn open(&self) -> Result<Box<dyn BatchSource>> {
+        crate::source::check_batch_size(self.batch_size)?;
+        Ok(Box::new(Synthetic::new(
+            self.samples,
+            self.batch_size,
+            self.sample_bytes,
+            self.work_us,
+            self.workers,
+            self.iters_per_us,
+        )))
+    }
+
+    /// The same arguments as command-line flags.
+    pub fn to_flags(&self) -> Vec<String> {
+        vec![
+            "--samples".into(),
+            self.samples.to_string(),
+            "--batch-size".into(),
+            self.batch_size.to_string(),
+            "--sample-bytes".into(),
+            self.sample_bytes.to_string(),
+            "--work-us".into(),
+            self.work_us.to_string(),
+            "--workers".into(),
+            self.workers.to_string(),
+            "--iters-per-us".into(),
+            self.iters_per_us.unwrap_or(1.0).to_string(),
+        ]
+    }
+}
+
+/// Arguments of `batchcast demo`.
+#[derive(Debug, clap::Args)]
+pub struct DemoArgs {
+    /// Trainer processes.
+    #[arg(long, default_value_t = 3)]
+    pub trainers: usize,
+    /// Epochs per trainer.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Emulated accelerator step per batch, in milliseconds.
+    #[arg(long, default_value_t = 20.0)]
+    pub step_ms: f64,
+    /// Print the figures as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+    #[command(flatten)]
+    pub source: SourceArgs,
+}
+
+/// One trainer's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct TrainerFigures {
+    /// Samples trained on.
+    pub samples: u64,
+    /// Samples per second.
+    pub samples_per_sec: f64,
+    /// Share of its time spent waiting for data.
+    pub data_wait_share: f64,
+}
+
+/// One run's figures.
+#[derive(Debug, Clone, Serialize)]
+pub struct RunFigures {
+    /// Per trainer.
+    pub trainers: Vec<TrainerFigures>,
+    /// All trainers' samples over the run's wall time.
+    pub aggregate_samples_per_sec: f64,
+    /// CPU seconds of every process of the run per 1000 samples trained.
+    pub cpu_secs_per_1000_samples: f64,
+    /// Wall seconds.
+    pub wall_secs: f64,
+}
+
+#[derive(Clone, Copy, PartialEq)]
+enum Mode {
+    Independent,
+    Shared,
+}
+
+/// Runs `batchcast demo`.
+pub fn run(mut args: DemoArgs) -> Result<()> {
+    if args.source.iters_per_us.is_none() {
+        // Measure once, before anything else runs, so every process does
+        // the same real work per sample.
+        args.source.iters_per_us = Some(crate::source::synthetic::calibrate());
+    }
+    if args.trainers == 0 {
+        bail!("--trainers must be at least 1");
+    }
+    args.source.open()?; // validate before spawning anything
+    let s = &args.source;
+    if !args.json {
+        println!(
+            "batchcast demo: {} trainers x {} epoch(s) of {} samples, batch {}, emulated accelerator \
+             step {} ms;\npipeline: ~{} us of CPU per sample on {} worker thread(s), {} core(s) here\n",
+            args.trainers,
+            args.epochs,
+            s.samples,
+            s.batch_size,
+            args.step_ms,
+            s.work_us,
+            s.workers,
+            super::serve::default_workers()
+        );
+    }
+    let independent = run_once(&args, Mode::Independent)?;
+    if !args.json {
+        print_run("independent: each trainer runs its own pipeline", &independent);
+    }
+    let shared = run_once(&args, Mode::Shared)?;
+    if !args.json {
+        print_run("shared: one batchcast producer, every trainer a consumer", &shared);
+    }
+    let speedup = shared.aggregate_samples_per_sec / independent.aggregate_samples_per_sec.max(1e-9);
+    let cpu_ratio = independent.cpu_secs_per_1000_samples / shared.cpu_secs_per_1000_samples.max(1e-9);
+    if args.json {
+        let out = json!({
+            "config": {"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
+                        "samples": s.samples, "batch_size": s.batch_size, "work_us": s.work_us,
+                        "workers": s.workers},
+            "independent": independent, "shared": shared,
+            "speedup": speedup, "cpu_reduction": cpu_ratio,
+        });
+        println!("{}", serde_json::to_string_pretty(&out)?);
+    } else {
+        println!(
+            "speedup: {speedup:.2}x aggregate throughput; {cpu_ratio:.2}x less CPU per sample \
+             with one shared pipeline"
+        );
+    }
+    Ok(())
+}
+
+fn print_run(title: &str, r: &RunFigures) {
+    println!("{title}");
+    println!("  {:>7} {:>11} {:>10}", "trainer", "samples/s", "data wait");
+    for (i, t) in r.trainers.iter().enumerate() {
+        println!(
+            "  {:>7} {:>11.0} {:>9.0}%",
+            i + 1,
+            t.samples_per_sec,
+            t.data_wait_share * 100.0
+        );
+    }
+    println!(
+        "  total: {:.0} samples/s aggregate, {:.2} CPU s per 1000 samples, {:.1} s wall\n",
+        r.aggregate_samples_per_sec, r.cpu_secs_per_1000_samples, r.wall_secs
+    );
+}
+
+fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
+    let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
+    let name = format!("demo-{}", std::process::id());
+    let cpu0 = crate::cpu::cpu_secs(crate::cpu::Who::Children);
+    let t0 = Instant::now();
+    let mut producer: Option<Child> = None;
+    if mode == Mode::Shared {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["serve", "--name", &name, "--synthetic", "--json", "--epochs"])
+            .arg(args.epochs.to_string())
+            .arg("--consumers")
+            .arg(args.trainers.to_string())
+            .args(args.source.to_flags())
+            .stdin(Stdio::null())
+            .stdout(Stdio::null());
+        producer = Some(cmd.spawn().context("cannot start the demo producer")?);
+    }
+    let mode_name = if mode == Mode::Shared { "shared" } else { "independent" };
+    let (tx, rx) = mpsc::channel::<(usize, Value)>();
+    let mut trainers = Vec::new();
+    for i in 0..args.trainers {
+        let mut cmd = Command::new(&exe);
+        cmd.args(["demo-trainer", "--mode", mode_name, "--name", &name])
+            .arg("--epochs")
+            .arg(args.epochs.to_string())
+            .arg("--step-ms")
+            .arg(args.step_ms.to_string())
+            .args(args.source.to_flags())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().context("cannot start a demo trainer")?;
+        let out = child.stdout.take().context("trainer stdout")?;
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                if let Ok(v) = serde_json::from_str::<Value>(&line) {
+                    let _ = tx.send((i, v));
+                }
+            }
+        });
+        trainers.push(child);
+    }
+    drop(tx);
+    let total = args.trainers as u64 * args.source.samples * args.epochs;
+    let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(total);
+        bar.set_style(
+            ProgressStyle::with_template("  {prefix:>11} [{bar:30}] {pos}/{len} samples {per_sec}")
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+        );
+        bar.set_prefix(mode_name);
+        bar
+    });
+    let mut progress = vec![0u64; args.trainers];
+    let mut done: Vec<Option<Value>> = vec![None; args.trainers];
+    for (i, v) in rx {
+        match v["event"].as_str() {
+            Some("progress") => {
+                progress[i] = v["samples"].as_u64().unwrap_or(0);
+                if let Some(bar) = &bar {
+                    bar.set_position(progress.iter().sum());
+                }
+            }
+            Some("done") => done[i] = Some(v),
+            _ => {}
+        }
+    }
+    if let Some(bar) = &bar {
+        bar.finish_and_clear();
+    }
+    for mut t in trainers {
+        let status = t.wait()?;
+        if !status.success() {
+            if let Some(mut p) = producer.take() {
+                let _ = p.kill();
+                let _ = p.wait();
+            }
+            bail!("a {mode_name} trainer failed ({status}); see its error above");
+        }
+    }
+    if let Some(mut p) = producer {
+        let status = p.wait()?;
+        if !status.success() {
+            bail!("the demo producer failed ({status}); see its error above");
+        }
+    }
+    let wall = t0.elapsed().as_secs_f64();
+    let cpu = crate::cpu::cpu_secs(crate::cpu::Who::Children) - cpu0;
+    let mut figures = Vec::new();
+    let mut samples = 0;
+    for d in done {
+        let d = d.context("a trainer ended without its figures")?;
+        let n = d["samples"].as_u64().unwrap_or(0);
+        let secs = d["seconds"].as_f64().unwrap_or(1.0).max(1e-9);
+        samples += n;
+        figures.push(TrainerFigures {
+            samples: n,
+            samples_per_sec: n as f64 / secs,
+            data_wait_share: d["wait_secs"].as_f64().unwrap_or(0.0) / secs,
+        });
+    }
+    Ok(RunFigures {
+        trainers: figures,
+        aggregate_samples_per_sec: samples as f64 / wall,
+        cpu_secs_per_1000_samples: cpu / (samples as f64 / 1000.0).max(1e-9),
+        wall_secs: wall,
+    })
+}
