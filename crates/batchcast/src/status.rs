@@ -78,7 +78,7 @@ pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
     wire::send_frame(&sock, &wire::encode(&hello)?)?;
     let mut reader = FrameReader::new();
     loop {
-        if let Some(msg) = reader.next::<ToConsumer>()? {
+        if let Some(msg) = reader.next_frame::<ToConsumer>()? {
             return match msg {
                 ToConsumer::Status(report) => Ok(report),
                 ToConsumer::Refused(reason) => Err(Error::JoinRefused {

@@ -343,7 +343,7 @@ impl FrameReader {
     }
 
     /// Decodes the next complete frame, if one is buffered.
-    pub fn next<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+    pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
         let avail = &self.buf[self.start..];
         if avail.len() < 4 {
             return Ok(None);
@@ -413,7 +413,7 @@ mod tests {
         for byte in bytes {
             (&a).write_all(&[byte]).unwrap();
             assert_eq!(r.fill(&b, true, None).unwrap(), Fill::Data);
-            while let Some(m) = r.next::<ToConsumer>().unwrap() {
+            while let Some(m) = r.next_frame::<ToConsumer>().unwrap() {
                 got.push(m);
             }
         }
@@ -428,7 +428,7 @@ mod tests {
         (&a).write_all(&u32::MAX.to_le_bytes()).unwrap();
         let mut r = FrameReader::new();
         r.fill(&b, true, None).unwrap();
-        let err = r.next::<ToProducer>().unwrap_err().to_string();
+        let err = r.next_frame::<ToProducer>().unwrap_err().to_string();
         assert!(err.contains("exceeds"), "{err}");
     }
 
@@ -440,7 +440,10 @@ mod tests {
         (&a).write_all(&frame).unwrap();
         let mut r = FrameReader::new();
         r.fill(&b, true, None).unwrap();
-        assert!(matches!(r.next::<ToProducer>(), Err(Error::Protocol(_))));
+        assert!(matches!(
+            r.next_frame::<ToProducer>(),
+            Err(Error::Protocol(_))
+        ));
     }
 
     #[test]
@@ -461,7 +464,7 @@ mod tests {
         r.fill(&b, true, Some(&mut fd)).unwrap();
         assert!(fd.is_some());
         assert_eq!(
-            r.next::<ToConsumer>().unwrap(),
+            r.next_frame::<ToConsumer>().unwrap(),
             Some(ToConsumer::Refused("x".into()))
         );
     }

@@ -14,7 +14,9 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
-use batchcast::{Consumer, ConsumerOptions, DType, Event, LeafSpec, Node, Producer, ProducerOptions};
+use batchcast::{
+    Consumer, ConsumerOptions, DType, Event, LeafSpec, Node, Producer, ProducerOptions,
+};
 use serde::Serialize;
 use serde_json::json;
 
@@ -74,8 +76,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
     if !args.json {
         println!(
             "{:>8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>10} {:>11}",
-            "size MiB", "consumers", "batches/s", "GB/s each", "overhead us", "prod CPU us",
-            "+write CPU us", "memcpy us", "memcpy GB/s"
+            "size MiB",
+            "consumers",
+            "batches/s",
+            "GB/s each",
+            "overhead us",
+            "prod CPU us",
+            "+write CPU us",
+            "memcpy us",
+            "memcpy GB/s"
         );
     }
     for &size_mb in &args.sizes_mb {
@@ -268,6 +277,9 @@ pub fn consumer(args: BenchConsumerArgs) -> Result<()> {
     let secs = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());
     // The first batch starts the clock: count the intervals after it.
     let rate = batches.saturating_sub(1) as f64 / secs.max(1e-9);
-    println!("{}", json!({"batches": batches, "batches_per_sec": rate, "check": sum}));
+    println!(
+        "{}",
+        json!({"batches": batches, "batches_per_sec": rate, "check": sum})
+    );
     Ok(())
 }

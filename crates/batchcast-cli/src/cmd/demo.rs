@@ -152,14 +152,22 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
     }
     let independent = run_once(&args, Mode::Independent)?;
     if !args.json {
-        print_run("independent: each trainer runs its own pipeline", &independent);
+        print_run(
+            "independent: each trainer runs its own pipeline",
+            &independent,
+        );
     }
     let shared = run_once(&args, Mode::Shared)?;
     if !args.json {
-        print_run("shared: one batchcast producer, every trainer a consumer", &shared);
+        print_run(
+            "shared: one batchcast producer, every trainer a consumer",
+            &shared,
+        );
     }
-    let speedup = shared.aggregate_samples_per_sec / independent.aggregate_samples_per_sec.max(1e-9);
-    let cpu_ratio = independent.cpu_secs_per_1000_samples / shared.cpu_secs_per_1000_samples.max(1e-9);
+    let speedup =
+        shared.aggregate_samples_per_sec / independent.aggregate_samples_per_sec.max(1e-9);
+    let cpu_ratio =
+        independent.cpu_secs_per_1000_samples / shared.cpu_secs_per_1000_samples.max(1e-9);
     if args.json {
         let out = json!({
             "config": {"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
@@ -203,16 +211,27 @@ fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
     let mut producer: Option<Child> = None;
     if mode == Mode::Shared {
         let mut cmd = Command::new(&exe);
-        cmd.args(["serve", "--name", &name, "--synthetic", "--json", "--epochs"])
-            .arg(args.epochs.to_string())
-            .arg("--consumers")
-            .arg(args.trainers.to_string())
-            .args(args.source.to_flags())
-            .stdin(Stdio::null())
-            .stdout(Stdio::null());
+        cmd.args([
+            "serve",
+            "--name",
+            &name,
+            "--synthetic",
+            "--json",
+            "--epochs",
+        ])
+        .arg(args.epochs.to_string())
+        .arg("--consumers")
+        .arg(args.trainers.to_string())
+        .args(args.source.to_flags())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null());
         producer = Some(cmd.spawn().context("cannot start the demo producer")?);
     }
-    let mode_name = if mode == Mode::Shared { "shared" } else { "independent" };
+    let mode_name = if mode == Mode::Shared {
+        "shared"
+    } else {
+        "independent"
+    };
     let (tx, rx) = mpsc::channel::<(usize, Value)>();
     let mut trainers = Vec::new();
     for i in 0..args.trainers {

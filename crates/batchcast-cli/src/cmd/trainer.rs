@@ -74,7 +74,9 @@ fn independent(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
                     .map(|s| vec![0u8; s.nbytes().unwrap_or(0) as usize])
                     .collect();
                 let leaves: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
-                let res = source.fill(epoch, &indices, leaves).map(|rows| (rows, bufs));
+                let res = source
+                    .fill(epoch, &indices, leaves)
+                    .map(|rows| (rows, bufs));
                 if tx.send(res).is_err() {
                     return;
                 }
@@ -102,8 +104,8 @@ fn shared(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
         ..Default::default()
     };
     let mut never = || false;
-    let mut consumer =
-        Consumer::connect(&args.name, opts, &mut never).context("cannot attach to the demo producer")?;
+    let mut consumer = Consumer::connect(&args.name, opts, &mut never)
+        .context("cannot attach to the demo producer")?;
     let (mut samples, mut epochs) = (0u64, 0u64);
     loop {
         match consumer.next_event(&mut never)? {

@@ -159,7 +159,7 @@ impl Consumer {
             name: name.to_owned(),
         };
         let welcome = loop {
-            if let Some(msg) = reader.next::<ToConsumer>()? {
+            if let Some(msg) = reader.next_frame::<ToConsumer>()? {
                 match msg {
                     ToConsumer::Welcome(w) => break w,
                     ToConsumer::Refused(reason) => {
@@ -288,7 +288,7 @@ impl Consumer {
                 }
             }
         }
-        while let Some(msg) = self.reader.next::<ToConsumer>()? {
+        while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
             self.handle(msg)?;
             if self.finished.is_some() {
                 return Ok(());

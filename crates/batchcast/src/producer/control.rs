@@ -151,7 +151,7 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
         }
     }
     loop {
-        let msg = match reader.next::<ToProducer>() {
+        let msg = match reader.next_frame::<ToProducer>() {
             Ok(Some(msg)) => msg,
             Ok(None) => return true,
             Err(_) => return false,

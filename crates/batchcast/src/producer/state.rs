@@ -32,6 +32,9 @@ pub(crate) struct Slot {
     pub rows: u64,
 }
 
+/// A retained batch: its seq, rows and encoded `Batch` frame.
+type Retained = (u64, u64, Arc<Vec<u8>>);
+
 /// Where a consumer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Phase {
@@ -278,7 +281,7 @@ impl State {
 
     /// Every batch of the current epoch, oldest first, if all are still in
     /// their slots.
-    fn retained_epoch_frames(&self) -> Option<Vec<(u64, u64, Arc<Vec<u8>>)>> {
+    fn retained_epoch_frames(&self) -> Option<Vec<Retained>> {
         let first = self.epoch.first_seq?;
         (first..self.next_seq)
             .map(|seq| {
