@@ -46,14 +46,9 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
     let uid = rustix::process::getuid().as_raw();
     let mut conns: Vec<(Conn, FrameReader)> = Vec::new();
     loop {
-        // Forget connections whose consumer the publisher removed (failed send).
-        {
-            let state = shared.lock();
-            conns.retain(|(c, _)| match c {
-                Conn::Consumer { id, .. } => state.consumers.contains_key(id),
-                Conn::Handshake { .. } => true,
-            });
-        }
+        // A consumer the publisher removed (a failed send) had its socket
+        // shut down, so poll reports it and it is dropped below like any
+        // closed connection.
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(conns.len() + 2);
         fds.push(PollFd::new(&wake, PollFlags::IN));
         fds.push(PollFd::new(&listener, PollFlags::IN));
@@ -94,8 +89,7 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
             if let Conn::Consumer { id, .. } = conn {
                 let mut state = shared.lock();
                 state.remove_consumer(id);
-                drop(state);
-                shared.cond.notify_all();
+                shared.notify(state);
             }
             let _ = conn.sock().shutdown(std::net::Shutdown::Both);
         }
@@ -200,9 +194,9 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                             if !state.consumers.contains_key(&id) {
                                 return false;
                             }
+                            shared.notify(state);
                             id
                         };
-                        shared.cond.notify_all();
                         *conn = Conn::Consumer { sock, id };
                     }
                 }
@@ -219,8 +213,7 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                 let mut state = shared.lock();
                 state.release(id, seq, delivered, waited_ns);
                 let alive = state.consumers.contains_key(&id);
-                drop(state);
-                shared.cond.notify_all();
+                shared.notify(state);
                 if !alive {
                     return false;
                 }

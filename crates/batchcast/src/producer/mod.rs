@@ -84,6 +84,34 @@ impl Shared {
         // updated in a way that matters more than stopping: keep going.
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
+
+    /// Releases the lock and wakes the publisher if it waits (a release, a
+    /// join or a departure may be what it waits for). Skipping the wake when
+    /// nobody waits saves a syscall per release.
+    fn notify(&self, state: MutexGuard<'_, State>) {
+        let waiting = state.waiters > 0;
+        drop(state);
+        if waiting {
+            self.cond.notify_all();
+        }
+    }
+
+    /// Waits on the condition variable for at most `timeout`, counted as a
+    /// waiter so that [`Shared::notify`] wakes it.
+    fn wait<'a>(
+        &self,
+        mut state: MutexGuard<'a, State>,
+        timeout: Duration,
+    ) -> MutexGuard<'a, State> {
+        state.waiters += 1;
+        let mut state = self
+            .cond
+            .wait_timeout(state, timeout)
+            .unwrap_or_else(|p| p.into_inner())
+            .0;
+        state.waiters -= 1;
+        state
+    }
 }
 
 /// Figures about one finished epoch.
@@ -222,12 +250,7 @@ impl Producer {
                 },
                 None => Duration::from_secs(3600),
             };
-            state = self
-                .shared
-                .cond
-                .wait_timeout(state, step)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = self.shared.wait(state, step);
         }
         true
     }
@@ -327,12 +350,7 @@ impl Producer {
                 }
             }
             let t0 = Instant::now();
-            state = self
-                .shared
-                .cond
-                .wait_timeout(state, Duration::from_millis(100))
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            state = self.shared.wait(state, Duration::from_millis(100));
             if !idle {
                 state.blocked += t0.elapsed();
             }
@@ -352,8 +370,7 @@ impl Producer {
             slot_size: slot_size as u64,
         });
         state.welcome_pending();
-        drop(state);
-        self.shared.cond.notify_all();
+        self.shared.notify(state);
         Ok(())
     }
 

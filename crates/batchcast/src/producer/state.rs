@@ -100,6 +100,8 @@ pub(crate) struct State {
     pub blocked: Duration,
     pub recent: VecDeque<Instant>,
     pub closed: bool,
+    /// Threads waiting on the condition variable.
+    pub waiters: usize,
 }
 
 impl State {
@@ -121,6 +123,7 @@ impl State {
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
             closed: false,
+            waiters: 0,
         }
     }
 
