@@ -31,13 +31,19 @@ pub struct Arena {
 }
 
 impl Arena {
-    /// Creates an arena of `slots` slots of `slot_size` bytes each.
+    /// Creates an arena of `slots` slots of at least `slot_size` bytes
+    /// each (rounded up to whole pages, so that each slot can be remapped
+    /// on its own; see [`crate::cow`]).
     pub fn create(name: &str, slots: usize, slot_size: usize) -> Result<Arena> {
         if slots == 0 || slot_size < SLOT_HEADER {
             return Err(Error::InvalidArgument(format!(
                 "an arena needs at least one slot of at least {SLOT_HEADER} bytes"
             )));
         }
+        let page = rustix::param::page_size();
+        let slot_size = slot_size
+            .checked_next_multiple_of(page)
+            .ok_or_else(|| Error::InvalidArgument("slot size overflows".into()))?;
         let total = (slots as u64)
             .checked_mul(slot_size as u64)
             .ok_or_else(|| Error::InvalidArgument("arena size overflows".into()))?;
@@ -130,11 +136,31 @@ pub struct ArenaView {
     map: Mmap,
     slot_size: usize,
     slots: usize,
+    /// Kept open: copy-on-write remaps slots from its descriptor.
+    _file: File,
+    /// Index in the copy-on-write registry, when enabled.
+    cow: Option<usize>,
+}
+
+impl Drop for ArenaView {
+    fn drop(&mut self) {
+        // Before the mapping goes: the fault handler must not touch it after.
+        if let Some(i) = self.cow.take() {
+            crate::cow::unregister(i);
+        }
+    }
 }
 
 impl ArenaView {
-    /// Maps the arena received from the producer.
-    pub fn map(fd: OwnedFd, slots: usize, slot_size: usize) -> Result<ArenaView> {
+    /// Maps the arena received from the producer. With `copy_on_write`, an
+    /// in-place write to the mapping gives the writer a private copy of the
+    /// slot instead of SIGSEGV (see [`crate::cow`]).
+    pub fn map(
+        fd: OwnedFd,
+        slots: usize,
+        slot_size: usize,
+        copy_on_write: bool,
+    ) -> Result<ArenaView> {
         let total = slots
             .checked_mul(slot_size)
             .ok_or_else(|| Error::Protocol("arena size overflows".into()))?;
@@ -153,11 +179,41 @@ impl ArenaView {
         // read through a lease are stable for the lease's lifetime.
         let map = unsafe { MmapOptions::new().len(total).map(&file) }
             .map_err(|e| Error::io("cannot map the arena", e))?;
+        let cow = if copy_on_write && crate::cow::enable() {
+            crate::cow::register(map.as_ptr() as usize, total, slot_size, file.as_raw_fd())
+        } else {
+            None
+        };
         Ok(ArenaView {
             map,
             slot_size,
             slots,
+            _file: file,
+            cow,
         })
+    }
+
+    /// Readies slot `i` for a new batch: if this process wrote to it (copy
+    /// on write), maps it shared again.
+    pub fn refresh(&self, i: usize) -> Result<()> {
+        if i >= self.slots {
+            return Err(Error::Protocol(format!("slot {i} out of range")));
+        }
+        match self.cow {
+            Some(index) => crate::cow::refresh(index, i)
+                .map_err(|e| Error::io("cannot remap a slot written in place", e)),
+            None => Ok(()),
+        }
+    }
+
+    /// True when in-place writes get a private copy instead of SIGSEGV.
+    pub fn copy_on_write(&self) -> bool {
+        self.cow.is_some()
+    }
+
+    /// The start of slot `i` (for tests and raw views).
+    pub fn slot_ptr(&self, i: usize) -> Option<*const u8> {
+        self.slot(i).map(|s| s.as_ptr())
     }
 
     /// Slot `i`; `None` if out of range.
@@ -226,7 +282,7 @@ mod tests {
         let mut arena = Arena::create("t", 3, 4096).unwrap();
         arena.slot_mut(1)[SLOT_HEADER..SLOT_HEADER + 4].copy_from_slice(b"abcd");
         arena.seal_slot(1, 42, 68);
-        let view = ArenaView::map(arena.readonly_fd().unwrap(), 3, 4096).unwrap();
+        let view = ArenaView::map(arena.readonly_fd().unwrap(), 3, 4096, false).unwrap();
         assert_eq!(
             &view.slot(1).unwrap()[SLOT_HEADER..SLOT_HEADER + 4],
             b"abcd"
@@ -255,6 +311,6 @@ mod tests {
     #[test]
     fn a_view_larger_than_the_arena_is_refused() {
         let arena = Arena::create("t", 1, 4096).unwrap();
-        assert!(ArenaView::map(arena.readonly_fd().unwrap(), 2, 4096).is_err());
+        assert!(ArenaView::map(arena.readonly_fd().unwrap(), 2, 4096, false).is_err());
     }
 }

@@ -31,6 +31,7 @@
 
 pub mod arena;
 pub mod consumer;
+pub mod cow;
 pub mod dtype;
 pub mod endpoint;
 mod error;

@@ -66,7 +66,7 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
         join: JoinPolicy::parse(&args.join)?,
         connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
         label: format!("batchcast consume {}", std::process::id()),
-        dir: None,
+        ..Default::default()
     };
     let mut never = || false;
     let mut consumer = match Consumer::connect(&args.name, opts, &mut never) {

@@ -53,6 +53,9 @@ pub struct ConsumerOptions {
     pub label: String,
     /// Socket directory; `None`: the default.
     pub dir: Option<PathBuf>,
+    /// Give a writer a private copy of a slot written in place instead of
+    /// SIGSEGV (for languages that can write through a view: Python).
+    pub copy_on_write: bool,
 }
 
 /// An epoch as this consumer will see it.
@@ -195,7 +198,7 @@ impl Consumer {
         let fd = fd.ok_or_else(|| Error::Protocol("the welcome carried no arena fd".into()))?;
         let slot_size = usize::try_from(welcome.slot_size)
             .map_err(|_| Error::Protocol("slot size out of range".into()))?;
-        let arena = ArenaView::map(fd, welcome.slots as usize, slot_size)?;
+        let arena = ArenaView::map(fd, welcome.slots as usize, slot_size, opts.copy_on_write)?;
         Ok(Consumer {
             name: name.to_owned(),
             link: Arc::new(Link::new(sock)),
@@ -348,6 +351,7 @@ impl Consumer {
     fn take_batch(&mut self, ready: BatchReady) -> Result<()> {
         let slot = ready.slot as usize;
         ready.layout.validate(self.arena.slot_size())?;
+        self.arena.refresh(slot)?;
         self.arena.check_header(slot, ready.seq)?;
         let rows = ready.layout.rows();
         let lease = Arc::new(SlotLease {
