@@ -3,11 +3,14 @@
 //! N emulated trainers (processes, each with a fixed accelerator step time)
 //! train twice on the same data: first each with its own loading pipeline,
 //! as N independent jobs would, then all from one shared producer. The
-//! pipeline costs real CPU per sample, so on a machine with few cores the
-//! independent runs starve each other and the shared run does not. Prints
-//! per-trainer throughput and data-wait share, and totals with CPU cost.
+//! pipeline is the native JPEG pipeline (decode, RandomResizedCrop, flip) on
+//! a dataset the demo generates once into a cache directory, so on a
+//! machine with few cores the independent runs starve each other and the
+//! shared run does not. Prints per-trainer throughput and data-wait share,
+//! and totals with CPU cost. `--synthetic` swaps in a synthetic workload.
 
 use std::io::{BufRead, BufReader, IsTerminal};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Instant;
@@ -17,63 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{json, Value};
 
-use crate::source::{synthetic::Synthetic, BatchSource};
-
-/// The dataset and pipeline every trainer uses.
-#[derive(Debug, Clone, clap::Args)]
-pub struct SourceArgs {
-    /// Samples per epoch.
-    #[arg(long, default_value_t = 4096)]
-    pub samples: u64,
-    /// Rows per batch.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: u64,
-    /// Bytes per sample.
-    #[arg(long, default_value_t = 3 * 64 * 64)]
-    pub sample_bytes: usize,
-    /// CPU microseconds of pipeline work per sample.
-    #[arg(long, default_value_t = 1000.0)]
-    pub work_us: f64,
-    /// Pipeline worker threads (per pipeline).
-    #[arg(long, default_value_t = super::serve::default_workers())]
-    pub workers: usize,
-    /// Work iterations per microsecond (default: measured once, here).
-    #[arg(long, hide = true)]
-    pub iters_per_us: Option<f64>,
-}
-
-impl SourceArgs {
-    /// The pipeline these arguments describe.
-    pub fn open(&self) -> Result<Box<dyn BatchSource>> {
-        crate::source::check_batch_size(self.batch_size)?;
-        Ok(Box::new(Synthetic::new(
-            self.samples,
-            self.batch_size,
-            self.sample_bytes,
-            self.work_us,
-            self.workers,
-            self.iters_per_us,
-        )))
-    }
-
-    /// The same arguments as command-line flags.
-    pub fn to_flags(&self) -> Vec<String> {
-        vec![
-            "--samples".into(),
-            self.samples.to_string(),
-            "--batch-size".into(),
-            self.batch_size.to_string(),
-            "--sample-bytes".into(),
-            self.sample_bytes.to_string(),
-            "--work-us".into(),
-            self.work_us.to_string(),
-            "--workers".into(),
-            self.workers.to_string(),
-            "--iters-per-us".into(),
-            self.iters_per_us.unwrap_or(1.0).to_string(),
-        ]
-    }
-}
+use crate::source::args::{default_workers, SourceArgs};
 
 /// Arguments of `batchcast demo`.
 #[derive(Debug, clap::Args)]
@@ -90,6 +37,12 @@ pub struct DemoArgs {
     /// Print the figures as JSON on stdout.
     #[arg(long)]
     pub json: bool,
+    /// Images in the generated demo dataset (when no --data is given).
+    #[arg(long, default_value_t = 2000)]
+    pub images: usize,
+    /// Where the generated dataset is kept between runs.
+    #[arg(long)]
+    pub cache_dir: Option<PathBuf>,
     #[command(flatten)]
     pub source: SourceArgs,
 }
@@ -124,30 +77,50 @@ enum Mode {
     Shared,
 }
 
+fn samples_per_epoch(args: &DemoArgs) -> u64 {
+    args.source.open().map_or(0, |s| s.samples_per_epoch())
+}
+
 /// Runs `batchcast demo`.
 pub fn run(mut args: DemoArgs) -> Result<()> {
-    if args.source.iters_per_us.is_none() {
-        // Measure once, before anything else runs, so every process does
-        // the same real work per sample.
-        args.source.iters_per_us = Some(crate::source::synthetic::calibrate());
-    }
     if args.trainers == 0 {
         bail!("--trainers must be at least 1");
     }
-    args.source.open()?; // validate before spawning anything
+    if args.source.synthetic {
+        if args.source.synth.iters_per_us.is_none() {
+            // Measure once, before anything else runs, so every process does
+            // the same real work per sample.
+            args.source.synth.iters_per_us = Some(crate::source::synthetic::calibrate());
+        }
+    } else if args.source.data.is_none() {
+        args.source.data = Some(demo_dataset(&args)?);
+    }
+    let samples = args.source.open()?.samples_per_epoch(); // validates, before spawning
     let s = &args.source;
+    let pipeline = if s.synthetic {
+        format!("synthetic, ~{} us of CPU per sample", s.synth.work_us)
+    } else {
+        format!(
+            "JPEG decode + {} transform to {}x{} from {}",
+            s.images.transform,
+            s.images.image_size,
+            s.images.image_size,
+            s.data
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string())
+        )
+    };
     if !args.json {
         println!(
-            "batchcast demo: {} trainers x {} epoch(s) of {} samples, batch {}, emulated accelerator \
-             step {} ms;\npipeline: ~{} us of CPU per sample on {} worker thread(s), {} core(s) here\n",
+            "batchcast demo: {} trainers x {} epoch(s) of {samples} samples, batch {}, emulated \
+             accelerator step {} ms;\npipeline: {pipeline}, {} worker thread(s) per pipeline, {} \
+             core(s) here\n",
             args.trainers,
             args.epochs,
-            s.samples,
             s.batch_size,
             args.step_ms,
-            s.work_us,
             s.workers,
-            super::serve::default_workers()
+            default_workers()
         );
     }
     let independent = run_once(&args, Mode::Independent)?;
@@ -171,8 +144,8 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
     if args.json {
         let out = json!({
             "config": {"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
-                        "samples": s.samples, "batch_size": s.batch_size, "work_us": s.work_us,
-                        "workers": s.workers},
+                        "samples": samples, "batch_size": s.batch_size, "workers": s.workers,
+                        "pipeline": pipeline},
             "independent": independent, "shared": shared,
             "speedup": speedup, "cpu_reduction": cpu_ratio,
         });
@@ -203,6 +176,64 @@ fn print_run(title: &str, r: &RunFigures) {
     );
 }
 
+/// Generates (once) or reuses the demo's JPEG dataset.
+fn demo_dataset(args: &DemoArgs) -> Result<PathBuf> {
+    use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
+    let cache = match &args.cache_dir {
+        Some(d) => d.clone(),
+        None => default_cache_dir(),
+    };
+    let classes = 10;
+    let config = GenerateConfig {
+        classes,
+        images_per_class: args.images.div_ceil(classes).max(1),
+        ..GenerateConfig::default()
+    };
+    let dir = cache.join(format!("demo-jpeg-{}", config.total()));
+    let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
+        let bar = ProgressBar::new(config.total() as u64);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "  generating the demo dataset [{bar:30}] {pos}/{len} JPEGs {per_sec}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        bar
+    });
+    let progress = |done: usize, _total: usize| {
+        if let Some(bar) = &bar {
+            bar.set_position(done as u64);
+        }
+    };
+    std::fs::create_dir_all(&cache)
+        .with_context(|| format!("cannot create the cache directory {}", cache.display()))?;
+    let made = generate_jpeg_dataset(&dir, &config, &progress)
+        .with_context(|| format!("cannot generate the demo dataset in {}", dir.display()))?;
+    if let Some(bar) = bar {
+        bar.finish_and_clear();
+    }
+    if !made.reused && !args.json {
+        eprintln!(
+            "generated {} JPEGs in {} (reused from now on)",
+            made.images,
+            dir.display()
+        );
+    }
+    Ok(made.path)
+}
+
+/// `$XDG_CACHE_HOME/batchcast`, else `~/.cache/batchcast`, else a temp dir.
+fn default_cache_dir() -> PathBuf {
+    if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(d).join("batchcast");
+    }
+    if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
+        return PathBuf::from(h).join(".cache").join("batchcast");
+    }
+    std::env::temp_dir().join("batchcast-cache")
+}
+
 fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let name = format!("demo-{}", std::process::id());
@@ -211,21 +242,24 @@ fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
     let mut producer: Option<Child> = None;
     if mode == Mode::Shared {
         let mut cmd = Command::new(&exe);
-        cmd.args([
-            "serve",
-            "--name",
-            &name,
-            "--synthetic",
-            "--json",
-            "--epochs",
-        ])
-        .arg(args.epochs.to_string())
-        .arg("--consumers")
-        .arg(args.trainers.to_string())
-        .args(args.source.to_flags())
-        .stdin(Stdio::null())
-        .stdout(Stdio::null());
-        producer = Some(cmd.spawn().context("cannot start the demo producer")?);
+        cmd.args(["serve", "--name", &name, "--json", "--epochs"])
+            .arg(args.epochs.to_string())
+            .arg("--consumers")
+            .arg(args.trainers.to_string())
+            .args(args.source.to_flags())
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped());
+        let mut child = cmd.spawn().context("cannot start the demo producer")?;
+        // Its first line says it listens; no line means it failed to start.
+        let out = child.stdout.take().context("producer stdout")?;
+        let mut lines = BufReader::new(out).lines();
+        if !matches!(lines.next(), Some(Ok(l)) if l.contains("listening")) {
+            let status = child.wait()?;
+            bail!("the demo producer failed to start ({status}); see its error above");
+        }
+        // Keep draining its stdout so it never blocks on a full pipe.
+        std::thread::spawn(move || lines.for_each(drop));
+        producer = Some(child);
     }
     let mode_name = if mode == Mode::Shared {
         "shared"
@@ -257,7 +291,7 @@ fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
         trainers.push(child);
     }
     drop(tx);
-    let total = args.trainers as u64 * args.source.samples * args.epochs;
+    let total = args.trainers as u64 * samples_per_epoch(args) * args.epochs;
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(total);
         bar.set_style(

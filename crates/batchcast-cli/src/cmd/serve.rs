@@ -1,16 +1,15 @@
 //! `batchcast serve`: run a producer over a dataset (or a synthetic source).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
 use batchcast::{IdlePolicy, Producer, ProducerOptions};
 
 use crate::progress::Progress;
-use crate::source::{self, synthetic::Synthetic, BatchSource};
+use crate::source::{self, args::SourceArgs};
 
 /// Arguments of `batchcast serve`.
 #[derive(Debug, clap::Args)]
@@ -18,15 +17,8 @@ pub struct ServeArgs {
     /// Name consumers attach to.
     #[arg(long)]
     pub name: String,
-    /// Dataset: an ImageFolder directory or WebDataset .tar shards.
-    #[arg(long, conflicts_with = "synthetic")]
-    pub data: Option<PathBuf>,
-    /// Serve synthetic samples (id + payload) instead of a dataset.
-    #[arg(long)]
-    pub synthetic: bool,
-    /// Rows per producer batch.
-    #[arg(long, default_value_t = 64)]
-    pub batch_size: u64,
+    #[command(flatten)]
+    pub source: SourceArgs,
     /// Epochs to serve.
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
@@ -36,9 +28,6 @@ pub struct ServeArgs {
     /// Bytes per slot (default: sized from the first batch, +25 %).
     #[arg(long)]
     pub slot_size: Option<usize>,
-    /// Worker threads of the pipeline.
-    #[arg(long, default_value_t = default_workers())]
-    pub workers: usize,
     /// Publish even with no consumer attached (default: wait for one).
     #[arg(long)]
     pub no_wait: bool,
@@ -49,45 +38,14 @@ pub struct ServeArgs {
     /// Give up after this many seconds with no consumer attached.
     #[arg(long)]
     pub idle_timeout: Option<f64>,
-    /// Synthetic: samples per epoch.
-    #[arg(long, default_value_t = 10_000)]
-    pub samples: u64,
-    /// Synthetic: payload bytes per sample.
-    #[arg(long, default_value_t = 3 * 32 * 32)]
-    pub sample_bytes: usize,
-    /// Synthetic: CPU microseconds of work per sample.
-    #[arg(long, default_value_t = 0.0)]
-    pub work_us: f64,
-    /// Synthetic: work iterations per microsecond (default: measured).
-    #[arg(long, hide = true)]
-    pub iters_per_us: Option<f64>,
     /// Print one JSON line per event on stdout (for scripts and tests).
     #[arg(long)]
     pub json: bool,
 }
 
-/// Pipeline threads by default: the machine's cores.
-pub fn default_workers() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
-
 /// Runs `batchcast serve`.
 pub fn run(args: ServeArgs) -> Result<()> {
-    source::check_batch_size(args.batch_size)?;
-    let source: Box<dyn BatchSource> = if args.synthetic {
-        Box::new(Synthetic::new(
-            args.samples,
-            args.batch_size,
-            args.sample_bytes,
-            args.work_us,
-            args.workers,
-            args.iters_per_us,
-        ))
-    } else if let Some(path) = &args.data {
-        crate::source::images::open(path, args.batch_size, args.workers)?
-    } else {
-        bail!("say what to serve: --data PATH (an image dataset) or --synthetic");
-    };
+    let source = args.source.open()?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install(&stop)?;
     let mut producer = Producer::create(
@@ -96,7 +54,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             window: args.window,
             slot_size: args.slot_size,
             samples_per_epoch: Some(source.samples_per_epoch()),
-            batch_size: Some(args.batch_size),
+            batch_size: Some(args.source.batch_size),
             idle: if args.no_wait {
                 IdlePolicy::Run
             } else {
@@ -118,7 +76,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.name,
             producer.socket_path().display(),
             source.samples_per_epoch(),
-            args.batch_size,
+            args.source.batch_size,
             args.epochs
         );
     }
@@ -139,7 +97,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
         args.epochs,
         &stop,
         |e, i, n| {
-            progress.batch(e, i, n, args.batch_size);
+            progress.batch(e, i, n, args.source.batch_size);
         },
     );
     progress.finish();

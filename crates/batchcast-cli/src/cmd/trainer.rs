@@ -12,7 +12,7 @@ use anyhow::{Context, Result};
 use batchcast::{Consumer, ConsumerOptions, Event};
 use serde_json::json;
 
-use super::demo::SourceArgs;
+use crate::source::args::SourceArgs;
 
 /// Arguments of `batchcast demo-trainer`.
 #[derive(Debug, clap::Args)]

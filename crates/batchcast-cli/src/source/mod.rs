@@ -1,5 +1,6 @@
 //! Where `batchcast serve` gets its batches, and the loop that publishes them.
 
+pub mod args;
 pub mod images;
 pub mod synthetic;
 

@@ -1,0 +1,296 @@
+//! `pipeline-bench`: throughput of the native pipeline on a synthetic
+//! ImageNet-like JPEG dataset (generated once, then reused from its cache
+//! directory), for each requested number of worker threads.
+//!
+//! Each run is one full epoch (shuffled) through `fill_batch` into a reused
+//! batch buffer, as a producer filling shared-memory slots does. The figure
+//! reported is the median of the runs. `--json` prints one JSON object.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use batchcast_pipeline::{
+    generate_jpeg_dataset, DType, Dataset, GenerateConfig, Layout, OnError, OutputFormat, Pipeline,
+    Sampler, Transform,
+};
+
+const USAGE: &str = "\
+usage: pipeline-bench [options]
+  --dir DIR          dataset cache directory (default: $TMPDIR/batchcast-bench-N-SEED)
+  --images N         images to generate (default 2000, in 10 classes)
+  --threads LIST     worker thread counts, comma-separated (default 1,2)
+  --runs R           timed epochs per thread count; the median is reported (default 5)
+  --batch B          batch size (default 64)
+  --transform T      train (RandomResizedCrop+flip, default) or eval (Resize+CenterCrop)
+  --size S           output side (default 224; eval resizes to S*8/7)
+  --output F         f32-nchw (as ToTensor, default), f32-nchw-imagenet (+Normalize), u8-nhwc
+  --seed S           dataset and augmentation seed (default 0)
+  --json             print the results as one JSON object on stdout
+";
+
+struct Args {
+    dir: Option<PathBuf>,
+    images: usize,
+    threads: Vec<usize>,
+    runs: usize,
+    batch: usize,
+    transform: String,
+    size: u32,
+    output: String,
+    seed: u64,
+    json: bool,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        dir: None,
+        images: 2000,
+        threads: vec![1, 2],
+        runs: 5,
+        batch: 64,
+        transform: "train".into(),
+        size: 224,
+        output: "f32-nchw".into(),
+        seed: 0,
+        json: false,
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        if flag == "--json" {
+            a.json = true;
+            continue;
+        }
+        if flag == "--help" || flag == "-h" {
+            return Err(String::new());
+        }
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| {
+            v.parse::<u64>()
+                .map_err(|_| format!("{flag}: {v:?} is not a number"))
+        };
+        match flag.as_str() {
+            "--dir" => a.dir = Some(PathBuf::from(value)),
+            "--images" => a.images = num(&value)? as usize,
+            "--threads" => {
+                a.threads = value
+                    .split(',')
+                    .map(|t| num(t.trim()).map(|n| n as usize))
+                    .collect::<Result<_, _>>()?
+            }
+            "--runs" => a.runs = num(&value)? as usize,
+            "--batch" => a.batch = num(&value)? as usize,
+            "--transform" => a.transform = value,
+            "--size" => a.size = num(&value)? as u32,
+            "--output" => a.output = value,
+            "--seed" => a.seed = num(&value)?,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    if a.images == 0 || a.runs == 0 || a.batch == 0 || a.threads.contains(&0) {
+        return Err("--images, --runs, --batch and --threads must be at least 1".into());
+    }
+    Ok(a)
+}
+
+fn output_format(name: &str) -> Result<OutputFormat, String> {
+    let (layout, dtype) = match name {
+        "f32-nchw" => (Layout::Nchw, DType::to_tensor()),
+        "f32-nchw-imagenet" => (Layout::Nchw, DType::imagenet()),
+        "u8-nhwc" => (Layout::Nhwc, DType::U8),
+        "u8-nchw" => (Layout::Nchw, DType::U8),
+        other => return Err(format!("unknown --output {other:?}")),
+    };
+    Ok(OutputFormat { layout, dtype })
+}
+
+fn transform(name: &str, size: u32) -> Result<Transform, String> {
+    match name {
+        "train" => Ok(Transform::train(size)),
+        "eval" => Ok(Transform::Eval {
+            resize: size * 8 / 7,
+            crop: size,
+        }),
+        other => Err(format!("unknown --transform {other:?} (train or eval)")),
+    }
+}
+
+/// `s` as a JSON string literal.
+fn json_string(s: &str) -> String {
+    let mut out = String::from("\"");
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+fn median(values: &[f64]) -> f64 {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+struct Result1 {
+    threads: usize,
+    runs: Vec<f64>,
+}
+
+fn main() -> ExitCode {
+    let args = match parse_args() {
+        Ok(a) => a,
+        Err(e) => {
+            if !e.is_empty() {
+                eprintln!("pipeline-bench: {e}");
+            }
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match run(&args) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("pipeline-bench: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(args: &Args) -> Result<(), String> {
+    let output = output_format(&args.output)?;
+    let transform = transform(&args.transform, args.size)?;
+    let classes = args.images.min(10);
+    let config = GenerateConfig {
+        classes,
+        images_per_class: args.images.div_ceil(classes),
+        seed: args.seed,
+        ..GenerateConfig::default()
+    };
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("batchcast-bench-{}-{}", config.total(), args.seed))
+    });
+    let step = (config.total() / 10).max(1);
+    let progress = |done: usize, total: usize| {
+        if done % step == 0 || done == total {
+            eprintln!("generating {}: {done}/{total}", dir.display());
+        }
+    };
+    let generated = generate_jpeg_dataset(&dir, &config, &progress).map_err(|e| e.to_string())?;
+    let dataset = Dataset::open(&generated.path).map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    let mut total_bytes = 0u64;
+    for i in 0..dataset.len() {
+        if dataset.read_sample(i, &mut bytes).is_ok() {
+            total_bytes += bytes.len() as u64;
+        }
+    }
+    let n = dataset.len();
+    let sampler = Sampler::new(n, args.batch)
+        .map_err(|e| e.to_string())?
+        .with_seed(args.seed);
+    let mut results = Vec::new();
+    for &threads in &args.threads {
+        let pipeline = Pipeline::new(
+            dataset.clone(),
+            transform.clone(),
+            output,
+            threads,
+            OnError::Fail,
+        )
+        .map_err(|e| e.to_string())?
+        .with_seed(args.seed);
+        let mut images = vec![0u8; args.batch * pipeline.image_bytes()];
+        let mut labels = vec![0i64; args.batch];
+        // Warm-up: start the threads, size their scratch buffers.
+        for batch in sampler.batches(0).take(2) {
+            pipeline
+                .fill_batch(0, &batch, &mut images, &mut labels)
+                .map_err(|e| e.to_string())?;
+        }
+        let mut runs = Vec::new();
+        for r in 0..args.runs {
+            let epoch = r as u64 + 1;
+            let start = Instant::now();
+            let mut rows = 0;
+            for batch in sampler.batches(epoch) {
+                let report = pipeline
+                    .fill_batch(epoch, &batch, &mut images, &mut labels)
+                    .map_err(|e| e.to_string())?;
+                rows += report.rows_written;
+            }
+            runs.push(rows as f64 / start.elapsed().as_secs_f64());
+            if !args.json {
+                eprintln!("threads {threads} run {}: {:.1} images/s", r + 1, runs[r]);
+            }
+        }
+        results.push(Result1 { threads, runs });
+    }
+    let image_bytes = {
+        let (h, w) = transform.output_size();
+        output.image_bytes(h, w)
+    };
+    if args.json {
+        let rows: Vec<String> = results
+            .iter()
+            .map(|r| {
+                let m = median(&r.runs);
+                let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.2}")).collect();
+                format!(
+                    "{{\"threads\": {}, \"images_per_s\": {m:.2}, \"images_per_s_per_thread\": \
+                     {:.2}, \"runs\": [{}]}}",
+                    r.threads,
+                    m / r.threads as f64,
+                    runs.join(", ")
+                )
+            })
+            .collect();
+        println!(
+            "{{\"dataset\": {}, \"images\": {n}, \"mean_file_bytes\": {}, \"transform\": {}, \
+             \"size\": {}, \"output\": {}, \"image_bytes\": {image_bytes}, \"batch\": {}, \
+             \"runs\": {}, \"results\": [{}]}}",
+            json_string(&generated.path.display().to_string()),
+            total_bytes / n.max(1) as u64,
+            json_string(&args.transform),
+            args.size,
+            json_string(&args.output),
+            args.batch,
+            args.runs,
+            rows.join(", ")
+        );
+        return Ok(());
+    }
+    println!(
+        "dataset    {} ({n} JPEGs, mean {} KiB{})",
+        generated.path.display(),
+        total_bytes / n.max(1) as u64 / 1024,
+        if generated.reused { ", reused" } else { "" }
+    );
+    println!(
+        "transform  {} {}, output {} ({image_bytes} B/image), batch {}, median of {} epochs",
+        args.transform, args.size, args.output, args.batch, args.runs
+    );
+    println!(
+        "{:>7}  {:>10}  {:>17}",
+        "threads", "images/s", "images/s/thread"
+    );
+    for r in &results {
+        let m = median(&r.runs);
+        println!(
+            "{:>7}  {:>10.1}  {:>17.1}",
+            r.threads,
+            m,
+            m / r.threads as f64
+        );
+    }
+    Ok(())
+}

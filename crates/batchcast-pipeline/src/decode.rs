@@ -1,0 +1,197 @@
+//! Decoding JPEG and PNG bytes to 8-bit RGB, as PIL's `Image.open(f)
+//! .convert("RGB")` does for torchvision's default loader.
+//!
+//! The format is recognised by its magic bytes, not the file name. JPEG goes
+//! through zune-jpeg (grayscale, CMYK and YCCK converted to RGB), PNG through
+//! the png crate (palette expanded, 16-bit reduced to its high byte, gray
+//! replicated, alpha dropped without compositing, as `convert("RGB")` does;
+//! one known difference: PIL clips 16-bit *grayscale* to 255 where this takes
+//! the high byte).
+//!
+//! JPEG decoders do not agree bit for bit. Measured against libjpeg-turbo
+//! (what PIL uses) on ImageNet-like photos: 4:4:4 mean 0.01 level, 0.2% of
+//! values off by more than one, at most 3; 4:2:0 mean 0.15-0.34, at most 4
+//! (zune rounds between its vertical and horizontal chroma upsampling).
+
+use std::io::Cursor;
+
+use zune_jpeg::zune_core::bytestream::ZCursor;
+use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::JpegDecoder;
+
+/// A decoded image: 8-bit RGB, row-major, `width * height * 3` bytes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RgbImage {
+    /// Width in pixels.
+    pub width: u32,
+    /// Height in pixels.
+    pub height: u32,
+    /// Pixels, `[r, g, b]` per pixel, rows top to bottom.
+    pub data: Vec<u8>,
+}
+
+/// Why bytes could not be decoded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum DecodeError {
+    /// Neither JPEG nor PNG magic bytes.
+    #[error("not a JPEG or PNG file (first bytes {0:02x?})")]
+    UnknownFormat(Vec<u8>),
+    /// The JPEG decoder refused the data.
+    #[error("corrupt JPEG: {0}")]
+    Jpeg(String),
+    /// The PNG decoder refused the data.
+    #[error("corrupt PNG: {0}")]
+    Png(String),
+    /// A zero-sized or absurdly large image.
+    #[error("unsupported image size {0}x{1}")]
+    BadSize(usize, usize),
+}
+
+const PNG_MAGIC: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
+
+/// Decodes a JPEG or PNG to RGB.
+///
+/// # Errors
+/// Unknown format or corrupt data; see [`DecodeError`].
+pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, DecodeError> {
+    let mut image = RgbImage::default();
+    decode_rgb_into(bytes, &mut image)?;
+    Ok(image)
+}
+
+/// Decodes a JPEG or PNG to RGB into `out`, reusing its allocation.
+///
+/// # Errors
+/// Unknown format or corrupt data; see [`DecodeError`]. `out` is unspecified
+/// after an error.
+pub fn decode_rgb_into(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+    // A decoder bug must not take the whole batch down: turn a panic on
+    // hostile input into an error for this one file.
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        if bytes.starts_with(&[0xff, 0xd8]) {
+            decode_jpeg(bytes, out)
+        } else if bytes.starts_with(&PNG_MAGIC) {
+            decode_png(bytes, out)
+        } else {
+            Err(DecodeError::UnknownFormat(
+                bytes.iter().take(8).copied().collect(),
+            ))
+        }
+    }));
+    result.unwrap_or_else(|_| Err(DecodeError::Jpeg("decoder panicked".into())))
+}
+
+fn check_size(width: usize, height: usize) -> Result<(u32, u32), DecodeError> {
+    match (u32::try_from(width), u32::try_from(height)) {
+        (Ok(w), Ok(h)) if w > 0 && h > 0 && width.saturating_mul(height) <= 1 << 30 => Ok((w, h)),
+        _ => Err(DecodeError::BadSize(width, height)),
+    }
+}
+
+fn decode_jpeg(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+    let jerr = |e: zune_jpeg::errors::DecodeErrors| DecodeError::Jpeg(e.to_string());
+    let mut decoder = JpegDecoder::new(ZCursor::new(bytes));
+    decoder.decode_headers().map_err(jerr)?;
+    let (w, h) = decoder
+        .dimensions()
+        .ok_or_else(|| DecodeError::Jpeg("no frame header".into()))?;
+    let (width, height) = check_size(w, h)?;
+    let channels = decoder
+        .output_colorspace()
+        .map_or(3, |c: ColorSpace| c.num_components());
+    let pixels = w * h;
+    out.width = width;
+    out.height = height;
+    if channels == 3 {
+        out.data.resize(pixels * 3, 0);
+        return decoder.decode_into(&mut out.data).map_err(jerr);
+    }
+    let mut raw = vec![0u8; pixels * channels];
+    decoder.decode_into(&mut raw).map_err(jerr)?;
+    out.data.clear();
+    out.data.reserve(pixels * 3);
+    append_rgb(&raw, channels, &mut out.data);
+    Ok(())
+}
+
+fn decode_png(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+    let perr = |e: png::DecodingError| DecodeError::Png(e.to_string());
+    let mut decoder = png::Decoder::new(Cursor::new(bytes));
+    decoder.set_transformations(png::Transformations::normalize_to_color8());
+    let mut reader = decoder.read_info().map_err(perr)?;
+    let size = reader
+        .output_buffer_size()
+        .ok_or_else(|| DecodeError::Png("image too large".into()))?;
+    let mut raw = vec![0u8; size];
+    let info = reader.next_frame(&mut raw).map_err(perr)?;
+    let (width, height) = check_size(info.width as usize, info.height as usize)?;
+    let channels = match info.color_type {
+        png::ColorType::Grayscale => 1,
+        png::ColorType::GrayscaleAlpha => 2,
+        png::ColorType::Rgb => 3,
+        png::ColorType::Rgba => 4,
+        png::ColorType::Indexed => {
+            return Err(DecodeError::Png("palette was not expanded".into()));
+        }
+    };
+    let w = width as usize;
+    let row = w * channels;
+    if info.line_size < row || raw.len() < info.line_size * height as usize {
+        return Err(DecodeError::Png("short image data".into()));
+    }
+    out.width = width;
+    out.height = height;
+    out.data.clear();
+    out.data.reserve(w * height as usize * 3);
+    for line in raw.chunks(info.line_size).take(height as usize) {
+        append_rgb(&line[..row], channels, &mut out.data);
+    }
+    Ok(())
+}
+
+/// Appends the pixels of `raw`, of 1 (gray), 2 (gray+alpha), 3 (RGB) or 4
+/// (RGBA) channels, to `out` as RGB.
+fn append_rgb(raw: &[u8], channels: usize, out: &mut Vec<u8>) {
+    if channels == 3 {
+        out.extend_from_slice(raw);
+        return;
+    }
+    for px in raw.chunks_exact(channels) {
+        match *px {
+            [g] | [g, _] => out.extend_from_slice(&[g, g, g]),
+            [r, g, b] | [r, g, b, _] => out.extend_from_slice(&[r, g, b]),
+            _ => out.extend_from_slice(&[0, 0, 0]),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_bytes_are_refused_with_their_magic() {
+        let err = decode_rgb(b"GIF89a....").unwrap_err();
+        assert!(matches!(err, DecodeError::UnknownFormat(_)));
+        assert!(err.to_string().contains("47"), "{err}");
+    }
+
+    #[test]
+    fn corrupt_jpeg_is_an_error_not_a_panic() {
+        let mut bytes = vec![0xff, 0xd8, 0xff, 0xc0, 0x00, 0x11];
+        bytes.extend_from_slice(&[0xab; 40]);
+        assert!(decode_rgb(&bytes).is_err());
+        assert!(decode_rgb(&[0xff, 0xd8]).is_err());
+    }
+
+    #[test]
+    fn gray_and_alpha_expand_to_rgb() {
+        let mut out = Vec::new();
+        append_rgb(&[7, 9, 200, 1], 2, &mut out);
+        assert_eq!(out, [7, 7, 7, 200, 200, 200]);
+        out.clear();
+        append_rgb(&[1, 2, 3, 4, 5, 6, 7, 8], 4, &mut out);
+        assert_eq!(out, [1, 2, 3, 5, 6, 7]);
+    }
+}

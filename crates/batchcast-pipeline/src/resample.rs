@@ -1,0 +1,179 @@
+//! Applying a [`Plan`] to a decoded image: crop, bilinear resampling with
+//! antialiasing (fast_image_resize's `Convolution(Bilinear)`, the same
+//! separable filter as PIL's `resize(BILINEAR)` and torch's
+//! `interpolate(..., antialias=True)`), and the horizontal flip.
+
+use fast_image_resize::images::{CroppedImage, Image, ImageRef};
+use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+
+use crate::decode::RgbImage;
+use crate::transform::{Plan, Region};
+
+/// Writes `plan` applied to `src` into `dst`, an RGB8 HWC buffer of exactly
+/// `plan.out_width * plan.out_height * 3` bytes.
+pub(crate) fn apply(
+    plan: &Plan,
+    src: &RgbImage,
+    resizer: &mut Resizer,
+    dst: &mut [u8],
+) -> Result<(), String> {
+    let (ow, oh) = (plan.out_width, plan.out_height);
+    let src_view = ImageRef::new(src.width, src.height, &src.data, PixelType::U8x3)
+        .map_err(|e| format!("decoded image buffer: {e}"))?;
+    let bilinear = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
+    match plan.region {
+        Region::Crop(c) if c.width == ow && c.height == oh => {
+            // Same size: torchvision returns the crop unchanged.
+            copy_rect(src, c.left, c.top, ow, oh, dst)?;
+        }
+        Region::Crop(c) => {
+            let view = CroppedImage::new(&src_view, c.left, c.top, c.width, c.height)
+                .map_err(|e| format!("crop {c:?} of a {}x{} image: {e}", src.width, src.height))?;
+            let mut out = Image::from_slice_u8(ow, oh, dst, PixelType::U8x3)
+                .map_err(|e| format!("output buffer: {e}"))?;
+            resizer
+                .resize(&view, &mut out, &bilinear)
+                .map_err(|e| format!("resize: {e}"))?;
+        }
+        Region::Window {
+            left,
+            top,
+            width,
+            height,
+        } => {
+            let mut out = Image::from_slice_u8(ow, oh, dst, PixelType::U8x3)
+                .map_err(|e| format!("output buffer: {e}"))?;
+            let options = bilinear.crop(left, top, width, height);
+            resizer
+                .resize(&src_view, &mut out, &options)
+                .map_err(|e| format!("resize: {e}"))?;
+        }
+    }
+    if plan.flip {
+        hflip(dst, ow as usize);
+    }
+    Ok(())
+}
+
+/// Copies a `w` x `h` rectangle at `(left, top)` of `src` into `dst`.
+fn copy_rect(
+    src: &RgbImage,
+    left: u32,
+    top: u32,
+    w: u32,
+    h: u32,
+    dst: &mut [u8],
+) -> Result<(), String> {
+    let (sw, left, top, w, h) = (
+        src.width as usize,
+        left as usize,
+        top as usize,
+        w as usize,
+        h as usize,
+    );
+    if left + w > sw || top + h > src.height as usize || dst.len() < w * h * 3 {
+        return Err(format!("crop {w}x{h}+{left}+{top} outside the image"));
+    }
+    for (y, row) in dst.chunks_exact_mut(w * 3).take(h).enumerate() {
+        let start = ((top + y) * sw + left) * 3;
+        row.copy_from_slice(&src.data[start..start + w * 3]);
+    }
+    Ok(())
+}
+
+/// Mirrors an RGB8 HWC image of `width` pixels per row left-right, in place.
+pub(crate) fn hflip(image: &mut [u8], width: usize) {
+    if width < 2 {
+        return;
+    }
+    for row in image.chunks_exact_mut(width * 3) {
+        let (mut a, mut b) = (0, width - 1);
+        while a < b {
+            for c in 0..3 {
+                row.swap(a * 3 + c, b * 3 + c);
+            }
+            a += 1;
+            b -= 1;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::transform::CropBox;
+
+    fn ramp(w: u32, h: u32) -> RgbImage {
+        let mut data = Vec::new();
+        for y in 0..h {
+            for x in 0..w {
+                data.extend_from_slice(&[x as u8, y as u8, 7]);
+            }
+        }
+        RgbImage {
+            width: w,
+            height: h,
+            data,
+        }
+    }
+
+    #[test]
+    fn flip_mirrors_each_row() {
+        let mut img = vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6];
+        hflip(&mut img, 3);
+        assert_eq!(img, [3, 3, 3, 2, 2, 2, 1, 1, 1, 6, 6, 6, 5, 5, 5, 4, 4, 4]);
+    }
+
+    #[test]
+    fn same_size_crop_is_a_plain_copy() {
+        let src = ramp(10, 8);
+        let plan = Plan {
+            region: Region::Crop(CropBox {
+                top: 2,
+                left: 3,
+                height: 4,
+                width: 5,
+            }),
+            out_width: 5,
+            out_height: 4,
+            flip: false,
+        };
+        let mut dst = vec![0u8; 5 * 4 * 3];
+        apply(&plan, &src, &mut Resizer::new(), &mut dst).unwrap();
+        assert_eq!(&dst[..3], &[3, 2, 7]);
+        assert_eq!(&dst[dst.len() - 3..], &[7, 5, 7]);
+    }
+
+    #[test]
+    fn crop_resize_ignores_pixels_outside_the_crop() {
+        // Left half black, right half white; a crop of the right half only
+        // must come out pure white even at its left edge.
+        let (w, h) = (16u32, 8u32);
+        let mut data = Vec::new();
+        for _ in 0..h {
+            for x in 0..w {
+                let v = if x < 8 { 0 } else { 255 };
+                data.extend_from_slice(&[v, v, v]);
+            }
+        }
+        let src = RgbImage {
+            width: w,
+            height: h,
+            data,
+        };
+        let plan = Plan {
+            region: Region::Crop(CropBox {
+                top: 0,
+                left: 8,
+                height: 8,
+                width: 8,
+            }),
+            out_width: 3,
+            out_height: 3,
+            flip: false,
+        };
+        let mut dst = vec![0u8; 27];
+        apply(&plan, &src, &mut Resizer::new(), &mut dst).unwrap();
+        assert!(dst.iter().all(|&v| v == 255), "{dst:?}");
+    }
+}

@@ -1,0 +1,95 @@
+//! The work done for one sample on a worker thread: read, decode, plan,
+//! resample, write. Buffers are kept per thread and reused across samples so
+//! the steady state allocates nothing.
+
+use std::cell::RefCell;
+
+use fast_image_resize::Resizer;
+
+use crate::decode::{decode_rgb_into, RgbImage};
+use crate::output::Writer;
+use crate::{resample, Dataset, Transform};
+
+/// Scratch buffers larger than this are released after use, so one huge
+/// image does not pin its memory in every worker for good.
+const KEEP_BYTES: usize = 64 << 20;
+
+struct Scratch {
+    encoded: Vec<u8>,
+    image: RgbImage,
+    resized: Vec<u8>,
+    resizer: Resizer,
+}
+
+impl Scratch {
+    fn new() -> Scratch {
+        Scratch {
+            encoded: Vec::new(),
+            image: RgbImage::default(),
+            resized: Vec::new(),
+            resizer: Resizer::new(),
+        }
+    }
+
+    fn trim(&mut self) {
+        if self.encoded.capacity() > KEEP_BYTES {
+            self.encoded = Vec::new();
+        }
+        if self.image.data.capacity() > KEEP_BYTES {
+            self.image.data = Vec::new();
+        }
+    }
+}
+
+thread_local! {
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::new());
+}
+
+/// Everything a worker needs to produce samples of one batch.
+pub(crate) struct Job<'a> {
+    pub(crate) dataset: &'a Dataset,
+    pub(crate) transform: &'a Transform,
+    pub(crate) writer: &'a Writer,
+    /// The output is RGB8 HWC: resample straight into it.
+    pub(crate) raw: bool,
+    pub(crate) seed: u64,
+    pub(crate) epoch: u64,
+}
+
+impl Job<'_> {
+    /// Produces sample `index` into `out` (exactly one image's bytes).
+    /// The error is a reason for the report, without the file name.
+    pub(crate) fn run(&self, index: usize, out: &mut [u8]) -> Result<(), String> {
+        SCRATCH.with(|cell| match cell.try_borrow_mut() {
+            Ok(mut scratch) => {
+                let result = self.run_with(index, out, &mut scratch);
+                scratch.trim();
+                result
+            }
+            // Re-entered on this thread (a nested rayon call): use fresh buffers.
+            Err(_) => self.run_with(index, out, &mut Scratch::new()),
+        })
+    }
+
+    fn run_with(&self, index: usize, out: &mut [u8], s: &mut Scratch) -> Result<(), String> {
+        self.dataset
+            .read_sample(index, &mut s.encoded)
+            .map_err(|e| format!("cannot read the file: {e}"))?;
+        decode_rgb_into(&s.encoded, &mut s.image).map_err(|e| e.to_string())?;
+        let plan = self.transform.plan(
+            s.image.width,
+            s.image.height,
+            self.seed,
+            self.epoch,
+            index as u64,
+        );
+        if self.raw {
+            return resample::apply(&plan, &s.image, &mut s.resizer, out);
+        }
+        let bytes = plan.out_width as usize * plan.out_height as usize * 3;
+        s.resized.resize(bytes, 0);
+        resample::apply(&plan, &s.image, &mut s.resizer, &mut s.resized)?;
+        self.writer.write(&s.resized, out);
+        Ok(())
+    }
+}

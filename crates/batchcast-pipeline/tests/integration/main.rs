@@ -1,0 +1,8 @@
+//! Integration tests of batchcast-pipeline, in one test binary: decoding,
+//! transform geometry, datasets and sampling, and bad input.
+
+mod bad_input;
+mod common;
+mod dataset;
+mod decode;
+mod transforms;
