@@ -32,6 +32,14 @@ impl Endpoint {
         })
     }
 
+    /// The endpoint of `name` in `dir`, or in the default directory.
+    pub fn resolve(name: &str, dir: Option<&Path>) -> Result<Self> {
+        match dir {
+            Some(dir) => Self::in_dir(name, dir),
+            None => Self::new(name),
+        }
+    }
+
     /// The endpoint of `name` in `dir`.
     pub fn in_dir(name: &str, dir: impl Into<PathBuf>) -> Result<Self> {
         validate_name(name)?;

@@ -131,10 +131,7 @@ impl Consumer {
                 "batch_size must be at least 1 (or None for the producer's batch size)".into(),
             ));
         }
-        let endpoint = match &opts.dir {
-            Some(dir) => Endpoint::in_dir(name, dir)?,
-            None => Endpoint::new(name)?,
-        };
+        let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         let sock = connect_socket(&endpoint, opts.connect_timeout, interrupt)?;
         let cred = rustix::net::sockopt::socket_peercred(&sock)
             .map_err(|e| Error::io("cannot read the producer's credentials", e))?;

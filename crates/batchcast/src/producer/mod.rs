@@ -150,10 +150,7 @@ impl Producer {
                 "batch_size must be at least 1".into(),
             ));
         }
-        let endpoint = match &opts.dir {
-            Some(dir) => Endpoint::in_dir(name, dir)?,
-            None => Endpoint::new(name)?,
-        };
+        let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
         let sock_path = endpoint.socket_path();
