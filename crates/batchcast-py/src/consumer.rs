@@ -1,0 +1,483 @@
+//! `batchcast._native.Consumer`: the core consumer, driven by the
+//! pure-Python `batchcast.Consumer`.
+//!
+//! `next_event` waits for the next event with the GIL released (Ctrl-C
+//! checked every 100 ms) and returns it as a tuple; a batch's arrays come
+//! back as [`ArrayView`]s that `batchcast._consumer` turns into tensors
+//! through DLPack, its per-sample lists as Python lists.
+//!
+//! A producer's death normally shows as its socket closing. A producer that
+//! used a forking DataLoader, though, shares its end of every connection
+//! with its worker processes, which outlive it by seconds; so the consumer
+//! also watches the producer process itself through a pidfd and reports
+//! [`batchcast::Error::ProducerGone`] as soon as it has exited.
+
+use std::ffi::CString;
+use std::os::fd::{AsFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use batchcast::consumer::Keepalive;
+use batchcast::wire::Welcome;
+use batchcast::{
+    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, ShutdownReason,
+};
+use pyo3::exceptions::PyRuntimeWarning;
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+use pyo3::PyTypeInfo;
+
+use crate::dlpack::{ArrayView, LeaseTracker};
+use crate::errors::{to_py, Exc};
+use crate::{blocking, seconds, Guarded};
+
+/// Watches the producer process through a pidfd.
+struct ProducerWatch {
+    pidfd: OwnedFd,
+    /// Seen exited once: the next check confirms it, after the consumer has
+    /// drained what the producer sent before it died.
+    suspected: bool,
+}
+
+impl ProducerWatch {
+    /// Opens a pidfd on `pid`, if `pid` is the producer `name` as this
+    /// process sees it: it holds the arena memfd `batchcast:NAME`. (The pid
+    /// comes from the producer's welcome; in another pid namespace it could
+    /// name some unrelated process.)
+    fn open(name: &str, pid: u32) -> Option<Self> {
+        let raw = i32::try_from(pid).ok()?;
+        let pid_t = rustix::process::Pid::from_raw(raw)?;
+        let pidfd =
+            rustix::process::pidfd_open(pid_t, rustix::process::PidfdFlags::empty()).ok()?;
+        let holds_arena = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.any(|e| {
+            let Ok(e) = e else { return false };
+            let Ok(target) = std::fs::read_link(e.path()) else {
+                return false;
+            };
+            let target = target.to_string_lossy();
+            match target.strip_prefix("/memfd:batchcast:") {
+                Some(rest) => rest == name || rest.strip_suffix(" (deleted)") == Some(name),
+                None => false,
+            }
+        });
+        holds_arena.then_some(ProducerWatch {
+            pidfd,
+            suspected: false,
+        })
+    }
+
+    fn exited(&self) -> bool {
+        let fd = self.pidfd.as_fd();
+        let mut fds = [rustix::event::PollFd::new(
+            &fd,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+    }
+
+    /// True once the producer has exited and a full wait has passed since
+    /// it was first seen exited.
+    fn gone(&mut self) -> bool {
+        if !self.exited() {
+            return false;
+        }
+        if self.suspected {
+            return true;
+        }
+        self.suspected = true;
+        false
+    }
+}
+
+/// Waits of 100 ms before checking whether kept batches hold the window.
+const WARN_AFTER_TICKS: u32 = 10;
+
+/// Warns that this process's kept batches hold every slot of the window.
+fn warn_window_full(py: Python<'_>, name: &str, slots: usize) -> PyResult<()> {
+    let msg = format!(
+        "batchcast.Consumer({name:?}) waits for the producer, but batches this process keeps \
+         alive hold all {slots} slots of the producer's window, so the producer cannot publish \
+         more: drop them (del), keep copies (.clone(), .copy()) instead, or start the producer \
+         with a larger window"
+    );
+    let msg = CString::new(msg).unwrap_or_default();
+    PyErr::warn(py, &PyRuntimeWarning::type_object(py), &msg, 1)
+}
+
+/// The core consumer and what watches its producer.
+struct Attached {
+    consumer: Consumer,
+    watch: Option<ProducerWatch>,
+    /// The producer was seen dead: every later wait fails at once.
+    gone: bool,
+}
+
+/// A consumer attached to one producer (private API: use
+/// `batchcast.Consumer`).
+#[pyclass(module = "batchcast._native", name = "Consumer", frozen)]
+pub struct PyConsumer {
+    inner: Guarded<Attached>,
+    name: String,
+    welcome: Welcome,
+    batches_per_epoch: Option<u64>,
+    watching: bool,
+    /// Slots that this consumer's arrays keep leased.
+    tracker: Arc<LeaseTracker>,
+    /// Warned once that kept batches hold the whole window.
+    warned_full: AtomicBool,
+}
+
+impl Drop for PyConsumer {
+    fn drop(&mut self) {
+        // In a forked child the connection and the leases are the parent's:
+        // dropping them here would send releases for batches the parent
+        // still reads (`take_for_drop` leaks them there).
+        if let Some(attached) = self.inner.take_for_drop() {
+            retire(attached, Arc::clone(&self.tracker));
+        }
+    }
+}
+
+/// Disconnects. While arrays of this consumer are still alive (a batch kept
+/// after the loop, such as its last loop variable), their leases keep the
+/// connection open, and a consumer that stops reading would soon hold up the
+/// producer and every other consumer. So a thread reads on, dropping what
+/// arrives (each batch released at once), until the last kept array is
+/// freed or the producer stops; then the connection closes.
+fn retire(attached: Attached, tracker: Arc<LeaseTracker>) {
+    if tracker.slots_held() == 0 {
+        drop(attached);
+        return;
+    }
+    let drain = move || {
+        let Attached { mut consumer, .. } = attached;
+        while tracker.slots_held() > 0 {
+            match consumer.next_event(&mut || tracker.slots_held() == 0) {
+                Ok(Event::Finished(_)) | Err(_) => break,
+                Ok(_) => {}
+            }
+        }
+    };
+    // If no thread can be started, the closure (and the consumer) is dropped.
+    let _ = std::thread::Builder::new()
+        .name("batchcast-drain".into())
+        .spawn(drain);
+}
+
+fn tree_to_py<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
+    Ok(match node {
+        Node::Leaf(i) => i.into_pyobject(py)?.into_any(),
+        Node::Tuple(items) | Node::List(items) => {
+            let tag = if matches!(node, Node::Tuple(_)) {
+                "t"
+            } else {
+                "l"
+            };
+            let children = items
+                .iter()
+                .map(|c| tree_to_py(py, c))
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(
+                py,
+                [
+                    tag.into_pyobject(py)?.into_any(),
+                    PyList::new(py, children)?.into_any(),
+                ],
+            )?
+            .into_any()
+        }
+        Node::Dict(items) => {
+            let entries = items
+                .iter()
+                .map(|(k, c)| {
+                    PyTuple::new(py, [k.into_pyobject(py)?.into_any(), tree_to_py(py, c)?])
+                })
+                .collect::<PyResult<Vec<_>>>()?;
+            PyTuple::new(
+                py,
+                [
+                    "d".into_pyobject(py)?.into_any(),
+                    PyList::new(py, entries)?.into_any(),
+                ],
+            )?
+            .into_any()
+        }
+    })
+}
+
+fn words<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
+    bytes.chunks_exact(N).map(|c| {
+        let mut w = [0u8; N];
+        w.copy_from_slice(c);
+        w
+    })
+}
+
+fn batch_to_py<'py>(
+    py: Python<'py>,
+    batch: batchcast::Batch,
+    tracker: &Arc<LeaseTracker>,
+) -> PyResult<Bound<'py, PyTuple>> {
+    let (epoch, index) = (batch.epoch, batch.index);
+    let (tree, leaves) = batch.into_parts();
+    let spec = tree_to_py(py, &tree)?;
+    let out = PyList::empty(py);
+    for leaf in leaves {
+        match leaf.kind() {
+            LeafKind::Array => {
+                let keep: Keepalive = leaf.keepalive().ok_or_else(|| {
+                    Exc::ProtocolError.err(py, "an array leaf without memory", &[])
+                })?;
+                let view = ArrayView::new(
+                    keep,
+                    leaf.bytes(),
+                    leaf.dtype(),
+                    leaf.shape(),
+                    leaf.is_zero_copy(),
+                    tracker,
+                )?;
+                out.append(Bound::new(py, view)?)?;
+            }
+            LeafKind::IntList => {
+                let v: Vec<i64> = words::<8>(leaf.bytes()).map(i64::from_le_bytes).collect();
+                out.append(PyList::new(py, v)?)?;
+            }
+            LeafKind::FloatList => {
+                let v: Vec<f64> = words::<8>(leaf.bytes()).map(f64::from_le_bytes).collect();
+                out.append(PyList::new(py, v)?)?;
+            }
+            LeafKind::StrList => {
+                out.append(PyList::new(py, leaf.strings().unwrap_or(&[]))?)?;
+            }
+        }
+    }
+    PyTuple::new(
+        py,
+        [
+            "batch".into_pyobject(py)?.into_any(),
+            epoch.into_pyobject(py)?.into_any(),
+            index.into_pyobject(py)?.into_any(),
+            spec,
+            out.into_any(),
+        ],
+    )
+}
+
+fn reason_to_py(reason: &ShutdownReason) -> (&'static str, String) {
+    match reason {
+        ShutdownReason::Finished => ("finished", String::new()),
+        ShutdownReason::Interrupted => ("interrupted", String::new()),
+        ShutdownReason::Failed(why) => ("failed", why.clone()),
+    }
+}
+
+#[pymethods]
+impl PyConsumer {
+    /// Connects to the producer `name` (waiting up to `connect_timeout`
+    /// seconds for it to appear) and waits for its welcome.
+    #[new]
+    #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
+                        connect_timeout=None, label=String::new(), dir=None, copy_on_write=true))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        name: String,
+        batch_size: Option<u64>,
+        drop_last: bool,
+        join: &str,
+        connect_timeout: Option<f64>,
+        label: String,
+        dir: Option<PathBuf>,
+        copy_on_write: bool,
+    ) -> PyResult<Self> {
+        let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
+        let opts = ConsumerOptions {
+            batch_size,
+            drop_last,
+            join,
+            connect_timeout: seconds(py, connect_timeout, "connect_timeout")?,
+            label,
+            dir,
+            copy_on_write,
+        };
+        let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
+        let welcome = consumer.welcome().clone();
+        let watch = ProducerWatch::open(&name, welcome.producer_pid);
+        Ok(PyConsumer {
+            batches_per_epoch: consumer.batches_per_epoch(),
+            watching: watch.is_some(),
+            tracker: Arc::new(LeaseTracker::default()),
+            warned_full: AtomicBool::new(false),
+            inner: Guarded::new(
+                Attached {
+                    consumer,
+                    watch,
+                    gone: false,
+                },
+                format!("batchcast.Consumer of {name:?}"),
+            ),
+            name,
+            welcome,
+        })
+    }
+
+    /// The producer's name.
+    #[getter]
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the producer said at join: a dict with `producer_pid`,
+    /// `slot_size`, `slots`, `samples_per_epoch`, `batch_size`, `consumer_id`,
+    /// and `watching_pid` (whether the producer process is watched directly).
+    fn welcome<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let w = &self.welcome;
+        let d = PyDict::new(py);
+        d.set_item("producer_pid", w.producer_pid)?;
+        d.set_item("slot_size", w.slot_size)?;
+        d.set_item("slots", w.slots)?;
+        d.set_item("samples_per_epoch", w.samples_per_epoch)?;
+        d.set_item("batch_size", w.batch_size)?;
+        d.set_item("consumer_id", w.consumer_id)?;
+        d.set_item("watching_pid", self.watching)?;
+        Ok(d)
+    }
+
+    /// Batches of a full epoch, from what the producer announced at join.
+    fn batches_per_epoch(&self) -> Option<u64> {
+        self.batches_per_epoch
+    }
+
+    /// The next event, waiting for it:
+    /// `("start", epoch, samples, batches, batch_size, partial)`,
+    /// `("batch", epoch, index, tree_spec, leaves)`,
+    /// `("end", epoch, samples)` or `("finished", reason, message)`.
+    fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let name = &self.name;
+        let slots = self.welcome.slots as usize;
+        let (tracker, warned) = (&self.tracker, &self.warned_full);
+        let mut warning: Option<PyErr> = None;
+        let warning_slot = &mut warning;
+        let event = self.inner.call(py, |a, signals| {
+            let gone = || Error::ProducerGone { name: name.clone() };
+            if a.gone {
+                return Err(gone());
+            }
+            let Attached {
+                consumer, watch, ..
+            } = a;
+            let mut died = false;
+            let mut ticks = 0u32;
+            let mut hook = || {
+                if watch.as_mut().is_some_and(ProducerWatch::gone) {
+                    died = true;
+                    return true;
+                }
+                ticks += 1;
+                if ticks == WARN_AFTER_TICKS
+                    && tracker.slots_held() >= slots
+                    && !warned.swap(true, Ordering::Relaxed)
+                {
+                    if let Some(Err(e)) = Python::try_attach(|py| warn_window_full(py, name, slots))
+                    {
+                        *warning_slot = Some(e);
+                        return true;
+                    }
+                }
+                signals()
+            };
+            let result = consumer.next_event(&mut hook);
+            match result {
+                Err(Error::Interrupted) if died => {
+                    a.gone = true;
+                    Err(gone())
+                }
+                Err(e @ Error::ProducerGone { .. }) => {
+                    a.gone = true;
+                    Err(e)
+                }
+                other => other,
+            }
+        });
+        let event = match (event, warning) {
+            (Err(_), Some(w)) => return Err(w),
+            (event, _) => event?,
+        };
+        match event {
+            Event::EpochStart(info) => PyTuple::new(
+                py,
+                [
+                    "start".into_pyobject(py)?.into_any(),
+                    info.epoch.into_pyobject(py)?.into_any(),
+                    info.samples.into_pyobject(py)?.into_any(),
+                    info.batches.into_pyobject(py)?.into_any(),
+                    info.batch_size.into_pyobject(py)?.into_any(),
+                    PyBool::new(py, info.partial).to_owned().into_any(),
+                ],
+            ),
+            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker),
+            Event::EpochEnd { epoch, samples } => PyTuple::new(
+                py,
+                [
+                    "end".into_pyobject(py)?.into_any(),
+                    epoch.into_pyobject(py)?.into_any(),
+                    samples.into_pyobject(py)?.into_any(),
+                ],
+            ),
+            Event::Finished(reason) => {
+                let (kind, message) = reason_to_py(&reason);
+                PyTuple::new(
+                    py,
+                    [
+                        "finished".into_pyobject(py)?.into_any(),
+                        kind.into_pyobject(py)?.into_any(),
+                        message.into_pyobject(py)?.into_any(),
+                    ],
+                )
+            }
+        }
+    }
+
+    /// This consumer's figures: `batches` handed out, `wait_seconds` spent
+    /// waiting for data, `lag` (batches received and not yet handed out).
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let s = self.inner.call(py, |a, _| Ok(a.consumer.stats()))?;
+        let d = PyDict::new(py);
+        d.set_item("batches", s.batches)?;
+        d.set_item("wait_seconds", s.wait_secs)?;
+        d.set_item("lag", s.lag)?;
+        Ok(d)
+    }
+
+    /// True once closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.inner.is_closed()
+    }
+
+    /// Disconnects (a `next_event` blocked in another thread gives up within
+    /// 100 ms). Arrays still alive stay valid; see [`retire`].
+    fn close(&self, py: Python<'_>) {
+        if let Some(attached) = self.inner.take(py) {
+            let tracker = Arc::clone(&self.tracker);
+            py.detach(move || retire(attached, tracker));
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<batchcast._native.Consumer of {:?}{}>",
+            self.name,
+            if self.inner.is_closed() {
+                " (closed)"
+            } else {
+                ""
+            }
+        )
+    }
+}

@@ -1,0 +1,294 @@
+//! The Python exceptions of batchcast and the mapping from the core's
+//! [`batchcast::Error`].
+//!
+//! Every exception derives from `batchcast.BatchcastError`; some also derive
+//! from the built-in exception a caller would naturally catch
+//! (`InvalidArgument` is a `ValueError`, `NoConsumers` a `TimeoutError`, ...).
+//! The classes are made once per interpreter with
+//! `PyErr_NewExceptionWithDoc`, which accepts a tuple of bases.
+//! [`to_py`] matches every variant of the core's error; the enum is
+//! `#[non_exhaustive]`, so a variant added later falls back to
+//! `BatchcastError` until it gets its own class here.
+
+use std::ffi::CStr;
+
+use batchcast::Error;
+use pyo3::exceptions::{
+    PyException, PyKeyboardInterrupt, PyOSError, PyPermissionError, PyRuntimeError, PyTimeoutError,
+    PyValueError,
+};
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyTuple, PyType};
+use pyo3::{ffi, PyTypeInfo};
+
+/// The exception classes, in definition order (bases before subclasses).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Exc {
+    Base,
+    ProducerGone,
+    ProducerNotFound,
+    NameInUse,
+    JoinRefused,
+    BatchTooLarge,
+    OutOfSharedMemory,
+    NoConsumers,
+    ProtocolError,
+    ProducerFinished,
+    InvalidArgument,
+    InvalidBatch,
+    PermissionDenied,
+    UsageError,
+    IoError,
+}
+
+const COUNT: usize = 15;
+
+static TYPES: [PyOnceLock<Py<PyType>>; COUNT] = [const { PyOnceLock::new() }; COUNT];
+
+impl Exc {
+    pub(crate) const ALL: [Exc; COUNT] = [
+        Exc::Base,
+        Exc::ProducerGone,
+        Exc::ProducerNotFound,
+        Exc::NameInUse,
+        Exc::JoinRefused,
+        Exc::BatchTooLarge,
+        Exc::OutOfSharedMemory,
+        Exc::NoConsumers,
+        Exc::ProtocolError,
+        Exc::ProducerFinished,
+        Exc::InvalidArgument,
+        Exc::InvalidBatch,
+        Exc::PermissionDenied,
+        Exc::UsageError,
+        Exc::IoError,
+    ];
+
+    /// The attribute name in the module.
+    pub(crate) fn short_name(self) -> &'static str {
+        let full = self
+            .qualified()
+            .to_str()
+            .unwrap_or("batchcast.BatchcastError");
+        full.rsplit('.').next().unwrap_or(full)
+    }
+
+    fn qualified(self) -> &'static CStr {
+        match self {
+            Exc::Base => c"batchcast.BatchcastError",
+            Exc::ProducerGone => c"batchcast.ProducerGone",
+            Exc::ProducerNotFound => c"batchcast.ProducerNotFound",
+            Exc::NameInUse => c"batchcast.NameInUse",
+            Exc::JoinRefused => c"batchcast.JoinRefused",
+            Exc::BatchTooLarge => c"batchcast.BatchTooLarge",
+            Exc::OutOfSharedMemory => c"batchcast.OutOfSharedMemory",
+            Exc::NoConsumers => c"batchcast.NoConsumers",
+            Exc::ProtocolError => c"batchcast.ProtocolError",
+            Exc::ProducerFinished => c"batchcast.ProducerFinished",
+            Exc::InvalidArgument => c"batchcast.InvalidArgument",
+            Exc::InvalidBatch => c"batchcast.InvalidBatch",
+            Exc::PermissionDenied => c"batchcast.PermissionDenied",
+            Exc::UsageError => c"batchcast.UsageError",
+            Exc::IoError => c"batchcast.IoError",
+        }
+    }
+
+    fn doc(self) -> &'static CStr {
+        match self {
+            Exc::Base => c"Base class of every batchcast error.",
+            Exc::ProducerGone => {
+                c"The producer's connection closed without a clean shutdown: it was killed or \
+                crashed. `.name` is the producer's name."
+            }
+            Exc::ProducerNotFound => {
+                c"No producer of that name is running. `.name` is the name, `.socket` the socket \
+                path that was tried."
+            }
+            Exc::NameInUse => {
+                c"A live producer already holds this name. `.name` is the name, `.pid` the \
+                holder's pid when known."
+            }
+            Exc::JoinRefused => {
+                c"The producer refused this consumer. `.name` is the producer, `.reason` its reason."
+            }
+            Exc::BatchTooLarge => {
+                c"A batch does not fit in a slot. `.needed` and `.slot_size` are in bytes; pass \
+                slot_size >= needed to Producer."
+            }
+            Exc::OutOfSharedMemory => c"Not enough memory for the shared arena (window x slot_size).",
+            Exc::NoConsumers => {
+                c"The producer waited idle_timeout seconds with no consumer attached. Also a \
+                TimeoutError."
+            }
+            Exc::ProtocolError => {
+                c"The peer sent something that is not valid batchcast protocol, or speaks another \
+                protocol version."
+            }
+            Exc::ProducerFinished => {
+                c"The producer has stopped: it served all its epochs, was interrupted (Ctrl-C), \
+                or its loader failed. Raised by iter(consumer) once the producer has finished. \
+                `.reason` is 'finished', 'interrupted' or 'failed'."
+            }
+            Exc::InvalidArgument => c"An argument out of range or malformed. Also a ValueError.",
+            Exc::InvalidBatch => {
+                c"A batch that breaks the rules (ragged rows, no rows, too deep). Also a ValueError."
+            }
+            Exc::PermissionDenied => {
+                c"The socket directory or the peer belongs to another user. Also a PermissionError."
+            }
+            Exc::UsageError => c"An API call out of order. Also a RuntimeError.",
+            Exc::IoError => c"An operating-system call failed. Also an OSError.",
+        }
+    }
+
+    fn builtin_base(self, py: Python<'_>) -> Option<Bound<'_, PyType>> {
+        match self {
+            Exc::InvalidArgument | Exc::InvalidBatch => Some(PyValueError::type_object(py)),
+            Exc::NoConsumers => Some(PyTimeoutError::type_object(py)),
+            Exc::PermissionDenied => Some(PyPermissionError::type_object(py)),
+            Exc::UsageError => Some(PyRuntimeError::type_object(py)),
+            Exc::IoError => Some(PyOSError::type_object(py)),
+            _ => None,
+        }
+    }
+
+    /// The exception class, made on first use.
+    pub(crate) fn type_object(self, py: Python<'_>) -> PyResult<Bound<'_, PyType>> {
+        let ty = TYPES[self as usize].get_or_try_init(py, || self.make(py))?;
+        Ok(ty.bind(py).clone())
+    }
+
+    fn make(self, py: Python<'_>) -> PyResult<Py<PyType>> {
+        let mut bases: Vec<Bound<'_, PyType>> = Vec::with_capacity(2);
+        bases.push(match self {
+            Exc::Base => PyException::type_object(py),
+            _ => Exc::Base.type_object(py)?,
+        });
+        bases.extend(self.builtin_base(py));
+        let bases = PyTuple::new(py, bases)?;
+        // SAFETY: the name and doc are NUL-terminated static strings, the
+        // bases a valid tuple of exception classes, and the dict may be NULL.
+        // The call returns a new reference or NULL with an exception set.
+        let ty = unsafe {
+            let raw = ffi::PyErr_NewExceptionWithDoc(
+                self.qualified().as_ptr(),
+                self.doc().as_ptr(),
+                bases.as_ptr(),
+                std::ptr::null_mut(),
+            );
+            Bound::from_owned_ptr_or_err(py, raw)?
+        };
+        Ok(ty.cast_into::<PyType>()?.unbind())
+    }
+
+    /// An exception of this class with `msg` and extra attributes.
+    pub(crate) fn err<'py>(
+        self,
+        py: Python<'py>,
+        msg: impl Into<String>,
+        attrs: &[(&str, Bound<'py, PyAny>)],
+    ) -> PyErr {
+        let build = || -> PyResult<PyErr> {
+            let ty = self.type_object(py)?;
+            let value = ty.call1((msg.into(),))?;
+            for (k, v) in attrs {
+                value.setattr(*k, v)?;
+            }
+            Ok(PyErr::from_value(value))
+        };
+        build().unwrap_or_else(|e| e)
+    }
+}
+
+/// Registers every class in the module.
+pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    for exc in Exc::ALL {
+        m.add(exc.short_name(), exc.type_object(m.py())?)?;
+    }
+    Ok(())
+}
+
+fn attrs<'py>(
+    pairs: Vec<(&'static str, Option<Bound<'py, PyAny>>)>,
+) -> Vec<(&'static str, Bound<'py, PyAny>)> {
+    pairs
+        .into_iter()
+        .filter_map(|(k, v)| v.map(|v| (k, v)))
+        .collect()
+}
+
+/// Maps a core error to its Python exception. `pending` is the exception a
+/// signal handler raised while a blocking call waited (it ended the call with
+/// [`Error::Interrupted`]); it is re-raised as is.
+pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) -> PyErr {
+    let msg = err.to_string();
+    let s = |v: &str| v.into_pyobject(py).map(|o| o.into_any()).ok();
+    let n = |v: u64| v.into_pyobject(py).map(|o| o.into_any()).ok();
+    match err {
+        Error::InvalidName { ref name, .. } => {
+            Exc::InvalidArgument.err(py, msg, &attrs(vec![("name", s(name))]))
+        }
+        Error::InvalidArgument(_) => Exc::InvalidArgument.err(py, msg, &[]),
+        Error::ProducerNotFound {
+            ref name,
+            ref socket,
+        } => Exc::ProducerNotFound.err(
+            py,
+            msg,
+            &attrs(vec![
+                ("name", s(name)),
+                ("socket", s(&socket.display().to_string())),
+            ]),
+        ),
+        Error::NameInUse { ref name, pid } => {
+            let pid = match pid {
+                Some(p) => n(u64::from(p)),
+                None => Some(py.None().into_bound(py)),
+            };
+            Exc::NameInUse.err(py, msg, &attrs(vec![("name", s(name)), ("pid", pid)]))
+        }
+        Error::ProducerGone { ref name } => {
+            Exc::ProducerGone.err(py, msg, &attrs(vec![("name", s(name))]))
+        }
+        Error::JoinRefused {
+            ref name,
+            ref reason,
+        } => Exc::JoinRefused.err(
+            py,
+            msg,
+            &attrs(vec![("name", s(name)), ("reason", s(reason))]),
+        ),
+        Error::BatchTooLarge { needed, slot_size } => Exc::BatchTooLarge.err(
+            py,
+            msg,
+            &attrs(vec![
+                ("needed", n(needed as u64)),
+                ("slot_size", n(slot_size as u64)),
+            ]),
+        ),
+        Error::OutOfSharedMemory { needed, .. } => {
+            Exc::OutOfSharedMemory.err(py, msg, &attrs(vec![("needed", n(needed))]))
+        }
+        Error::InvalidBatch(_) => Exc::InvalidBatch.err(py, msg, &[]),
+        Error::Protocol(_) | Error::VersionMismatch { .. } => Exc::ProtocolError.err(py, msg, &[]),
+        Error::ForeignPeer { .. } | Error::UnsafeDirectory { .. } => {
+            Exc::PermissionDenied.err(py, msg, &[])
+        }
+        Error::NoConsumers { .. } => Exc::NoConsumers.err(py, msg, &[]),
+        Error::Interrupted => {
+            pending.unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
+        }
+        Error::Usage(_) => Exc::UsageError.err(py, msg, &[]),
+        Error::Io { ref source, .. } => {
+            let errno = source
+                .raw_os_error()
+                .and_then(|e| e.into_pyobject(py).ok())
+                .map(|o| o.into_any());
+            Exc::IoError.err(py, msg, &attrs(vec![("errno", errno)]))
+        }
+        // The enum is #[non_exhaustive]: a variant added to the core after
+        // this mapping was written is still a BatchcastError.
+        _ => Exc::Base.err(py, msg, &[]),
+    }
+}

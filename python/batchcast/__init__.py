@@ -1,0 +1,62 @@
+"""batchcast: share one data pipeline between many training processes.
+
+A :class:`Producer` runs one data loader and writes each batch once into
+shared memory; any number of :class:`Consumer` processes on the same machine
+read it without copies, each at its own pace and batch size, as a drop-in
+for their DataLoader::
+
+    # producer.py
+    batchcast.Producer(loader, name="cifar").run(epochs=10)
+
+    # train.py (any number of them)
+    loader = batchcast.Consumer("cifar", batch_size=64)
+    for epoch in range(10):
+        for images, labels in loader:
+            ...
+
+Batches are read-only views of shared memory; see :class:`Consumer`.
+Every error derives from :class:`BatchcastError`.
+"""
+
+from ._native import (
+    BatchcastError,
+    BatchTooLarge,
+    InvalidArgument,
+    InvalidBatch,
+    IoError,
+    JoinRefused,
+    NameInUse,
+    NoConsumers,
+    OutOfSharedMemory,
+    PermissionDenied,
+    ProducerFinished,
+    ProducerGone,
+    ProducerNotFound,
+    ProtocolError,
+    UsageError,
+    __version__,
+)
+from ._consumer import Consumer, EpochInfo
+from ._producer import Producer
+
+__all__ = [
+    "Producer",
+    "Consumer",
+    "EpochInfo",
+    "BatchcastError",
+    "BatchTooLarge",
+    "InvalidArgument",
+    "InvalidBatch",
+    "IoError",
+    "JoinRefused",
+    "NameInUse",
+    "NoConsumers",
+    "OutOfSharedMemory",
+    "PermissionDenied",
+    "ProducerFinished",
+    "ProducerGone",
+    "ProducerNotFound",
+    "ProtocolError",
+    "UsageError",
+    "__version__",
+]

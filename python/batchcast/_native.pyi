@@ -1,0 +1,158 @@
+"""Type stubs of the batchcast._native extension module (private API: use
+batchcast.Producer and batchcast.Consumer)."""
+
+import os
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+__version__: str
+PROTOCOL_VERSION: int
+LEAF_ARRAY: int
+LEAF_INTS: int
+LEAF_FLOATS: int
+LEAF_STRS: int
+
+class BatchcastError(Exception):
+    """Base class of every batchcast error."""
+
+class ProducerGone(BatchcastError):
+    """The producer was killed or crashed (its connection closed without a
+    shutdown message)."""
+
+    name: str
+
+class ProducerNotFound(BatchcastError):
+    """No producer of that name is running."""
+
+    name: str
+    socket: str
+
+class NameInUse(BatchcastError):
+    """A live producer already holds the name."""
+
+    name: str
+    pid: Optional[int]
+
+class JoinRefused(BatchcastError):
+    """The producer refused this consumer."""
+
+    name: str
+    reason: str
+
+class BatchTooLarge(BatchcastError):
+    """A batch does not fit in a slot."""
+
+    needed: int
+    slot_size: int
+
+class OutOfSharedMemory(BatchcastError):
+    """Not enough memory for the arena."""
+
+    needed: int
+
+class NoConsumers(BatchcastError, TimeoutError):
+    """No consumer attached within idle_timeout."""
+
+class ProtocolError(BatchcastError):
+    """The peer broke the protocol or speaks another version."""
+
+class ProducerFinished(BatchcastError):
+    """The producer has stopped (all epochs served, interrupted, or its
+    loader failed)."""
+
+    name: str
+    reason: str
+
+class InvalidArgument(BatchcastError, ValueError):
+    """An argument out of range or malformed."""
+
+class InvalidBatch(BatchcastError, ValueError):
+    """A batch that breaks the rules (ragged rows, no rows, too deep)."""
+
+class PermissionDenied(BatchcastError, PermissionError):
+    """The socket directory or the peer belongs to another user."""
+
+class UsageError(BatchcastError, RuntimeError):
+    """A call out of order, or on a closed object."""
+
+class IoError(BatchcastError, OSError):
+    """An operating-system call failed."""
+
+class ArrayView:
+    """An array of a received batch; crosses into torch or NumPy through
+    DLPack (``torch.from_dlpack(view)``, ``numpy.from_dlpack(view)``)."""
+
+    @property
+    def shape(self) -> Tuple[int, ...]: ...
+    @property
+    def dtype(self) -> str: ...
+    @property
+    def nbytes(self) -> int: ...
+    @property
+    def zero_copy(self) -> bool: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
+
+Spec = Any
+Leaf = Tuple[int, Any]
+
+class Producer:
+    def __init__(
+        self,
+        name: str,
+        *,
+        window: int = 8,
+        slot_size: Optional[int] = None,
+        samples_per_epoch: Optional[int] = None,
+        batch_size: Optional[int] = None,
+        wait_for_consumers: bool = True,
+        idle_timeout: Optional[float] = None,
+        dir: Union[str, os.PathLike, None] = None,
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def socket_path(self) -> "os.PathLike[str]": ...
+    @property
+    def slot_size(self) -> Optional[int]: ...
+    @property
+    def consumers(self) -> int: ...
+    @property
+    def closed(self) -> bool: ...
+    def set_samples_per_epoch(self, samples: Optional[int]) -> None: ...
+    def wait_for_consumers(self, n: int, timeout: Optional[float] = None) -> bool: ...
+    def begin_epoch(self) -> int: ...
+    def publish(self, tree: Spec, leaves: List[Leaf]) -> int: ...
+    def end_epoch(self) -> Tuple[int, int, int]: ...
+    def finish(self, reason: str = "finished", message: Optional[str] = None) -> None: ...
+    def close(self) -> None: ...
+    def status(self) -> Dict[str, Any]: ...
+
+class Consumer:
+    def __init__(
+        self,
+        name: str,
+        *,
+        batch_size: Optional[int] = None,
+        drop_last: bool = False,
+        join: str = "catch-up",
+        connect_timeout: Optional[float] = None,
+        label: str = "",
+        dir: Union[str, os.PathLike, None] = None,
+        copy_on_write: bool = True,
+    ) -> None: ...
+    @property
+    def name(self) -> str: ...
+    @property
+    def closed(self) -> bool: ...
+    def welcome(self) -> Dict[str, Any]: ...
+    def batches_per_epoch(self) -> Optional[int]: ...
+    def next_event(self) -> Tuple[Any, ...]: ...
+    def stats(self) -> Dict[str, Any]: ...
+    def close(self) -> None: ...

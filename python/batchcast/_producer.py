@@ -1,0 +1,382 @@
+"""batchcast.Producer: publish the batches of one data loader to many
+training processes."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+import weakref
+from collections.abc import Iterator as _IteratorABC
+from typing import Any, Iterable, Iterator, Optional, Tuple, Union
+
+from . import _native
+from ._tree import flatten
+
+__all__ = ["Producer"]
+
+
+class _Auto:
+    def __repr__(self) -> str:
+        return "<derived from the loader>"
+
+
+#: Default of ``samples_per_epoch`` and ``batch_size``: derive from the loader.
+AUTO: Any = _Auto()
+
+
+def _positive_int(x: Any) -> Optional[int]:
+    if isinstance(x, int) and not isinstance(x, bool) and x > 0:
+        return x
+    return None
+
+
+def _loader_batch_size(loader: Any) -> Optional[int]:
+    bs = _positive_int(getattr(loader, "batch_size", None))
+    if bs is None:
+        bs = _positive_int(getattr(getattr(loader, "batch_sampler", None), "batch_size", None))
+    return bs
+
+
+def _from_batch_sampler(bsampler: Any) -> Optional[int]:
+    """Exact samples per epoch of a BatchSampler-like object, if knowable
+    without iterating it (iterating would consume random numbers)."""
+    sampler = getattr(bsampler, "sampler", None)
+    bs = _positive_int(getattr(bsampler, "batch_size", None))
+    drop_last = getattr(bsampler, "drop_last", None)
+    if bs is None or not isinstance(drop_last, bool):
+        return None
+    try:
+        n = len(sampler)  # type: ignore[arg-type]
+    except TypeError:
+        n = None
+    if n is not None:
+        return n // bs * bs if drop_last else n
+    if drop_last:
+        try:
+            return len(bsampler) * bs  # every batch is full
+        except TypeError:
+            return None
+    return None
+
+
+def _derive_samples(loader: Any, batch_size: Optional[int]) -> Tuple[Optional[int], str]:
+    """``(samples per epoch, why unknown)`` for ``loader`` of nominal
+    ``batch_size``."""
+    tud = sys.modules.get("torch.utils.data")
+    if tud is not None and isinstance(loader, tud.DataLoader):
+        if isinstance(loader.dataset, tud.IterableDataset):
+            return None, "its DataLoader wraps an IterableDataset, whose length is not known"
+        if loader.batch_sampler is None:
+            return None, "its DataLoader has batch_size=None (the dataset yields whole batches)"
+        n = _from_batch_sampler(loader.batch_sampler)
+        if n is None:
+            return None, (
+                "its DataLoader's batch_sampler does not tell its sizes (no batch_size, drop_last "
+                "and sized sampler)"
+            )
+        return n, ""
+    bsampler = getattr(loader, "batch_sampler", None)
+    if bsampler is not None:
+        n = _from_batch_sampler(bsampler)
+        if n is not None:
+            return n, ""
+    bs = batch_size
+    dataset = getattr(loader, "dataset", None)
+    drop_last = getattr(loader, "drop_last", None)
+    if bs is not None and isinstance(drop_last, bool) and hasattr(dataset, "__len__"):
+        n = len(dataset)  # type: ignore[arg-type]
+        return (n // bs * bs if drop_last else n), ""
+    if bs is not None and hasattr(loader, "__len__"):
+        # len() batches of batch_size rows; checked (and corrected) after
+        # the first epoch.
+        return len(loader) * bs, ""
+    if bs is None:
+        return None, "the loader has no batch_size and no batch_size= was given"
+    return None, "the loader has no len()"
+
+
+class Producer:
+    """Publishes the batches of ``loader`` under ``name`` to every
+    :class:`batchcast.Consumer` of that name on this machine.
+
+    ``loader`` is any re-iterable source of batches (a
+    ``torch.utils.data.DataLoader``, a list, ...): each epoch iterates it once.
+    A batch is a torch tensor or NumPy array, or a tuple / list / dict
+    (nested) of them sharing the first (batch) dimension; per-sample Python
+    lists of ints, floats or strs (file names, captions) travel too. Each batch
+    is copied once into shared memory, with the GIL released.
+
+    Run it with :meth:`run`, or iterate it for control between batches::
+
+        producer = batchcast.Producer(loader, name="cifar")
+        producer.run(epochs=10)        # Ctrl-C stops cleanly and tells consumers
+
+        with batchcast.Producer(loader, name="cifar") as producer:
+            for epoch in range(10):
+                for batch in producer:     # one epoch; yields each batch once published
+                    pass
+
+    Args:
+        loader: the batch source, iterated once per epoch.
+        name: the name consumers connect to (1-64 of ``A-Z a-z 0-9 . _ -``).
+        window: slots of shared memory; the slowest consumer may fall this
+            many producer batches behind before the producer waits for it.
+        slot_size: bytes per slot; None sizes slots from the first batch
+            with 25 % headroom (a later, larger batch raises BatchTooLarge).
+        samples_per_epoch: samples per epoch, which gives consumers an exact
+            ``len()``. Derived by default: for a DataLoader from its sampler,
+            batch size and ``drop_last``; None if unknown (consumers' ``len()``
+            then raises TypeError, and ``producer.samples_unknown_reason``
+            says why). Checked after every epoch (a warning if wrong).
+        batch_size: the nominal batch size; default ``loader.batch_size``, or
+            the first batch's rows.
+        wait_for_consumers: True: publish only while at least one consumer
+            is attached; an int n: also wait for n consumers before the first
+            batch; False: publish regardless (batches nobody reads are lost).
+        idle_timeout: seconds to wait for consumers before raising
+            :class:`batchcast.NoConsumers`; None waits forever.
+        dir: the socket directory (default ``$BATCHCAST_DIR``, else
+            ``$XDG_RUNTIME_DIR/batchcast``, else ``/tmp/batchcast-UID``).
+
+    A Producer belongs to the process that made it: DataLoader workers that
+    fork from it cannot use it.
+    """
+
+    def __init__(
+        self,
+        loader: Iterable[Any],
+        name: str,
+        *,
+        window: int = 8,
+        slot_size: Optional[int] = None,
+        samples_per_epoch: Optional[int] = AUTO,
+        batch_size: Optional[int] = AUTO,
+        wait_for_consumers: Union[bool, int] = True,
+        idle_timeout: Optional[float] = None,
+        dir: Union[str, "os.PathLike[str]", None] = None,
+    ) -> None:
+        if not hasattr(loader, "__iter__"):
+            raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
+        if isinstance(loader, _IteratorABC):
+            raise TypeError(
+                f"loader is an iterator ({type(loader).__name__}), which can be iterated only "
+                "once; pass a re-iterable source (a DataLoader, a list, an object whose __iter__ "
+                "starts a new epoch)"
+            )
+        if isinstance(wait_for_consumers, bool):
+            self._min_consumers = 1 if wait_for_consumers else 0
+        elif isinstance(wait_for_consumers, int) and wait_for_consumers >= 0:
+            self._min_consumers = wait_for_consumers
+        else:
+            raise _native.InvalidArgument(
+                f"wait_for_consumers must be a bool or a non-negative int, not {wait_for_consumers!r}"
+            )
+        self._loader = loader
+        if batch_size is AUTO:
+            batch_size = _loader_batch_size(loader)
+        elif batch_size is not None:
+            batch_size = _check_count(batch_size, "batch_size")
+        self._samples_derived = samples_per_epoch is AUTO
+        #: Why samples_per_epoch is None ("" when it is known).
+        self.samples_unknown_reason = ""
+        if samples_per_epoch is AUTO:
+            samples_per_epoch, self.samples_unknown_reason = _derive_samples(loader, batch_size)
+        elif samples_per_epoch is not None:
+            samples_per_epoch = _check_count(samples_per_epoch, "samples_per_epoch", allow_zero=True)
+        else:
+            self.samples_unknown_reason = "samples_per_epoch=None was given"
+        self._samples: Optional[int] = samples_per_epoch
+        self._batch_size: Optional[int] = batch_size
+        self._native = _native.Producer(
+            name,
+            window=window,
+            slot_size=slot_size,
+            samples_per_epoch=samples_per_epoch,
+            batch_size=batch_size,
+            wait_for_consumers=self._min_consumers > 0,
+            idle_timeout=idle_timeout,
+            dir=None if dir is None else os.fspath(dir),
+        )
+        self._idle_timeout = idle_timeout
+        self._epoch: Optional[int] = None
+        self._waited = False
+        # A producer still open at interpreter exit tells its consumers the
+        # stream finished (rather than leaving them to see it vanish).
+        self._finalizer = weakref.finalize(self, self._native.close)
+
+    # -- properties -------------------------------------------------------
+
+    @property
+    def name(self) -> str:
+        """The producer's name."""
+        return self._native.name
+
+    @property
+    def socket_path(self) -> Optional[str]:
+        """The Unix socket consumers connect to (None once closed)."""
+        path = self._native.socket_path
+        return None if path is None else os.fspath(path)
+
+    @property
+    def epoch(self) -> Optional[int]:
+        """The epoch in progress or last run (from 0); None before the first."""
+        return self._epoch
+
+    @property
+    def samples_per_epoch(self) -> Optional[int]:
+        """Samples per epoch as announced to consumers (None: unknown)."""
+        return self._samples
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        """The nominal batch size (None: the first batch's rows)."""
+        return self._batch_size
+
+    @property
+    def consumers(self) -> int:
+        """Consumers connected now."""
+        return self._native.consumers
+
+    @property
+    def closed(self) -> bool:
+        """True once finished or closed."""
+        return self._native.closed
+
+    def status(self) -> dict:
+        """Live figures (as ``batchcast status`` shows them)."""
+        return self._native.status()
+
+    # -- running ----------------------------------------------------------
+
+    def run(self, epochs: Optional[int] = 1) -> None:
+        """Publishes ``epochs`` epochs (None: until interrupted), then
+        finishes: consumers' loops end and a further ``iter()`` on them raises
+        :class:`batchcast.ProducerFinished`.
+
+        Ctrl-C stops cleanly: consumers see the end of the stream, and the
+        KeyboardInterrupt is re-raised here. Any other error from the loader
+        is sent to consumers as the reason of the end, then re-raised.
+        """
+        if epochs is not None and (not isinstance(epochs, int) or epochs < 0):
+            raise _native.InvalidArgument(f"epochs must be a non-negative int or None, not {epochs!r}")
+        try:
+            done = 0
+            while epochs is None or done < epochs:
+                for _ in self._run_epoch():
+                    pass
+                done += 1
+        except KeyboardInterrupt:
+            self._finish("interrupted")
+            raise
+        except BaseException as e:
+            self._finish("failed", _describe_error(e))
+            raise
+        self._finish("finished")
+
+    def __iter__(self) -> Iterator[Any]:
+        """Runs one epoch of the loader, publishing each batch, and yields
+        each batch after it was published."""
+        return self._run_epoch()
+
+    def _wait_first(self) -> None:
+        if self._waited:
+            return
+        self._waited = True
+        n = self._min_consumers
+        if n > 1 and not self._native.wait_for_consumers(n, self._idle_timeout):
+            raise _native.NoConsumers(
+                f"only {self._native.consumers} of {n} consumers attached within "
+                f"{self._idle_timeout} s; start the training processes, or raise idle_timeout"
+            )
+
+    def _run_epoch(self) -> Iterator[Any]:
+        native = self._native
+        try:
+            self._wait_first()
+            epoch = native.begin_epoch()
+        except KeyboardInterrupt:
+            self._finish("interrupted")
+            raise
+        self._epoch = epoch
+        samples = 0
+        try:
+            for batch in self._loader:
+                spec, leaves, rows = flatten(batch)
+                native.publish(spec, leaves)
+                samples += rows
+                yield batch
+        except GeneratorExit:
+            # The caller left the loop mid-epoch: end the epoch here, short.
+            if not native.closed:
+                native.end_epoch()
+            raise
+        except KeyboardInterrupt:
+            self._finish("interrupted")
+            raise
+        except BaseException as e:
+            self._finish("failed", _describe_error(e))
+            raise
+        native.end_epoch()
+        self._check_samples(epoch, samples)
+
+    def _check_samples(self, epoch: int, samples: int) -> None:
+        expected = self._samples
+        if expected is None or samples == expected:
+            return
+        if self._samples_derived:
+            warnings.warn(
+                f"producer {self.name!r} published {samples} samples in epoch {epoch}, but "
+                f"{expected} were derived from the loader and announced to consumers, so their "
+                f"len() was wrong for this epoch; announcing {samples} from now on (pass "
+                f"samples_per_epoch= to say it up front)",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+            self._samples = samples
+            self._native.set_samples_per_epoch(samples)
+        else:
+            warnings.warn(
+                f"producer {self.name!r} published {samples} samples in epoch {epoch}, but "
+                f"samples_per_epoch={expected}; consumers' len() was wrong for this epoch",
+                RuntimeWarning,
+                stacklevel=3,
+            )
+
+    # -- closing ----------------------------------------------------------
+
+    def _finish(self, reason: str, message: Optional[str] = None) -> None:
+        self._native.finish(reason, message)
+
+    def close(self) -> None:
+        """Tells consumers the stream is over and frees the name. Idempotent."""
+        self._native.close()
+
+    def __enter__(self) -> "Producer":
+        return self
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        if exc_type is None:
+            self._finish("finished")
+        elif issubclass(exc_type, KeyboardInterrupt):
+            self._finish("interrupted")
+        else:
+            self._finish("failed", _describe_error(exc))
+
+    def __repr__(self) -> str:
+        state = "closed" if self.closed else f"{self.consumers} consumer(s)"
+        return f"<batchcast.Producer {self.name!r} ({state})>"
+
+
+def _describe_error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {e}"
+
+
+def _check_count(x: Any, what: str, allow_zero: bool = False) -> int:
+    try:
+        n = x.__index__()
+    except AttributeError:
+        raise TypeError(f"{what} must be an int or None, not {type(x).__name__}") from None
+    if n < 0 or (n == 0 and not allow_zero):
+        raise _native.InvalidArgument(f"{what} must be {'>= 0' if allow_zero else '>= 1'}, not {n}")
+    return n

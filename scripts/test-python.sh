@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# Builds the batchcast Python package into a virtualenv and runs its tests.
+#
+#   scripts/test-python.sh                 # everything
+#   scripts/test-python.sh -m "not slow"   # extra arguments go to pytest
+#
+# Needs Rust (cargo) and python3 (3.9+) with the venv module; everything
+# else (maturin, numpy, torch, pytest) is installed into $BATCHCAST_VENV
+# (default .venv) on the first run. Later runs only rebuild what changed.
+set -euo pipefail
+
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+venv="${BATCHCAST_VENV:-$root/.venv}"
+python="${PYTHON:-python3}"
+
+if [ ! -x "$venv/bin/python" ]; then
+    echo "test-python: creating $venv" >&2
+    "$python" -m venv "$venv"
+fi
+py="$venv/bin/python"
+
+if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket" >/dev/null 2>&1; then
+    echo "test-python: installing maturin, numpy, torch, torchvision, pillow, pytest, tensorsocket into $venv" >&2
+    "$py" -m pip install --quiet --upgrade pip
+    # TORCH_SPEC lets CI pick a build, e.g. "torch --index-url https://download.pytorch.org/whl/cpu".
+    # shellcheck disable=SC2086
+    "$py" -m pip install --quiet "maturin>=1.5,<2" numpy pytest pillow \
+        tensorsocket==0.0.5 ${TORCH_SPEC:-torch torchvision}
+fi
+
+# Build the extension (release; cargo makes this a no-op when nothing
+# changed) and install the package in development mode: the module lands in
+# python/batchcast/, which the venv imports directly.
+echo "test-python: building batchcast (maturin develop --release)" >&2
+VIRTUAL_ENV="$venv" PATH="$venv/bin:$PATH" "$venv/bin/maturin" develop --release --quiet >&2
+
+exec "$py" -m pytest "$@"

@@ -1,0 +1,343 @@
+"""Processes the tests run: producers and consumers, one role per call.
+
+Run as ``python helpers.py ROLE JSON_OPTIONS``. Every role reports on stdout,
+one line per event (flushed), so that a test can wait for a line instead of
+sleeping: ``ready``, ``batch ...``, ``epoch {json}``, ``gone <monotonic time>``,
+``finished <reason>``...
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+import time
+from typing import Any, Dict, Iterator, List
+
+import numpy as np
+
+
+def say(*parts: Any) -> None:
+    print(*parts, flush=True)
+
+
+# -- data ----------------------------------------------------------------
+
+
+class IdDataset:
+    """Sample i is i (and a name "s{i}")."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
+class IdLoader:
+    """A DataLoader-like loader of sample ids: batches of `batch_size` rows
+    (the last one smaller), each {"id": int64 array, "name": [str], "x":
+    float32 array (rows, width)}."""
+
+    def __init__(self, n: int, batch_size: int, width: int = 4, names: bool = True) -> None:
+        self.dataset = IdDataset(n)
+        self.batch_size = batch_size
+        self.drop_last = False
+        self.width = width
+        self.names = names
+
+    def __len__(self) -> int:
+        return -(-self.dataset.n // self.batch_size)
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        n, bs = self.dataset.n, self.batch_size
+        for start in range(0, n, bs):
+            ids = np.arange(start, min(start + bs, n), dtype=np.int64)
+            batch: Dict[str, Any] = {
+                "id": ids,
+                "x": np.repeat(ids.astype(np.float32)[:, None], self.width, axis=1),
+            }
+            if self.names:
+                batch["name"] = [f"s{i}" for i in ids]
+            yield batch
+
+
+def roundtrip_batches(with_torch: bool) -> List[Any]:
+    """Batches of 4 rows covering every structure and dtype."""
+    rows = 4
+    out: List[Any] = []
+    for dt in (np.bool_, np.uint8, np.int8, np.uint16, np.int16, np.uint32, np.int32,
+               np.uint64, np.int64, np.float16, np.float32, np.float64):
+        a = np.arange(rows * 6).reshape(rows, 2, 3)
+        a = (a % 2 == 1) if dt is np.bool_ else (a * 3 - 7).astype(dt)
+        out.append(a)
+    base = np.arange(rows * 5, dtype=np.float32).reshape(rows, 5)
+    out.append((np.arange(rows), base))
+    out.append([np.arange(rows), base * 2])
+    out.append({"image": base, "label": np.arange(rows) % 3, "path": [f"img_{i}.png" for i in range(rows)]})
+    out.append(
+        (
+            {"a": [np.arange(rows), (np.zeros((rows, 1, 1)),)], "b": {"c": base[:, :2]}},
+            [1, 2, 3, 2**40],
+            [0.5, 1, 2.5, -3.75],
+            ["x", "é∂", "", "long" * 50],
+            [True, False, True, True],
+        )
+    )
+    out.append(base[:, ::2])  # not contiguous
+    out.append(base.astype(">f4"))  # big-endian
+    out.append({"ints": [np.int64(3), 4, 5, 6], "floats": [np.float32(0.5), 1, 2, 3]})
+    if with_torch:
+        import torch
+
+        t = torch.arange(rows * 6).reshape(rows, 2, 3)
+        for dt in (torch.bool, torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64,
+                   torch.uint16, torch.uint32, torch.uint64, torch.float16, torch.bfloat16,
+                   torch.float32, torch.float64):
+            out.append((t % 2 == 1) if dt is torch.bool else (t * 3 - 7).to(dt))
+        out.append((torch.randn(rows, 3, generator=torch.Generator().manual_seed(0)).to(torch.bfloat16),
+                    {"grad": torch.ones(rows, 2, requires_grad=True) * 2}))
+        out.append(torch.arange(rows * 6, dtype=torch.float32).reshape(6, rows).t())  # transposed
+        out.append({"mixed": (torch.ones(rows, dtype=torch.int16), np.full((rows,), 7, np.uint8))})
+    return out
+
+
+# -- training -------------------------------------------------------------
+
+
+def make_loader(num_workers: int = 2, n: int = 256, batch_size: int = 32) -> Any:
+    """A real DataLoader over synthetic images, shuffled with a fixed seed,
+    with a random augmentation drawn in the worker processes."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    class Images(Dataset):
+        def __len__(self) -> int:
+            return n
+
+        def __getitem__(self, i: int):
+            g = torch.Generator().manual_seed(i)
+            image = torch.randn(3, 8, 8, generator=g)
+            if torch.rand(1).item() < 0.5:  # worker RNG: seeded by the loader
+                image = image.flip(-1)
+            return image, i % 4
+
+    return DataLoader(Images(), batch_size=batch_size, shuffle=True, num_workers=num_workers,
+                      generator=torch.Generator().manual_seed(0))
+
+
+def make_model() -> Any:
+    import torch
+    from torch import nn
+
+    torch.manual_seed(1)
+    return nn.Sequential(
+        nn.Conv2d(3, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+        nn.Linear(8, 4),
+    )
+
+
+def train(batches_per_epoch: Any, epochs: int) -> Any:
+    """Trains make_model() on `batches_per_epoch()` (an iterable per epoch)."""
+    import torch
+
+    torch.set_num_threads(1)
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    for _ in range(epochs):
+        for images, labels in batches_per_epoch():
+            opt.zero_grad()
+            loss = torch.nn.functional.cross_entropy(model(images), labels)
+            loss.backward()
+            opt.step()
+    return model
+
+
+# -- roles ---------------------------------------------------------------
+
+
+def produce_ids(o: Dict[str, Any]) -> None:
+    import batchcast
+
+    loader = IdLoader(o.get("n", 1000), o.get("batch_size", 64), names=o.get("names", True))
+    p = batchcast.Producer(
+        loader,
+        o["name"],
+        window=o.get("window", 8),
+        wait_for_consumers=o.get("wait_for_consumers", True),
+    )
+    say("ready", p.socket_path)
+    if o.get("fork_holder"):
+        # A child that keeps copies of the producer's sockets (as forked
+        # DataLoader workers do) and outlives it.
+        p._native.wait_for_consumers(1)
+        if os.fork() == 0:
+            signal.pause()
+            os._exit(0)
+    try:
+        p.run(epochs=o.get("epochs", 1))
+    except KeyboardInterrupt:
+        say("interrupted")
+        return
+    say("done")
+
+
+def produce_small(o: Dict[str, Any]) -> None:
+    """Many epochs of a tiny loader: 4 batches of 16 rows."""
+    import batchcast
+
+    batches = [
+        {"id": np.arange(16 * i, 16 * i + 16), "x": np.full((16, 256), i, np.float32),
+         "name": [f"n{16 * i + j}" for j in range(16)]}
+        for i in range(4)
+    ]
+    p = batchcast.Producer(batches, o["name"], window=o.get("window", 4), batch_size=16)
+    say("ready")
+    p.run(epochs=o["epochs"])
+    say("done")
+
+
+def produce_roundtrip(o: Dict[str, Any]) -> None:
+    import batchcast
+
+    batches = roundtrip_batches(o["torch"])
+    p = batchcast.Producer(batches, o["name"], window=64, batch_size=4, slot_size=1 << 16,
+                           wait_for_consumers=o.get("consumers", 1))
+    say("ready")
+    p.run(epochs=1)
+    say("done")
+
+
+def consume_ids(o: Dict[str, Any]) -> None:
+    import batchcast
+
+    c = batchcast.Consumer(
+        o["name"],
+        batch_size=o.get("batch_size"),
+        drop_last=o.get("drop_last", False),
+        join=o.get("join", "catch-up"),
+        connect_timeout=o.get("connect_timeout", 30),
+        format="numpy",
+    )
+    say("connected")
+    hold = o.get("hold_after")  # stop after this many batches and wait (to be killed)
+    count = 0
+    try:
+        for _ in range(o.get("epochs", 1000000)):
+            len_before = _len(c)
+            ids: List[int] = []
+            names_ok = True
+            batches = 0
+            sizes = []
+            len_during = None
+            for b in c:
+                if batches == 0:
+                    len_during = _len(c)
+                batches += 1
+                count += 1
+                sizes.append(int(b["id"].shape[0]))
+                ids.extend(int(i) for i in b["id"])
+                if "name" in b:
+                    names_ok = names_ok and b["name"] == [f"s{int(i)}" for i in b["id"]]
+                names_ok = names_ok and bool((b["x"][:, 0] == b["id"]).all())
+                if o.get("say_batches"):
+                    say("batch", count)
+                if hold is not None and count == hold:
+                    say("holding")
+                    sys.stdin.read()  # until killed
+            info = c.epoch_info
+            say("epoch", json.dumps({
+                "epoch": c.epoch, "partial": bool(info.partial) if info else None,
+                "len_before": len_before, "len": len_during, "len_after": _len(c),
+                "batches": batches, "sizes": sizes,
+                "ids": ids, "names_ok": names_ok,
+            }))
+        say("done")
+    except batchcast.ProducerFinished as e:
+        say("finished", e.reason)
+    except batchcast.ProducerGone as e:
+        say("gone", repr(time.monotonic()), e.name)
+
+
+def consume_any(o: Dict[str, Any]) -> None:
+    """Reads whatever comes, forever; reports when the producer is gone."""
+    import batchcast
+
+    c = batchcast.Consumer(o["name"], connect_timeout=60)
+    count = 0
+    try:
+        while True:
+            for _ in c:
+                count += 1
+                say("batch", count)
+    except batchcast.ProducerGone:
+        say("gone", repr(time.monotonic()))
+    except batchcast.ProducerFinished as e:
+        say("finished", e.reason)
+
+
+def wait_then_report_interrupt(o: Dict[str, Any]) -> None:
+    """Waits for a welcome that never comes; reports how fast Ctrl-C ends it."""
+    import batchcast
+
+    t0 = None
+
+    def on_sigint(signum: int, frame: Any) -> None:
+        nonlocal t0
+        t0 = time.monotonic()
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGINT, on_sigint)
+    say("waiting")
+    try:
+        batchcast.Consumer(o["name"], connect_timeout=60)
+    except KeyboardInterrupt:
+        assert t0 is not None
+        say("interrupted after", repr(time.monotonic() - t0))
+
+
+def _len(c: Any) -> Any:
+    try:
+        return len(c)
+    except TypeError:
+        return None
+
+
+def produce_training(o: Dict[str, Any]) -> None:
+    import torch
+
+    import batchcast
+
+    torch.set_num_threads(1)
+    loader = make_loader(num_workers=o.get("num_workers", 2))
+    p = batchcast.Producer(loader, o["name"], window=o.get("window", 4),
+                           wait_for_consumers=o.get("consumers", 1))
+    say("ready", p.samples_per_epoch, p.batch_size)
+    try:
+        p.run(epochs=o.get("epochs", 2))
+    except KeyboardInterrupt:
+        say("interrupted")
+        return
+    say("done")
+
+
+def consume_training(o: Dict[str, Any]) -> None:
+    import torch
+
+    import batchcast
+
+    loader = batchcast.Consumer(o["name"], connect_timeout=60)
+    say("connected", len(loader))
+    model = train(lambda: loader, o["epochs"])
+    torch.save(model.state_dict(), o["out"])
+    say("saved")
+
+
+def main() -> None:
+    role, opts = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    globals()[role](opts)
+
+
+if __name__ == "__main__":
+    main()

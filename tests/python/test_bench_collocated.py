@@ -1,0 +1,217 @@
+"""The collocated-training benchmark runner, bench/collocated.py, at a tiny
+size: every mode runs (or, where it cannot, is reported as failed with its
+error instead of crashing or hanging the runner), the JSON has every field,
+and the derived figures (speedup, samples/s, CPU per 1000 samples) follow
+from the measured ones. Speed is not asserted."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RUNNER = ROOT / "bench" / "collocated.py"
+
+pytest.importorskip("torch")
+pytest.importorskip("torchvision")
+pytest.importorskip("PIL")
+
+
+def _load_runner():
+    spec = importlib.util.spec_from_file_location("bench_collocated", RUNNER)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _load_runner()
+
+# 24 images in batches of 8: 3 batches per epoch.
+TINY = ["--images", "24", "--classes", "3", "--image-size", "32", "--batch-size", "8",
+        "--epochs", "1", "--workers", "1", "--quiet"]
+
+
+def _native_ready() -> bool:
+    """A batchcast binary whose `serve` takes an image dataset."""
+    binary = runner.find_batchcast_bin(None)
+    if binary is None:
+        return False
+    out = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=30).stdout
+    return "--data" in out and "--transform" in out
+
+
+def _expected_status(mode: str) -> str:
+    """What each mode must do here: "ok", or "fails" (reported with its error)."""
+    if mode == "independent":
+        return "ok"
+    if mode == "shared-python":
+        return "ok" if importlib.util.find_spec("batchcast") else "fails"
+    if mode == "shared-native":
+        return "ok" if importlib.util.find_spec("batchcast") and _native_ready() else "fails"
+    # TensorSocket 0.0.5 sends loader batches in groups of 8 and never sends
+    # an epoch's last partial group: with 3 batches per epoch it sends
+    # nothing, and its consumers wait forever. The runner must stop the cell
+    # (--stall-timeout) and report the hang.
+    return "fails"
+
+
+def _run(tmp: Path, *extra: str, timeout: float = 300) -> subprocess.CompletedProcess:
+    cmd = [sys.executable, str(RUNNER), *TINY, "--cache-dir", str(tmp / "cache"), *extra]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+
+
+@pytest.fixture(scope="module")
+def main_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("collocated")
+    out = tmp / "results.json"
+    proc = _run(tmp, "--modes", "independent,shared-python,shared-native", "--trainers", "1,2",
+                "--stall-timeout", "20", "--timeout", "120", "--json", str(out))
+    assert proc.returncode == 0, f"runner failed:\n{proc.stdout}\n{proc.stderr}"
+    with open(out) as f:
+        return tmp, proc, json.load(f)
+
+
+@pytest.fixture(scope="module")
+def tensorsocket_run(main_run):
+    tmp = main_run[0]
+    out = tmp / "tensorsocket.json"
+    proc = _run(tmp, "--modes", "tensorsocket", "--trainers", "1", "--stall-timeout", "10",
+                "--timeout", "90", "--json", str(out))
+    assert proc.returncode == 0, f"runner failed:\n{proc.stdout}\n{proc.stderr}"
+    with open(out) as f:
+        return proc, json.load(f)
+
+
+def _check_cell(cell: dict) -> None:
+    missing = [k for k in runner.CELL_FIELDS if k not in cell]
+    assert not missing, f"{cell['mode']} N={cell['trainers']}: missing {missing}"
+    expected = _expected_status(cell["mode"])
+    if expected == "ok":
+        assert cell["status"] == "ok", f"{cell['mode']} N={cell['trainers']}: {cell['error']}"
+    else:
+        # Reported, with its error, not crashed.
+        assert cell["status"] in ("failed", "timeout"), cell
+        assert cell["error"] and cell["error"].strip()
+        for k in ("agg_samples_per_s", "cpu_s_per_1k_samples", "peak_mem_mb", "speedup"):
+            assert cell[k] is None
+    if cell["status"] != "ok":
+        return
+    n = cell["trainers"]
+    trainers = cell["trainer_results"]
+    assert len(trainers) == n
+    # Every sample of every epoch reaches every trainer (batchcast: the
+    # epoch's tail included).
+    assert cell["samples"] == cell["expected_samples"] == n * 24
+    assert all(t["samples"] == 24 for t in trainers)
+    assert all(s.startswith("torch.float32[3, 32, 32]") for t in trainers for s in t["shapes"])
+    assert cell["agg_samples_per_s"] == pytest.approx(cell["samples"] / cell["wall_s"])
+    assert cell["per_trainer_samples_per_s"] == pytest.approx(
+        sum(t["samples"] / t["wall_s"] for t in trainers) / n)
+    assert cell["wall_s"] >= max(t["wall_s"] for t in trainers) - 0.05
+    assert 0 <= cell["wait_share"] <= 1
+    assert cell["cpu_s"] > 0
+    assert cell["cpu_s_per_1k_samples"] == pytest.approx(1000 * cell["cpu_s"] / cell["samples"])
+    assert cell["peak_mem_mb"] > 0 and cell["mem_trainers_mb"] > 0
+    assert cell["peak_mem_mb"] <= cell["mem_trainers_mb"] + cell["mem_loading_mb"] + 1e-6
+    assert cell["sum_peak_rss_mb"] > 0
+
+
+@pytest.mark.slow
+def test_every_mode_runs_or_reports_its_failure(main_run, tensorsocket_run):
+    _, proc, doc = main_run
+    assert {"config", "machine", "dataset", "results", "targets", "setup"} <= doc.keys()
+    cells = doc["results"] + tensorsocket_run[1]["results"]
+    assert [(c["mode"], c["trainers"]) for c in cells] == [
+        ("independent", 1), ("independent", 2), ("shared-python", 1), ("shared-python", 2),
+        ("shared-native", 1), ("shared-native", 2), ("tensorsocket", 1)]
+    for cell in cells:
+        _check_cell(cell)
+    # The table names every cell; failures with their error.
+    table = proc.stdout + tensorsocket_run[0].stdout
+    for cell in cells:
+        line = next((row for row in table.splitlines()
+                     if row.split()[:2] == [cell["mode"], str(cell["trainers"])]), None)
+        assert line is not None, f"no row for {cell['mode']} N={cell['trainers']}:\n{table}"
+        if cell["status"] != "ok":
+            assert cell["status"].upper() in line
+            assert cell["error"].strip().splitlines()[0][:40] in table
+
+
+@pytest.mark.slow
+def test_speedup_is_against_independent_at_the_same_n(main_run):
+    cells = main_run[2]["results"]
+    base = {c["trainers"]: c["agg_samples_per_s"] for c in cells if c["mode"] == "independent"}
+    for c in cells:
+        if c["status"] != "ok":
+            assert c["speedup"] is None
+            continue
+        assert c["speedup"] == pytest.approx(c["agg_samples_per_s"] / base[c["trainers"]])
+        if c["mode"] == "independent":
+            assert c["speedup"] == pytest.approx(1.0)
+
+
+@pytest.mark.slow
+def test_a_hang_is_cut_short_and_reported(tensorsocket_run):
+    proc, doc = tensorsocket_run
+    (cell,) = doc["results"]
+    if cell["status"] == "timeout":
+        assert "no trainer made progress" in cell["error"]
+    assert "TIMEOUT" in proc.stdout or "FAILED" in proc.stdout
+
+
+@pytest.mark.slow
+def test_the_dataset_cache_is_reused(main_run, tensorsocket_run):
+    tmp = main_run[0]
+    (ds,) = [p for p in (tmp / "cache").iterdir() if not p.name.startswith(".")]
+    params = json.loads((ds / "params.json").read_text())
+    assert params["params"]["images"] == 24 and params["files"] == 24
+    # Both runs used the same directory: no second one, no leftovers.
+    assert sorted(p.name for p in (tmp / "cache").iterdir() if not p.name.startswith(".")) == [ds.name]
+    assert len(list((ds / "data").rglob("*.jpg"))) == 24
+
+
+def test_speedup_arithmetic():
+    def cell(mode, n, agg, status="ok"):
+        c = runner._blank_cell(mode, n)
+        c.update(status=status, agg_samples_per_s=agg if status == "ok" else None)
+        return c
+
+    cells = [cell("independent", 1, 100.0), cell("independent", 4, 120.0),
+             cell("shared-python", 1, 95.0), cell("shared-python", 4, 420.0),
+             cell("shared-native", 4, 480.0), cell("tensorsocket", 4, None, status="timeout"),
+             cell("shared-native", 2, 300.0)]
+    runner.add_speedups(cells)
+    got = {(c["mode"], c["trainers"]): c["speedup"] for c in cells}
+    assert got[("independent", 1)] == 1.0 and got[("independent", 4)] == 1.0
+    assert got[("shared-python", 1)] == pytest.approx(0.95)
+    assert got[("shared-python", 4)] == pytest.approx(3.5)
+    assert got[("shared-native", 4)] == pytest.approx(4.0)
+    assert got[("tensorsocket", 4)] is None
+    assert got[("shared-native", 2)] is None  # no independent run at N=2
+
+
+def test_failed_cells_show_their_error_in_the_table():
+    ok = runner._blank_cell("independent", 2)
+    ok.update(status="ok", agg_samples_per_s=200.0, per_trainer_samples_per_s=100.0, wait_share=0.5,
+              cpu_s_per_1k_samples=3.0, peak_mem_mb=1500.0, speedup=1.0)
+    bad = runner._blank_cell("tensorsocket", 2)
+    bad.update(status="failed", error="producer exited with status 1:\nIndexError: list index out of range")
+    table = runner.format_table([ok, bad])
+    assert "FAILED: producer exited with status 1:" in table
+    assert "1.00x" in table and "50.0%" in table
+
+
+def test_cuda_profile_fails_clearly_without_a_gpu(tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("CUDA is available here")
+    proc = _run(tmp_path, "--device", "cuda", "--trainers", "1", timeout=180)
+    assert proc.returncode == 2
+    assert "--device cuda needs an NVIDIA GPU with CUDA" in proc.stderr
+    assert not (tmp_path / "cache").exists()  # fails before doing anything

@@ -1,0 +1,126 @@
+"""Faults from Python: killed consumers, killed producers, Ctrl-C, late
+joiners. TensorSocket stalled everyone for 10 s on a dead consumer and hung
+consumers forever when the producer exited."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import numpy as np
+import pytest
+
+import batchcast
+from conftest import shm_entries
+
+
+def test_a_consumer_killed_mid_epoch_holds_nobody_up_and_leaks_nothing(spawn, bc_dir):
+    shm_before = shm_entries()
+    producer = spawn("produce_ids", name="k", n=1000, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2)
+    victim = spawn("consume_ids", stdin=True, name="k", hold_after=3)
+    survivor = spawn("consume_ids", name="k", batch_size=48, epochs=3)
+    victim.expect("holding")  # mid-epoch, holding its leases
+    victim.kill()
+    for e, got in enumerate(survivor.epochs(3)):
+        assert got["epoch"] == e and got["ids"] == list(range(1000))
+    survivor.expect("done")
+    producer.expect("done")
+    assert producer.wait() == 0 and survivor.wait() == 0
+    assert os.listdir(bc_dir) == []  # socket and lock removed
+    assert shm_entries() <= shm_before  # the arena is a memfd: nothing in /dev/shm
+
+
+@pytest.mark.parametrize("case", ["plain", "forked-child", "dataloader-workers"])
+def test_a_killed_producer_is_reported_at_once(spawn, case):
+    # Children forked from the producer (DataLoader workers) hold copies of
+    # its sockets and can outlive it: the consumer then learns of the death
+    # from the producer process itself (a pidfd), not from its socket.
+    if case == "dataloader-workers":
+        producer = spawn("produce_training", name="pk", epochs=1000, num_workers=2)
+    else:
+        producer = spawn("produce_ids", name="pk", n=10**6, batch_size=64, epochs=1000,
+                         fork_holder=case == "forked-child")
+    consumer = spawn("consume_any", name="pk")
+    consumer.expect("batch")
+    spawn.adopt(producer.children())
+    killed_at = time.monotonic()
+    producer.kill(signal.SIGKILL)
+    gone_at = float(consumer.expect("gone").split()[0])
+    assert gone_at - killed_at < 1.0, f"ProducerGone {gone_at - killed_at:.2f} s after the kill"
+    assert consumer.wait() == 0
+
+
+def test_ctrl_c_in_the_producer_ends_consumers_cleanly(spawn):
+    producer = spawn("produce_ids", name="int", n=10**6, batch_size=64, epochs=1000)
+    consumer = spawn("consume_ids", name="int", say_batches=True)
+    consumer.expect("batch")
+    producer.kill(signal.SIGINT)
+    producer.expect("interrupted")
+    assert producer.wait() == 0
+    assert consumer.expect("epoch ")  # the loop in progress ended without an error
+    assert consumer.expect("finished") == "interrupted"  # the next iter() raised
+    assert consumer.wait() == 0
+
+
+def test_ctrl_c_interrupts_a_consumer_waiting_for_data(spawn):
+    # A producer that never publishes: the consumer waits for its welcome.
+    producer = spawn("produce_ids", name="idle", n=64, batch_size=64, epochs=1,
+                     wait_for_consumers=2)
+    consumer = spawn("wait_then_report_interrupt", name="idle")
+    consumer.expect("waiting")
+    consumer.kill(signal.SIGINT)
+    assert float(consumer.expect("interrupted after")) < 1.0
+    assert consumer.wait() == 0
+
+
+@pytest.mark.parametrize("join", ["catch-up", "next-epoch", "now"])
+def test_a_late_joiner_under_each_join_policy(spawn, join):
+    producer = spawn("produce_ids", name="late", n=1000, batch_size=64, window=8, epochs=3)
+    first = batchcast.Consumer("late", connect_timeout=30, format="numpy")
+    it = iter(first)
+    held = next(it)  # epoch 0 begins; holding its first batch keeps it in the window
+    assert held["id"][0] == 0
+    late = spawn("consume_ids", name="late", join=join)
+    late.expect("connected")
+    del held
+    for _ in it:
+        pass
+    for _ in range(2):
+        for _ in first:
+            pass
+    first.close()
+    seen = late.epochs(3 if join != "next-epoch" else 2)
+    assert late.expect("finished") == "finished"
+    if join == "catch-up":
+        assert [e["epoch"] for e in seen] == [0, 1, 2]
+        assert all(e["ids"] == list(range(1000)) and not e["partial"] for e in seen)
+    elif join == "next-epoch":
+        assert [e["epoch"] for e in seen] == [1, 2]
+        assert all(e["ids"] == list(range(1000)) for e in seen)
+    else:
+        assert [e["epoch"] for e in seen] == [0, 1, 2]
+        part = seen[0]
+        assert part["partial"] and 0 < part["ids"][0] < 1000 and part["ids"][0] % 64 == 0
+        assert part["ids"] == list(range(part["ids"][0], 1000))
+        assert part["batches"] == part["len"] == len(range(part["ids"][0], 1000, 64))
+        assert all(e["ids"] == list(range(1000)) and not e["partial"] for e in seen[1:])
+        assert part["len_after"] == seen[1]["len"] == 16
+    producer.expect("done")
+    assert producer.wait() == 0
+
+
+def test_a_consumer_closed_while_keeping_a_batch_holds_nobody_up(spawn):
+    producer = spawn("produce_ids", name="leave", n=1000, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2)
+    other = spawn("consume_ids", name="leave", epochs=3)
+    c = batchcast.Consumer("leave", connect_timeout=30, format="numpy")
+    for kept in c:
+        break  # the loop variable outlives the loop, as it does in scripts
+    c.close()
+    for e, got in enumerate(other.epochs(3)):
+        assert got["epoch"] == e and got["ids"] == list(range(1000))
+    producer.expect("done")
+    assert producer.wait() == 0
+    assert list(kept["id"]) == list(range(64))  # still valid after close
