@@ -17,7 +17,7 @@ side writes float32 NCHW in [0, 1], exactly what ToTensor() produces.
 Needs torch, torchvision and pillow importable. Usage:
 
     cargo build --release -p batchcast-pipeline
-    python bench/pipeline_vs_torchvision.py target/release/pipeline-bench \
+    python bench/pipeline_vs_torchvision.py target/release/examples/pipeline-bench \
         [--images 2000] [--workers 1,2] [--runs 3] [--batch 64] [--size 224] \
         [--dir DIR] [--json]
 """
