@@ -351,9 +351,13 @@ impl Producer {
             if !idle {
                 state.blocked += t0.elapsed();
             }
+            // The hook may take other locks (Python's GIL): never call it
+            // while holding the state lock.
+            drop(state);
             if interrupt() {
                 return Err(Error::Interrupted);
             }
+            state = self.shared.lock();
         }
     }
 
