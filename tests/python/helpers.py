@@ -335,6 +335,10 @@ def consume_training(o: Dict[str, Any]) -> None:
 
 
 def main() -> None:
+    # Behave like a process started from a terminal: a shell that runs us in
+    # the background (as CI may) leaves SIGINT ignored, and Python keeps an
+    # inherited SIG_IGN instead of raising KeyboardInterrupt on Ctrl-C.
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     role, opts = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
     globals()[role](opts)
 
