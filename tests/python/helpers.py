@@ -289,8 +289,10 @@ def wait_then_report_interrupt(o: Dict[str, Any]) -> None:
         raise KeyboardInterrupt
 
     signal.signal(signal.SIGINT, on_sigint)
-    say("waiting")
     try:
+        # Inside the try: the test's SIGINT may land while this line is
+        # still being written.
+        say("waiting")
         batchcast.Consumer(o["name"], connect_timeout=60)
     except KeyboardInterrupt:
         assert t0 is not None
