@@ -77,10 +77,6 @@ enum Mode {
     Shared,
 }
 
-fn samples_per_epoch(args: &DemoArgs) -> u64 {
-    args.source.open().map_or(0, |s| s.samples_per_epoch())
-}
-
 /// Runs `batchcast demo`.
 pub fn run(mut args: DemoArgs) -> Result<()> {
     if args.trainers == 0 {
@@ -123,14 +119,14 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
             default_workers()
         );
     }
-    let independent = run_once(&args, Mode::Independent)?;
+    let independent = run_once(&args, Mode::Independent, samples)?;
     if !args.json {
         print_run(
             "independent: each trainer runs its own pipeline",
             &independent,
         );
     }
-    let shared = run_once(&args, Mode::Shared)?;
+    let shared = run_once(&args, Mode::Shared, samples)?;
     if !args.json {
         print_run(
             "shared: one batchcast producer, every trainer a consumer",
@@ -234,7 +230,7 @@ fn default_cache_dir() -> PathBuf {
     std::env::temp_dir().join("batchcast-cache")
 }
 
-fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
+fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFigures> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let name = format!("demo-{}", std::process::id());
     let cpu0 = crate::cpu::cpu_secs(crate::cpu::Who::Children);
@@ -291,7 +287,7 @@ fn run_once(args: &DemoArgs, mode: Mode) -> Result<RunFigures> {
         trainers.push(child);
     }
     drop(tx);
-    let total = args.trainers as u64 * samples_per_epoch(args) * args.epochs;
+    let total = args.trainers as u64 * samples_per_epoch * args.epochs;
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
         let bar = ProgressBar::new(total);
         bar.set_style(
