@@ -8,8 +8,10 @@
 //! `/dev/shm` by a crash, whoever dies, and `/dev/shm`'s size limit (64 MiB
 //! in a default Docker container) does not apply.
 //!
-//! Each slot starts with a [`SLOT_HEADER`]-byte header (magic, sequence
-//! number, used bytes) that the consumer checks against the batch message.
+//! Each slot starts with a [`SLOT_HEADER`]-byte header: magic, sequence
+//! number, epoch, bytes of arrays, and where the batch's encoded [`Layout`]
+//! lies in the slot (right after its arrays). A consumer learns of a batch
+//! from the board ([`crate::board`]) and reads everything else here.
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
@@ -18,9 +20,25 @@ use memmap2::{Mmap, MmapMut, MmapOptions};
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 
 use crate::error::{Error, Result};
-use crate::layout::SLOT_HEADER;
+use crate::layout::{Layout, SLOT_HEADER};
 
-const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT01");
+const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT02");
+
+/// Where a batch's encoded layout goes: after its arrays, 8-byte aligned.
+pub fn layout_offset(used: u64) -> u64 {
+    used.next_multiple_of(8)
+}
+
+/// What a slot's header says about the batch in it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SlotHeader {
+    /// The batch's sequence number.
+    pub seq: u64,
+    /// The epoch it belongs to.
+    pub epoch: u64,
+    /// Where its arrays lie (validated against the slot size).
+    pub layout: Layout,
+}
 
 /// The producer's read-write arena.
 pub struct Arena {
@@ -97,13 +115,7 @@ impl Arena {
     /// A read-only descriptor of the arena, to send to consumers: a consumer
     /// can neither write it nor map it writable.
     pub fn readonly_fd(&self) -> Result<OwnedFd> {
-        let path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
-        rustix::fs::open(
-            path.as_str(),
-            rustix::fs::OFlags::RDONLY | rustix::fs::OFlags::CLOEXEC,
-            rustix::fs::Mode::empty(),
-        )
-        .map_err(|e| Error::io("cannot reopen the arena read-only", e))
+        crate::shm::reopen_readonly(&self.file)
     }
 
     /// Bytes per slot.
@@ -122,12 +134,32 @@ impl Arena {
         &mut self.map[start..start + self.slot_size]
     }
 
-    /// Writes the header of slot `i` for batch `seq` using `used` bytes.
-    pub fn seal_slot(&mut self, i: usize, seq: u64, used: u64) {
+    /// Writes the header of slot `i` for batch `seq` of `epoch`, whose
+    /// arrays use `used` bytes (header included) and whose encoded layout is
+    /// `layout`. Fails if the layout does not fit after the arrays.
+    pub fn seal_slot(
+        &mut self,
+        i: usize,
+        seq: u64,
+        epoch: u64,
+        used: u64,
+        layout: &[u8],
+    ) -> Result<()> {
+        let slot_size = self.slot_size;
+        let at = layout_offset(used) as usize;
         let slot = self.slot_mut(i);
-        slot[0..8].copy_from_slice(&SLOT_MAGIC.to_le_bytes());
-        slot[8..16].copy_from_slice(&seq.to_le_bytes());
-        slot[16..24].copy_from_slice(&used.to_le_bytes());
+        if at + layout.len() > slot_size {
+            return Err(Error::BatchTooLarge {
+                needed: at + layout.len(),
+                slot_size,
+            });
+        }
+        slot[at..at + layout.len()].copy_from_slice(layout);
+        let words = [SLOT_MAGIC, seq, used, epoch, at as u64, layout.len() as u64];
+        for (k, w) in words.iter().enumerate() {
+            slot[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
+        }
+        Ok(())
     }
 }
 
@@ -225,8 +257,9 @@ impl ArenaView {
         Some(&self.map[start..start + self.slot_size])
     }
 
-    /// Checks slot `i`'s header names batch `seq`.
-    pub fn check_header(&self, i: usize, seq: u64) -> Result<()> {
+    /// Reads slot `i`'s header, checks that it holds batch `seq`, and
+    /// decodes and validates the batch's layout.
+    pub fn header(&self, i: usize, seq: u64) -> Result<SlotHeader> {
         let slot = self
             .slot(i)
             .ok_or_else(|| Error::Protocol(format!("slot {i} out of range")))?;
@@ -241,7 +274,22 @@ impl ArenaView {
                 word(1)
             )));
         }
-        Ok(())
+        let (used, epoch, at, len) = (word(2), word(3), word(4), word(5));
+        let end = at.checked_add(len).filter(|&e| e <= slot.len() as u64);
+        if at < layout_offset(used) || len as usize > crate::wire::MAX_FRAME || end.is_none() {
+            return Err(Error::Protocol(format!(
+                "slot {i}'s header places its layout out of bounds"
+            )));
+        }
+        let layout: Layout = postcard::from_bytes(&slot[at as usize..(at + len) as usize])
+            .map_err(|e| Error::Protocol(format!("slot {i} holds a malformed layout: {e}")))?;
+        layout.validate(self.slot_size)?;
+        if layout.slot_bytes() > at {
+            return Err(Error::Protocol(format!(
+                "slot {i}'s arrays overlap its layout"
+            )));
+        }
+        Ok(SlotHeader { seq, epoch, layout })
     }
 
     /// Bytes per slot.
@@ -277,20 +325,53 @@ pub fn available_memory() -> Option<u64> {
 mod tests {
     use super::*;
 
+    fn one_leaf_layout() -> (Layout, Vec<u8>) {
+        use crate::dtype::DType;
+        use crate::layout::{LeafSpec, Node};
+        let layout = Layout::plan(Node::Leaf(0), &[LeafSpec::array(DType::U8, vec![4])]).unwrap();
+        let bytes = postcard::to_stdvec(&layout).unwrap();
+        (layout, bytes)
+    }
+
     #[test]
     fn consumer_sees_what_the_producer_wrote() {
         let mut arena = Arena::create("t", 3, 4096).unwrap();
+        let (layout, encoded) = one_leaf_layout();
         arena.slot_mut(1)[SLOT_HEADER..SLOT_HEADER + 4].copy_from_slice(b"abcd");
-        arena.seal_slot(1, 42, 68);
+        arena
+            .seal_slot(1, 42, 5, layout.slot_bytes(), &encoded)
+            .unwrap();
         let view = ArenaView::map(arena.readonly_fd().unwrap(), 3, 4096, false).unwrap();
         assert_eq!(
             &view.slot(1).unwrap()[SLOT_HEADER..SLOT_HEADER + 4],
             b"abcd"
         );
-        view.check_header(1, 42).unwrap();
-        assert!(view.check_header(1, 41).is_err());
-        assert!(view.check_header(0, 0).is_err());
+        let header = view.header(1, 42).unwrap();
+        assert_eq!((header.seq, header.epoch), (42, 5));
+        assert_eq!(header.layout, layout);
+        assert!(view.header(1, 41).is_err());
+        assert!(view.header(0, 0).is_err());
         assert!(view.slot(3).is_none());
+    }
+
+    #[test]
+    fn a_layout_that_does_not_fit_after_the_arrays_is_refused() {
+        let mut arena = Arena::create("t", 1, 4096).unwrap();
+        let (_, encoded) = one_leaf_layout();
+        let err = arena.seal_slot(0, 0, 0, 4090, &encoded).unwrap_err();
+        assert!(matches!(err, Error::BatchTooLarge { .. }), "{err}");
+    }
+
+    #[test]
+    fn a_header_pointing_outside_the_slot_is_a_protocol_error() {
+        let mut arena = Arena::create("t", 1, 4096).unwrap();
+        let (layout, encoded) = one_leaf_layout();
+        arena
+            .seal_slot(0, 3, 0, layout.slot_bytes(), &encoded)
+            .unwrap();
+        arena.slot_mut(0)[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+        let view = ArenaView::map(arena.readonly_fd().unwrap(), 1, 4096, false).unwrap();
+        assert!(matches!(view.header(0, 3), Err(Error::Protocol(_))));
     }
 
     #[test]

@@ -30,13 +30,16 @@
 #![deny(missing_docs)]
 
 pub mod arena;
+pub mod board;
 pub mod consumer;
 pub mod cow;
 pub mod dtype;
 pub mod endpoint;
 mod error;
 pub mod layout;
+pub mod ledger;
 pub mod producer;
+mod shm;
 pub mod status;
 pub mod wire;
 

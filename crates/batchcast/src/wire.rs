@@ -4,12 +4,18 @@
 //! postcard-encoded message. Frames longer than [`MAX_FRAME`] are refused
 //! before any allocation, and decoding is into plain, closed data types (no
 //! object graphs, nothing executable): a malformed frame is an error that
-//! closes that one connection. The arena fd rides on the `Welcome` frame as
-//! `SCM_RIGHTS` ancillary data.
+//! closes that one connection. The arena's, the board's and the consumer's
+//! ledger's fds ride on the `Welcome` frame as `SCM_RIGHTS` ancillary data.
+//!
+//! Batches themselves are not announced here: the producer publishes them on
+//! the board ([`crate::board`]) and consumers release them in their ledgers
+//! ([`crate::ledger`]), so a batch costs no message per consumer. The socket
+//! carries what happens once per consumer or per epoch (welcome, epoch start
+//! and end, shutdown), and a consumer's death is its socket closing.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 
 use rustix::net::{
     RecvAncillaryBuffer, RecvAncillaryMessage, RecvFlags, SendAncillaryBuffer,
@@ -18,11 +24,10 @@ use rustix::net::{
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::layout::Layout;
 use crate::status::StatusReport;
 
 /// Version of this protocol; both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -102,35 +107,29 @@ pub struct ConsumerHello {
 pub enum ToProducer {
     /// Opens the connection.
     Hello(Hello),
-    /// The consumer no longer reads batch `seq`; carries its running totals.
-    Release {
-        /// The released batch.
-        seq: u64,
-        /// Consumer batches handed to user code so far.
-        delivered: u64,
-        /// Nanoseconds the consumer has spent waiting for data so far.
-        waited_ns: u64,
-    },
+    /// The consumer released a batch in its ledger while the board said the
+    /// producer waits for a slot: a wake-up, with no content.
+    Released,
 }
 
 /// Messages a producer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToConsumer {
-    /// Accepts a consumer; the arena fd is attached.
+    /// Accepts a consumer; the arena, board and ledger fds are attached,
+    /// in that order.
     Welcome(Welcome),
     /// Refuses a consumer.
     Refused(String),
     /// An epoch begins for this consumer.
     EpochStart(EpochStart),
-    /// A producer batch is ready in a slot; the consumer holds a lease on it
-    /// until it sends `Release { seq }`.
-    Batch(BatchReady),
-    /// The epoch's last batch has been sent.
+    /// The epoch's last batch has been published.
     EpochEnd {
         /// The epoch.
         epoch: u64,
-        /// Rows sent to this consumer in this epoch.
+        /// Rows published to this consumer in this epoch.
         samples: u64,
+        /// The epoch's batches end before this sequence number.
+        end_seq: u64,
     },
     /// The producer stops; no more batches follow.
     Shutdown(ShutdownReason),
@@ -168,19 +167,9 @@ pub struct EpochStart {
     pub batch_size: u64,
     /// True when the consumer joined mid-epoch (`JoinPolicy::Now`).
     pub partial: bool,
-}
-
-/// A producer batch is ready.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct BatchReady {
-    /// Global sequence number of the batch.
-    pub seq: u64,
-    /// The slot holding it.
-    pub slot: u32,
-    /// The epoch it belongs to.
-    pub epoch: u64,
-    /// Where its arrays lie in the slot.
-    pub layout: Layout,
+    /// This consumer's first batch of the epoch; it reads every batch the
+    /// board publishes from here to the epoch's end.
+    pub first_seq: u64,
 }
 
 /// Why a producer stopped.
@@ -221,13 +210,12 @@ pub fn send_frame(sock: impl AsFd, frame: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// Sends an encoded frame with `fd` attached as `SCM_RIGHTS`.
-pub fn send_frame_with_fd(sock: impl AsFd, frame: &[u8], fd: impl AsFd) -> Result<()> {
-    let fds = [fd.as_fd()];
-    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(1))];
+/// Sends an encoded frame with `fds` attached as `SCM_RIGHTS`.
+pub fn send_frame_with_fds(sock: impl AsFd, frame: &[u8], fds: &[BorrowedFd<'_>]) -> Result<()> {
+    let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
     let mut control = SendAncillaryBuffer::new(&mut space);
-    if !control.push(SendAncillaryMessage::ScmRights(&fds)) {
-        return Err(Error::Protocol("cannot attach the arena fd".into()));
+    if fds.len() > MAX_FDS || !control.push(SendAncillaryMessage::ScmRights(fds)) {
+        return Err(Error::Protocol("cannot attach the descriptors".into()));
     }
     let sent = loop {
         match rustix::net::sendmsg(
@@ -243,6 +231,9 @@ pub fn send_frame_with_fd(sock: impl AsFd, frame: &[u8], fd: impl AsFd) -> Resul
     };
     send_frame(&sock, &frame[sent..])
 }
+
+/// Most descriptors one frame carries.
+pub const MAX_FDS: usize = 4;
 
 /// What one read from a socket brought.
 #[derive(Debug, PartialEq, Eq)]
@@ -270,12 +261,13 @@ impl FrameReader {
 
     /// Reads what is available from `sock` into the buffer. With
     /// `blocking == false`, returns [`Fill::WouldBlock`] instead of waiting.
-    /// A received fd (the arena's) is stored in `fd_out` when given.
+    /// Received fds are appended to `fds_out` when given (at most
+    /// [`MAX_FDS`]; any more are closed).
     pub fn fill(
         &mut self,
         sock: impl AsFd,
         blocking: bool,
-        fd_out: Option<&mut Option<OwnedFd>>,
+        fds_out: Option<&mut Vec<OwnedFd>>,
     ) -> Result<Fill> {
         if self.start > 0 && self.start == self.buf.len() {
             self.buf.clear();
@@ -288,15 +280,15 @@ impl FrameReader {
         } else {
             RecvFlags::DONTWAIT
         };
-        let res = match fd_out {
+        let res = match fds_out {
             None => loop {
                 match rustix::net::recv(&sock, &mut self.buf[old..], flags) {
                     Err(rustix::io::Errno::INTR) => continue,
                     r => break r.map(|(n, _)| n),
                 }
             },
-            Some(slot) => {
-                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(4))];
+            Some(out) => {
+                let mut space = [MaybeUninit::uninit(); rustix::cmsg_space!(ScmRights(MAX_FDS))];
                 let mut control = RecvAncillaryBuffer::new(&mut space);
                 let r = loop {
                     let mut iov = [IoSliceMut::new(&mut self.buf[old..])];
@@ -308,9 +300,9 @@ impl FrameReader {
                 for msg in control.drain() {
                     if let RecvAncillaryMessage::ScmRights(fds) = msg {
                         for fd in fds {
-                            // Keep the first fd; any others are closed on drop.
-                            if slot.is_none() {
-                                *slot = Some(fd);
+                            // Any beyond the limit are closed on drop.
+                            if out.len() < MAX_FDS {
+                                out.push(fd);
                             }
                         }
                     }
@@ -373,22 +365,16 @@ impl FrameReader {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::dtype::DType;
-    use crate::layout::{LeafSpec, Node};
     use std::io::Write;
     use std::os::unix::net::UnixStream;
 
-    fn sample_batch() -> ToConsumer {
-        let layout = Layout::plan(
-            Node::Dict(vec![("x".into(), Node::Leaf(0))]),
-            &[LeafSpec::array(DType::F32, vec![8, 4])],
-        )
-        .unwrap();
-        ToConsumer::Batch(BatchReady {
-            seq: 7,
-            slot: 2,
+    fn sample_start() -> ToConsumer {
+        ToConsumer::EpochStart(EpochStart {
             epoch: 1,
-            layout,
+            samples: Some(100),
+            batch_size: 8,
+            partial: false,
+            first_seq: 7,
         })
     }
 
@@ -396,10 +382,11 @@ mod tests {
     fn frames_round_trip_across_split_reads() {
         let (a, b) = UnixStream::pair().unwrap();
         let msgs = vec![
-            sample_batch(),
+            sample_start(),
             ToConsumer::EpochEnd {
                 epoch: 1,
                 samples: 100,
+                end_seq: 20,
             },
             ToConsumer::Shutdown(ShutdownReason::Failed("disk".into())),
         ];
@@ -454,15 +441,15 @@ mod tests {
     }
 
     #[test]
-    fn fd_travels_with_the_frame() {
+    fn fds_travel_with_the_frame() {
         let (a, b) = UnixStream::pair().unwrap();
-        let file = tempfile::tempfile().unwrap();
+        let (f1, f2) = (tempfile::tempfile().unwrap(), tempfile::tempfile().unwrap());
         let frame = encode(&ToConsumer::Refused("x".into())).unwrap();
-        send_frame_with_fd(&a, &frame, &file).unwrap();
+        send_frame_with_fds(&a, &frame, &[f1.as_fd(), f2.as_fd()]).unwrap();
         let mut r = FrameReader::new();
-        let mut fd = None;
-        r.fill(&b, true, Some(&mut fd)).unwrap();
-        assert!(fd.is_some());
+        let mut fds = Vec::new();
+        r.fill(&b, true, Some(&mut fds)).unwrap();
+        assert_eq!(fds.len(), 2);
         assert_eq!(
             r.next_frame::<ToConsumer>().unwrap(),
             Some(ToConsumer::Refused("x".into()))

@@ -1,8 +1,9 @@
 //! Consumer batches: views into leased slots, or assembled copies.
 //!
-//! A [`SlotLease`] stands for one producer batch this consumer was sent; when
-//! the last thing holding it is dropped (a [`Batch`], a [`Leaf`], a Python
-//! tensor's DLPack deleter) it sends `Release` to the producer. A consumer
+//! A [`SlotLease`] stands for one producer batch this consumer was published;
+//! when the last thing holding it is dropped (a [`Batch`], a [`Leaf`], a
+//! Python tensor's DLPack deleter) it releases the batch in the consumer's
+//! ledger, and wakes the producer only if the board says it waits. A consumer
 //! batch that lies within one producer batch views the slot directly; one that
 //! spans several is copied into memory of its own, and the leases it copied
 //! from are released as soon as it is built.
@@ -13,28 +14,54 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::arena::ArenaView;
+use crate::board::BoardView;
 use crate::consumer::rebatch::Span;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafDesc, LeafKind, Node};
+use crate::ledger::Ledger;
 use crate::wire::{self, ToProducer};
 
 /// The consumer's side of the connection, shared with every lease.
-#[derive(Debug)]
 pub(crate) struct Link {
     pub sock: UnixStream,
+    pub board: BoardView,
+    ledger: Ledger,
     send_lock: Mutex<()>,
     pub delivered: AtomicU64,
     pub waited_ns: AtomicU64,
 }
 
 impl Link {
-    pub fn new(sock: UnixStream) -> Self {
+    pub fn new(sock: UnixStream, board: BoardView, ledger: Ledger) -> Self {
         Link {
             sock,
+            board,
+            ledger,
             send_lock: Mutex::new(()),
             delivered: AtomicU64::new(0),
             waited_ns: AtomicU64::new(0),
+        }
+    }
+
+    /// Copies the running figures into the ledger, for `batchcast status`.
+    pub fn record(&self) {
+        self.ledger.record(
+            self.delivered.load(Ordering::Relaxed),
+            self.waited_ns.load(Ordering::Relaxed),
+        );
+    }
+
+    /// Releases batch `seq` in `slot`; wakes the producer if it waits.
+    fn release(&self, slot: usize, seq: u64) {
+        // The order matters (both SeqCst): the producer sets its flag and
+        // then looks at the ledger; we write the ledger and then look at the
+        // flag. One of the two sees the other, so no release goes unnoticed.
+        self.ledger.release(slot, seq);
+        self.record();
+        if self.board.producer_waiting() {
+            // If the producer is gone there is nobody to tell; that is fine.
+            let _ = self.send(&ToProducer::Released);
         }
     }
 
@@ -99,12 +126,7 @@ impl SlotLease {
 
 impl Drop for SlotLease {
     fn drop(&mut self) {
-        // If the producer is gone there is nobody to tell; that is fine.
-        let _ = self.link.send(&ToProducer::Release {
-            seq: self.seq,
-            delivered: self.link.delivered.load(Ordering::Relaxed),
-            waited_ns: self.link.waited_ns.load(Ordering::Relaxed),
-        });
+        self.link.release(self.slot, self.seq);
     }
 }
 

@@ -7,7 +7,17 @@
 //! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
-//! is the signal, so no timeout or heartbeat is involved.
+//! is the signal, so no heartbeat is involved.
+//!
+//! Batches come from the board ([`crate::board`]): after `EpochStart {
+//! first_seq }` the consumer reads every batch the board publishes from
+//! `first_seq` until the epoch's `end_seq`. To never mistake a batch of the
+//! next epoch for one of this epoch, it reads the board's `published`
+//! counter *before* it reads the socket: any `EpochEnd` sent before those
+//! batches were published is then already in the socket. While there is
+//! nothing to do it sleeps on the board's wake word, for at most a tick, so
+//! that the interrupt hook runs and a dead producer's closed socket is seen
+//! within a tick.
 
 mod batch;
 pub mod rebatch;
@@ -27,11 +37,13 @@ pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use rebatch::{batches_in, Rebatcher};
 
 use crate::arena::ArenaView;
+use crate::board::{BoardView, Woken};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::ledger::Ledger;
 use crate::wire::{
-    self, BatchReady, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ShutdownReason,
-    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ShutdownReason, ToConsumer,
+    ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
 /// How often blocking calls wake to run the interrupt hook.
@@ -101,6 +113,15 @@ pub struct ConsumerStats {
     pub lag: u64,
 }
 
+/// Where this consumer reads the board in the epoch it follows.
+#[derive(Debug, Clone, Copy)]
+struct Cursor {
+    /// The next batch to read.
+    next: u64,
+    /// The epoch's end, once its `EpochEnd` has arrived.
+    end: Option<u64>,
+}
+
 /// A consumer attached to one producer.
 pub struct Consumer {
     name: String,
@@ -111,6 +132,10 @@ pub struct Consumer {
     opts: ConsumerOptions,
     rebatcher: Option<Rebatcher<Arc<SlotLease>>>,
     epoch: Option<EpochInfo>,
+    cursor: Option<Cursor>,
+    /// Control messages received and not yet acted on (an `EpochEnd` waits
+    /// for the epoch's last batches to be read).
+    control: VecDeque<ToConsumer>,
     index: u64,
     events: VecDeque<Event>,
     finished: Option<ShutdownReason>,
@@ -154,7 +179,7 @@ impl Consumer {
         });
         wire::send_frame(&sock, &wire::encode(&hello)?)?;
         let mut reader = FrameReader::new();
-        let mut fd: Option<OwnedFd> = None;
+        let mut fds: Vec<OwnedFd> = Vec::new();
         let gone = || Error::ProducerGone {
             name: name.to_owned(),
         };
@@ -182,7 +207,7 @@ impl Consumer {
                 }
                 continue;
             }
-            if reader.fill(&sock, false, Some(&mut fd))? == Fill::Eof {
+            if reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof {
                 return Err(gone());
             }
         };
@@ -192,19 +217,31 @@ impl Consumer {
                 theirs: welcome.version,
             });
         }
-        let fd = fd.ok_or_else(|| Error::Protocol("the welcome carried no arena fd".into()))?;
+        let mut fds = fds.into_iter();
+        let (Some(arena_fd), Some(board_fd), Some(ledger_fd)) =
+            (fds.next(), fds.next(), fds.next())
+        else {
+            return Err(Error::Protocol(
+                "the welcome did not carry the arena, board and ledger descriptors".into(),
+            ));
+        };
         let slot_size = usize::try_from(welcome.slot_size)
             .map_err(|_| Error::Protocol("slot size out of range".into()))?;
-        let arena = ArenaView::map(fd, welcome.slots as usize, slot_size, opts.copy_on_write)?;
+        let slots = welcome.slots as usize;
+        let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
+        let board = BoardView::map(board_fd)?;
+        let ledger = Ledger::open(ledger_fd, slots)?;
         Ok(Consumer {
             name: name.to_owned(),
-            link: Arc::new(Link::new(sock)),
+            link: Arc::new(Link::new(sock, board, ledger)),
             reader,
             arena: Arc::new(arena),
             welcome,
             opts,
             rebatcher: None,
             epoch: None,
+            cursor: None,
+            control: VecDeque::new(),
             index: 0,
             events: VecDeque::new(),
             finished: None,
@@ -251,10 +288,14 @@ impl Consumer {
     /// [`Error::Interrupted`].
     pub fn next_event(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<Event> {
         loop {
+            // Read the wake word before looking for work: a change after
+            // this point makes the sleep below return at once.
+            let seen = self.link.board.wake_word();
             self.drain()?;
             if let Some(event) = self.events.pop_front() {
                 if matches!(event, Event::Batch(_)) {
                     self.link.delivered.fetch_add(1, Ordering::Relaxed);
+                    self.link.record();
                 }
                 return Ok(event);
             }
@@ -262,21 +303,25 @@ impl Consumer {
                 return Ok(Event::Finished(reason.clone()));
             }
             let t0 = Instant::now();
-            let ready = wait_readable(&self.link.sock, TICK)?;
+            let woken = self.link.board.sleep(seen, TICK);
             self.link
                 .waited_ns
                 .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            if !ready && interrupt() {
+            self.link.record();
+            if woken == Woken::TimedOut && interrupt() {
                 return Err(Error::Interrupted);
             }
         }
     }
 
-    /// Reads and handles everything the producer has sent so far.
+    /// Reads everything the producer has sent and published so far, and
+    /// turns it into events.
     fn drain(&mut self) -> Result<()> {
         if self.finished.is_some() {
             return Ok(());
         }
+        // Before the socket: see the module's documentation.
+        let published = self.link.board.published();
         let mut eof = false;
         loop {
             match self.reader.fill(&self.link.sock, false, None)? {
@@ -289,12 +334,10 @@ impl Consumer {
             }
         }
         while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
-            self.handle(msg)?;
-            if self.finished.is_some() {
-                return Ok(());
-            }
+            self.control.push_back(msg);
         }
-        if eof {
+        self.advance(published)?;
+        if eof && self.finished.is_none() {
             self.events.clear();
             return Err(Error::ProducerGone {
                 name: self.name.clone(),
@@ -303,62 +346,132 @@ impl Consumer {
         Ok(())
     }
 
-    fn handle(&mut self, msg: ToConsumer) -> Result<()> {
-        match msg {
-            ToConsumer::EpochStart(es) => {
-                let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
-                let info = EpochInfo {
-                    epoch: es.epoch,
-                    samples: es.samples,
-                    batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
-                    batch_size: bs,
-                    partial: es.partial,
-                };
-                self.rebatcher = Some(Rebatcher::new(bs, self.opts.drop_last));
-                self.index = 0;
-                self.epoch = Some(info.clone());
-                self.events.push_back(Event::EpochStart(info));
+    /// Reads the board up to `published` and acts on control messages, in
+    /// the order the producer meant them.
+    fn advance(&mut self, mut published: u64) -> Result<()> {
+        loop {
+            // An epoch's end bounds what is read of the board for it.
+            if let (Some(c), Some(ToConsumer::EpochEnd { end_seq, .. })) =
+                (self.cursor.as_mut(), self.control.front())
+            {
+                c.end = Some(*end_seq);
             }
-            ToConsumer::Batch(ready) => self.take_batch(ready)?,
-            ToConsumer::EpochEnd { epoch, samples } => {
-                if let Some(tail) = self.rebatcher.as_mut().and_then(|r| r.finish()) {
-                    let batch = Batch::assemble(tail, epoch, self.index)?;
-                    self.index += 1;
-                    self.events.push_back(Event::Batch(batch));
+            if let Some(cursor) = self.cursor {
+                let limit = cursor.end.map_or(published, |end| end.min(published));
+                for seq in cursor.next..limit {
+                    self.take_batch(seq)?;
                 }
-                self.rebatcher = None;
-                self.events.push_back(Event::EpochEnd { epoch, samples });
-            }
-            ToConsumer::Shutdown(reason) => {
-                if let Some(r) = self.rebatcher.as_mut() {
-                    r.clear();
+                if let Some(c) = self.cursor.as_mut() {
+                    c.next = c.next.max(limit);
                 }
-                self.rebatcher = None;
-                self.finished = Some(reason);
             }
-            other => {
-                return Err(Error::Protocol(format!(
-                    "unexpected message from the producer: {other:?}"
-                )))
+            let Some(msg) = self.control.pop_front() else {
+                return Ok(());
+            };
+            match msg {
+                ToConsumer::EpochStart(es) if self.cursor.is_none() => {
+                    let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
+                    let info = EpochInfo {
+                        epoch: es.epoch,
+                        samples: es.samples,
+                        batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
+                        batch_size: bs,
+                        partial: es.partial,
+                    };
+                    self.rebatcher = Some(Rebatcher::new(bs, self.opts.drop_last));
+                    self.index = 0;
+                    self.epoch = Some(info.clone());
+                    self.cursor = Some(Cursor {
+                        next: es.first_seq,
+                        end: None,
+                    });
+                    self.events.push_back(Event::EpochStart(info));
+                }
+                ToConsumer::EpochEnd {
+                    epoch,
+                    samples,
+                    end_seq,
+                } => {
+                    let Some(cursor) = self.cursor.as_mut() else {
+                        return Err(Error::Protocol("an epoch ended that never began".into()));
+                    };
+                    if cursor.next < end_seq {
+                        // Its batches were published before it was sent:
+                        // read them first.
+                        cursor.end = Some(end_seq);
+                        published = published.max(self.link.board.published());
+                        if published < end_seq {
+                            return Err(Error::Protocol(format!(
+                                "the epoch ended at batch {end_seq}, but only {published} were published"
+                            )));
+                        }
+                        self.control.push_front(ToConsumer::EpochEnd {
+                            epoch,
+                            samples,
+                            end_seq,
+                        });
+                        continue;
+                    }
+                    if let Some(tail) = self.rebatcher.as_mut().and_then(|r| r.finish()) {
+                        let batch = Batch::assemble(tail, epoch, self.index)?;
+                        self.index += 1;
+                        self.events.push_back(Event::Batch(batch));
+                    }
+                    self.rebatcher = None;
+                    self.cursor = None;
+                    self.events.push_back(Event::EpochEnd { epoch, samples });
+                }
+                ToConsumer::Shutdown(reason) => {
+                    // What was published before the shutdown is still read;
+                    // an unfinished epoch's last partial batch is dropped.
+                    if let Some(cursor) = self.cursor {
+                        let limit = cursor
+                            .end
+                            .unwrap_or(u64::MAX)
+                            .min(self.link.board.published());
+                        for seq in cursor.next..limit {
+                            self.take_batch(seq)?;
+                        }
+                    }
+                    if let Some(r) = self.rebatcher.as_mut() {
+                        r.clear();
+                    }
+                    self.rebatcher = None;
+                    self.cursor = None;
+                    self.control.clear();
+                    self.finished = Some(reason);
+                    return Ok(());
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "unexpected message from the producer: {other:?}"
+                    )))
+                }
             }
         }
-        Ok(())
     }
 
-    fn take_batch(&mut self, ready: BatchReady) -> Result<()> {
-        let slot = ready.slot as usize;
-        ready.layout.validate(self.arena.slot_size())?;
+    fn take_batch(&mut self, seq: u64) -> Result<()> {
+        let slot = self.link.board.slot_of(seq)?;
         self.arena.refresh(slot)?;
-        self.arena.check_header(slot, ready.seq)?;
-        let rows = ready.layout.rows();
+        let header = self.arena.header(slot, seq)?;
+        let Some(epoch) = self.epoch.as_ref().map(|e| e.epoch) else {
+            return Err(Error::Protocol("a batch arrived outside an epoch".into()));
+        };
+        if header.epoch != epoch {
+            return Err(Error::Protocol(format!(
+                "batch {seq} belongs to epoch {}, not to epoch {epoch}",
+                header.epoch
+            )));
+        }
+        let rows = header.layout.rows();
         let lease = Arc::new(SlotLease {
-            seq: ready.seq,
+            seq,
             slot,
-            layout: ready.layout,
+            layout: header.layout,
             arena: Arc::clone(&self.arena),
             link: Arc::clone(&self.link),
         });
-        let epoch = ready.epoch;
         let Some(rebatcher) = self.rebatcher.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };

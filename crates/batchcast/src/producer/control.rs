@@ -3,7 +3,7 @@
 //!
 //! One thread polls the listening socket, a wake-up pipe and every
 //! connection. A connection must send a valid `Hello` within
-//! [`HELLO_TIMEOUT`]; after that only `Release` messages are accepted. Any
+//! [`HELLO_TIMEOUT`]; after that only `Released` wake-ups are accepted. Any
 //! malformed, oversized or unexpected frame closes that one connection, and a
 //! closed connection gives back the consumer's leases at once.
 
@@ -201,17 +201,11 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                     }
                 }
             }
-            (
-                Conn::Consumer { id, .. },
-                ToProducer::Release {
-                    seq,
-                    delivered,
-                    waited_ns,
-                },
-            ) => {
+            (Conn::Consumer { id, .. }, ToProducer::Released) => {
+                // The release itself is in the consumer's ledger: wake the
+                // publisher, which looks there.
                 let id = *id;
-                let mut state = shared.lock();
-                state.release(id, seq, delivered, waited_ns);
+                let state = shared.lock();
                 let alive = state.consumers.contains_key(&id);
                 shared.notify(state);
                 if !alive {

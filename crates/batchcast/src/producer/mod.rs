@@ -20,12 +20,13 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use crate::arena::layout_offset;
 use crate::arena::Arena;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
-use crate::wire::{self, BatchReady, ShutdownReason, ToConsumer};
+use crate::wire::{self, ShutdownReason, ToConsumer};
 use state::{ArenaInfo, Phase, State};
 
 /// What the producer does while no consumer is attached.
@@ -170,13 +171,9 @@ impl Producer {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("cannot configure the listening socket", e))?;
+        let state = State::new(name, opts.window, opts.batch_size, opts.samples_per_epoch)?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(State::new(
-                name,
-                opts.window,
-                opts.batch_size,
-                opts.samples_per_epoch,
-            )),
+            state: Mutex::new(state),
             cond: Condvar::new(),
         });
         let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
@@ -296,7 +293,10 @@ impl Producer {
             ));
         }
         let layout = Layout::plan(tree, leaves)?;
-        let needed = layout.slot_bytes() as usize;
+        // The slot holds the arrays, then the encoded layout.
+        let needed = (layout_offset(layout.slot_bytes()) + encode_layout(&layout)?.len() as u64)
+            .try_into()
+            .unwrap_or(usize::MAX);
         if self.arena.is_none() {
             let size = ((needed as f64 * SLOT_HEADROOM) as usize)
                 .max(needed)
@@ -331,17 +331,16 @@ impl Producer {
                     }
                 }
                 _ => {
-                    let free = state
-                        .slots
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, s)| s.refs == 0)
-                        .min_by_key(|(_, s)| s.seq.map_or(0, |q| q + 1))
-                        .map(|(i, _)| i);
-                    if let Some(i) = free {
-                        // The slot's old batch is gone from now on.
-                        state.slots[i].seq = None;
-                        state.slots[i].frame = None;
+                    if let Some(i) = state.take_free_slot() {
+                        state.board.set_producer_waiting(false);
+                        return Ok(i);
+                    }
+                    // Say we wait, then look once more: a consumer that
+                    // released after the first look, before it could see
+                    // the flag, sent no wake-up.
+                    state.board.set_producer_waiting(true);
+                    if let Some(i) = state.take_free_slot() {
+                        state.board.set_producer_waiting(false);
                         return Ok(i);
                     }
                 }
@@ -378,37 +377,34 @@ impl Producer {
     fn publish(&mut self, index: usize, layout: Layout) -> Result<u64> {
         let rows = layout.rows();
         let used = layout.slot_bytes();
+        let encoded = encode_layout(&layout)?;
         let mut state = self.shared.lock();
         let seq = state.next_seq;
-        state.next_seq += 1;
-        if let Some(arena) = self.arena.as_mut() {
-            arena.seal_slot(index, seq, used);
-        }
         let epoch = state.epoch.number;
+        if let Some(arena) = self.arena.as_mut() {
+            arena.seal_slot(index, seq, epoch, used, &encoded)?;
+        }
+        state.next_seq += 1;
         if state.batch_size.is_none() {
             state.batch_size = Some(rows);
         }
         if state.epoch.first_seq.is_none() {
             state.epoch.first_seq = Some(seq);
         }
-        let frame = Arc::new(wire::encode(&ToConsumer::Batch(BatchReady {
-            seq,
-            slot: index as u32,
-            epoch,
-            layout,
-        }))?);
         let slot = &mut state.slots[index];
         slot.seq = Some(seq);
         slot.rows = rows;
-        slot.frame = Some(Arc::clone(&frame));
+        slot.holders.clear();
         let samples = state.epoch.samples;
         for id in state.ids_in(Phase::Following) {
             let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
-            if !started && !state.start_epoch_for(id, samples, false) {
+            if !started && !state.start_epoch_for(id, samples, false, seq) {
                 continue;
             }
-            state.send_batch_to(id, seq, rows, &frame);
+            state.subscribe(id, seq, rows);
         }
+        // Only now may consumers see it: every holder is recorded.
+        state.board.publish(seq, index);
         state.epoch.published_rows += rows;
         state.note_publish();
         self.epoch_batches += 1;
@@ -425,19 +421,18 @@ impl Producer {
         let samples = state.epoch.samples;
         for id in state.ids_in(Phase::Following) {
             let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
-            if !started && !state.start_epoch_for(id, samples, false) {
+            let next = state.next_seq;
+            if !started && !state.start_epoch_for(id, samples, false, next) {
                 continue;
             }
             let rows = state.consumers.get(&id).map(|c| c.epoch_rows).unwrap_or(0);
+            let end_seq = state.next_seq;
             if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd {
                 epoch,
                 samples: rows,
+                end_seq,
             }) {
-                if let Some(c) = state.consumers.get(&id) {
-                    if wire::send_frame(&*c.sock, &frame).is_err() {
-                        state.remove_consumer(id);
-                    }
-                }
+                state.send_or_drop(id, &frame);
             }
             if let Some(c) = state.consumers.get_mut(&id) {
                 c.started = None;
@@ -599,6 +594,21 @@ impl SlotMut<'_> {
         } = self;
         producer.publish(index, layout)
     }
+}
+
+/// The layout as it is stored in the slot after the arrays.
+fn encode_layout(layout: &Layout) -> Result<Vec<u8>> {
+    let bytes = postcard::to_stdvec(layout)
+        .map_err(|e| Error::Protocol(format!("cannot encode a batch layout: {e}")))?;
+    if bytes.len() > wire::MAX_FRAME {
+        return Err(Error::InvalidBatch(format!(
+            "the batch's description takes {} bytes (at most {} allowed): too many arrays or \
+             strings in one batch",
+            bytes.len(),
+            wire::MAX_FRAME
+        )));
+    }
+    Ok(bytes)
 }
 
 fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {

@@ -1,12 +1,12 @@
 //! The producer's shared bookkeeping: slots, leases, consumers, epochs.
 //!
 //! One `Mutex<State>` guards it; the publishing thread and the control thread
-//! both take it. The invariant everything rests on: a slot's `refs` counts the
-//! consumers that were sent its batch and have not released it, and the
-//! publishing thread writes a slot only while its `refs` is 0. A consumer's
-//! leases are the seqs in its `held` list; removing a consumer (its socket
-//! closed, it sent garbage, a send to it failed) gives all of them back at
-//! once, so a dead consumer never holds the others up.
+//! both take it. The invariant everything rests on: a slot's `holders` are
+//! the consumers its batch was published to, and the publishing thread
+//! writes a slot only once every holder has released the batch in its
+//! ledger ([`crate::ledger`]) or is gone. Removing a consumer (its socket
+//! closed, it sent garbage, a send to it failed) drops it from every slot's
+//! holders at once, so a dead consumer never holds the others up.
 
 use std::collections::{BTreeMap, VecDeque};
 use std::os::fd::OwnedFd;
@@ -14,6 +14,10 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use std::os::fd::AsFd;
+
+use crate::board::Board;
+use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
 use crate::wire::{
     self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION,
@@ -24,16 +28,11 @@ use crate::wire::{
 pub(crate) struct Slot {
     /// The batch it holds, if any.
     pub seq: Option<u64>,
-    /// Consumers holding a lease on it.
-    pub refs: u32,
-    /// The encoded `Batch` frame, kept for catch-up replays.
-    pub frame: Option<Arc<Vec<u8>>>,
+    /// Consumers its batch was published to that may not have released it.
+    pub holders: Vec<u64>,
     /// Rows of the batch it holds.
     pub rows: u64,
 }
-
-/// A retained batch: its seq, rows and encoded `Batch` frame.
-type Retained = (u64, u64, Arc<Vec<u8>>);
 
 /// Where a consumer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,13 +54,12 @@ pub(crate) struct ConsumerEntry {
     pub phase: Phase,
     /// The epoch this consumer got an `EpochStart` for, if it is inside one.
     pub started: Option<u64>,
-    /// Rows sent in the current epoch.
+    /// Rows published to it in the current epoch.
     pub epoch_rows: u64,
-    /// Seqs sent and not yet released.
-    pub held: Vec<u64>,
+    /// Its ledger, once welcomed.
+    pub ledger: Option<Ledger>,
+    /// The last batch published to it.
     pub last_sent: Option<u64>,
-    pub delivered: u64,
-    pub waited_ns: u64,
 }
 
 /// The current epoch, as the publisher drives it.
@@ -88,6 +86,9 @@ pub(crate) struct State {
     pub pid: u32,
     pub started: Instant,
     pub arena: Option<ArenaInfo>,
+    pub board: Arc<Board>,
+    /// A read-only descriptor of the board, for welcomes.
+    pub board_fd: OwnedFd,
     pub slots: Vec<Slot>,
     pub consumers: BTreeMap<u64, ConsumerEntry>,
     pub next_id: u64,
@@ -105,12 +106,21 @@ pub(crate) struct State {
 }
 
 impl State {
-    pub fn new(name: &str, window: usize, batch_size: Option<u64>, samples: Option<u64>) -> Self {
-        State {
+    pub fn new(
+        name: &str,
+        window: usize,
+        batch_size: Option<u64>,
+        samples: Option<u64>,
+    ) -> crate::Result<Self> {
+        let board = Board::create(name, window)?;
+        let board_fd = board.readonly_fd()?;
+        Ok(State {
             name: name.to_owned(),
             pid: std::process::id(),
             started: Instant::now(),
             arena: None,
+            board: Arc::new(board),
+            board_fd,
             slots: (0..window).map(|_| Slot::default()).collect(),
             consumers: BTreeMap::new(),
             next_id: 1,
@@ -124,51 +134,65 @@ impl State {
             recent: VecDeque::new(),
             closed: false,
             waiters: 0,
-        }
+        })
     }
 
-    /// Sends `frame` to consumer `id`; on failure removes it.
-    fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
+    /// Sends `frame` to consumer `id` and bumps the board so that it looks;
+    /// on failure removes the consumer.
+    pub fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
         let ok = match self.consumers.get(&id) {
             Some(c) => wire::send_frame(&*c.sock, frame).is_ok(),
             None => return false,
         };
-        if !ok {
+        if ok {
+            self.board.bump();
+        } else {
             self.remove_consumer(id);
         }
         ok
     }
 
-    /// Removes a consumer and gives back every lease it held.
+    /// Removes a consumer: it no longer holds any slot.
     pub fn remove_consumer(&mut self, id: u64) {
         let Some(entry) = self.consumers.remove(&id) else {
             return;
         };
-        for seq in entry.held {
-            if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
-                slot.refs = slot.refs.saturating_sub(1);
-            }
+        for slot in &mut self.slots {
+            slot.holders.retain(|&h| h != id);
         }
         // Wake the peer's reader at once if it is still alive.
         let _ = entry.sock.shutdown(std::net::Shutdown::Both);
     }
 
-    /// Handles `Release { seq }` from consumer `id`. A seq it does not hold
-    /// is a protocol violation: the consumer is removed.
-    pub fn release(&mut self, id: u64, seq: u64, delivered: u64, waited_ns: u64) {
-        let Some(entry) = self.consumers.get_mut(&id) else {
-            return;
-        };
-        let Some(pos) = entry.held.iter().position(|&s| s == seq) else {
-            self.remove_consumer(id);
-            return;
-        };
-        entry.held.swap_remove(pos);
-        entry.delivered = delivered;
-        entry.waited_ns = waited_ns;
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
-            slot.refs = slot.refs.saturating_sub(1);
+    /// True when consumer `id` still needs batch `seq` in slot `i`.
+    fn still_holds(&self, id: u64, i: usize, seq: u64) -> bool {
+        match self.consumers.get(&id).and_then(|c| c.ledger.as_ref()) {
+            Some(ledger) => !ledger.has_released(i, seq),
+            None => false, // gone
         }
+    }
+
+    /// A slot no consumer needs any more, the one holding the oldest batch
+    /// first (so that recent batches stay retained for catch-up joins). Its
+    /// batch is forgotten: the caller is about to rewrite it.
+    pub fn take_free_slot(&mut self) -> Option<usize> {
+        for i in 0..self.slots.len() {
+            let Some(seq) = self.slots[i].seq else {
+                continue;
+            };
+            let mut holders = std::mem::take(&mut self.slots[i].holders);
+            holders.retain(|&id| self.still_holds(id, i, seq));
+            self.slots[i].holders = holders;
+        }
+        let i = self
+            .slots
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| s.holders.is_empty())
+            .min_by_key(|(_, s)| s.seq.map_or(0, |q| q + 1))
+            .map(|(i, _)| i)?;
+        self.slots[i].seq = None;
+        Some(i)
     }
 
     /// Adds a consumer. Before the arena exists it is left pending; else it
@@ -185,10 +209,8 @@ impl State {
                 phase: Phase::Pending,
                 started: None,
                 epoch_rows: 0,
-                held: Vec::new(),
+                ledger: None,
                 last_sent: None,
-                delivered: 0,
-                waited_ns: 0,
             },
         );
         if self.arena.is_some() {
@@ -223,13 +245,21 @@ impl State {
             batch_size: self.batch_size,
             consumer_id: id,
         });
-        let sent = wire::encode(&welcome)
-            .and_then(|frame| wire::send_frame_with_fd(&*entry.sock, &frame, &arena.fd));
-        if sent.is_err() {
-            self.remove_consumer(id);
-            return;
+        let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
+            let frame = wire::encode(&welcome)?;
+            let fds = [arena.fd.as_fd(), self.board_fd.as_fd(), ledger_fd.as_fd()];
+            wire::send_frame_with_fds(&*entry.sock, &frame, &fds)?;
+            Ok(ledger)
+        });
+        match sent {
+            Ok(ledger) => {
+                if let Some(c) = self.consumers.get_mut(&id) {
+                    c.ledger = Some(ledger);
+                }
+                self.join(id);
+            }
+            Err(_) => self.remove_consumer(id),
         }
-        self.join(id);
     }
 
     /// Places a welcomed consumer per its join policy.
@@ -243,7 +273,7 @@ impl State {
             return;
         }
         if epoch.published_rows == 0 {
-            // The epoch has not sent anything yet: joining it is joining at its start.
+            // The epoch has not published anything yet: joining it is joining at its start.
             self.set_phase(id, Phase::Following);
             return;
         }
@@ -253,23 +283,22 @@ impl State {
                 let samples = epoch
                     .samples
                     .map(|n| n.saturating_sub(epoch.published_rows));
+                let next = self.next_seq;
                 self.set_phase(id, Phase::Following);
-                self.start_epoch_for(id, samples, true);
+                self.start_epoch_for(id, samples, true, next);
             }
-            JoinPolicy::CatchUp => match self.retained_epoch_frames() {
-                Some(frames) => {
+            JoinPolicy::CatchUp => match (self.epoch.first_seq, self.retained_epoch()) {
+                (Some(first), Some(retained)) => {
                     let samples = self.epoch.samples;
                     self.set_phase(id, Phase::Following);
-                    if !self.start_epoch_for(id, samples, false) {
-                        return;
+                    // Hold the replayed batches before telling the consumer
+                    // where to start: they stay put until it releases them.
+                    for &(seq, rows) in &retained {
+                        self.subscribe(id, seq, rows);
                     }
-                    for (seq, rows, frame) in frames {
-                        if !self.send_batch_to(id, seq, rows, &frame) {
-                            return;
-                        }
-                    }
+                    self.start_epoch_for(id, samples, false, first);
                 }
-                None => self.set_phase(id, Phase::Waiting),
+                _ => self.set_phase(id, Phase::Waiting),
             },
         }
     }
@@ -282,53 +311,55 @@ impl State {
         }
     }
 
-    /// Every batch of the current epoch, oldest first, if all are still in
-    /// their slots.
-    fn retained_epoch_frames(&self) -> Option<Vec<Retained>> {
+    /// Every batch of the current epoch (seq, rows), oldest first, if all
+    /// are still in their slots.
+    fn retained_epoch(&self) -> Option<Vec<(u64, u64)>> {
         let first = self.epoch.first_seq?;
         (first..self.next_seq)
             .map(|seq| {
                 let slot = self.slots.iter().find(|s| s.seq == Some(seq))?;
-                Some((seq, slot.rows, slot.frame.clone()?))
+                Some((seq, slot.rows))
             })
             .collect()
     }
 
-    /// Sends `EpochStart` to consumer `id`.
-    pub fn start_epoch_for(&mut self, id: u64, samples: Option<u64>, partial: bool) -> bool {
+    /// Sends `EpochStart` to consumer `id`: it reads the epoch's batches
+    /// from `first_seq` on.
+    pub fn start_epoch_for(
+        &mut self,
+        id: u64,
+        samples: Option<u64>,
+        partial: bool,
+        first_seq: u64,
+    ) -> bool {
         let msg = ToConsumer::EpochStart(EpochStart {
             epoch: self.epoch.number,
             samples,
             batch_size: self.batch_size.unwrap_or(1),
             partial,
+            first_seq,
         });
         let Ok(frame) = wire::encode(&msg) else {
             return false;
         };
-        if !self.send_or_drop(id, &frame) {
-            return false;
-        }
         if let Some(c) = self.consumers.get_mut(&id) {
             c.started = Some(self.epoch.number);
-            c.epoch_rows = 0;
+        }
+        if !self.send_or_drop(id, &frame) {
+            return false;
         }
         true
     }
 
-    /// Sends batch `seq` to consumer `id` and takes its lease.
-    pub fn send_batch_to(&mut self, id: u64, seq: u64, rows: u64, frame: &[u8]) -> bool {
-        if !self.send_or_drop(id, frame) {
-            return false;
-        }
+    /// Makes consumer `id` a holder of batch `seq` (published to it).
+    pub fn subscribe(&mut self, id: u64, seq: u64, rows: u64) {
         if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
-            slot.refs += 1;
+            slot.holders.push(id);
         }
         if let Some(c) = self.consumers.get_mut(&id) {
-            c.held.push(seq);
             c.last_sent = Some(seq);
             c.epoch_rows += rows;
         }
-        true
     }
 
     /// Ids of the consumers in `phase`.
@@ -385,12 +416,23 @@ impl State {
                     }
                     .to_owned(),
                     position: c.last_sent,
-                    lag: c.held.len() as u64,
-                    delivered: c.delivered,
-                    wait_secs: c.waited_ns as f64 / 1e9,
+                    lag: self.held_by(id),
+                    delivered: c.ledger.as_ref().map_or(0, |l| l.figures().0),
+                    wait_secs: c.ledger.as_ref().map_or(0, |l| l.figures().1) as f64 / 1e9,
                 })
                 .collect(),
         }
+    }
+
+    /// Batches published to consumer `id` that it has not released.
+    fn held_by(&self, id: u64) -> u64 {
+        self.slots
+            .iter()
+            .enumerate()
+            .filter(|(i, s)| {
+                s.holders.contains(&id) && s.seq.is_some_and(|q| self.still_holds(id, *i, q))
+            })
+            .count() as u64
     }
 
     /// Records one publish for the rate figure.
