@@ -159,3 +159,41 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("/nonexistent/imagenet"), "{err}");
 }
+
+/// `batchcast bench --json` measures every (size, consumers) cell with real
+/// consumer processes and reports the growth ratios it prints.
+#[test]
+fn bench_reports_every_cell_and_the_ratios() {
+    let env = Env::new();
+    let out = env
+        .cmd(&[
+            "bench",
+            "--batches",
+            "30",
+            "--sizes-mb",
+            "1",
+            "--consumers",
+            "1,2",
+            "--repeat",
+            "1",
+            "--json",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    let cells = v["cells"].as_array().unwrap();
+    assert_eq!(cells.len(), 2, "{v}");
+    for c in cells {
+        assert!(c["batches_per_sec"].as_f64().unwrap() > 0.0, "{v}");
+        assert!(c["producer_cpu_written_us"].as_f64().unwrap() > 0.0, "{v}");
+    }
+    let growth = v["producer_cpu_growth_written_by_size"].as_array().unwrap();
+    assert_eq!(growth.len(), 1, "{v}");
+    // Nothing is left behind in the socket directory.
+    assert_eq!(env.leftovers(), Vec::<std::path::PathBuf>::new());
+}

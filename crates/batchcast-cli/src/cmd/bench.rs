@@ -7,7 +7,9 @@
 //! consumer (median over consumers), the per-batch overhead (the median
 //! consumer's time per batch), and the producer's CPU time per batch; beside
 //! them, a plain memcpy of the same bytes on this machine, which is what a
-//! copying transport would pay per consumer per batch.
+//! copying transport would pay per consumer per batch. Each cell runs
+//! `--repeat` times, interleaved with the other mode, and the medians are
+//! reported: the machine is shared and noisy.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -37,6 +39,9 @@ pub struct BenchArgs {
     /// Slots in the window.
     #[arg(long, default_value_t = 8)]
     pub window: usize,
+    /// Runs per cell; the medians are reported.
+    #[arg(long, default_value_t = 3)]
+    pub repeat: usize,
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,
@@ -68,8 +73,12 @@ pub struct Cell {
 
 /// Runs `batchcast bench`.
 pub fn run(args: BenchArgs) -> Result<()> {
-    if args.consumers.contains(&0) || args.sizes_mb.contains(&0) || args.batches == 0 {
-        bail!("--consumers, --sizes-mb and --batches take numbers of at least 1");
+    if args.consumers.contains(&0)
+        || args.sizes_mb.contains(&0)
+        || args.batches == 0
+        || args.repeat == 0
+    {
+        bail!("--consumers, --sizes-mb, --batches and --repeat take numbers of at least 1");
     }
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let mut cells = Vec::new();
@@ -91,8 +100,15 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let bytes = size_mb << 20;
         let (memcpy_us, memcpy_gbs) = memcpy_reference(bytes);
         for &n in &args.consumers {
-            let cell = run_cell(&exe, &args, bytes, n, false)?;
-            let written = run_cell(&exe, &args, bytes, n, true)?;
+            let (mut rates, mut cpus, mut cpus_written) = (Vec::new(), Vec::new(), Vec::new());
+            for _ in 0..args.repeat {
+                let (rate, cpu) = run_cell(&exe, &args, bytes, n, false)?;
+                rates.push(rate);
+                cpus.push(cpu);
+                cpus_written.push(run_cell(&exe, &args, bytes, n, true)?.1);
+            }
+            let cell = (median(rates), median(cpus));
+            let written = (0.0, median(cpus_written));
             let cell = Cell {
                 producer_cpu_written_us: written.1,
                 size_mb,
@@ -225,6 +241,11 @@ fn run_cell(
     }
     rates.sort_by(|a, b| a.total_cmp(b));
     Ok((rates[n / 2], cpu * 1e6 / args.batches as f64))
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
 }
 
 /// Median time and GB/s of copying `bytes` once.
