@@ -150,8 +150,10 @@ impl BoardView {
     pub fn map(fd: OwnedFd) -> Result<BoardView> {
         let file = File::from(fd);
         let len = shm::file_len(&file)?;
-        if len < RING_AT + 8 {
-            return Err(Error::Protocol(format!("the board has only {len} bytes")));
+        if len < RING_AT + 8 || !shm::is_sealed(&file) {
+            return Err(Error::Protocol(format!(
+                "the producer sent a board of {len} bytes (unsealed or too small)"
+            )));
         }
         // SAFETY: a read-only shared mapping of the producer's sealed memfd,
         // which cannot shrink under us. Its words are read with atomics only.
@@ -331,6 +333,15 @@ mod tests {
             assert_eq!(s.join().unwrap(), Woken::Changed);
         }
         assert!(t0.elapsed() < Duration::from_secs(10));
+    }
+
+    #[test]
+    fn consumers_cannot_map_the_board_writable() {
+        let board = Board::create("t", 2).unwrap();
+        let file = File::from(board.readonly_fd().unwrap());
+        // SAFETY: the mapping is expected to fail; nothing is read or written.
+        let res = unsafe { MmapOptions::new().len(4096).map_mut(&file) };
+        assert!(res.is_err());
     }
 
     #[test]
