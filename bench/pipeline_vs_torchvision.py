@@ -2,32 +2,47 @@
 """Native batchcast pipeline vs torchvision, same JPEGs, same run.
 
 Runs the `pipeline-bench` binary (which generates, or reuses, a synthetic
-ImageNet-like JPEG dataset and measures the native pipeline), then runs the
+ImageNet-like JPEG dataset and measures the native pipeline) and the
 torchvision equivalent on the very same files:
 
     ImageFolder(dir, transform=Compose([RandomResizedCrop(size),
                                         RandomHorizontalFlip(),
                                         ToTensor()]))
-    DataLoader(batch_size=64, shuffle=True, num_workers=W)
+    DataLoader(batch_size=64, shuffle=True, num_workers=W, persistent_workers=True)
 
-with the same number of workers W as native worker threads, and prints both
-throughputs (images/s, median of several epochs) and their ratio. The native
-side writes float32 NCHW in [0, 1], exactly what ToTensor() produces.
+with the same number of workers W as native worker threads. The native side
+writes float32 NCHW in [0, 1], exactly what ToTensor() produces.
 
-Needs torch, torchvision and pillow importable. Usage:
+Two figures per side, each over one full epoch:
+  - images/s (wall clock);
+  - images per CPU-second: CPU time (user + system) actually consumed. For
+    the native side, all threads of its process (getrusage, reported by the
+    binary); for torchvision, the main process (which collates and receives
+    batches) plus its worker processes (read from /proc/PID/stat before and
+    after the epoch). This is the per-core figure: a DataLoader with W
+    workers uses more than W cores' worth of CPU.
+The two sides alternate for --rounds rounds (native, torchvision, native,
+...) so load from other jobs on a shared machine hits both alike; medians
+are reported, and the ratio of the medians.
 
-    cargo build --release -p batchcast-pipeline
+Needs Linux (/proc), torch, torchvision and pillow. Usage:
+
+    cargo build --release -p batchcast-pipeline --example pipeline-bench
     python bench/pipeline_vs_torchvision.py target/release/examples/pipeline-bench \
-        [--images 2000] [--workers 1,2] [--runs 3] [--batch 64] [--size 224] \
+        [--images 2000] [--workers 1,2] [--rounds 5] [--batch 64] [--size 224] \
         [--dir DIR] [--json]
 """
 
 import argparse
 import json
+import os
+import resource
 import statistics
 import subprocess
 import sys
 import time
+
+CLK_TCK = os.sysconf("SC_CLK_TCK")
 
 
 def parse_args():
@@ -35,7 +50,8 @@ def parse_args():
     p.add_argument("bench_binary", help="path to the pipeline-bench executable")
     p.add_argument("--images", type=int, default=2000)
     p.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    p.add_argument("--runs", type=int, default=3, help="timed epochs per worker count")
+    p.add_argument("--rounds", type=int, default=5,
+                   help="alternating rounds per worker count (one epoch per side each)")
     p.add_argument("--batch", type=int, default=64)
     p.add_argument("--size", type=int, default=224)
     p.add_argument("--seed", type=int, default=0)
@@ -44,101 +60,151 @@ def parse_args():
     return p.parse_args()
 
 
-def run_native(args, workers):
+def log(args, msg):
+    if not args.json:
+        print(msg, file=sys.stderr, flush=True)
+
+
+def native_epoch(args, workers, seed):
+    """One timed epoch of the native pipeline; (images/s, images/CPU-s, dataset info)."""
     cmd = [
-        args.bench_binary,
-        "--json",
+        args.bench_binary, "--json",
         "--images", str(args.images),
-        "--threads", ",".join(str(w) for w in workers),
-        "--runs", str(args.runs),
+        "--threads", str(workers),
+        "--runs", "1",
         "--batch", str(args.batch),
         "--size", str(args.size),
-        "--seed", str(args.seed),
+        "--seed", str(seed),
         "--transform", "train",
         "--output", "f32-nchw",
     ]
     if args.dir:
         cmd += ["--dir", args.dir]
-    # Generation progress goes to stderr, which we let through.
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out)
+    # Generation progress (first call only) goes to stderr, which we let through.
+    out = json.loads(subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout)
+    r = out["results"][0]
+    return r["images_per_s"], r["images_per_cpu_s"], out
 
 
-def run_torchvision(dataset_dir, workers, args):
+def process_cpu_seconds(pid):
+    """utime + stime of one process (all its threads), or 0 if it is gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            data = f.read()
+    except OSError:
+        return 0.0
+    fields = data[data.rfind(")") + 2:].split()
+    return (int(fields[11]) + int(fields[12])) / CLK_TCK
+
+
+def children(pid):
+    out = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                data = f.read()
+        except OSError:
+            continue
+        if int(data[data.rfind(")") + 2:].split()[1]) == pid:
+            out.append(int(entry))
+    return out
+
+
+def tree_cpu_seconds():
+    """CPU seconds of this process, its live children, and reaped children."""
+    me = os.getpid()
+    live = sum(process_cpu_seconds(p) for p in [me] + children(me))
+    reaped = resource.getrusage(resource.RUSAGE_CHILDREN)
+    # /proc/self counts this process; RUSAGE_CHILDREN adds children already
+    # waited for (none while persistent workers live; the native bench
+    # subprocess runs outside the measured window).
+    return live + reaped.ru_utime + reaped.ru_stime
+
+
+def make_loader(dataset_dir, workers, args):
     import torch
     from torch.utils.data import DataLoader
     from torchvision import datasets, transforms
 
     torch.manual_seed(args.seed)
     torch.set_num_threads(1)  # the main process only receives batches
-    transform = transforms.Compose(
-        [
-            transforms.RandomResizedCrop(args.size),
-            transforms.RandomHorizontalFlip(),
-            transforms.ToTensor(),
-        ]
-    )
+    transform = transforms.Compose([
+        transforms.RandomResizedCrop(args.size),
+        transforms.RandomHorizontalFlip(),
+        transforms.ToTensor(),
+    ])
     dataset = datasets.ImageFolder(dataset_dir, transform=transform)
-    results = []
-    for w in workers:
-        loader = DataLoader(
-            dataset,
-            batch_size=args.batch,
-            shuffle=True,
-            num_workers=w,
-            persistent_workers=True,
-        )
-        # Warm-up: start the worker processes and run a couple of batches.
-        it = iter(loader)
-        for _ in range(min(2, len(loader))):
-            next(it)
-        del it
-        runs = []
-        for _ in range(args.runs):
-            start = time.perf_counter()
-            n = 0
-            for images, _labels in loader:
-                n += images.shape[0]
-            runs.append(n / (time.perf_counter() - start))
-            if not args.json:
-                print(f"torchvision workers {w}: {runs[-1]:.1f} images/s", file=sys.stderr)
-        results.append({"workers": w, "images_per_s": statistics.median(runs), "runs": runs})
-        del loader
-    return len(dataset), results
+    loader = DataLoader(dataset, batch_size=args.batch, shuffle=True,
+                        num_workers=workers, persistent_workers=True)
+    # Warm-up: start the worker processes and run a couple of batches.
+    it = iter(loader)
+    for _ in range(min(2, len(loader))):
+        next(it)
+    del it
+    return len(dataset), loader
+
+
+def torchvision_epoch(loader):
+    cpu0, t0 = tree_cpu_seconds(), time.perf_counter()
+    n = 0
+    for images, _labels in loader:
+        n += images.shape[0]
+    elapsed, cpu = time.perf_counter() - t0, tree_cpu_seconds() - cpu0
+    return n / elapsed, n / cpu
 
 
 def main():
     args = parse_args()
     workers = [int(w) for w in args.workers.split(",") if w.strip()]
-    if not workers or min(workers) < 1:
-        sys.exit("--workers needs positive integers, e.g. 1,2")
-    native = run_native(args, workers)
-    n_tv, tv = run_torchvision(native["dataset"], workers, args)
-    if n_tv != native["images"]:
-        sys.exit(f"torchvision sees {n_tv} images, the native bench {native['images']}")
-
+    if not workers or min(workers) < 1 or args.rounds < 1:
+        sys.exit("--workers needs positive integers, e.g. 1,2; --rounds at least 1")
+    # Generate (or reuse) the dataset before anything is timed.
+    _, _, info = native_epoch(args, workers[0], args.seed)
     rows = []
-    for nat, ref in zip(native["results"], tv):
-        rows.append(
-            {
-                "workers": ref["workers"],
-                "native_images_per_s": nat["images_per_s"],
-                "torchvision_images_per_s": ref["images_per_s"],
-                "speedup": nat["images_per_s"] / ref["images_per_s"],
-            }
-        )
+    for w in workers:
+        n_tv, loader = make_loader(info["dataset"], w, args)
+        if n_tv != info["images"]:
+            sys.exit(f"torchvision sees {n_tv} images, the native bench {info['images']}")
+        nat, ref = [], []
+        for r in range(args.rounds):
+            nat.append(native_epoch(args, w, args.seed)[:2])
+            ref.append(torchvision_epoch(loader))
+            log(args, f"workers {w} round {r + 1}: native {nat[-1][0]:.1f} img/s "
+                      f"{nat[-1][1]:.1f} img/CPU-s | torchvision {ref[-1][0]:.1f} img/s "
+                      f"{ref[-1][1]:.1f} img/CPU-s")
+        del loader
+        med = lambda runs, i: statistics.median(x[i] for x in runs)  # noqa: E731
+        row = {
+            "workers": w,
+            "native_images_per_s": med(nat, 0),
+            "native_images_per_cpu_s": med(nat, 1),
+            "torchvision_images_per_s": med(ref, 0),
+            "torchvision_images_per_cpu_s": med(ref, 1),
+            "native_runs": nat,
+            "torchvision_runs": ref,
+        }
+        row["speedup"] = row["native_images_per_s"] / row["torchvision_images_per_s"]
+        row["speedup_per_cpu"] = (row["native_images_per_cpu_s"]
+                                  / row["torchvision_images_per_cpu_s"])
+        rows.append(row)
     if args.json:
-        print(json.dumps({"dataset": native["dataset"], "images": native["images"],
-                          "batch": args.batch, "size": args.size, "runs": args.runs,
-                          "results": rows, "native": native, "torchvision": tv}))
+        print(json.dumps({"dataset": info["dataset"], "images": info["images"],
+                          "batch": args.batch, "size": args.size, "rounds": args.rounds,
+                          "results": rows}))
         return
-    print(f"dataset {native['dataset']}: {native['images']} JPEGs, "
-          f"mean {native['mean_file_bytes'] / 1024:.0f} KiB; RandomResizedCrop({args.size}) + "
-          f"RandomHorizontalFlip + ToTensor, batch {args.batch}, median of {args.runs} epochs")
-    print(f"{'workers':>7}  {'native img/s':>12}  {'torchvision img/s':>17}  {'speedup':>7}")
+    print(f"dataset {info['dataset']}: {info['images']} JPEGs, "
+          f"mean {info['mean_file_bytes'] / 1024:.0f} KiB; RandomResizedCrop({args.size}) + "
+          f"RandomHorizontalFlip + ToTensor, batch {args.batch}; medians of {args.rounds} "
+          f"alternating epochs")
+    print(f"{'workers':>7}  {'native img/s':>12}  {'tv img/s':>9}  {'ratio':>6}  "
+          f"{'native img/CPU-s':>16}  {'tv img/CPU-s':>12}  {'ratio/CPU':>9}")
     for r in rows:
         print(f"{r['workers']:>7}  {r['native_images_per_s']:>12.1f}  "
-              f"{r['torchvision_images_per_s']:>17.1f}  {r['speedup']:>6.2f}x")
+              f"{r['torchvision_images_per_s']:>9.1f}  {r['speedup']:>5.2f}x  "
+              f"{r['native_images_per_cpu_s']:>16.1f}  {r['torchvision_images_per_cpu_s']:>12.1f}  "
+              f"{r['speedup_per_cpu']:>8.2f}x")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@
 //!
 //! Each run is one full epoch (shuffled) through `fill_batch` into a reused
 //! batch buffer, as a producer filling shared-memory slots does. The figure
-//! reported is the median of the runs. `--json` prints one JSON object.
+//! reported is the median of the runs. CPU time (user + system, all threads
+//! of the process, from `getrusage`) is measured over each run too, so
+//! throughput per CPU-second can be compared with multi-process loaders.
+//! `--json` prints one JSON object.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -143,7 +146,25 @@ fn median(values: &[f64]) -> f64 {
 
 struct Result1 {
     threads: usize,
+    /// Images per second of each run.
     runs: Vec<f64>,
+    /// Images per CPU-second of each run.
+    per_cpu: Vec<f64>,
+}
+
+/// CPU seconds (user + system) used so far by all threads of this process.
+fn process_cpu_seconds() -> f64 {
+    let mut usage = std::mem::MaybeUninit::<libc::rusage>::zeroed();
+    // SAFETY: `usage` is a valid, writable rusage; getrusage only writes it.
+    let rc = unsafe { libc::getrusage(libc::RUSAGE_SELF, usage.as_mut_ptr()) };
+    if rc != 0 {
+        return f64::NAN;
+    }
+    // SAFETY: getrusage succeeded, so it initialised the struct (and zeroed
+    // memory is a valid rusage anyway).
+    let usage = unsafe { usage.assume_init() };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 * 1e-6;
+    secs(usage.ru_utime) + secs(usage.ru_stime)
 }
 
 fn main() -> ExitCode {
@@ -217,9 +238,10 @@ fn run(args: &Args) -> Result<(), String> {
                 .fill_batch(0, &batch, &mut images, &mut labels)
                 .map_err(|e| e.to_string())?;
         }
-        let mut runs = Vec::new();
+        let (mut runs, mut per_cpu) = (Vec::new(), Vec::new());
         for r in 0..args.runs {
             let epoch = r as u64 + 1;
+            let cpu_start = process_cpu_seconds();
             let start = Instant::now();
             let mut rows = 0;
             for batch in sampler.batches(epoch) {
@@ -229,11 +251,21 @@ fn run(args: &Args) -> Result<(), String> {
                 rows += report.rows_written;
             }
             runs.push(rows as f64 / start.elapsed().as_secs_f64());
+            per_cpu.push(rows as f64 / (process_cpu_seconds() - cpu_start));
             if !args.json {
-                eprintln!("threads {threads} run {}: {:.1} images/s", r + 1, runs[r]);
+                eprintln!(
+                    "threads {threads} run {}: {:.1} images/s, {:.1} images/CPU-s",
+                    r + 1,
+                    runs[r],
+                    per_cpu[r]
+                );
             }
         }
-        results.push(Result1 { threads, runs });
+        results.push(Result1 {
+            threads,
+            runs,
+            per_cpu,
+        });
     }
     let image_bytes = {
         let (h, w) = transform.output_size();
@@ -244,13 +276,19 @@ fn run(args: &Args) -> Result<(), String> {
             .iter()
             .map(|r| {
                 let m = median(&r.runs);
-                let runs: Vec<String> = r.runs.iter().map(|v| format!("{v:.2}")).collect();
+                let list = |v: &[f64]| {
+                    let s: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+                    s.join(", ")
+                };
                 format!(
                     "{{\"threads\": {}, \"images_per_s\": {m:.2}, \"images_per_s_per_thread\": \
-                     {:.2}, \"runs\": [{}]}}",
+                     {:.2}, \"images_per_cpu_s\": {:.2}, \"runs\": [{}], \"runs_per_cpu_s\": \
+                     [{}]}}",
                     r.threads,
                     m / r.threads as f64,
-                    runs.join(", ")
+                    median(&r.per_cpu),
+                    list(&r.runs),
+                    list(&r.per_cpu)
                 )
             })
             .collect();
@@ -280,16 +318,17 @@ fn run(args: &Args) -> Result<(), String> {
         args.transform, args.size, args.output, args.batch, args.runs
     );
     println!(
-        "{:>7}  {:>10}  {:>17}",
-        "threads", "images/s", "images/s/thread"
+        "{:>7}  {:>10}  {:>17}  {:>14}",
+        "threads", "images/s", "images/s/thread", "images/CPU-s"
     );
     for r in &results {
         let m = median(&r.runs);
         println!(
-            "{:>7}  {:>10.1}  {:>17.1}",
+            "{:>7}  {:>10.1}  {:>17.1}  {:>14.1}",
             r.threads,
             m,
-            m / r.threads as f64
+            m / r.threads as f64,
+            median(&r.per_cpu)
         );
     }
     Ok(())

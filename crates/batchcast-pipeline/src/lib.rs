@@ -62,6 +62,7 @@ mod dataset;
 mod decode;
 mod error;
 mod generate;
+mod jpeg;
 mod output;
 mod pipeline;
 mod resample;

@@ -216,6 +216,18 @@ pub struct Plan {
     pub flip: bool,
 }
 
+impl Plan {
+    /// The rows of a source image `height` rows tall that resampling reads:
+    /// those of the crop, or all of them for a window (its filter reaches
+    /// outside it).
+    pub(crate) fn source_rows(&self, height: u32) -> std::ops::Range<u32> {
+        match self.region {
+            Region::Crop(c) => c.top..c.top.saturating_add(c.height).min(height),
+            Region::Window { .. } => 0..height,
+        }
+    }
+}
+
 /// Python's `int(round(x))` (round half to even) for non-negative `x`.
 fn py_round(x: f64) -> i64 {
     x.round_ties_even() as i64

@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
-use crate::decode::{decode_rgb_into, RgbImage};
+use crate::decode::{decode_rgb_rows_into, RgbImage};
 use crate::output::Writer;
 use crate::{resample, Dataset, Transform};
 
@@ -75,14 +75,16 @@ impl Job<'_> {
         self.dataset
             .read_sample(index, &mut s.encoded)
             .map_err(|e| format!("cannot read the file: {e}"))?;
-        decode_rgb_into(&s.encoded, &mut s.image).map_err(|e| e.to_string())?;
-        let plan = self.transform.plan(
-            s.image.width,
-            s.image.height,
-            self.seed,
-            self.epoch,
-            index as u64,
-        );
+        let plan_for = |w, h| {
+            self.transform
+                .plan(w, h, self.seed, self.epoch, index as u64)
+        };
+        // Only the rows the plan reads are decoded.
+        decode_rgb_rows_into(&s.encoded, &mut s.image, |w, h| {
+            plan_for(w, h).source_rows(h)
+        })
+        .map_err(|e| e.to_string())?;
+        let plan = plan_for(s.image.width, s.image.height);
         if self.raw {
             return resample::apply(&plan, &s.image, &mut s.resizer, out);
         }
