@@ -100,15 +100,11 @@ impl Board {
     }
 
     fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is a multiple of 8 within the mapping, which is page
-        // aligned and lives as long as `self`; AtomicU64 has u64's layout.
-        // Other processes touch these words only through atomics.
-        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
+        shm::atomic_u64(&self.map, at)
     }
 
     fn word32(&self, at: usize) -> &AtomicU32 {
-        // SAFETY: as in `word64`, with `at` a multiple of 4.
-        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
+        shm::atomic_u32(&self.map, at)
     }
 
     fn entry(&self, k: usize) -> &AtomicU64 {
@@ -174,15 +170,11 @@ impl BoardView {
     }
 
     fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is a multiple of 8 within the mapping (checked against
-        // its length in `map`), which is page aligned and lives as long as
-        // `self`. The mapping is read-only: only loads are ever made.
-        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
+        shm::atomic_u64(&self.map, at)
     }
 
     fn word32(&self, at: usize) -> &AtomicU32 {
-        // SAFETY: as in `word64`, with `at` a multiple of 4.
-        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU32>() }
+        shm::atomic_u32(&self.map, at)
     }
 
     /// Batches with a sequence number below this are published.

@@ -71,11 +71,7 @@ impl Ledger {
     }
 
     fn word(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is a multiple of 8 within the mapping (its length was
-        // checked against `slots`), which is page aligned and lives as long
-        // as `self`; AtomicU64 has u64's layout, and both processes access
-        // these words only through atomics.
-        unsafe { &*self.map.as_ptr().add(at).cast::<AtomicU64>() }
+        shm::atomic_u64(&self.map, at)
     }
 
     fn released_word(&self, slot: usize) -> Option<&AtomicU64> {

@@ -7,7 +7,9 @@
 //! path with detailed out-of-memory errors; see [`crate::arena`].)
 
 use std::fs::File;
+use std::ops::Deref;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU32, AtomicU64};
 
 use memmap2::{MmapMut, MmapOptions};
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
@@ -60,4 +62,31 @@ pub(crate) fn is_sealed(file: &File) -> bool {
     rustix::fs::fcntl_get_seals(file.as_fd())
         .map(|s| s.contains(SealFlags::SHRINK))
         .unwrap_or(false)
+}
+
+/// The atomic word at byte offset `at` of a shared mapping.
+///
+/// Panics if the word is out of the mapping or misaligned: offsets are the
+/// caller's constants (or checked against the mapping's size), never input.
+pub(crate) fn atomic_u64(map: &impl Deref<Target = [u8]>, at: usize) -> &AtomicU64 {
+    assert!(
+        at % 8 == 0 && at + 8 <= map.len(),
+        "word {at} outside the mapping"
+    );
+    // SAFETY: the word lies inside the mapping and is 8-byte aligned (the
+    // mapping is page aligned, `at` a multiple of 8), and the reference
+    // borrows the mapping, so it cannot outlive it. AtomicU64 has u64's
+    // layout. Other processes touch shared words only through atomics; on a
+    // read-only mapping callers only load.
+    unsafe { &*map.as_ptr().add(at).cast::<AtomicU64>() }
+}
+
+/// [`atomic_u64`] for a 32-bit word (a futex word).
+pub(crate) fn atomic_u32(map: &impl Deref<Target = [u8]>, at: usize) -> &AtomicU32 {
+    assert!(
+        at % 4 == 0 && at + 4 <= map.len(),
+        "word {at} outside the mapping"
+    );
+    // SAFETY: as in `atomic_u64`, with 4-byte alignment.
+    unsafe { &*map.as_ptr().add(at).cast::<AtomicU32>() }
 }
