@@ -12,8 +12,8 @@
 //!
 //! Dropping a whole slot costs a consumer that only reads: `MADV_DONTNEED`
 //! also unmaps the shared pages, and each is faulted in again on the next
-//! read (about 17x the read-only mapping's per-batch cost at 64 MiB; see
-//! `examples/inplace_cost.rs`). So where the kernel offers it (Linux 6.7+),
+//! read (20x the read-only mapping's per-batch cost for a consumer that
+//! reads 64 MiB batches; see `examples/inplace_cost.rs`). So where the kernel offers it (Linux 6.7+),
 //! the `PAGEMAP_SCAN` ioctl on `/proc/self/pagemap` first finds the slot's
 //! private pages (present or swapped, not file pages), and only those
 //! ranges are dropped: nothing, for a consumer that never writes. Where the
