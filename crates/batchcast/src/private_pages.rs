@@ -64,6 +64,9 @@ const REGIONS: usize = 32;
 pub(crate) struct PrivatePages {
     /// `/proc/self/pagemap`, while `PAGEMAP_SCAN` works on it.
     pagemap: Option<File>,
+    /// The process that opened it: a forked child inherits the descriptor,
+    /// which still describes its parent's memory, not the child's.
+    opened_by: rustix::process::Pid,
     scan_works: AtomicBool,
 }
 
@@ -73,6 +76,7 @@ impl PrivatePages {
         let pagemap = File::open("/proc/self/pagemap").ok();
         PrivatePages {
             scan_works: AtomicBool::new(pagemap.is_some()),
+            opened_by: rustix::process::getpid(),
             pagemap,
         }
     }
@@ -124,7 +128,7 @@ impl PrivatePages {
     /// kernel cannot tell.
     fn scan(&self, start: u64, end: u64) -> Option<(Vec<PageRegion>, u64)> {
         let pagemap = self.pagemap.as_ref()?;
-        if !self.scan_works.load(Ordering::Relaxed) {
+        if !self.scan_works.load(Ordering::Relaxed) || rustix::process::getpid() != self.opened_by {
             return None;
         }
         let mut found = [PageRegion::default(); REGIONS];
@@ -147,8 +151,11 @@ impl PrivatePages {
         // writes nothing else.
         let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
         let Ok(n) = usize::try_from(n) else {
-            // Unsupported (before Linux 6.7: ENOTTY or EINVAL): never again.
-            self.scan_works.store(false, Ordering::Relaxed);
+            let errno = std::io::Error::last_os_error().raw_os_error();
+            if matches!(errno, Some(libc::ENOTTY | libc::EINVAL)) {
+                // Unsupported (before Linux 6.7): never try again.
+                self.scan_works.store(false, Ordering::Relaxed);
+            }
             return None;
         };
         let regions = found.get(..n)?.to_vec();
@@ -235,11 +242,25 @@ mod tests {
         write(&map, 3 * page, 9);
         let pages = PrivatePages {
             pagemap: None,
+            opened_by: rustix::process::getpid(),
             scan_works: AtomicBool::new(false),
         };
         // SAFETY: the whole mapping; no reference into it.
         unsafe { pages.drop_in(&map, 0, map.len()) }.unwrap();
         assert_eq!(byte(&map, 3 * page), 1);
+        // Nor in a forked child, whose inherited pagemap is its parent's.
+        write(&map, 5 * page, 9);
+        let parent = rustix::process::getppid().unwrap_or(rustix::process::Pid::INIT);
+        let forked = PrivatePages {
+            opened_by: parent,
+            ..PrivatePages::new()
+        };
+        assert!(forked
+            .scan(map.as_ptr() as u64, map.as_ptr() as u64 + 4096)
+            .is_none());
+        // SAFETY: the whole mapping; no reference into it.
+        unsafe { forked.drop_in(&map, 0, map.len()) }.unwrap();
+        assert_eq!(byte(&map, 5 * page), 1);
     }
 
     #[test]
