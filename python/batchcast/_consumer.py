@@ -74,14 +74,16 @@ class Consumer:
     Per-sample lists of ints, floats and strs come back as Python lists.
 
     **Batches are read-only shared memory.** Every consumer reads the same
-    pages, mapped read-only, so no training process can change what the
-    others see. NumPy arrays are flagged non-writeable (a write raises
-    ValueError). PyTorch has no read-only tensors; with ``copy_on_write=True``
-    (the default) an in-place write to a batch tensor (``x.sub_(mean)``,
-    ``x[0] = 0``, an in-place transform) lands on a private copy of the pages
-    it touches, visible to this process only; the first write to a slot costs
-    a fault and a remap. With ``copy_on_write=False`` such a write kills the
-    process with SIGSEGV. Either way, prefer ``x = x.clone()`` (or an
+    pages, so no training process can change what the others see. NumPy
+    arrays are flagged non-writeable (a write raises ValueError). PyTorch has
+    no read-only tensors; with ``copy_on_write=True`` (the default) the
+    memory is mapped private and writable, and an in-place write to a batch
+    tensor (``x.sub_(mean)``, ``x[0] = 0``, an in-place transform, from any
+    number of threads) lands on a private copy of each page it touches,
+    visible to this process only, and dropped when the slot is reused (no
+    signal handler: ``faulthandler`` is unaffected). With
+    ``copy_on_write=False`` the memory is mapped read-only and such a write
+    kills the process with SIGSEGV. Either way, prefer ``x = x.clone()`` (or an
     out-of-place op: ``x.float()``, ``x - mean``, ``x.to(device)``) before
     modifying a batch. A batch kept across steps stays valid: its memory is
     released when the last tensor viewing it is freed.
@@ -110,8 +112,10 @@ class Consumer:
         format: ``"torch"``, ``"numpy"``, or None: torch if installed.
         label: shown by ``batchcast status`` (default: the script's name).
         dir: the socket directory (see :class:`batchcast.Producer`).
-        copy_on_write: turn an in-place write to a batch tensor into a
-            private copy instead of SIGSEGV (see above).
+        copy_on_write: in-place writes to batch tensors land on private
+            copies of the pages written instead of SIGSEGV (see above); costs
+            a scan of each reused slot's page table (README: "Batches are
+            read-only shared memory").
     """
 
     def __init__(

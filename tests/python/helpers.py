@@ -160,7 +160,8 @@ def train(batches_per_epoch: Any, epochs: int) -> Any:
 def produce_ids(o: Dict[str, Any]) -> None:
     import batchcast
 
-    loader = IdLoader(o.get("n", 1000), o.get("batch_size", 64), names=o.get("names", True))
+    loader = IdLoader(o.get("n", 1000), o.get("batch_size", 64), width=o.get("width", 4),
+                      names=o.get("names", True))
     p = batchcast.Producer(
         loader,
         o["name"],
@@ -258,6 +259,69 @@ def consume_ids(o: Dict[str, Any]) -> None:
         say("finished", e.reason)
     except batchcast.ProducerGone as e:
         say("gone", repr(time.monotonic()), e.name)
+
+
+def consume_inplace(o: Dict[str, Any]) -> None:
+    """Reads batches of produce_ids as torch tensors and, by `mode`, writes
+    to each in place before checking every value of it: "torch" does
+    x.sub_(1) with torch.set_num_threads(`threads`), "python" has `threads`
+    Python threads each do x[rows].sub_(1) on disjoint rows at once, "none"
+    writes nothing. Every value must then be id - 1 (writers) or id (none).
+    Reports one "epoch {json}" line per epoch with its bad batches."""
+    import threading
+
+    import torch
+
+    import batchcast
+
+    mode, threads = o["mode"], o.get("threads", 4)
+    torch.set_num_threads(threads if mode == "torch" else 1)
+    c = batchcast.Consumer(o["name"], connect_timeout=30, format="torch")
+    say("connected")
+    for _ in range(o.get("epochs", 1)):
+        batches, bad = 0, []
+        for b in c:
+            x, ids = b["x"], b["id"]
+            if mode == "torch":
+                x.sub_(1)
+            elif mode == "python":
+                chunks = torch.arange(x.shape[0]).chunk(threads)
+                start = threading.Barrier(len(chunks))
+
+                def write(rows: Any) -> None:
+                    start.wait()
+                    x[int(rows[0]):int(rows[-1]) + 1].sub_(1)
+
+                workers = [threading.Thread(target=write, args=(r,)) for r in chunks]
+                for w in workers:
+                    w.start()
+                for w in workers:
+                    w.join()
+            expected = (ids - (0 if mode == "none" else 1)).to(torch.float32)[:, None]
+            wrong = int((x != expected).sum())
+            if wrong:
+                bad.append({"batch": batches, "wrong_values": wrong})
+            batches += 1
+        say("epoch", json.dumps({"batches": batches, "bad": bad}))
+    say("done")
+
+
+def consume_inplace_after_faulthandler(o: Dict[str, Any]) -> None:
+    """faulthandler enabled after the Consumer, as training scripts and test
+    runners do; then in-place writes to every batch."""
+    import faulthandler
+
+    import batchcast
+
+    c = batchcast.Consumer(o["name"], connect_timeout=30, format="torch",
+                           copy_on_write=o.get("copy_on_write", True))
+    faulthandler.enable()
+    say("enabled")
+    wrong = 0
+    for b in c:
+        b["x"].sub_(1)
+        wrong += int((b["x"] != b["id"][:, None].float() - 1).sum())
+    say("checked", wrong)
 
 
 def consume_any(o: Dict[str, Any]) -> None:

@@ -197,3 +197,26 @@ fn bench_reports_every_cell_and_the_ratios() {
     // Nothing is left behind in the socket directory.
     assert_eq!(env.leftovers(), Vec::<std::path::PathBuf>::new());
 }
+
+/// `batchcast bench --copy-on-write` measures consumers that map the arena
+/// private and writable, as Python consumers do by default.
+#[test]
+fn bench_measures_copy_on_write_consumers() {
+    let env = Env::new();
+    let args = "bench --batches 30 --sizes-mb 1 --consumers 1 --repeat 1 --json --copy-on-write";
+    let out = env
+        .cmd(&args.split(' ').collect::<Vec<_>>())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["copy_on_write"], true, "{v}");
+    assert!(
+        v["cells"][0]["batches_per_sec"].as_f64().unwrap() > 0.0,
+        "{v}"
+    );
+}

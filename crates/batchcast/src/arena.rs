@@ -2,11 +2,20 @@
 //!
 //! The producer creates an anonymous memfd, sizes it, reserves every page
 //! with `fallocate` (so a machine short of memory fails here, with a clear
-//! error, rather than with SIGBUS on some later write) and seals its size.
-//! Consumers receive a read-only descriptor of the same file and map it
-//! read-only. A memfd has no name in any file system: nothing can be left in
-//! `/dev/shm` by a crash, whoever dies, and `/dev/shm`'s size limit (64 MiB
-//! in a default Docker container) does not apply.
+//! error, rather than with SIGBUS on some later write), maps it, and seals
+//! it: its size can never change, and nobody (the producer included) can
+//! `write(2)` it or map it shared and writable again (`F_SEAL_FUTURE_WRITE`);
+//! only the producer's own mapping writes it. Consumers receive a read-only
+//! descriptor of the same file. They map it either shared and read-only, or
+//! (copy-on-write, for in-place writes from Python) private and writable:
+//! a write then lands on a private copy of the page it touches, made by the
+//! kernel, page by page, for this process only; pages never written keep
+//! showing the file (the producer's data). Before a reused slot is read for
+//! a new batch, the consumer drops the private pages left in it
+//! ([`crate::private_pages`]). A memfd has no name in any file system:
+//! nothing can be left in `/dev/shm` by a crash, whoever dies, and
+//! `/dev/shm`'s size limit (64 MiB in a default Docker container) does not
+//! apply.
 //!
 //! Each slot starts with a [`SLOT_HEADER`]-byte header: magic, sequence
 //! number, epoch, bytes of arrays, and where the batch's encoded [`Layout`]
@@ -14,13 +23,14 @@
 //! from the board ([`crate::board`]) and reads everything else here.
 
 use std::fs::File;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::os::fd::{AsFd, OwnedFd};
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::{MmapMut, MmapOptions, MmapRaw};
 use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 
 use crate::error::{Error, Result};
 use crate::layout::{Layout, SLOT_HEADER};
+use crate::private_pages::PrivatePages;
 
 const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT02");
 
@@ -50,8 +60,8 @@ pub struct Arena {
 
 impl Arena {
     /// Creates an arena of `slots` slots of at least `slot_size` bytes
-    /// each (rounded up to whole pages, so that each slot can be remapped
-    /// on its own; see [`crate::cow`]).
+    /// each (rounded up to whole pages, so that a consumer can drop its
+    /// private pages of one slot without touching the next).
     pub fn create(name: &str, slots: usize, slot_size: usize) -> Result<Arena> {
         if slots == 0 || slot_size < SLOT_HEADER {
             return Err(Error::InvalidArgument(format!(
@@ -95,15 +105,19 @@ impl Arena {
                 Error::io("cannot reserve the arena's memory (fallocate)", e)
             }
         })?;
-        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW | SealFlags::SEAL)
-            .map_err(|e| Error::io("cannot seal the arena", e))?;
         let file = File::from(fd);
-        // SAFETY: the file is our own sealed memfd: its size cannot change
-        // (no SIGBUS), and the only writer is this process's publishing
-        // thread, which writes a slot only while no consumer holds a lease
-        // on it (see producer::state).
+        // SAFETY: the file is our own memfd, sealed against resizing below
+        // before anyone else can see it: its size cannot change (no SIGBUS),
+        // and the only writer is this process's publishing thread, which
+        // writes a slot only while no consumer holds a lease on it (see
+        // producer::state).
         let map = unsafe { MmapOptions::new().len(total as usize).map_mut(&file) }
             .map_err(|e| Error::io("cannot map the arena", e))?;
+        // After our mapping: FUTURE_WRITE lets existing writable mappings
+        // be, and refuses every new shared writable mapping and write(2).
+        let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL;
+        rustix::fs::fcntl_add_seals(&file, seals)
+            .map_err(|e| Error::io("cannot seal the arena", e))?;
         Ok(Arena {
             file,
             map,
@@ -163,30 +177,22 @@ impl Arena {
     }
 }
 
-/// A consumer's read-only mapping of the arena.
+/// A consumer's mapping of the arena: shared and read-only, or private and
+/// writable (copy-on-write).
 pub struct ArenaView {
-    map: Mmap,
+    map: MmapRaw,
     slot_size: usize,
     slots: usize,
-    /// Kept open: copy-on-write remaps slots from its descriptor.
-    _file: File,
-    /// Index in the copy-on-write registry, when enabled.
-    cow: Option<usize>,
-}
-
-impl Drop for ArenaView {
-    fn drop(&mut self) {
-        // Before the mapping goes: the fault handler must not touch it after.
-        if let Some(i) = self.cow.take() {
-            crate::cow::unregister(i);
-        }
-    }
+    /// Set when the mapping is private: finds and drops private pages.
+    private: Option<PrivatePages>,
 }
 
 impl ArenaView {
-    /// Maps the arena received from the producer. With `copy_on_write`, an
-    /// in-place write to the mapping gives the writer a private copy of the
-    /// slot instead of SIGSEGV (see [`crate::cow`]).
+    /// Maps the arena received from the producer: with `copy_on_write`,
+    /// private and writable (an in-place write lands on a private copy of
+    /// the page it touches); without, shared and read-only (a write is
+    /// SIGSEGV). An error, never a silent fallback, if the private mapping
+    /// is refused.
     pub fn map(
         fd: OwnedFd,
         slots: usize,
@@ -205,56 +211,75 @@ impl ArenaView {
                 "the arena has {actual} bytes, the producer announced {total}"
             )));
         }
-        // SAFETY: a read-only shared mapping. The producer sealed the memfd's
-        // size, so the mapping cannot shrink under us (no SIGBUS), and it
-        // writes a slot only while this consumer holds no lease on it; bytes
-        // read through a lease are stable for the lease's lifetime.
-        let map = unsafe { MmapOptions::new().len(total).map(&file) }
-            .map_err(|e| Error::io("cannot map the arena", e))?;
-        let cow = if copy_on_write && crate::cow::enable() {
-            crate::cow::register(map.as_ptr() as usize, total, slot_size, file.as_raw_fd())
+        let mut options = MmapOptions::new();
+        options.len(total);
+        let (map, private) = if copy_on_write {
+            // SAFETY: a private mapping of the producer's memfd, sealed
+            // against shrinking (no SIGBUS). Our writes never reach the file;
+            // the producer's reach the pages we have not written, and it
+            // writes a slot only while this consumer holds no lease on it, so
+            // bytes read through a lease are stable for the lease's lifetime.
+            let map = unsafe { options.map_copy(&file) }.map_err(|e| {
+                Error::io(
+                    "cannot map the arena copy-on-write (private and writable, for in-place \
+                     writes); pass copy_on_write=False to map it read-only instead, where \
+                     an in-place write is a crash",
+                    e,
+                )
+            })?;
+            (MmapRaw::from(map), Some(PrivatePages::new()))
         } else {
-            None
+            // A read-only shared mapping: the same guarantees as above.
+            let map = options
+                .map_raw_read_only(&file)
+                .map_err(|e| Error::io("cannot map the arena", e))?;
+            (map, None)
         };
         Ok(ArenaView {
             map,
             slot_size,
             slots,
-            _file: file,
-            cow,
+            private,
         })
     }
 
-    /// Readies slot `i` for a new batch: if this process wrote to it (copy
-    /// on write), maps it shared again.
+    /// Readies slot `i` for a new batch: drops this process's private
+    /// copies of its pages (in-place writes to the batch it held before), so
+    /// that it reads what the producer wrote. Call it only once every view
+    /// of the slot's previous batch is gone (the producer reuses a slot only
+    /// then).
     pub fn refresh(&self, i: usize) -> Result<()> {
         if i >= self.slots {
             return Err(Error::Protocol(format!("slot {i} out of range")));
         }
-        match self.cow {
-            Some(index) => crate::cow::refresh(index, i)
-                .map_err(|e| Error::io("cannot remap a slot written in place", e)),
-            None => Ok(()),
-        }
+        let Some(private) = &self.private else {
+            return Ok(());
+        };
+        // SAFETY: the slot lies inside the mapping, and no view of it is
+        // alive (see above), so no reference sees its pages change.
+        unsafe { private.drop_in(&self.map, i * self.slot_size, self.slot_size) }
+            .map_err(|e| Error::io("cannot drop the private copy of a slot written in place", e))
     }
 
     /// True when in-place writes get a private copy instead of SIGSEGV.
     pub fn copy_on_write(&self) -> bool {
-        self.cow.is_some()
+        self.private.is_some()
     }
 
-    /// The start of slot `i` (for tests and raw views).
-    pub fn slot_ptr(&self, i: usize) -> Option<*const u8> {
-        self.slot(i).map(|s| s.as_ptr())
+    /// The start of slot `i`: writable only with copy-on-write (for tests
+    /// and raw views).
+    pub fn slot_ptr(&self, i: usize) -> Option<*mut u8> {
+        // In bounds: checked, and the mapping holds `slots` whole slots.
+        (i < self.slots).then(|| self.map.as_mut_ptr().wrapping_add(i * self.slot_size))
     }
 
     /// Slot `i`; `None` if out of range.
     pub fn slot(&self, i: usize) -> Option<&[u8]> {
-        if i >= self.slots {
-            return None;
-        }
-        let start = i * self.slot_size;
-        Some(&self.map[start..start + self.slot_size])
+        let ptr = self.slot_ptr(i)?;
+        // SAFETY: the slot lies inside our live mapping, which the slice
+        // borrows. The producer writes a slot only while this consumer holds
+        // no lease on it, and the consumer reads a slot only through a lease.
+        Some(unsafe { std::slice::from_raw_parts(ptr.cast_const(), self.slot_size) })
     }
 
     /// Reads slot `i`'s header, checks that it holds batch `seq`, and
@@ -381,6 +406,31 @@ mod tests {
         // SAFETY: the mapping is expected to fail; nothing is read or written.
         let res = unsafe { MmapOptions::new().len(4096).map_mut(&file) };
         assert!(res.is_err());
+    }
+
+    #[test]
+    fn nobody_can_write_the_arena_but_the_producers_mapping() {
+        let mut arena = Arena::create("t", 2, 4096).unwrap();
+        let seals = rustix::fs::fcntl_get_seals(&arena.file).unwrap();
+        assert!(seals.contains(SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::SEAL));
+        // Not even through the producer's own read-write descriptor: no new
+        // shared writable mapping, no write(2).
+        // SAFETY: the mapping is expected to fail; nothing is read or written.
+        let res = unsafe { MmapOptions::new().len(4096).map_mut(&arena.file) };
+        assert!(res.is_err());
+        let err = rustix::io::pwrite(&arena.file, b"x", 0).unwrap_err();
+        assert_eq!(err, rustix::io::Errno::PERM);
+        // The producer's mapping still writes, and a consumer's private
+        // writable mapping is allowed.
+        arena.slot_mut(1)[SLOT_HEADER] = 5;
+        let view = ArenaView::map(arena.readonly_fd().unwrap(), 2, 4096, true).unwrap();
+        let p = view.slot_ptr(1).unwrap();
+        // SAFETY: slot 1 of a private, writable mapping; no reference into it.
+        unsafe {
+            assert_eq!(p.add(SLOT_HEADER).read_volatile(), 5);
+            p.add(SLOT_HEADER).write_volatile(6);
+        }
+        assert_eq!(arena.slot_mut(1)[SLOT_HEADER], 5);
     }
 
     #[test]

@@ -31,7 +31,7 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
+use memmap2::{MmapOptions, MmapRaw};
 use rustix::thread::futex;
 
 use crate::error::{Error, Result};
@@ -64,7 +64,7 @@ pub enum Woken {
 /// The producer's writable board.
 pub struct Board {
     file: File,
-    map: MmapMut,
+    map: MmapRaw,
     ring: usize,
 }
 
@@ -79,9 +79,11 @@ impl Board {
         let ring = ring_len(window);
         let (file, map) =
             shm::create_sealed(&format!("batchcast-board:{name}"), RING_AT + 8 * ring)?;
-        let mut board = Board { file, map, ring };
-        board.map[MAGIC_AT..MAGIC_AT + 8].copy_from_slice(&MAGIC.to_ne_bytes());
-        board.map[RING_LEN_AT..RING_LEN_AT + 8].copy_from_slice(&(ring as u64).to_ne_bytes());
+        let board = Board { file, map, ring };
+        board.word64(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
+        board
+            .word64(RING_LEN_AT)
+            .store(ring as u64, Ordering::Relaxed);
         // Every ring entry starts out naming no batch (seq u48::MAX).
         for k in 0..ring {
             board.entry(k).store(u64::MAX, Ordering::Relaxed);
@@ -137,7 +139,7 @@ impl Board {
 
 /// A consumer's read-only view of the board.
 pub struct BoardView {
-    map: Mmap,
+    map: MmapRaw,
     ring: usize,
 }
 
@@ -151,9 +153,11 @@ impl BoardView {
                 "the producer sent a board of {len} bytes (unsealed or too small)"
             )));
         }
-        // SAFETY: a read-only shared mapping of the producer's sealed memfd,
-        // which cannot shrink under us. Its words are read with atomics only.
-        let map = unsafe { MmapOptions::new().len(len).map(&file) }
+        // A read-only shared mapping of the producer's sealed memfd, which
+        // cannot shrink under us. Its words are read with atomics only.
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw_read_only(&file)
             .map_err(|e| Error::io("cannot map the producer's board", e))?;
         let mut view = BoardView { map, ring: 0 };
         if view.word64(MAGIC_AT).load(Ordering::Relaxed) != MAGIC {

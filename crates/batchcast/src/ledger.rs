@@ -17,7 +17,7 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{MmapOptions, MmapRaw};
 
 use crate::error::{Error, Result};
 use crate::shm;
@@ -32,7 +32,7 @@ const RELEASED_AT: usize = 64;
 /// One consumer's ledger, mapped read-write (by the producer, which made
 /// it, and by its consumer).
 pub struct Ledger {
-    map: MmapMut,
+    map: MmapRaw,
     slots: usize,
 }
 
@@ -40,10 +40,11 @@ impl Ledger {
     /// Creates a ledger for a window of `slots` slots; returns it and the
     /// descriptor to send to the consumer.
     pub fn create(slots: usize) -> Result<(Ledger, OwnedFd)> {
-        let (file, mut map) = shm::create_sealed("batchcast-ledger", RELEASED_AT + 8 * slots)?;
-        map[MAGIC_AT..MAGIC_AT + 8].copy_from_slice(&MAGIC.to_ne_bytes());
-        map[SLOTS_AT..SLOTS_AT + 8].copy_from_slice(&(slots as u64).to_ne_bytes());
-        Ok((Ledger { map, slots }, OwnedFd::from(file)))
+        let (file, map) = shm::create_sealed("batchcast-ledger", RELEASED_AT + 8 * slots)?;
+        let ledger = Ledger { map, slots };
+        ledger.word(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
+        ledger.word(SLOTS_AT).store(slots as u64, Ordering::Relaxed);
+        Ok((ledger, OwnedFd::from(file)))
     }
 
     /// Maps the ledger the producer sent, for a window of `slots` slots.
@@ -55,9 +56,11 @@ impl Ledger {
                 "the producer sent a ledger of {len} bytes (unsealed or too small for {slots} slots)"
             )));
         }
-        // SAFETY: a shared mapping of the producer's sealed memfd, which
-        // cannot shrink under us; its words are accessed only as atomics.
-        let map = unsafe { MmapOptions::new().len(len).map_mut(&file) }
+        // A shared mapping of the producer's sealed memfd, which cannot
+        // shrink under us; its words are accessed only as atomics.
+        let map = MmapOptions::new()
+            .len(len)
+            .map_raw(&file)
             .map_err(|e| Error::io("cannot map the ledger", e))?;
         let ledger = Ledger { map, slots };
         let magic = ledger.word(MAGIC_AT).load(Ordering::Relaxed);

@@ -6,7 +6,8 @@
 //!   slots), writes each batch into a free slot once, and announces it to
 //!   every consumer over a Unix socket ([`wire`]). It runs a control thread
 //!   that accepts consumers, reads their releases and notices their deaths.
-//! - [`Consumer`] attaches by name ([`endpoint`]), maps the arena read-only,
+//! - [`Consumer`] attaches by name ([`endpoint`]), maps the arena (read-only,
+//!   or private and writable for in-place writes),
 //!   and turns the producer's batches into batches of its own size
 //!   ([`consumer::rebatch`]): a batch inside one slot is a view of it, one
 //!   spanning two slots is copied.
@@ -32,12 +33,12 @@
 pub mod arena;
 pub mod board;
 pub mod consumer;
-pub mod cow;
 pub mod dtype;
 pub mod endpoint;
 mod error;
 pub mod layout;
 pub mod ledger;
+mod private_pages;
 pub mod producer;
 mod shm;
 pub mod status;

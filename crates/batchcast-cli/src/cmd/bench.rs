@@ -9,7 +9,9 @@
 //! them, a plain memcpy of the same bytes on this machine, which is what a
 //! copying transport would pay per consumer per batch. Each cell runs
 //! `--repeat` times, interleaved with the other mode, and the medians are
-//! reported: the machine is shared and noisy.
+//! reported: the machine is shared and noisy. `--copy-on-write` maps the
+//! consumers' arena private and writable, as Python consumers do by default
+//! (each reused slot is then scanned for pages written in place).
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
@@ -45,6 +47,10 @@ pub struct BenchArgs {
     /// Print the figures as JSON.
     #[arg(long)]
     pub json: bool,
+    /// Consumers map the arena copy-on-write (Python's default) instead of
+    /// read-only.
+    #[arg(long)]
+    pub copy_on_write: bool,
 }
 
 /// One (size, consumers) cell.
@@ -83,6 +89,12 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let mut cells = Vec::new();
     if !args.json {
+        let mapping = if args.copy_on_write {
+            "private and writable (copy-on-write)"
+        } else {
+            "shared and read-only"
+        };
+        println!("consumers map the arena {mapping}");
         println!(
             "{:>8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>10} {:>11}",
             "size MiB",
@@ -153,7 +165,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let cpu_growth = growth(|c| c.producer_cpu_us);
     let cpu_growth_written = growth(|c| c.producer_cpu_written_us);
     if args.json {
-        let out = json!({"cells": cells, "overhead_ratio_largest_to_smallest": overhead_ratio,
+        let out = json!({"cells": cells, "copy_on_write": args.copy_on_write,
+                         "overhead_ratio_largest_to_smallest": overhead_ratio,
                          "producer_cpu_growth_by_size": cpu_growth,
                          "producer_cpu_growth_written_by_size": cpu_growth_written});
         println!("{}", serde_json::to_string_pretty(&out)?);
@@ -193,9 +206,11 @@ fn run_cell(
         },
     )?;
     let mut children = Vec::new();
+    let mode = args.copy_on_write.then_some("--copy-on-write");
     for _ in 0..n {
         let child = Command::new(exe)
             .args(["bench-consumer", &name])
+            .args(mode)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -270,6 +285,9 @@ fn memcpy_reference(bytes: usize) -> (f64, f64) {
 pub struct BenchConsumerArgs {
     /// Producer name.
     pub name: String,
+    /// Map the arena copy-on-write.
+    #[arg(long)]
+    pub copy_on_write: bool,
 }
 
 /// One consumer of the bench: takes every batch, reads a byte, releases.
@@ -277,6 +295,7 @@ pub fn consumer(args: BenchConsumerArgs) -> Result<()> {
     let opts = ConsumerOptions {
         connect_timeout: Some(Duration::from_secs(30)),
         label: "bench".into(),
+        copy_on_write: args.copy_on_write,
         ..Default::default()
     };
     let mut never = || false;

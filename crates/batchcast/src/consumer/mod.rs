@@ -65,7 +65,7 @@ pub struct ConsumerOptions {
     pub label: String,
     /// Socket directory; `None`: the default.
     pub dir: Option<PathBuf>,
-    /// Give a writer a private copy of a slot written in place instead of
+    /// Give a writer a private copy of each page it writes in place instead of
     /// SIGSEGV (for languages that can write through a view: Python).
     pub copy_on_write: bool,
 }
