@@ -183,6 +183,35 @@ def produce_ids(o: Dict[str, Any]) -> None:
     say("done")
 
 
+class ShapeChangeLoader(IdLoader):
+    """An IdLoader whose "x" is 2 wide instead of 4 from producer batch
+    `change_at` on, in its first epoch only (a loader whose transform
+    changed mid-epoch)."""
+
+    def __init__(self, n: int, batch_size: int, change_at: int) -> None:
+        super().__init__(n, batch_size, names=False)
+        self.change_at = change_at
+        self.epochs = 0
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        first = self.epochs == 0
+        self.epochs += 1
+        for i, batch in enumerate(super().__iter__()):
+            if first and i >= self.change_at:
+                batch["x"] = batch["x"][:, :2].copy()
+            yield batch
+
+
+def produce_shape_change(o: Dict[str, Any]) -> None:
+    import batchcast
+
+    loader = ShapeChangeLoader(o["n"], o["batch_size"], o["change_at"])
+    p = batchcast.Producer(loader, o["name"], window=o.get("window", 8))
+    say("ready")
+    p.run(epochs=o["epochs"])
+    say("done")
+
+
 def produce_small(o: Dict[str, Any]) -> None:
     """Many epochs of a tiny loader: 4 batches of 16 rows."""
     import batchcast
