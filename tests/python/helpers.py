@@ -184,20 +184,20 @@ def produce_ids(o: Dict[str, Any]) -> None:
 
 
 class ShapeChangeLoader(IdLoader):
-    """An IdLoader whose "x" is 2 wide instead of 4 from producer batch
-    `change_at` on, in its first epoch only (a loader whose transform
-    changed mid-epoch)."""
+    """An IdLoader whose "x" is 2 wide instead of 4 in producer batches
+    `narrow[0]` to `narrow[1]` (excluded), in its first epoch only (a
+    loader whose transform changed mid-epoch, twice)."""
 
-    def __init__(self, n: int, batch_size: int, change_at: int) -> None:
+    def __init__(self, n: int, batch_size: int, narrow: List[int]) -> None:
         super().__init__(n, batch_size, names=False)
-        self.change_at = change_at
+        self.narrow = range(*narrow)
         self.epochs = 0
 
     def __iter__(self) -> Iterator[Dict[str, Any]]:
         first = self.epochs == 0
         self.epochs += 1
         for i, batch in enumerate(super().__iter__()):
-            if first and i >= self.change_at:
+            if first and i in self.narrow:
                 batch["x"] = batch["x"][:, :2].copy()
             yield batch
 
@@ -205,7 +205,7 @@ class ShapeChangeLoader(IdLoader):
 def produce_shape_change(o: Dict[str, Any]) -> None:
     import batchcast
 
-    loader = ShapeChangeLoader(o["n"], o["batch_size"], o["change_at"])
+    loader = ShapeChangeLoader(o["n"], o["batch_size"], o["narrow"])
     p = batchcast.Producer(loader, o["name"], window=o.get("window", 8))
     say("ready")
     p.run(epochs=o["epochs"])

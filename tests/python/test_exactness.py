@@ -81,11 +81,11 @@ def test_fault3_batch_larger_than_the_window_is_exact(spawn):
 def test_fault7_shape_change_keeps_order(spawn):
     import batchcast
 
-    # From producer batch 10 (row 640) on, samples are narrower: batch 91 of
-    # size 7 (rows 637..644) straddles the change and cannot be built. The
-    # 91 batches before it all come first, exactly (46 of them used to).
+    # Producer batches 10 and 11 (rows 640..768) have narrower samples: batch
+    # 91 of size 7 (rows 637..644) straddles the change and cannot be built.
+    # The 91 batches before it all come first, exactly (46 of them used to).
     n, bs = 1000, 7
-    producer = spawn("produce_shape_change", name="shape", n=n, batch_size=64, change_at=10,
+    producer = spawn("produce_shape_change", name="shape", n=n, batch_size=64, narrow=[10, 12],
                      epochs=2)
     with batchcast.Consumer("shape", batch_size=bs, connect_timeout=30, format="numpy") as c:
         ids = []
@@ -96,7 +96,8 @@ def test_fault7_shape_change_keeps_order(spawn):
         valid = 640 // bs  # 91
         assert len(ids) == valid * bs, f"{len(ids) / bs} of {valid} valid batches"
         assert ids == list(range(valid * bs))
-        # The next loop is the next epoch, whole and exact (its shape holds).
+        # The next loop skips the rest of the epoch (batch 109, rows 763..770,
+        # cannot be built either) and is the next epoch, whole and exact.
         seen = [int(i) for b in c for i in b["id"]]
         assert c.epoch == 1 and seen == list(range(n)) and len(c) == math.ceil(n / bs)
     producer.expect("done")
