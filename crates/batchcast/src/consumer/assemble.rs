@@ -54,10 +54,10 @@ impl Assembler {
 
     /// Takes the next producer batch; returns the consumer batches it
     /// completes (an error in place of a batch that could not be built).
-    pub fn push(&mut self, lease: SlotLease) -> Vec<Result<Batch>> {
+    pub fn push(&mut self, lease: Arc<SlotLease>) -> Vec<Result<Batch>> {
         let rows = lease.layout.rows();
         let mut out = Vec::new();
-        for cut in self.rebatcher.push(Arc::new(lease), rows) {
+        for cut in self.rebatcher.push(lease, rows) {
             self.apply(cut, &mut out);
         }
         out

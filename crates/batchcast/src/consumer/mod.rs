@@ -486,13 +486,13 @@ impl Consumer {
                 header.epoch
             )));
         }
-        let lease = SlotLease {
+        let lease = Arc::new(SlotLease {
             seq,
             slot,
             layout: header.layout,
             arena: Arc::clone(&self.arena),
             link: Arc::clone(&self.link),
-        };
+        });
         let Some(assembler) = self.assembler.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
