@@ -27,8 +27,10 @@ use std::io::Cursor;
 use std::ops::Range;
 
 use crate::jpeg::Outcome;
+use crate::limits::{check_data, deflate_min_bytes, DecodeLimits};
 use zune_jpeg::zune_core::bytestream::ZCursor;
 use zune_jpeg::zune_core::colorspace::ColorSpace;
+use zune_jpeg::zune_core::options::DecoderOptions;
 use zune_jpeg::JpegDecoder;
 
 /// A decoded image: 8-bit RGB, row-major, `width * height * 3` bytes.
@@ -58,27 +60,65 @@ pub enum DecodeError {
     /// A zero-sized or absurdly large image.
     #[error("unsupported image size {0}x{1}")]
     BadSize(usize, usize),
+    /// The declared size is over [`DecodeLimits::max_pixels`].
+    #[error(
+        "the image declares {width}x{height} pixels, over the pixel budget of {max_pixels} \
+         (a decompression-bomb guard, PIL's Image.MAX_IMAGE_PIXELS by default); if the file \
+         is genuine, raise the budget: --max-pixels on the command line, \
+         Pipeline::with_max_pixels in Rust"
+    )]
+    TooManyPixels {
+        /// Declared width.
+        width: usize,
+        /// Declared height.
+        height: usize,
+        /// The budget.
+        max_pixels: u64,
+    },
+    /// The file has less compressed data than any complete image of its
+    /// declared size takes: truncated, or forged to look large.
+    #[error(
+        "the image declares {width}x{height} pixels but holds only {have} bytes of compressed \
+         data, fewer than the {need} any complete image of that size takes; the file is \
+         truncated or forged: re-create or remove it"
+    )]
+    TooLittleData {
+        /// Declared width.
+        width: usize,
+        /// Declared height.
+        height: usize,
+        /// Bytes of compressed data in the file.
+        have: usize,
+        /// The fewest bytes a complete image of that size takes.
+        need: u64,
+    },
 }
 
 const PNG_MAGIC: [u8; 8] = [0x89, b'P', b'N', b'G', b'\r', b'\n', 0x1a, b'\n'];
 
-/// Decodes a JPEG or PNG to RGB.
+/// Decodes a JPEG or PNG to RGB, within the default [`DecodeLimits`].
 ///
 /// # Errors
-/// Unknown format or corrupt data; see [`DecodeError`].
+/// Unknown format, corrupt data, or over the limits; see [`DecodeError`].
 pub fn decode_rgb(bytes: &[u8]) -> Result<RgbImage, DecodeError> {
     let mut image = RgbImage::default();
-    decode_rgb_into(bytes, &mut image)?;
+    decode_rgb_into(bytes, &mut image, &DecodeLimits::default())?;
     Ok(image)
 }
 
-/// Decodes a JPEG or PNG to RGB into `out`, reusing its allocation.
+/// Decodes a JPEG or PNG to RGB into `out`, reusing its allocation. The
+/// file's declared size is checked against `limits` before any pixel
+/// memory is allocated.
 ///
 /// # Errors
-/// Unknown format or corrupt data; see [`DecodeError`]. `out` is unspecified
-/// after an error.
-pub fn decode_rgb_into(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
-    decode_rgb_rows_into(bytes, out, |_, height| 0..height)
+/// Unknown format, corrupt data, or over the limits; see [`DecodeError`].
+/// `out` is unspecified after an error.
+pub fn decode_rgb_into(
+    bytes: &[u8],
+    out: &mut RgbImage,
+    limits: &DecodeLimits,
+) -> Result<(), DecodeError> {
+    decode_rgb_rows_into(bytes, out, limits, |_, height| 0..height)
 }
 
 /// [`decode_rgb_into`] for a caller that needs only some rows: `rows` gets
@@ -92,15 +132,16 @@ pub fn decode_rgb_into(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeErr
 pub(crate) fn decode_rgb_rows_into(
     bytes: &[u8],
     out: &mut RgbImage,
+    limits: &DecodeLimits,
     rows: impl FnOnce(u32, u32) -> Range<u32>,
 ) -> Result<(), DecodeError> {
     // A decoder bug must not take the whole batch down: turn a panic on
     // hostile input into an error for this one file.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if bytes.starts_with(&[0xff, 0xd8]) {
-            decode_jpeg(bytes, out, rows)
+            decode_jpeg(bytes, out, limits, rows)
         } else if bytes.starts_with(&PNG_MAGIC) {
-            decode_png(bytes, out)
+            decode_png(bytes, out, limits)
         } else {
             Err(DecodeError::UnknownFormat(
                 bytes.iter().take(8).copied().collect(),
@@ -120,17 +161,26 @@ pub(crate) fn check_size(width: usize, height: usize) -> Result<(u32, u32), Deco
 fn decode_jpeg(
     bytes: &[u8],
     out: &mut RgbImage,
+    limits: &DecodeLimits,
     rows: impl FnOnce(u32, u32) -> Range<u32>,
 ) -> Result<(), DecodeError> {
+    crate::jpeg::check_limits(bytes, limits)?;
     if crate::jpeg::decode(bytes, out, rows)? == Outcome::Decoded {
         return Ok(());
     }
     let jerr = |e: zune_jpeg::errors::DecodeErrors| DecodeError::Jpeg(e.to_string());
-    let mut decoder = JpegDecoder::new(ZCursor::new(bytes));
+    // JPEG's own maximum side; the pixel budget is the bound that matters.
+    let side = usize::from(u16::MAX);
+    let options = DecoderOptions::default()
+        .set_max_width(side)
+        .set_max_height(side);
+    let mut decoder = JpegDecoder::new_with_options(ZCursor::new(bytes), options);
     decoder.decode_headers().map_err(jerr)?;
     let (w, h) = decoder
         .dimensions()
         .ok_or_else(|| DecodeError::Jpeg("no frame header".into()))?;
+    // Again from zune's own parse, in case it reads a header ours did not.
+    limits.check_pixels(w, h)?;
     let (width, height) = check_size(w, h)?;
     let channels = decoder
         .output_colorspace()
@@ -150,11 +200,16 @@ fn decode_jpeg(
     Ok(())
 }
 
-fn decode_png(bytes: &[u8], out: &mut RgbImage) -> Result<(), DecodeError> {
+fn decode_png(bytes: &[u8], out: &mut RgbImage, limits: &DecodeLimits) -> Result<(), DecodeError> {
     let perr = |e: png::DecodingError| DecodeError::Png(e.to_string());
     let mut decoder = png::Decoder::new(Cursor::new(bytes));
     decoder.set_transformations(png::Transformations::normalize_to_color8());
     let mut reader = decoder.read_info().map_err(perr)?;
+    let info = reader.info();
+    let (w, h) = (info.width as usize, info.height as usize);
+    limits.check_pixels(w, h)?;
+    let raw_bits = (w as u64 * h as u64).saturating_mul(info.bits_per_pixel() as u64);
+    check_data(w, h, bytes.len(), deflate_min_bytes(raw_bits / 8))?;
     let size = reader
         .output_buffer_size()
         .ok_or_else(|| DecodeError::Png("image too large".into()))?;

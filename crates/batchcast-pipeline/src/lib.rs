@@ -50,19 +50,25 @@
 //!   the following rows move up, and [`BatchReport`] names every skipped file;
 //!   the caller publishes `rows_written` rows. With [`OnError::Fail`] the
 //!   batch fails with an error naming the file.
+//! - **Bounded per file.** A file's declared size is checked against
+//!   [`DecodeLimits`] (a pixel budget, PIL's by default, and the least data
+//!   an image of that size takes) before anything is allocated for it.
 //! - **Exact sizes.** [`Pipeline::image_bytes`] and [`Sampler::num_batches`]
 //!   are known before any work is done.
 //! - **No dependency on the `batchcast` core crate**: the CLI joins them.
 //!
-//! [`generate_jpeg_dataset`] writes a synthetic ImageNet-like dataset for
-//! demos and benchmarks; [`WebDatasetWriter`] writes WebDataset shards.
+//! With the `generate` feature (off by default), `generate_jpeg_dataset`
+//! writes a synthetic ImageNet-like dataset for demos and benchmarks;
+//! [`WebDatasetWriter`] writes WebDataset shards.
 #![deny(missing_docs)]
 
 mod dataset;
 mod decode;
 mod error;
+#[cfg(feature = "generate")]
 mod generate;
 mod jpeg;
+mod limits;
 mod output;
 mod pipeline;
 mod resample;
@@ -74,7 +80,9 @@ mod worker;
 pub use dataset::{Dataset, DatasetKind, WebDatasetWriter};
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;
+#[cfg(feature = "generate")]
 pub use generate::{generate_jpeg_dataset, GenerateConfig, GeneratedDataset, MARKER_FILE};
+pub use limits::{DecodeLimits, DEFAULT_MAX_PIXELS};
 pub use output::{DType, Layout, OutputFormat};
 pub use pipeline::{BatchReport, OnError, Pipeline, SkipCallback, SkippedSample};
 pub use sampler::{Batches, Sampler};

@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use rayon::prelude::*;
 
+use crate::limits::DecodeLimits;
 use crate::output::Writer;
 use crate::worker::Job;
 use crate::{Dataset, OutputFormat, PipelineError, Transform};
@@ -54,6 +55,7 @@ pub struct Pipeline {
     output: OutputFormat,
     writer: Writer,
     on_error: OnError,
+    limits: DecodeLimits,
     seed: u64,
     workers: usize,
     pool: rayon::ThreadPool,
@@ -69,6 +71,7 @@ impl fmt::Debug for Pipeline {
             .field("transform", &self.transform)
             .field("output", &self.output)
             .field("on_error", &self.on_error)
+            .field("max_pixels", &self.limits.max_pixels)
             .field("seed", &self.seed)
             .field("workers", &self.workers)
             .finish_non_exhaustive()
@@ -78,7 +81,8 @@ impl fmt::Debug for Pipeline {
 impl Pipeline {
     /// Validates the configuration and starts `workers` threads (named
     /// `bc-pipeline-N`). The augmentation seed is 0 until
-    /// [`with_seed`](Self::with_seed); skipped samples are reported on stderr
+    /// [`with_seed`](Self::with_seed); the pixel budget is PIL's default
+    /// until [`with_max_pixels`](Self::with_max_pixels); skipped samples are reported on stderr
     /// until [`with_skip_callback`](Self::with_skip_callback).
     ///
     /// # Errors
@@ -112,6 +116,7 @@ impl Pipeline {
             transform,
             output,
             on_error,
+            limits: DecodeLimits::default(),
             seed: 0,
             workers,
             pool,
@@ -130,6 +135,21 @@ impl Pipeline {
     pub fn with_seed(mut self, seed: u64) -> Pipeline {
         self.seed = seed;
         self
+    }
+
+    /// Sets the pixel budget: a file declaring more than `max_pixels`
+    /// pixels is refused (skipped or failed, per [`OnError`]) from its
+    /// header, before anything is allocated for it. The default,
+    /// [`DEFAULT_MAX_PIXELS`](crate::DEFAULT_MAX_PIXELS), is PIL's
+    /// `Image.MAX_IMAGE_PIXELS`.
+    pub fn with_max_pixels(mut self, max_pixels: u64) -> Pipeline {
+        self.limits.max_pixels = max_pixels;
+        self
+    }
+
+    /// The decode limits (the pixel budget).
+    pub fn limits(&self) -> &DecodeLimits {
+        &self.limits
     }
 
     /// Replaces the default warning (a line on stderr) for skipped samples.
@@ -232,6 +252,7 @@ impl Pipeline {
             dataset: &self.dataset,
             transform: &self.transform,
             writer: &self.writer,
+            limits: &self.limits,
             raw: self.output.is_raw(),
             seed: self.seed,
             epoch,

@@ -10,6 +10,7 @@ pub(crate) const STREAM_SHUFFLE: u64 = 0x5348_5546_464c_4531; // "SHUFFLE1"
 /// Stream tag for the per-sample augmentation draws.
 pub(crate) const STREAM_SAMPLE: u64 = 0x5341_4d50_4c45_5f31; // "SAMPLE_1"
 /// Stream tag for synthetic dataset generation.
+#[cfg(feature = "generate")]
 pub(crate) const STREAM_GENERATE: u64 = 0x4745_4e45_5241_5431; // "GENERAT1"
 
 const GOLDEN_GAMMA: u64 = 0x9e37_79b9_7f4a_7c15;

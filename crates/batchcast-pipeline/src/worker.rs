@@ -7,6 +7,7 @@ use std::cell::RefCell;
 use fast_image_resize::Resizer;
 
 use crate::decode::{decode_rgb_rows_into, RgbImage};
+use crate::limits::DecodeLimits;
 use crate::output::Writer;
 use crate::{resample, Dataset, Transform};
 
@@ -50,6 +51,7 @@ pub(crate) struct Job<'a> {
     pub(crate) dataset: &'a Dataset,
     pub(crate) transform: &'a Transform,
     pub(crate) writer: &'a Writer,
+    pub(crate) limits: &'a DecodeLimits,
     /// The output is RGB8 HWC: resample straight into it.
     pub(crate) raw: bool,
     pub(crate) seed: u64,
@@ -80,7 +82,7 @@ impl Job<'_> {
                 .plan(w, h, self.seed, self.epoch, index as u64)
         };
         // Only the rows the plan reads are decoded.
-        decode_rgb_rows_into(&s.encoded, &mut s.image, |w, h| {
+        decode_rgb_rows_into(&s.encoded, &mut s.image, self.limits, |w, h| {
             plan_for(w, h).source_rows(h)
         })
         .map_err(|e| e.to_string())?;

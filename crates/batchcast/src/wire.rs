@@ -259,6 +259,16 @@ impl FrameReader {
         Self::default()
     }
 
+    /// A reader holding `bytes` as if they had been received, for
+    /// [`next_frame`](Self::next_frame) to decode: the wire decoder without a
+    /// socket (the `wire` fuzz target in `fuzz/` uses it).
+    pub fn from_bytes(bytes: &[u8]) -> Self {
+        FrameReader {
+            buf: bytes.to_vec(),
+            start: 0,
+        }
+    }
+
     /// Reads what is available from `sock` into the buffer. With
     /// `blocking == false`, returns [`Fill::WouldBlock`] instead of waiting.
     /// Received fds are appended to `fds_out` when given (at most

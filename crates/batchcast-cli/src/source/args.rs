@@ -106,6 +106,7 @@ impl SourceArgs {
         push("--dtype", im.dtype.clone());
         push("--seed", im.seed.to_string());
         push("--on-error", im.on_error.clone());
+        push("--max-pixels", im.max_pixels.to_string());
         if let Some(d) = &self.data {
             push("--data", d.display().to_string());
         }

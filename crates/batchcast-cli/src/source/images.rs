@@ -9,6 +9,7 @@ use anyhow::{bail, Context, Result};
 use batchcast::{DType, LeafSpec, Node};
 use batchcast_pipeline::{
     DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, Transform,
+    DEFAULT_MAX_PIXELS,
 };
 
 use super::BatchSource;
@@ -43,6 +44,13 @@ pub struct ImageArgs {
     /// go on) or `fail`.
     #[arg(long, default_value = "skip")]
     pub on_error: String,
+    /// Largest image decoded, in pixels (width x height): a file declaring
+    /// more is refused from its header, before anything is allocated for
+    /// it (skipped, or fatal with --on-error fail). The default is PIL's
+    /// decompression-bomb limit, Image.MAX_IMAGE_PIXELS.
+    #[arg(long, default_value_t = DEFAULT_MAX_PIXELS,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub max_pixels: u64,
 }
 
 impl Default for ImageArgs {
@@ -56,6 +64,7 @@ impl Default for ImageArgs {
             no_shuffle: false,
             drop_last: false,
             on_error: "skip".into(),
+            max_pixels: DEFAULT_MAX_PIXELS,
         }
     }
 }
@@ -103,8 +112,9 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         layout,
         dtype: pixel,
     };
-    let pipeline =
-        Pipeline::new(dataset, transform, output, workers, on_error)?.with_seed(args.seed);
+    let pipeline = Pipeline::new(dataset, transform, output, workers, on_error)?
+        .with_seed(args.seed)
+        .with_max_pixels(args.max_pixels);
     let shape = pipeline.image_shape();
     Ok(Images {
         pipeline,

@@ -8,6 +8,7 @@
 //! Anything else is reported [`Outcome::Unsupported`] before any work, for
 //! the general decoder to take.
 
+mod bound;
 mod colour;
 mod header;
 mod huffman;
@@ -17,6 +18,7 @@ use std::cell::RefCell;
 use std::ops::Range;
 
 use crate::decode::{check_size, DecodeError, RgbImage};
+pub(crate) use bound::check as check_limits;
 use header::{Frame, Parsed};
 use huffman::BitReader;
 
@@ -234,6 +236,10 @@ fn decode_scan(
     let mut preds = [0i32; 3];
     let mut until_restart = f.restart_interval;
     for my in 0..mcuy.min(mcu_rows.end) {
+        // Stop at the end of the data rather than decode padding to the end.
+        if reader.overran() {
+            return Err("truncated JPEG data".into());
+        }
         let transform = mcu_rows.contains(&my);
         for mx in 0..mcux {
             if f.restart_interval > 0 {
@@ -322,7 +328,10 @@ mod tests {
                 (h - 1, h),
             ] {
                 let mut part = RgbImage::default();
-                decode_rgb_rows_into(bytes, &mut part, |_, _| a as u32..b as u32).unwrap();
+                decode_rgb_rows_into(bytes, &mut part, &Default::default(), |_, _| {
+                    a as u32..b as u32
+                })
+                .unwrap();
                 assert_eq!((part.width, part.height), (full.width, full.height));
                 let rows = a * w * 3..b * w * 3;
                 assert_eq!(
@@ -339,6 +348,6 @@ mod tests {
         let bytes = jpeg(64, 64, SamplingFactor::F_2_2, false, 0);
         let cut = &bytes[..bytes.len() - 200];
         let mut out = RgbImage::default();
-        assert!(decode_rgb_rows_into(cut, &mut out, |_, _| 0..8).is_err());
+        assert!(decode_rgb_rows_into(cut, &mut out, &Default::default(), |_, _| 0..8).is_err());
     }
 }

@@ -5,4 +5,5 @@ mod bad_input;
 mod common;
 mod dataset;
 mod decode;
+mod limits;
 mod transforms;
