@@ -10,7 +10,7 @@
 //!   for exactly-once, in-order delivery with exact batch counts.
 
 use arbitrary::{Result as ArbResult, Unstructured};
-use batchcast::consumer::rebatch::{batches_in, Rebatcher, Span};
+use batchcast::consumer::rebatch::{batches_in, Cut, Rebatcher, Span};
 use batchcast::wire::{encode, FrameReader, ToConsumer, ToProducer};
 use batchcast_pipeline::{decode_rgb_into, DecodeError, DecodeLimits, RgbImage};
 use serde::{de::DeserializeOwned, Serialize};
@@ -100,23 +100,30 @@ fn rebatch_checked(u: &mut Unstructured<'_>) -> ArbResult<()> {
             firsts.push(total);
             total += rows;
         }
-        let ids = |spans: &[Span<usize>]| -> Vec<u64> {
-            let mut v = Vec::new();
-            for s in spans {
-                assert!(s.start < s.end, "empty span {s:?}");
-                assert!(s.end <= sizes[s.piece], "span {s:?} past its batch");
-                v.extend((s.start..s.end).map(|row| firsts[s.piece] + row));
-            }
-            v
+        let ids = |s: &Span<usize>| -> Vec<u64> {
+            assert!(s.start < s.end, "empty span {s:?}");
+            assert!(s.end <= sizes[s.piece], "span {s:?} past its batch");
+            (s.start..s.end).map(|row| firsts[s.piece] + row).collect()
         };
         let mut out: Vec<Vec<u64>> = Vec::new();
+        // The batch being assembled from pieces, if any.
+        let mut assembling: Option<Vec<u64>> = None;
+        let mut apply = |cut: Cut<usize>, out: &mut Vec<Vec<u64>>| match cut {
+            Cut::View(s) => {
+                assert!(assembling.is_none(), "a view inside an assembly");
+                out.push(ids(&s));
+            }
+            Cut::Piece(s) => assembling.get_or_insert_with(Vec::new).extend(ids(&s)),
+            Cut::Done => out.push(assembling.take().expect("done without pieces")),
+            Cut::Discard => assert!(assembling.take().is_some(), "discard without pieces"),
+        };
         for (i, &rows) in sizes.iter().enumerate() {
-            for b in r.push(i, rows) {
-                out.push(ids(&b));
+            for cut in r.push(i, rows) {
+                apply(cut, &mut out);
             }
         }
         if let Some(tail) = r.finish() {
-            out.push(ids(&tail));
+            apply(tail, &mut out);
         }
         assert_eq!(out.len() as u64, batches_in(total, bs, drop_last));
         let kept = if drop_last { total / bs * bs } else { total };
