@@ -135,7 +135,8 @@ impl Exc {
                 c"A batch that breaks the rules (ragged rows, no rows, too deep). Also a ValueError."
             }
             Exc::PermissionDenied => {
-                c"The socket directory or the peer belongs to another user. Also a PermissionError."
+                c"The socket directory or the peer belongs to another user (the producer runs as \
+                another user). `.path` is the path refused, when known. Also a PermissionError."
             }
             Exc::UsageError => c"An API call out of order. Also a RuntimeError.",
             Exc::IoError => c"An operating-system call failed. Also an OSError.",
@@ -275,6 +276,11 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
         Error::ForeignPeer { .. } | Error::UnsafeDirectory { .. } => {
             Exc::PermissionDenied.err(py, msg, &[])
         }
+        Error::PermissionDenied { ref path } => Exc::PermissionDenied.err(
+            py,
+            msg,
+            &attrs(vec![("path", s(&path.display().to_string()))]),
+        ),
         Error::NoConsumers { .. } => Exc::NoConsumers.err(py, msg, &[]),
         Error::Interrupted => {
             pending.unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
