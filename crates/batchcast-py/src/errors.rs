@@ -273,14 +273,18 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
         }
         Error::InvalidBatch(_) => Exc::InvalidBatch.err(py, msg, &[]),
         Error::Protocol(_) | Error::VersionMismatch { .. } => Exc::ProtocolError.err(py, msg, &[]),
-        Error::ForeignPeer { .. } | Error::UnsafeDirectory { .. } => {
-            Exc::PermissionDenied.err(py, msg, &[])
-        }
-        Error::PermissionDenied { ref path } => Exc::PermissionDenied.err(
+        Error::ForeignPeer { .. } => Exc::PermissionDenied.err(
             py,
             msg,
-            &attrs(vec![("path", s(&path.display().to_string()))]),
+            &attrs(vec![("path", Some(py.None().into_bound(py)))]),
         ),
+        Error::PermissionDenied { ref path } | Error::UnsafeDirectory { ref path, .. } => {
+            Exc::PermissionDenied.err(
+                py,
+                msg,
+                &attrs(vec![("path", s(&path.display().to_string()))]),
+            )
+        }
         Error::NoConsumers { .. } => Exc::NoConsumers.err(py, msg, &[]),
         Error::Interrupted => {
             pending.unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
