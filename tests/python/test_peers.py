@@ -1,11 +1,12 @@
-"""A consumer of another user gets batchcast.PermissionDenied (issue 10, fault 8).
+"""What a producer's peers may do: a consumer of another user gets
+batchcast.PermissionDenied (issue 10, fault 8); a label is at most 128 bytes.
 
-The consumer is a real process of another uid (65534, "nobody"). It cannot be
-started with `setpriv` here, because the interpreter may live in a directory
-only root can read (pyenv under /root): so it starts as root, imports
-batchcast, then drops to uid/gid 65534 with no supplementary groups (what
-`setpriv --reuid=65534 --regid=65534 --clear-groups` does) before it
-connects. The CLI test `fault8_another_uid_gets_permission_denied` runs the
+The other user's consumer is a real process of another uid (65534,
+"nobody"). It cannot be started with `setpriv` here, because the interpreter
+may live in a directory only root can read (pyenv under /root): so it starts
+as root, imports batchcast, then drops to uid/gid 65534 with no
+supplementary groups (what `setpriv --reuid=65534 --regid=65534
+--clear-groups` does) before it connects. The CLI test `fault8_another_uid_gets_permission_denied` runs the
 `batchcast` binary under `setpriv` itself.
 """
 
@@ -21,6 +22,7 @@ import batchcast
 
 CONSUMER = r"""
 import os, sys
+import numpy  # imported while its files are still readable
 import batchcast
 os.setgroups([])
 os.setresgid(65534, 65534, 65534)
@@ -52,3 +54,8 @@ def test_fault8_another_uid_gets_permission_denied(bc_dir):
     assert line.startswith("PermissionDenied True "), line
     assert str(bc_dir / "mine.sock") in line
     assert "runs as another user" in line
+
+
+def test_a_label_over_128_bytes_is_an_invalid_argument(bc_dir):
+    with pytest.raises(batchcast.InvalidArgument, match="at most 128 bytes"):
+        batchcast.Consumer("anyone", label="x" * 129)
