@@ -330,7 +330,13 @@ impl Consumer {
         let published = self.link.board.published();
         let mut eof = false;
         loop {
-            match self.reader.fill(&self.link.sock, false, None)? {
+            // Decode after every read: the reader holds at most one largest
+            // frame and reads nothing more until it is decoded.
+            let fill = self.reader.fill(&self.link.sock, false, None)?;
+            while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
+                self.control.push_back(msg);
+            }
+            match fill {
                 Fill::Data => continue,
                 Fill::WouldBlock => break,
                 Fill::Eof => {
@@ -338,9 +344,6 @@ impl Consumer {
                     break;
                 }
             }
-        }
-        while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
-            self.control.push_back(msg);
         }
         self.advance(published)?;
         if eof && self.finished.is_none() {
