@@ -3,14 +3,18 @@
 //! - A connection costs the producer a descriptor, so the number kept is
 //!   capped from the open-file limit, leaving a quarter of it (at least
 //!   [`FD_RESERVE_MIN`]) to the producer's own loader.
-//! - At most [`MAX_PENDING`] connections may be waiting to say hello; a newer
+//! - At most [`MAX_PENDING`] connections (fewer under a small open-file
+//!   limit: a quarter of what the reserve leaves) may be waiting to say
+//!   hello; a newer
 //!   one pushes the oldest out (see `control`), so silent or slow
 //!   connections can neither hold descriptors nor delay a real consumer.
 //! - When `accept` fails for lack of descriptors (`EMFILE`/`ENFILE`, e.g. the
-//!   loader holds them), the listener would stay readable and a poll loop
-//!   would spin. A spare descriptor is kept for that case: it is closed, the
-//!   waiting connection accepted and closed at once, and the spare reopened;
-//!   then the listener rests for [`BACKOFF`] before it is polled again.
+//!   loader holds them), the oldest connection still waiting for its hello
+//!   is closed to make room. With none, the listener would stay readable and
+//!   a poll loop would spin: a spare descriptor is kept for that case; it is
+//!   closed, the waiting connection accepted and closed at once, and the
+//!   spare reopened; then the listener rests for [`BACKOFF`] before it is
+//!   polled again.
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
@@ -34,8 +38,9 @@ pub(crate) enum Accepted {
     Conn(OwnedFd),
     /// No connection waits.
     Empty,
-    /// Out of descriptors: the listener rests; stop accepting for now.
-    Resting,
+    /// Out of descriptors: close a connection of ours, or call
+    /// [`Admission::shed`].
+    OutOfFds,
 }
 
 /// The listening socket and its limits.
@@ -45,6 +50,8 @@ pub(crate) struct Admission {
     rest_until: Option<Instant>,
     /// Most registered consumers.
     pub max_consumers: usize,
+    /// Most connections waiting for their hello.
+    pub max_pending: usize,
 }
 
 impl Admission {
@@ -53,7 +60,8 @@ impl Admission {
             listener,
             spare: open_spare(),
             rest_until: None,
-            max_consumers: max_consumers(),
+            max_consumers: limits_for(nofile()).0,
+            max_pending: limits_for(nofile()).1,
         }
     }
 
@@ -81,22 +89,24 @@ impl Admission {
                 Ok(fd) => return Accepted::Conn(fd),
                 Err(Errno::INTR | Errno::CONNABORTED) => continue,
                 Err(Errno::MFILE | Errno::NFILE | Errno::NOBUFS | Errno::NOMEM) => {
-                    // Close the connection that cannot be served rather than
-                    // leave it to wake every poll, then rest.
-                    if self.spare.take().is_some() {
-                        if let Ok(fd) =
-                            rustix::net::accept_with(&self.listener, SocketFlags::CLOEXEC)
-                        {
-                            drop(fd);
-                        }
-                        self.spare = open_spare();
-                    }
-                    self.rest_until = Some(Instant::now() + BACKOFF);
-                    return Accepted::Resting;
+                    return Accepted::OutOfFds
                 }
                 Err(_) => return Accepted::Empty, // EAGAIN, or a peer gone already
             }
         }
+    }
+
+    /// Out of descriptors with none of ours to give up: closes the
+    /// connection that cannot be served (through the spare descriptor)
+    /// rather than leave it to wake every poll, and rests the listener.
+    pub fn shed(&mut self) {
+        if self.spare.take().is_some() {
+            if let Ok(fd) = rustix::net::accept_with(&self.listener, SocketFlags::CLOEXEC) {
+                drop(fd);
+            }
+            self.spare = open_spare();
+        }
+        self.rest_until = Some(Instant::now() + BACKOFF);
     }
 }
 
@@ -109,19 +119,27 @@ fn open_spare() -> Option<OwnedFd> {
     .ok()
 }
 
-/// Consumers the open-file limit allows, with a quarter of it (at least
-/// [`FD_RESERVE_MIN`]) and the pending connections kept apart.
-fn max_consumers() -> usize {
-    let limit = rustix::process::getrlimit(rustix::process::Resource::Nofile)
+/// The soft open-file limit.
+fn nofile() -> u64 {
+    rustix::process::getrlimit(rustix::process::Resource::Nofile)
         .current
-        .unwrap_or(u64::MAX);
-    consumers_for(limit)
+        .unwrap_or(u64::MAX)
 }
 
-fn consumers_for(nofile: u64) -> usize {
-    let reserve = (nofile / 4).max(FD_RESERVE_MIN) + MAX_PENDING as u64;
-    let n = nofile.saturating_sub(reserve) / FDS_PER_CONSUMER;
-    usize::try_from(n).unwrap_or(usize::MAX).clamp(1, 1 << 16)
+/// (most consumers, most pending connections) for an open-file limit: a
+/// quarter of it (at least [`FD_RESERVE_MIN`]) stays with the rest of the
+/// process, a quarter of what is left (at most [`MAX_PENDING`], at least 4)
+/// may wait for a hello, and each consumer costs [`FDS_PER_CONSUMER`].
+fn limits_for(nofile: u64) -> (usize, usize) {
+    let usable = nofile.saturating_sub((nofile / 4).max(FD_RESERVE_MIN));
+    let pending = (usable / 4).clamp(4, MAX_PENDING as u64);
+    let consumers = usable.saturating_sub(pending) / FDS_PER_CONSUMER;
+    (
+        usize::try_from(consumers)
+            .unwrap_or(usize::MAX)
+            .clamp(1, 1 << 16),
+        pending as usize,
+    )
 }
 
 #[cfg(test)]
@@ -129,10 +147,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_consumer_cap_leaves_headroom() {
-        assert_eq!(consumers_for(1024), (1024 - 256 - 64) / 2);
-        assert_eq!(consumers_for(256), (256 - 64 - 64) / 2);
-        assert_eq!(consumers_for(10), 1);
-        assert_eq!(consumers_for(u64::MAX), 1 << 16);
+    fn the_caps_leave_headroom() {
+        assert_eq!(limits_for(1024), ((1024 - 256 - 64) / 2, 64));
+        assert_eq!(limits_for(256), ((256 - 64 - 48) / 2, 48));
+        assert_eq!(limits_for(128), ((128 - 64 - 16) / 2, 16));
+        assert_eq!(limits_for(10), (1, 4));
+        assert_eq!(limits_for(u64::MAX), (1 << 16, 64));
     }
 }

@@ -9,10 +9,10 @@
 //!
 //! Hostile or broken peers are bounded ([`super::admission`]): a new
 //! connection is read at once (a real consumer's hello is already queued),
-//! at most [`MAX_PENDING`] connections wait for their hello (the oldest is
-//! closed for a newer one), frames from consumers are at most
-//! [`wire::MAX_REQUEST_FRAME`] bytes, and consumers are capped from the
-//! open-file limit.
+//! at most 64 connections (fewer under a small open-file limit) wait for
+//! their hello, the oldest closed for a newer one, frames from consumers
+//! are at most [`wire::MAX_REQUEST_FRAME`] bytes, and consumers are capped
+//! from the open-file limit.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -21,7 +21,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use super::admission::{Accepted, Admission, MAX_PENDING};
+use super::admission::{Accepted, Admission};
 use super::Shared;
 use crate::wire::{self, Fill, FrameReader, Role, ToConsumer, ToProducer, MAGIC, PROTOCOL_VERSION};
 
@@ -122,7 +122,7 @@ fn close_all(shared: &Shared, conns: &mut Vec<(Conn, FrameReader)>, indices: Vec
 }
 
 /// Accepts what waits, serving each new connection at once; keeps at most
-/// [`MAX_PENDING`] connections waiting for their hello.
+/// `max_pending` connections waiting for their hello.
 fn accept_all(
     shared: &Shared,
     admission: &mut Admission,
@@ -132,7 +132,23 @@ fn accept_all(
     loop {
         let fd = match admission.accept() {
             Accepted::Conn(fd) => fd,
-            Accepted::Empty | Accepted::Resting => return,
+            Accepted::Empty => return,
+            Accepted::OutOfFds => {
+                // Room first from the oldest silent connection; else shed.
+                match conns
+                    .iter()
+                    .position(|(c, _)| matches!(c, Conn::Handshake { .. }))
+                {
+                    Some(oldest) => {
+                        close_all(shared, conns, vec![oldest]);
+                        continue;
+                    }
+                    None => {
+                        admission.shed();
+                        return;
+                    }
+                }
+            }
         };
         let sock = UnixStream::from(fd);
         let cred = match crate::peer::peer_cred(&sock) {
@@ -183,13 +199,10 @@ fn accept_all(
             .filter(|(_, (c, _))| matches!(c, Conn::Handshake { .. }))
             .map(|(i, _)| i)
             .collect();
-        if pending.len() > MAX_PENDING {
+        let max = admission.max_pending;
+        if pending.len() > max {
             // The oldest waits longest: a real consumer says hello at once.
-            close_all(
-                shared,
-                conns,
-                pending[..pending.len() - MAX_PENDING].to_vec(),
-            );
+            close_all(shared, conns, pending[..pending.len() - max].to_vec());
         }
     }
 }
