@@ -5,10 +5,15 @@
 mod common;
 
 use std::io::Write;
+use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
 use common::{assert_full_epoch, Env, Proc};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
@@ -36,7 +41,7 @@ fn vm_kib(pid: u32, field: &str) -> u64 {
 /// A synthetic producer that runs until killed, with an optional open-file
 /// limit.
 fn long_producer(env: &Env, name: &str, nofile: Option<u64>) -> Proc {
-    let mut cmd = env.cmd(&[
+    let args = [
         "serve",
         "--name",
         name,
@@ -50,7 +55,14 @@ fn long_producer(env: &Env, name: &str, nofile: Option<u64>) -> Proc {
         "1000000",
         "--window",
         "4",
-    ]);
+    ];
+    let mut p = Proc::start(limited(env.cmd(&args), nofile));
+    p.expect("listening");
+    p
+}
+
+/// `cmd` with an open-file limit (soft and hard) of `nofile`.
+fn limited(mut cmd: std::process::Command, nofile: Option<u64>) -> std::process::Command {
     if let Some(n) = nofile {
         // SAFETY: setrlimit is async-signal-safe and touches no memory of
         // the parent; the closure allocates nothing.
@@ -67,9 +79,35 @@ fn long_producer(env: &Env, name: &str, nofile: Option<u64>) -> Proc {
             });
         }
     }
-    let mut p = Proc::start(cmd);
-    p.expect("listening");
-    p
+    cmd
+}
+
+/// Keeps opening silent connections to `sock` (about one a millisecond,
+/// holding the newest 1,500) until `stop` is set; a full backlog skips one.
+fn flood(sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+    let addr = rustix::net::SocketAddrUnix::new(sock).unwrap();
+    std::thread::spawn(move || {
+        let mut held: std::collections::VecDeque<OwnedFd> = Default::default();
+        let mut opened = 0;
+        while !stop.load(Ordering::Relaxed) {
+            let fd = rustix::net::socket_with(
+                rustix::net::AddressFamily::UNIX,
+                rustix::net::SocketType::STREAM,
+                rustix::net::SocketFlags::NONBLOCK | rustix::net::SocketFlags::CLOEXEC,
+                None,
+            )
+            .unwrap();
+            if rustix::net::connect(&fd, &addr).is_ok() {
+                opened += 1;
+                held.push_back(fd);
+                if held.len() > 1500 {
+                    held.pop_front();
+                }
+            }
+            std::thread::sleep(Duration::from_millis(1)); // the attack's pace
+        }
+        opened
+    })
 }
 
 /// Runs one real consumer for one epoch; returns the time its welcome took.
@@ -116,6 +154,60 @@ fn fault5_silent_connections_at_fd_limit() {
     );
     assert!(welcome < Duration::from_secs(1), "welcome took {welcome:?}");
     drop(silent);
+}
+
+/// Fault 5: a loader that opens files keeps working while silent
+/// connections keep arriving at a 1,024-descriptor limit. Before: the
+/// connections took every descriptor and the loader died with EMFILE. Now
+/// at most 64 wait for a hello and a quarter of the limit stays free.
+#[test]
+fn fault5_loader_keeps_its_descriptors_under_a_flood() {
+    let env = Env::new();
+    let config = GenerateConfig {
+        classes: 3,
+        images_per_class: 7,
+        long_side: (64, 96),
+        ..GenerateConfig::default()
+    };
+    let data = generate_jpeg_dataset(&env.path().join("data"), &config, &|_, _| {})
+        .unwrap()
+        .path;
+    let args = [
+        "serve",
+        "--name",
+        "img",
+        "--data",
+        data.to_str().unwrap(),
+        "--batch-size",
+        "4",
+        "--epochs",
+        "20",
+        "--image-size",
+        "16",
+        "--consumers",
+        "1",
+        "--json",
+        "--workers",
+        "2",
+    ];
+    let mut producer = Proc::start(limited(env.cmd(&args), Some(1024)));
+    producer.expect("listening");
+    let stop = Arc::new(AtomicBool::new(false));
+    let flooder = flood(&env.path().join("img.sock"), Arc::clone(&stop));
+    // Let the flood reach the limit before the loader starts.
+    std::thread::sleep(Duration::from_millis(1500));
+    let mut c = env.spawn(&["consume", "img", "--verify"]);
+    let ok = c.finish().success();
+    stop.store(true, Ordering::Relaxed);
+    let opened = flooder.join().unwrap();
+    let ends = c.events("epoch_end");
+    assert!(ok, "consumer failed: {:?}", c.seen);
+    assert_eq!(ends.len(), 20, "{ends:?}");
+    for end in &ends {
+        assert_eq!(end["samples"], 21, "{end}");
+    }
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    assert!(opened > 1500, "the flood opened only {opened} connections");
 }
 
 /// Fault 5: 300 connections that each announce an almost-1 MiB hello and
