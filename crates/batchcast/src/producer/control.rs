@@ -29,6 +29,8 @@ use crate::wire::{self, Fill, FrameReader, Role, ToConsumer, ToProducer, MAGIC, 
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A consumer that does not take a frame for this long is dropped.
 pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections accepted per round of the poll loop.
+const ACCEPTS_PER_ROUND: usize = 128;
 /// A status reply not taken within this long is dropped.
 const STATUS_SEND_TIMEOUT: Duration = Duration::from_millis(200);
 
@@ -129,7 +131,9 @@ fn accept_all(
     uid: u32,
     conns: &mut Vec<(Conn, FrameReader)>,
 ) {
-    loop {
+    // Bounded per round, so that a flood of connections cannot starve the
+    // consumers' own messages.
+    for _ in 0..ACCEPTS_PER_ROUND {
         let fd = match admission.accept() {
             Accepted::Conn(fd) => fd,
             Accepted::Empty => return,
