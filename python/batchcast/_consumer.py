@@ -277,9 +277,13 @@ class Consumer:
                 self._start(event)
 
     def _skip_rest(self) -> None:
-        """Reads and drops what is left of an epoch a loop left unfinished."""
+        """Reads and drops what is left of an epoch a loop left unfinished
+        (its batches that could not be built included)."""
         while self._in_epoch:
-            event = self._native.next_event()
+            try:
+                event = self._native.next_event()
+            except _native.InvalidBatch:
+                continue
             if event[0] == "end":
                 self._in_epoch = False
             elif event[0] == "finished":

@@ -184,6 +184,35 @@ def produce_ids(o: Dict[str, Any]) -> None:
     say("done")
 
 
+class ShapeChangeLoader(IdLoader):
+    """An IdLoader whose "x" is 2 wide instead of 4 in producer batches
+    `narrow[0]` to `narrow[1]` (excluded), in its first epoch only (a
+    loader whose transform changed mid-epoch, twice)."""
+
+    def __init__(self, n: int, batch_size: int, narrow: List[int]) -> None:
+        super().__init__(n, batch_size, names=False)
+        self.narrow = range(*narrow)
+        self.epochs = 0
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        first = self.epochs == 0
+        self.epochs += 1
+        for i, batch in enumerate(super().__iter__()):
+            if first and i in self.narrow:
+                batch["x"] = batch["x"][:, :2].copy()
+            yield batch
+
+
+def produce_shape_change(o: Dict[str, Any]) -> None:
+    import batchcast
+
+    loader = ShapeChangeLoader(o["n"], o["batch_size"], o["narrow"])
+    p = batchcast.Producer(loader, o["name"], window=o.get("window", 8))
+    say("ready")
+    p.run(epochs=o["epochs"])
+    say("done")
+
+
 def produce_small(o: Dict[str, Any]) -> None:
     """Many epochs of a tiny loader: 4 batches of 16 rows."""
     import batchcast

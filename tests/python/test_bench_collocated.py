@@ -1,8 +1,9 @@
-"""The collocated-training benchmark runner, bench/collocated.py, at a tiny
-size: every mode runs (or, where it cannot, is reported as failed with its
-error instead of crashing or hanging the runner), the JSON has every field,
-and the derived figures (speedup, samples/s, CPU per 1000 samples) follow
-from the measured ones. Speed is not asserted."""
+"""The collocated-training benchmark runner, bench/collocated.py (the
+package bench/collocated_bench/), at a tiny size: every mode runs (or, where
+it cannot, is reported as failed with its error instead of crashing or
+hanging the runner), the JSON has every field, and the derived figures
+(speedup, samples/s, CPU per 1000 samples) follow from the measured ones.
+Speed is not asserted."""
 
 from __future__ import annotations
 
@@ -22,14 +23,10 @@ pytest.importorskip("torchvision")
 pytest.importorskip("PIL")
 
 
-def _load_runner():
-    spec = importlib.util.spec_from_file_location("bench_collocated", RUNNER)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-runner = _load_runner()
+# The runner's package, bench/collocated_bench/ (RUNNER is its entry script).
+sys.path.insert(0, str(ROOT / "bench"))
+from collocated_bench import (  # noqa: E402 - after the path is set
+    CELL_FIELDS, add_speedups, blank_cell, find_batchcast_bin, format_table)
 
 # 24 images in batches of 8: 3 batches per epoch.
 TINY = ["--images", "24", "--classes", "3", "--image-size", "32", "--batch-size", "8",
@@ -38,7 +35,7 @@ TINY = ["--images", "24", "--classes", "3", "--image-size", "32", "--batch-size"
 
 def _native_ready() -> bool:
     """A batchcast binary whose `serve` takes an image dataset."""
-    binary = runner.find_batchcast_bin(None)
+    binary = find_batchcast_bin(None)
     if binary is None:
         return False
     out = subprocess.run([binary, "serve", "--help"], capture_output=True, text=True, timeout=30).stdout
@@ -88,7 +85,7 @@ def tensorsocket_run(main_run):
 
 
 def _check_cell(cell: dict) -> None:
-    missing = [k for k in runner.CELL_FIELDS if k not in cell]
+    missing = [k for k in CELL_FIELDS if k not in cell]
     assert not missing, f"{cell['mode']} N={cell['trainers']}: missing {missing}"
     expected = _expected_status(cell["mode"])
     if expected == "ok":
@@ -177,7 +174,7 @@ def test_the_dataset_cache_is_reused(main_run, tensorsocket_run):
 
 def test_speedup_arithmetic():
     def cell(mode, n, agg, status="ok"):
-        c = runner._blank_cell(mode, n)
+        c = blank_cell(mode, n)
         c.update(status=status, agg_samples_per_s=agg if status == "ok" else None)
         return c
 
@@ -185,7 +182,7 @@ def test_speedup_arithmetic():
              cell("shared-python", 1, 95.0), cell("shared-python", 4, 420.0),
              cell("shared-native", 4, 480.0), cell("tensorsocket", 4, None, status="timeout"),
              cell("shared-native", 2, 300.0)]
-    runner.add_speedups(cells)
+    add_speedups(cells)
     got = {(c["mode"], c["trainers"]): c["speedup"] for c in cells}
     assert got[("independent", 1)] == 1.0 and got[("independent", 4)] == 1.0
     assert got[("shared-python", 1)] == pytest.approx(0.95)
@@ -196,12 +193,12 @@ def test_speedup_arithmetic():
 
 
 def test_failed_cells_show_their_error_in_the_table():
-    ok = runner._blank_cell("independent", 2)
+    ok = blank_cell("independent", 2)
     ok.update(status="ok", agg_samples_per_s=200.0, per_trainer_samples_per_s=100.0, wait_share=0.5,
               cpu_s_per_1k_samples=3.0, peak_mem_mb=1500.0, speedup=1.0)
-    bad = runner._blank_cell("tensorsocket", 2)
+    bad = blank_cell("tensorsocket", 2)
     bad.update(status="failed", error="producer exited with status 1:\nIndexError: list index out of range")
-    table = runner.format_table([ok, bad])
+    table = format_table([ok, bad])
     assert "FAILED: producer exited with status 1:" in table
     assert "1.00x" in table and "50.0%" in table
 

@@ -57,3 +57,47 @@ def test_breaking_out_of_an_epoch_skips_its_rest(spawn):
         with pytest.raises(RuntimeError, match="superseded"):
             next(it)
     producer.expect("done")
+
+
+def test_fault3_batch_larger_than_the_window_is_exact(spawn):
+    # 1000 rows need 16 producer batches of 64; the window holds 8. Each
+    # piece is copied out as it arrives, so the batch never waits for slots
+    # it holds itself (it used to: 0 epochs, every consumer stuck).
+    n, epochs = 4500, 3
+    producer = spawn("produce_ids", name="big", n=n, batch_size=64, window=8, epochs=epochs)
+    consumer = spawn("consume_ids", name="big", batch_size=1000, epochs=epochs)
+    for e, got in enumerate(consumer.epochs(epochs)):
+        assert got["epoch"] == e
+        assert got["ids"] == list(range(n))
+        assert got["sizes"] == [1000] * 4 + [500]
+        assert got["batches"] == got["len"] == got["len_before"] == 5
+        assert got["names_ok"]  # strings are assembled too
+    consumer.expect("done")
+    assert consumer.wait() == 0
+    producer.expect("done")
+    assert producer.wait() == 0
+
+
+def test_fault7_shape_change_keeps_order(spawn):
+    import batchcast
+
+    # Producer batches 10 and 11 (rows 640..768) have narrower samples: batch
+    # 91 of size 7 (rows 637..644) straddles the change and cannot be built.
+    # The 91 batches before it all come first, exactly (46 of them used to).
+    n, bs = 1000, 7
+    producer = spawn("produce_shape_change", name="shape", n=n, batch_size=64, narrow=[10, 12],
+                     epochs=2)
+    with batchcast.Consumer("shape", batch_size=bs, connect_timeout=30, format="numpy") as c:
+        ids = []
+        with pytest.raises(batchcast.InvalidBatch, match="per-sample shape"):
+            for b in c:
+                assert b["id"].shape[0] == bs
+                ids.extend(int(i) for i in b["id"])
+        valid = 640 // bs  # 91
+        assert len(ids) == valid * bs, f"{len(ids) / bs} of {valid} valid batches"
+        assert ids == list(range(valid * bs))
+        # The next loop skips the rest of the epoch (batch 109, rows 763..770,
+        # cannot be built either) and is the next epoch, whole and exact.
+        seen = [int(i) for b in c for i in b["id"]]
+        assert c.epoch == 1 and seen == list(range(n)) and len(c) == math.ceil(n / bs)
+    producer.expect("done")

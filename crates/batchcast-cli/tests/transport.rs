@@ -66,6 +66,53 @@ fn consumers_with_different_batch_sizes_see_every_sample_once() {
     assert_eq!(shm_listing(), shm_before, "something was left in /dev/shm");
 }
 
+/// A consumer batch needs more producer batches than the window holds
+/// (1000 rows against batches of 64 and a window of 8, 512 rows): it is
+/// copied together as they arrive, so it never waits for slots it holds
+/// itself. Every epoch exact, the short tail (4500 = 4 x 1000 + 500)
+/// included, alone and beside a consumer of batch 7. (The re-batcher used to
+/// hold a lease per pending producer batch: every consumer stopped, and the
+/// harness's deadline turned the hang into a failure.)
+#[test]
+fn fault3_consumer_batch_larger_than_window() {
+    for sizes in [&["1000"][..], &["1000", "7"][..]] {
+        let env = Env::new();
+        let consumers = sizes.len().to_string();
+        let mut producer = env.producer(
+            "big",
+            &[
+                "--samples",
+                "4500",
+                "--batch-size",
+                "64",
+                "--window",
+                "8",
+                "--epochs",
+                "3",
+                "--consumers",
+                &consumers,
+            ],
+        );
+        let mut procs: Vec<_> = sizes
+            .iter()
+            .map(|bs| env.spawn(&["consume", "big", "--verify", "--batch-size", bs]))
+            .collect();
+        for (c, bs) in procs.iter_mut().zip(sizes) {
+            assert!(c.finish().success(), "batch size {bs}");
+            let ends = c.events("epoch_end");
+            assert_eq!(ends.len(), 3, "batch size {bs}: {ends:?}");
+            for (e, end) in ends.iter().enumerate() {
+                assert_eq!(end["epoch"], e as u64);
+                assert_full_epoch(end, 0, 4499);
+            }
+            let expected: u64 = 4500u64.div_ceil(bs.parse().unwrap());
+            assert_eq!(ends[0]["expected_batches"], expected);
+            assert_eq!(c.events("finished")[0]["reason"], "Finished");
+        }
+        assert!(producer.finish().success());
+    }
+}
+
 /// A consumer SIGKILLed while it holds every slot of the window: the
 /// producer reclaims its leases at once and the others finish.
 /// (TensorSocket 0.0.5 stalls everyone for 10 s on a dead consumer.)

@@ -158,8 +158,10 @@ fn retire(attached: Attached, tracker: Arc<LeaseTracker>) {
         let Attached { mut consumer, .. } = attached;
         while tracker.slots_held() > 0 {
             match consumer.next_event(&mut || tracker.slots_held() == 0) {
-                Ok(Event::Finished(_)) | Err(_) => break,
-                Ok(_) => {}
+                // A batch that could not be built: the stream goes on.
+                Ok(Event::Finished(_)) => break,
+                Ok(_) | Err(Error::InvalidBatch(_)) => {}
+                Err(_) => break,
             }
         }
     };

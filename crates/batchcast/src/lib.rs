@@ -10,7 +10,7 @@
 //!   or private and writable for in-place writes),
 //!   and turns the producer's batches into batches of its own size
 //!   ([`consumer::rebatch`]): a batch inside one slot is a view of it, one
-//!   spanning two slots is copied.
+//!   spanning several slots is copied piece by piece as they arrive.
 //! - A batch is a tree ([`Node`]) of arrays that share the leading row
 //!   dimension; [`Layout`] places them in a slot and is validated by the
 //!   consumer before any byte is read through it.

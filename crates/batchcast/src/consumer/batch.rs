@@ -4,9 +4,10 @@
 //! when the last thing holding it is dropped (a [`Batch`], a [`Leaf`], a
 //! Python tensor's DLPack deleter) it releases the batch in the consumer's
 //! ledger, and wakes the producer only if the board says it waits. A consumer
-//! batch that lies within one producer batch views the slot directly; one that
-//! spans several is copied into memory of its own, and the leases it copied
-//! from are released as soon as it is built.
+//! batch that lies within one producer batch views the slot directly
+//! ([`Batch::view`]); one that spans several is copied into memory of its own
+//! piece by piece ([`super::assemble`]), each lease released once its piece is
+//! copied.
 
 use std::any::Any;
 use std::os::unix::net::UnixStream;
@@ -15,6 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::arena::ArenaView;
 use crate::board::BoardView;
+use crate::consumer::assemble::OwnedBytes;
 use crate::consumer::rebatch::Span;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
@@ -84,7 +86,7 @@ pub struct SlotLease {
 
 impl SlotLease {
     /// The bytes of rows `start..end` of array leaf `i`.
-    fn rows(&self, i: usize, start: u64, end: u64) -> &[u8] {
+    pub(super) fn rows(&self, i: usize, start: u64, end: u64) -> &[u8] {
         let leaf = &self.layout.leaves[i];
         let rb = leaf.row_bytes() as usize;
         let off = leaf.offset as usize + start as usize * rb;
@@ -99,7 +101,7 @@ impl SlotLease {
     }
 
     /// The strings of rows `start..end` of string leaf `i`.
-    fn strings(&self, i: usize, start: u64, end: u64) -> Result<Vec<String>> {
+    pub(super) fn strings(&self, i: usize, start: u64, end: u64) -> Result<Vec<String>> {
         let leaf = &self.layout.leaves[i];
         let base = leaf.offset as usize;
         let bytes = &self.slot_bytes()[base..base + leaf.nbytes as usize];
@@ -130,39 +132,17 @@ impl Drop for SlotLease {
     }
 }
 
-/// Memory of an assembled leaf, 8-byte aligned for every dtype.
-struct OwnedBytes {
-    words: Vec<u64>,
-    len: usize,
-}
-
-impl OwnedBytes {
-    fn zeroed(len: usize) -> Self {
-        OwnedBytes {
-            words: vec![0u64; len.div_ceil(8)],
-            len,
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        // SAFETY: `words` holds at least `len` initialised bytes, u8 has no
-        // alignment needs, and the slice borrows `self`.
-        unsafe { std::slice::from_raw_parts(self.words.as_ptr().cast::<u8>(), self.len) }
-    }
-
-    fn bytes_mut(&mut self) -> &mut [u8] {
-        // SAFETY: as in `bytes`, and `&mut self` makes the borrow unique.
-        unsafe { std::slice::from_raw_parts_mut(self.words.as_mut_ptr().cast::<u8>(), self.len) }
-    }
-}
-
-enum LeafData {
+/// Where a leaf's data lives.
+pub(super) enum LeafData {
+    /// Rows of a leased slot.
     Shared {
         lease: Arc<SlotLease>,
         offset: usize,
         len: usize,
     },
+    /// Memory of its own (assembled).
     Owned(Arc<OwnedBytes>),
+    /// Copied-out strings.
     Strings(Vec<String>),
 }
 
@@ -178,6 +158,18 @@ pub struct Leaf {
 pub type Keepalive = Arc<dyn Any + Send + Sync>;
 
 impl Leaf {
+    /// Leaf `desc` of a batch of `rows` rows, its data in `data`.
+    pub(super) fn new(desc: &LeafDesc, rows: u64, data: LeafData) -> Leaf {
+        let mut shape = desc.shape.clone();
+        shape[0] = rows;
+        Leaf {
+            kind: desc.kind,
+            dtype: desc.dtype,
+            shape,
+            data,
+        }
+    }
+
     /// What the leaf is.
     pub fn kind(&self) -> LeafKind {
         self.kind
@@ -257,81 +249,39 @@ impl Batch {
         self.leaves.first().map(|l| l.shape[0]).unwrap_or(0)
     }
 
-    /// Builds a consumer batch from spans of producer batches.
-    pub(crate) fn assemble(
-        spans: Vec<Span<Arc<SlotLease>>>,
-        epoch: u64,
-        index: u64,
-    ) -> Result<Batch> {
-        let first = &spans
-            .first()
-            .ok_or_else(|| Error::Protocol("empty consumer batch".into()))?
-            .piece
-            .layout;
-        for s in &spans[1..] {
-            let other = &s.piece.layout;
-            let same = other.tree == first.tree
-                && other.leaves.len() == first.leaves.len()
-                && other
-                    .leaves
-                    .iter()
-                    .zip(&first.leaves)
-                    .all(|(a, b)| same_kind(a, b));
-            if !same {
-                return Err(Error::InvalidBatch(
-                    "the producer's batches differ in structure, dtype or per-sample shape, so \
-                     they cannot be re-cut into another batch size; use batch_size=None (the \
-                     producer's batch size)"
-                        .into(),
-                ));
-            }
-        }
-        let rows: u64 = spans.iter().map(|s| s.end - s.start).sum();
-        let mut leaves = Vec::with_capacity(first.leaves.len());
-        for (i, desc) in first.leaves.iter().enumerate() {
-            let mut shape = desc.shape.clone();
-            shape[0] = rows;
+    /// A consumer batch that lies inside one producer batch: its arrays are
+    /// views of the slot (its strings are copied out).
+    pub(super) fn view(span: Span<Arc<SlotLease>>, epoch: u64, index: u64) -> Result<Batch> {
+        let lease = &span.piece;
+        let mut leaves = Vec::with_capacity(lease.layout.leaves.len());
+        for (i, desc) in lease.layout.leaves.iter().enumerate() {
             let data = if desc.kind == LeafKind::StrList {
-                let mut all = Vec::with_capacity(rows as usize);
-                for s in &spans {
-                    all.extend(s.piece.strings(i, s.start, s.end)?);
-                }
-                LeafData::Strings(all)
-            } else if let [only] = spans.as_slice() {
+                LeafData::Strings(lease.strings(i, span.start, span.end)?)
+            } else {
                 let rb = desc.row_bytes() as usize;
                 LeafData::Shared {
-                    lease: Arc::clone(&only.piece),
-                    offset: desc.offset as usize + only.start as usize * rb,
-                    len: (only.end - only.start) as usize * rb,
+                    lease: Arc::clone(lease),
+                    offset: desc.offset as usize + span.start as usize * rb,
+                    len: span.rows() as usize * rb,
                 }
-            } else {
-                let total = rows as usize * desc.row_bytes() as usize;
-                let mut owned = OwnedBytes::zeroed(total);
-                let mut at = 0;
-                let out = owned.bytes_mut();
-                for s in &spans {
-                    let src = s.piece.rows(i, s.start, s.end);
-                    out[at..at + src.len()].copy_from_slice(src);
-                    at += src.len();
-                }
-                LeafData::Owned(Arc::new(owned))
             };
-            leaves.push(Leaf {
-                kind: desc.kind,
-                dtype: desc.dtype,
-                shape,
-                data,
-            });
+            leaves.push(Leaf::new(desc, span.rows(), data));
         }
         Ok(Batch {
             epoch,
             index,
-            tree: first.tree.clone(),
+            tree: lease.layout.tree.clone(),
             leaves,
         })
     }
-}
 
-fn same_kind(a: &LeafDesc, b: &LeafDesc) -> bool {
-    a.kind == b.kind && a.dtype == b.dtype && a.shape[1..] == b.shape[1..]
+    /// A consumer batch of `leaves` assembled in memory of its own.
+    pub(super) fn owned(epoch: u64, index: u64, tree: Node, leaves: Vec<Leaf>) -> Batch {
+        Batch {
+            epoch,
+            index,
+            tree,
+            leaves,
+        }
+    }
 }

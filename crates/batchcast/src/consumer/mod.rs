@@ -18,7 +18,17 @@
 //! nothing to do it sleeps on the board's wake word, for at most a tick, so
 //! that the interrupt hook runs and a dead producer's closed socket is seen
 //! within a tick.
+//!
+//! Errors keep their place: a batch that cannot be read or built (producer
+//! batches of different per-sample shapes cut into one consumer batch:
+//! [`Error::InvalidBatch`]) is queued as an error where the batch would have
+//! been, so every batch before it is delivered first. The call after the
+//! error goes on with what follows it (the next batch, whose `index` shows
+//! the gap, or the epoch's end), as a PyTorch DataLoader does after a worker
+//! raised; a caller that wants to stop, stops. A dead producer, by contrast,
+//! fails the next call at once ([`Error::ProducerGone`]).
 
+mod assemble;
 mod batch;
 pub mod rebatch;
 
@@ -32,9 +42,10 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
+use assemble::Assembler;
 use batch::Link;
 pub use batch::{Batch, Keepalive, Leaf, SlotLease};
-use rebatch::{batches_in, Rebatcher};
+use rebatch::batches_in;
 
 use crate::arena::ArenaView;
 use crate::board::{BoardView, Woken};
@@ -130,14 +141,15 @@ pub struct Consumer {
     arena: Arc<ArenaView>,
     welcome: Welcome,
     opts: ConsumerOptions,
-    rebatcher: Option<Rebatcher<Arc<SlotLease>>>,
+    /// Cuts the epoch in progress into this consumer's batches.
+    assembler: Option<Assembler>,
     epoch: Option<EpochInfo>,
     cursor: Option<Cursor>,
     /// Control messages received and not yet acted on (an `EpochEnd` waits
     /// for the epoch's last batches to be read).
     control: VecDeque<ToConsumer>,
-    index: u64,
-    events: VecDeque<Event>,
+    /// What the next calls return, in order (errors in their place).
+    events: VecDeque<Result<Event>>,
     finished: Option<ShutdownReason>,
 }
 
@@ -244,11 +256,10 @@ impl Consumer {
             arena: Arc::new(arena),
             welcome,
             opts,
-            rebatcher: None,
+            assembler: None,
             epoch: None,
             cursor: None,
             control: VecDeque::new(),
-            index: 0,
             events: VecDeque::new(),
             finished: None,
         })
@@ -284,7 +295,7 @@ impl Consumer {
             lag: self
                 .events
                 .iter()
-                .filter(|e| matches!(e, Event::Batch(_)))
+                .filter(|e| matches!(e, Ok(Event::Batch(_))))
                 .count() as u64,
         }
     }
@@ -299,6 +310,7 @@ impl Consumer {
             let seen = self.link.board.wake_word();
             self.drain()?;
             if let Some(event) = self.events.pop_front() {
+                let event = event?;
                 if matches!(event, Event::Batch(_)) {
                     self.link.delivered.fetch_add(1, Ordering::Relaxed);
                     self.link.record();
@@ -367,9 +379,7 @@ impl Consumer {
             }
             if let Some(cursor) = self.cursor {
                 let limit = cursor.end.map_or(published, |end| end.min(published));
-                for seq in cursor.next..limit {
-                    self.take_batch(seq)?;
-                }
+                self.take_batches(cursor.next..limit);
                 if let Some(c) = self.cursor.as_mut() {
                     c.next = c.next.max(limit);
                 }
@@ -387,14 +397,18 @@ impl Consumer {
                         batch_size: bs,
                         partial: es.partial,
                     };
-                    self.rebatcher = Some(Rebatcher::new(bs, self.opts.drop_last));
-                    self.index = 0;
+                    self.assembler = Some(Assembler::new(
+                        es.epoch,
+                        es.samples,
+                        bs,
+                        self.opts.drop_last,
+                    ));
                     self.epoch = Some(info.clone());
                     self.cursor = Some(Cursor {
                         next: es.first_seq,
                         end: None,
                     });
-                    self.events.push_back(Event::EpochStart(info));
+                    self.events.push_back(Ok(Event::EpochStart(info)));
                 }
                 ToConsumer::EpochEnd {
                     epoch,
@@ -421,14 +435,13 @@ impl Consumer {
                         });
                         continue;
                     }
-                    if let Some(tail) = self.rebatcher.as_mut().and_then(|r| r.finish()) {
-                        let batch = Batch::assemble(tail, epoch, self.index)?;
-                        self.index += 1;
-                        self.events.push_back(Event::Batch(batch));
+                    if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
+                        self.events.push_back(tail.map(Event::Batch));
                     }
-                    self.rebatcher = None;
+                    self.assembler = None;
                     self.cursor = None;
-                    self.events.push_back(Event::EpochEnd { epoch, samples });
+                    self.events
+                        .push_back(Ok(Event::EpochEnd { epoch, samples }));
                 }
                 ToConsumer::Shutdown(reason) => {
                     // What was published before the shutdown is still read;
@@ -438,14 +451,9 @@ impl Consumer {
                             .end
                             .unwrap_or(u64::MAX)
                             .min(self.link.board.published());
-                        for seq in cursor.next..limit {
-                            self.take_batch(seq)?;
-                        }
+                        self.take_batches(cursor.next..limit);
                     }
-                    if let Some(r) = self.rebatcher.as_mut() {
-                        r.clear();
-                    }
-                    self.rebatcher = None;
+                    self.assembler = None;
                     self.cursor = None;
                     self.control.clear();
                     self.finished = Some(reason);
@@ -460,7 +468,21 @@ impl Consumer {
         }
     }
 
-    fn take_batch(&mut self, seq: u64) -> Result<()> {
+    /// Reads batches `seqs` of the board into events; an error takes the
+    /// place of the batch that caused it.
+    fn take_batches(&mut self, seqs: std::ops::Range<u64>) {
+        for seq in seqs {
+            match self.take_batch(seq) {
+                Ok(batches) => self
+                    .events
+                    .extend(batches.into_iter().map(|b| b.map(Event::Batch))),
+                Err(e) => self.events.push_back(Err(e)),
+            }
+        }
+    }
+
+    /// Leases batch `seq` and cuts it into consumer batches.
+    fn take_batch(&mut self, seq: u64) -> Result<Vec<Result<Batch>>> {
         let slot = self.link.board.slot_of(seq)?;
         self.arena.refresh(slot)?;
         let header = self.arena.header(slot, seq)?;
@@ -473,7 +495,6 @@ impl Consumer {
                 header.epoch
             )));
         }
-        let rows = header.layout.rows();
         let lease = Arc::new(SlotLease {
             seq,
             slot,
@@ -481,15 +502,10 @@ impl Consumer {
             arena: Arc::clone(&self.arena),
             link: Arc::clone(&self.link),
         });
-        let Some(rebatcher) = self.rebatcher.as_mut() else {
+        let Some(assembler) = self.assembler.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
-        for spans in rebatcher.push(lease, rows) {
-            let batch = Batch::assemble(spans, epoch, self.index)?;
-            self.index += 1;
-            self.events.push_back(Event::Batch(batch));
-        }
-        Ok(())
+        Ok(assembler.push(lease))
     }
 }
 
