@@ -80,7 +80,12 @@ fn print_report(r: &StatusReport) {
         println!(
             "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9.2}  {}",
             c.id,
-            c.pid,
+            // 0: a consumer in another pid namespace.
+            if c.pid == 0 {
+                "?".to_string()
+            } else {
+                c.pid.to_string()
+            },
             c.state,
             c.join,
             c.batch_size
