@@ -110,7 +110,8 @@ class Consumer:
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
             (``.to(device, non_blocking=True)``); needs torch with CUDA.
         format: ``"torch"``, ``"numpy"``, or None: torch if installed.
-        label: shown by ``batchcast status`` (default: the script's name).
+        label: shown by ``batchcast status``, at most 128 bytes (default: the
+            script's name).
         dir: the socket directory (see :class:`batchcast.Producer`).
         copy_on_write: in-place writes to batch tensors land on private
             copies of the pages written instead of SIGSEGV (see above); costs
@@ -152,6 +153,8 @@ class Consumer:
             self._np_from_dlpack = numpy.from_dlpack
         if label is None:
             label = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
+            # Labels are at most 128 bytes; cut a long script name to fit.
+            label = label.encode()[:128].decode(errors="ignore")
         self._native = _native.Consumer(
             name,
             batch_size=batch_size,

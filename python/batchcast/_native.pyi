@@ -69,7 +69,10 @@ class InvalidBatch(BatchcastError, ValueError):
     """A batch that breaks the rules (ragged rows, no rows, too deep)."""
 
 class PermissionDenied(BatchcastError, PermissionError):
-    """The socket directory or the peer belongs to another user."""
+    """The socket directory or the peer belongs to another user (the
+    producer runs as another user)."""
+
+    path: Optional[str]
 
 class UsageError(BatchcastError, RuntimeError):
     """A call out of order, or on a closed object."""

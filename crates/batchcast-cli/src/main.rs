@@ -1,7 +1,8 @@
 //! The `batchcast` command: `demo`, `serve`, `consume`, `status`, `bench`.
 //!
 //! Errors reach `main` as `anyhow` errors and leave as one `error:` line and
-//! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise.
+//! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise
+//! (`consume` also: 4 when refused, 5 when the producer runs as another user).
 
 mod cmd;
 mod cpu;

@@ -438,8 +438,8 @@ fn second_producer_with_the_same_name_is_refused() {
     assert!(err.contains(&format!("pid {}", first.pid())), "{err}");
 }
 
-/// A producer killed with SIGKILL leaves a stale socket; `status` reports
-/// it, and the next producer of that name takes over and cleans up.
+/// A producer killed with SIGKILL leaves a stale socket; `status` removes
+/// it, and the next producer of that name takes the name.
 #[test]
 fn restart_after_a_killed_producer_reuses_the_name() {
     let env = Env::new();
@@ -447,7 +447,8 @@ fn restart_after_a_killed_producer_reuses_the_name() {
     first.kill9();
     assert!(env.path().join("again.sock").exists());
     let out = env.cmd(&["status"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("again: not running"));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("no producer is running"));
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     let mut second = env.producer(
         "again",
         &["--samples", "100", "--batch-size", "10", "--epochs", "1"],

@@ -135,7 +135,8 @@ impl Exc {
                 c"A batch that breaks the rules (ragged rows, no rows, too deep). Also a ValueError."
             }
             Exc::PermissionDenied => {
-                c"The socket directory or the peer belongs to another user. Also a PermissionError."
+                c"The socket directory or the peer belongs to another user (the producer runs as \
+                another user). `.path` is the path refused, when known. Also a PermissionError."
             }
             Exc::UsageError => c"An API call out of order. Also a RuntimeError.",
             Exc::IoError => c"An operating-system call failed. Also an OSError.",
@@ -272,8 +273,17 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
         }
         Error::InvalidBatch(_) => Exc::InvalidBatch.err(py, msg, &[]),
         Error::Protocol(_) | Error::VersionMismatch { .. } => Exc::ProtocolError.err(py, msg, &[]),
-        Error::ForeignPeer { .. } | Error::UnsafeDirectory { .. } => {
-            Exc::PermissionDenied.err(py, msg, &[])
+        Error::ForeignPeer { .. } => Exc::PermissionDenied.err(
+            py,
+            msg,
+            &attrs(vec![("path", Some(py.None().into_bound(py)))]),
+        ),
+        Error::PermissionDenied { ref path } | Error::UnsafeDirectory { ref path, .. } => {
+            Exc::PermissionDenied.err(
+                py,
+                msg,
+                &attrs(vec![("path", s(&path.display().to_string()))]),
+            )
         }
         Error::NoConsumers { .. } => Exc::NoConsumers.err(py, msg, &[]),
         Error::Interrupted => {

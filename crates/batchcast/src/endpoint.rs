@@ -5,9 +5,13 @@
 //! if another user owns it or others can write to it. A producer holds
 //! `NAME.lock` with `flock` for its whole life (the kernel drops the lock when
 //! the process dies, however it dies) and listens on `NAME.sock` (mode 0600).
+//! [`Endpoint::connect`] removes the files a killed producer left, so they
+//! never accumulate.
 
 use std::fs;
+use std::io::ErrorKind;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixStream;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
@@ -67,6 +71,27 @@ impl Endpoint {
     /// The lock file path.
     pub fn lock_path(&self) -> PathBuf {
         self.dir.join(format!("{}.lock", self.name))
+    }
+
+    /// Connects to the producer's socket. `Ok(None)`: no producer listens
+    /// (and the files of a killed one, if any, have been removed). A socket
+    /// of another user is [`Error::PermissionDenied`].
+    pub fn connect(&self) -> Result<Option<UnixStream>> {
+        let path = self.socket_path();
+        match UnixStream::connect(&path) {
+            Ok(sock) => Ok(Some(sock)),
+            Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
+                crate::producer::lock::clear_if_stale(self);
+                Ok(None)
+            }
+            Err(e) if e.kind() == ErrorKind::PermissionDenied => {
+                Err(Error::PermissionDenied { path })
+            }
+            Err(e) => Err(Error::io(
+                format!("cannot connect to {}", path.display()),
+                e,
+            )),
+        }
     }
 
     /// Creates the directory (0700) if needed and checks it is ours and private.
@@ -169,7 +194,7 @@ fn ensure_private_dir(dir: &Path) -> Result<()> {
     Ok(())
 }
 
-/// Lists the names that have a socket in `dir`.
+/// Lists the names that have a socket or a lock file in `dir`.
 pub fn list_names(dir: &Path) -> Vec<String> {
     let Ok(entries) = fs::read_dir(dir) else {
         return Vec::new();
@@ -178,12 +203,15 @@ pub fn list_names(dir: &Path) -> Vec<String> {
         .filter_map(|e| e.ok())
         .filter_map(|e| {
             let file = e.file_name().into_string().ok()?;
-            let name = file.strip_suffix(".sock")?;
+            let name = file
+                .strip_suffix(".sock")
+                .or_else(|| file.strip_suffix(".lock"))?;
             validate_name(name).ok()?;
             Some(name.to_owned())
         })
         .collect();
     names.sort();
+    names.dedup();
     names
 }
 
@@ -221,8 +249,23 @@ mod tests {
         let mode = fs::metadata(ep.dir()).unwrap().mode() & 0o777;
         assert_eq!(mode, 0o700);
         fs::write(ep.socket_path(), b"").unwrap();
+        fs::write(ep.lock_path(), b"").unwrap();
+        fs::write(ep.dir().join("other.lock"), b"").unwrap();
         fs::write(ep.dir().join("junk.txt"), b"").unwrap();
-        assert_eq!(list_names(ep.dir()), vec!["cifar".to_string()]);
+        assert_eq!(list_names(ep.dir()), vec!["cifar", "other"]);
+    }
+
+    #[test]
+    fn connecting_to_a_dead_name_removes_its_files() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ep = Endpoint::in_dir("dead", tmp.path()).unwrap();
+        // A bound socket nobody listens on, and a lock nobody holds: what a
+        // SIGKILLed producer leaves.
+        drop(std::os::unix::net::UnixListener::bind(ep.socket_path()).unwrap());
+        fs::write(ep.lock_path(), b"4242").unwrap();
+        assert!(ep.connect().unwrap().is_none());
+        assert!(!ep.socket_path().exists());
+        assert!(!ep.lock_path().exists());
     }
 
     #[test]

@@ -129,6 +129,18 @@ pub enum Error {
         ours: u32,
     },
 
+    /// The producer's socket or directory belongs to another user (EACCES).
+    #[error(
+        "permission denied on {}: the producer runs as another user, and its socket directory \
+         is private to that user; run this process as the producer's user, or start a producer \
+         of your own (each user has their own socket directory; BATCHCAST_DIR overrides it)",
+        path.display()
+    )]
+    PermissionDenied {
+        /// The socket or directory that could not be opened.
+        path: PathBuf,
+    },
+
     /// The socket directory is unsafe to use.
     #[error("unsafe socket directory {}: {why}", path.display())]
     UnsafeDirectory {

@@ -38,6 +38,7 @@ pub mod endpoint;
 mod error;
 pub mod layout;
 pub mod ledger;
+mod peer;
 mod private_pages;
 pub mod producer;
 mod shm;

@@ -1,6 +1,5 @@
 //! Live figures of a running producer, as `batchcast status` shows them.
 
-use std::os::unix::net::UnixStream;
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
@@ -32,8 +31,34 @@ pub struct StatusReport {
     pub batches_per_sec: f64,
     /// Seconds the producer spent blocked on a full window.
     pub blocked_secs: f64,
-    /// One entry per connected consumer.
+    /// One entry per connected consumer (some left out when they would not
+    /// fit in one frame; see `omitted_consumers`).
     pub consumers: Vec<ConsumerStatus>,
+    /// Consumers left out of `consumers` so that the reply fits a frame.
+    pub omitted_consumers: u64,
+}
+
+impl StatusReport {
+    /// Encodes the reply to a status query, leaving consumers out (and
+    /// counting them) until it fits in one frame.
+    pub(crate) fn into_frame(self) -> Result<Vec<u8>> {
+        let mut msg = ToConsumer::Status(self);
+        loop {
+            let err = match wire::encode(&msg) {
+                Ok(frame) => return Ok(frame),
+                Err(e) => e,
+            };
+            let ToConsumer::Status(report) = &mut msg else {
+                return Err(err);
+            };
+            let n = report.consumers.len();
+            if n == 0 {
+                return Err(err);
+            }
+            report.consumers.truncate(n / 2);
+            report.omitted_consumers += (n - n / 2) as u64;
+        }
+    }
 }
 
 /// One consumer's figures.
@@ -41,7 +66,8 @@ pub struct StatusReport {
 pub struct ConsumerStatus {
     /// Id given at join.
     pub id: u64,
-    /// Its pid (from the socket's peer credentials).
+    /// Its pid (from the socket's peer credentials); 0 when unknown (a
+    /// consumer in another pid namespace).
     pub pid: u32,
     /// What it called itself.
     pub label: String,
@@ -63,10 +89,9 @@ pub struct ConsumerStatus {
 
 /// Asks the producer of `endpoint` for its figures.
 pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
-    let path = endpoint.socket_path();
-    let sock = UnixStream::connect(&path).map_err(|_| Error::ProducerNotFound {
+    let sock = endpoint.connect()?.ok_or_else(|| Error::ProducerNotFound {
         name: endpoint.name().to_owned(),
-        socket: path.clone(),
+        socket: endpoint.socket_path(),
     })?;
     sock.set_read_timeout(Some(timeout))
         .map_err(|e| Error::io("cannot set a socket timeout", e))?;
@@ -105,5 +130,56 @@ pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
                 })
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_huge_report_is_cut_to_fit_one_frame() {
+        let consumer = |id| ConsumerStatus {
+            id,
+            pid: 1,
+            label: "x".repeat(wire::MAX_LABEL_LEN),
+            batch_size: None,
+            join: "now".into(),
+            state: "following".into(),
+            position: None,
+            lag: 0,
+            delivered: 0,
+            wait_secs: 0.0,
+        };
+        let report = StatusReport {
+            name: "big".into(),
+            pid: 1,
+            uptime_secs: 0.0,
+            slots: 1,
+            slot_size: 0,
+            epoch: 0,
+            published: 0,
+            batches_per_sec: 0.0,
+            blocked_secs: 0.0,
+            consumers: (0..20_000).map(consumer).collect(),
+            omitted_consumers: 0,
+        };
+        let frame = report.into_frame().unwrap();
+        assert!(frame.len() <= 4 + wire::MAX_FRAME);
+        let mut reader = FrameReader::new();
+        let (a, b) = std::os::unix::net::UnixStream::pair().unwrap();
+        let writer = std::thread::spawn(move || wire::send_frame(&a, &frame).unwrap());
+        let got = loop {
+            if let Some(m) = reader.next_frame::<ToConsumer>().unwrap() {
+                break m;
+            }
+            reader.fill(&b, true, None).unwrap();
+        };
+        writer.join().unwrap();
+        let ToConsumer::Status(got) = got else {
+            panic!("{got:?}")
+        };
+        assert!(!got.consumers.is_empty());
+        assert_eq!(got.consumers.len() as u64 + got.omitted_consumers, 20_000);
     }
 }

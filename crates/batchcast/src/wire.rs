@@ -32,6 +32,13 @@ pub const PROTOCOL_VERSION: u32 = 2;
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
 pub const MAX_FRAME: usize = 1 << 20;
+/// Largest frame a producer accepts: a hello and a release are tens of
+/// bytes, so a connection cannot make the producer buffer a megabyte.
+pub const MAX_REQUEST_FRAME: usize = 4096;
+/// Longest consumer label, in bytes.
+pub const MAX_LABEL_LEN: usize = 128;
+/// Bytes one read asks for at most.
+const READ_CHUNK: usize = 64 * 1024;
 
 /// How a consumer that connects mid-run joins the stream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -247,14 +254,26 @@ pub enum Fill {
 }
 
 /// Reassembles frames from a byte stream.
-#[derive(Debug, Default)]
+///
+/// The buffer never holds more than one largest frame plus its length
+/// prefix: decoded bytes are dropped from its front before each read, a read
+/// asks only for the room left, and a length prefix above the limit is an
+/// error as soon as its four bytes are in.
+#[derive(Debug)]
 pub struct FrameReader {
     buf: Vec<u8>,
     start: usize,
+    limit: usize,
+}
+
+impl Default for FrameReader {
+    fn default() -> Self {
+        Self::with_limit(MAX_FRAME)
+    }
 }
 
 impl FrameReader {
-    /// An empty reader.
+    /// An empty reader accepting frames up to [`MAX_FRAME`].
     pub fn new() -> Self {
         Self::default()
     }
@@ -266,25 +285,63 @@ impl FrameReader {
         FrameReader {
             buf: bytes.to_vec(),
             start: 0,
+            limit: MAX_FRAME,
+        }
+    }
+
+    /// An empty reader accepting frames up to `limit` bytes (at most
+    /// [`MAX_FRAME`]).
+    pub fn with_limit(limit: usize) -> Self {
+        FrameReader {
+            buf: Vec::new(),
+            start: 0,
+            limit: limit.min(MAX_FRAME),
+        }
+    }
+
+    /// Changes the largest frame accepted from now on (at most [`MAX_FRAME`]).
+    pub fn set_limit(&mut self, limit: usize) {
+        self.limit = limit.min(MAX_FRAME);
+    }
+
+    /// True when the buffer holds a largest frame: decode before reading on.
+    pub fn is_full(&self) -> bool {
+        self.pending() >= 4 + self.limit
+    }
+
+    /// Drops decoded bytes from the front and gives back memory a past
+    /// large frame left behind.
+    fn compact(&mut self) {
+        if self.start > 0 {
+            self.buf.drain(..self.start);
+            self.start = 0;
+        }
+        if self.buf.capacity() > 2 * READ_CHUNK && self.buf.len() <= READ_CHUNK {
+            self.buf.shrink_to(READ_CHUNK);
         }
     }
 
     /// Reads what is available from `sock` into the buffer. With
     /// `blocking == false`, returns [`Fill::WouldBlock`] instead of waiting.
     /// Received fds are appended to `fds_out` when given (at most
-    /// [`MAX_FDS`]; any more are closed).
+    /// [`MAX_FDS`]; any more are closed), close-on-exec. A full buffer
+    /// ([`FrameReader::is_full`]) reads nothing and returns [`Fill::Data`].
     pub fn fill(
         &mut self,
         sock: impl AsFd,
         blocking: bool,
         fds_out: Option<&mut Vec<OwnedFd>>,
     ) -> Result<Fill> {
-        if self.start > 0 && self.start == self.buf.len() {
-            self.buf.clear();
-            self.start = 0;
+        self.compact();
+        self.check_header()?;
+        let room = (4 + self.limit)
+            .saturating_sub(self.buf.len())
+            .min(READ_CHUNK);
+        if room == 0 {
+            return Ok(Fill::Data);
         }
         let old = self.buf.len();
-        self.buf.resize(old + 64 * 1024, 0);
+        self.buf.resize(old + room, 0);
         let flags = if blocking {
             RecvFlags::empty()
         } else {
@@ -302,6 +359,7 @@ impl FrameReader {
                 let mut control = RecvAncillaryBuffer::new(&mut space);
                 let r = loop {
                     let mut iov = [IoSliceMut::new(&mut self.buf[old..])];
+                    let flags = flags | RecvFlags::CMSG_CLOEXEC;
                     match rustix::net::recvmsg(&sock, &mut iov, &mut control, flags) {
                         Err(rustix::io::Errno::INTR) => continue,
                         r => break r,
@@ -327,6 +385,7 @@ impl FrameReader {
             }
             Ok(n) => {
                 self.buf.truncate(old + n);
+                self.check_header()?;
                 Ok(Fill::Data)
             }
             Err(rustix::io::Errno::AGAIN) => {
@@ -344,18 +403,29 @@ impl FrameReader {
         }
     }
 
-    /// Decodes the next complete frame, if one is buffered.
-    pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+    /// The length the next frame announces, once its prefix is in; an
+    /// error when it is above the limit.
+    fn check_header(&self) -> Result<Option<usize>> {
         let avail = &self.buf[self.start..];
-        if avail.len() < 4 {
+        let Some(prefix) = avail.first_chunk::<4>() else {
             return Ok(None);
-        }
-        let len = u32::from_le_bytes([avail[0], avail[1], avail[2], avail[3]]) as usize;
-        if len > MAX_FRAME {
+        };
+        let len = u32::from_le_bytes(*prefix) as usize;
+        if len > self.limit {
             return Err(Error::Protocol(format!(
-                "frame of {len} bytes exceeds the {MAX_FRAME}-byte limit"
+                "frame of {len} bytes exceeds the {}-byte limit",
+                self.limit
             )));
         }
+        Ok(Some(len))
+    }
+
+    /// Decodes the next complete frame, if one is buffered.
+    pub fn next_frame<T: DeserializeOwned>(&mut self) -> Result<Option<T>> {
+        let Some(len) = self.check_header()? else {
+            return Ok(None);
+        };
+        let avail = &self.buf[self.start..];
         if avail.len() < 4 + len {
             return Ok(None);
         }
@@ -424,9 +494,76 @@ mod tests {
         let (a, b) = UnixStream::pair().unwrap();
         (&a).write_all(&u32::MAX.to_le_bytes()).unwrap();
         let mut r = FrameReader::new();
-        r.fill(&b, true, None).unwrap();
+        // The read that brings the prefix already refuses it.
+        let err = r.fill(&b, true, None).unwrap_err().to_string();
+        assert!(err.contains("exceeds"), "{err}");
         let err = r.next_frame::<ToProducer>().unwrap_err().to_string();
         assert!(err.contains("exceeds"), "{err}");
+    }
+
+    #[test]
+    fn a_long_prefix_is_refused_before_its_body_is_buffered() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let mut partial = ((MAX_FRAME - 1) as u32).to_le_bytes().to_vec();
+        partial.extend(vec![0u8; 100_000]);
+        (&a).write_all(&partial[..8192]).unwrap();
+        let mut r = FrameReader::with_limit(MAX_REQUEST_FRAME);
+        let err = r.fill(&b, true, None).unwrap_err().to_string();
+        assert!(err.contains("4096-byte limit"), "{err}");
+        assert!(
+            r.buf.capacity() <= 4 + MAX_REQUEST_FRAME,
+            "{}",
+            r.buf.capacity()
+        );
+    }
+
+    #[test]
+    fn the_buffer_compacts_and_stays_bounded() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let big = encode(&ToConsumer::Refused("x".repeat(300_000))).unwrap();
+        let small = encode(&sample_start()).unwrap();
+        let mut r = FrameReader::new();
+        for round in 0..20 {
+            let writer = {
+                let a = a.try_clone().unwrap();
+                let frames = [small.clone(), big.clone(), small.clone()].concat();
+                std::thread::spawn(move || (&a).write_all(&frames).unwrap())
+            };
+            let mut got = 0;
+            while got < 3 {
+                match r.next_frame::<ToConsumer>().unwrap() {
+                    Some(_) => got += 1,
+                    None => {
+                        r.fill(&b, true, None).unwrap();
+                    }
+                }
+                assert!(
+                    r.buf.len() <= 4 + MAX_FRAME,
+                    "round {round}: {}",
+                    r.buf.len()
+                );
+            }
+            writer.join().unwrap();
+        }
+        // Nothing pending: the next read starts from an empty, small buffer.
+        assert_eq!(r.pending(), 0);
+        r.compact();
+        assert!(r.buf.capacity() <= 2 * READ_CHUNK, "{}", r.buf.capacity());
+    }
+
+    #[test]
+    fn received_fds_are_close_on_exec() {
+        let (a, b) = UnixStream::pair().unwrap();
+        let f = tempfile::tempfile().unwrap();
+        // Sent without close-on-exec, as another process could.
+        rustix::io::fcntl_setfd(&f, rustix::io::FdFlags::empty()).unwrap();
+        let frame = encode(&ToConsumer::Refused("x".into())).unwrap();
+        send_frame_with_fds(&a, &frame, &[f.as_fd()]).unwrap();
+        let mut r = FrameReader::new();
+        let mut fds = Vec::new();
+        r.fill(&b, true, Some(&mut fds)).unwrap();
+        let flags = rustix::io::fcntl_getfd(&fds[0]).unwrap();
+        assert!(flags.contains(rustix::io::FdFlags::CLOEXEC));
     }
 
     #[test]

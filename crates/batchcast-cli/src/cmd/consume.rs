@@ -210,6 +210,9 @@ fn report_error(e: &batchcast::Error) -> i32 {
         batchcast::Error::ProducerGone { .. } => ("producer_gone", 3),
         batchcast::Error::ProducerNotFound { .. } => ("not_found", 2),
         batchcast::Error::JoinRefused { .. } => ("refused", 4),
+        batchcast::Error::PermissionDenied { .. } | batchcast::Error::ForeignPeer { .. } => {
+            ("permission_denied", 5)
+        }
         _ => ("other", 1),
     };
     println!(

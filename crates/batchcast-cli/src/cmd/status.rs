@@ -23,14 +23,13 @@ pub fn run(args: StatusArgs) -> Result<()> {
         None => endpoint::list_names(&dir),
     };
     let mut reports = Vec::new();
-    let mut stale = Vec::new();
     for name in &names {
         let ep = Endpoint::new(name)?;
+        // A name whose producer was killed answers ProducerNotFound, and
+        // the query has removed the files it left.
         match batchcast::status::query(&ep, Duration::from_secs(2)) {
             Ok(r) => reports.push(r),
-            Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => {
-                stale.push(name.clone())
-            }
+            Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => {}
             Err(e) => return Err(e.into()),
         }
     }
@@ -51,9 +50,6 @@ pub fn run(args: StatusArgs) -> Result<()> {
     }
     for r in &reports {
         print_report(r);
-    }
-    for name in stale {
-        println!("{name}: not running (a socket left by a killed producer; the next producer of this name reuses it)");
     }
     Ok(())
 }
@@ -84,7 +80,12 @@ fn print_report(r: &StatusReport) {
         println!(
             "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9.2}  {}",
             c.id,
-            c.pid,
+            // 0: a consumer in another pid namespace.
+            if c.pid == 0 {
+                "?".to_string()
+            } else {
+                c.pid.to_string()
+            },
             c.state,
             c.join,
             c.batch_size
@@ -95,5 +96,8 @@ fn print_report(r: &StatusReport) {
             c.wait_secs,
             c.label
         );
+    }
+    if r.omitted_consumers > 0 {
+        println!("  ... and {} more consumers", r.omitted_consumers);
     }
 }

@@ -168,14 +168,20 @@ impl Consumer {
                 "batch_size must be at least 1 (or None for the producer's batch size)".into(),
             ));
         }
+        if opts.label.len() > wire::MAX_LABEL_LEN {
+            return Err(Error::InvalidArgument(format!(
+                "label is {} bytes long; use at most {} bytes (it is shown by `batchcast status`)",
+                opts.label.len(),
+                wire::MAX_LABEL_LEN
+            )));
+        }
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         let sock = connect_socket(&endpoint, opts.connect_timeout, interrupt)?;
-        let cred = rustix::net::sockopt::socket_peercred(&sock)
-            .map_err(|e| Error::io("cannot read the producer's credentials", e))?;
+        let cred = crate::peer::peer_cred(&sock)?;
         let ours = rustix::process::getuid().as_raw();
-        if cred.uid.as_raw() != ours {
+        if cred.uid != ours {
             return Err(Error::ForeignPeer {
-                peer: cred.uid.as_raw(),
+                peer: cred.uid,
                 ours,
             });
         }
@@ -336,7 +342,13 @@ impl Consumer {
         let published = self.link.board.published();
         let mut eof = false;
         loop {
-            match self.reader.fill(&self.link.sock, false, None)? {
+            // Decode after every read: the reader holds at most one largest
+            // frame and reads nothing more until it is decoded.
+            let fill = self.reader.fill(&self.link.sock, false, None)?;
+            while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
+                self.control.push_back(msg);
+            }
+            match fill {
                 Fill::Data => continue,
                 Fill::WouldBlock => break,
                 Fill::Eof => {
@@ -344,9 +356,6 @@ impl Consumer {
                     break;
                 }
             }
-        }
-        while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
-            self.control.push_back(msg);
         }
         self.advance(published)?;
         if eof && self.finished.is_none() {
@@ -508,14 +517,9 @@ fn connect_socket(
     let path = endpoint.socket_path();
     let deadline = timeout.map(|t| Instant::now() + t);
     loop {
-        match UnixStream::connect(&path) {
-            Ok(sock) => return Ok(sock),
-            Err(e)
-                if matches!(
-                    e.kind(),
-                    std::io::ErrorKind::NotFound | std::io::ErrorKind::ConnectionRefused
-                ) =>
-            {
+        match endpoint.connect()? {
+            Some(sock) => return Ok(sock),
+            None => {
                 if deadline.is_none_or(|d| Instant::now() >= d) {
                     return Err(Error::ProducerNotFound {
                         name: endpoint.name().to_owned(),
@@ -527,12 +531,6 @@ fn connect_socket(
                 if interrupt() {
                     return Err(Error::Interrupted);
                 }
-            }
-            Err(e) => {
-                return Err(Error::io(
-                    format!("cannot connect to {}", path.display()),
-                    e,
-                ))
             }
         }
     }

@@ -6,6 +6,13 @@
 //! [`HELLO_TIMEOUT`]; after that only `Released` wake-ups are accepted. Any
 //! malformed, oversized or unexpected frame closes that one connection, and a
 //! closed connection gives back the consumer's leases at once.
+//!
+//! Hostile or broken peers are bounded ([`super::admission`]): a new
+//! connection is read at once (a real consumer's hello is already queued),
+//! at most 64 connections (fewer under a small open-file limit) wait for
+//! their hello, the oldest closed for a newer one, frames from consumers
+//! are at most [`wire::MAX_REQUEST_FRAME`] bytes, and consumers are capped
+//! from the open-file limit.
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::{UnixListener, UnixStream};
@@ -14,6 +21,7 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
+use super::admission::{Accepted, Admission};
 use super::Shared;
 use crate::wire::{self, Fill, FrameReader, Role, ToConsumer, ToProducer, MAGIC, PROTOCOL_VERSION};
 
@@ -21,6 +29,10 @@ use crate::wire::{self, Fill, FrameReader, Role, ToConsumer, ToProducer, MAGIC, 
 pub(crate) const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// A consumer that does not take a frame for this long is dropped.
 pub(crate) const SEND_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most connections accepted per round of the poll loop.
+const ACCEPTS_PER_ROUND: usize = 128;
+/// A status reply not taken within this long is dropped.
+const STATUS_SEND_TIMEOUT: Duration = Duration::from_millis(200);
 
 enum Conn {
     /// Accepted; no hello yet.
@@ -44,20 +56,32 @@ impl Conn {
 /// Runs until the wake pipe is written to or closed.
 pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
     let uid = rustix::process::getuid().as_raw();
+    let mut admission = Admission::new(listener);
     let mut conns: Vec<(Conn, FrameReader)> = Vec::new();
     loop {
         // A consumer the publisher removed (a failed send) had its socket
         // shut down, so poll reports it and it is dropped below like any
         // closed connection.
+        let rest = admission.resting_for();
         let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(conns.len() + 2);
         fds.push(PollFd::new(&wake, PollFlags::IN));
-        fds.push(PollFd::new(&listener, PollFlags::IN));
+        let listening = match admission.listener() {
+            Some(l) => {
+                fds.push(PollFd::new(l, PollFlags::IN));
+                true
+            }
+            None => false,
+        };
+        let first = fds.len();
         for (c, _) in &conns {
             fds.push(PollFd::new(c.sock().as_ref(), PollFlags::IN));
         }
+        let wait = rest
+            .unwrap_or(Duration::from_secs(1))
+            .min(Duration::from_secs(1));
         let timeout = Timespec {
-            tv_sec: 1,
-            tv_nsec: 0,
+            tv_sec: wait.as_secs() as i64,
+            tv_nsec: wait.subsec_nanos() as i64,
         };
         if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
             if e == rustix::io::Errno::INTR {
@@ -70,65 +94,128 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         if ready[0] {
             return; // shutdown
         }
-        // Serve the connections that were polled; newly accepted ones are
-        // polled from the next round on.
-        let polled = conns.len();
-        if ready[1] {
-            accept_all(&listener, uid, &mut conns);
-        }
         let mut dead = Vec::new();
-        for (i, (conn, reader)) in conns.iter_mut().enumerate().take(polled) {
+        for (i, (conn, reader)) in conns.iter_mut().enumerate() {
             let timed_out =
                 matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
-            if timed_out || (ready[i + 2] && !serve(&shared, conn, reader)) {
+            if timed_out || (ready[first + i] && !serve(&shared, conn, reader)) {
                 dead.push(i);
             }
         }
-        for i in dead.into_iter().rev() {
-            let (conn, _) = conns.swap_remove(i);
-            if let Conn::Consumer { id, .. } = conn {
-                let mut state = shared.lock();
-                state.remove_consumer(id);
-                shared.notify(state);
-            }
-            let _ = conn.sock().shutdown(std::net::Shutdown::Both);
+        close_all(&shared, &mut conns, dead);
+        if listening && ready[1] {
+            accept_all(&shared, &mut admission, uid, &mut conns);
         }
     }
 }
 
-fn accept_all(listener: &UnixListener, uid: u32, conns: &mut Vec<(Conn, FrameReader)>) {
-    loop {
-        match rustix::net::accept_with(listener, rustix::net::SocketFlags::CLOEXEC) {
-            Ok(fd) => {
-                let sock = UnixStream::from(fd);
-                let cred = match rustix::net::sockopt::socket_peercred(&sock) {
-                    Ok(c) => c,
-                    Err(_) => continue,
-                };
-                if cred.uid.as_raw() != uid {
-                    let reason = format!(
-                        "refused a connection from uid {} (the producer runs as uid {uid})",
-                        cred.uid.as_raw()
-                    );
-                    if let Ok(frame) = wire::encode(&ToConsumer::Refused(reason)) {
-                        let _ = sock.set_write_timeout(Some(Duration::from_millis(100)));
-                        let _ = wire::send_frame(&sock, &frame);
-                    }
-                    continue;
-                }
-                let _ = sock.set_write_timeout(Some(SEND_TIMEOUT));
-                conns.push((
-                    Conn::Handshake {
-                        sock: Arc::new(sock),
-                        pid: cred.pid.as_raw_nonzero().get() as u32,
-                        since: Instant::now(),
-                    },
-                    FrameReader::new(),
-                ));
-            }
-            Err(rustix::io::Errno::INTR) => continue,
-            Err(_) => return, // EAGAIN: nothing more to accept
+/// Closes the connections at `indices` (ascending), giving back the leases
+/// of the consumers among them.
+fn close_all(shared: &Shared, conns: &mut Vec<(Conn, FrameReader)>, indices: Vec<usize>) {
+    for i in indices.into_iter().rev() {
+        let (conn, _) = conns.remove(i);
+        if let Conn::Consumer { id, .. } = conn {
+            let mut state = shared.lock();
+            state.remove_consumer(id);
+            shared.notify(state);
         }
+        let _ = conn.sock().shutdown(std::net::Shutdown::Both);
+    }
+}
+
+/// Accepts what waits, serving each new connection at once; keeps at most
+/// `max_pending` connections waiting for their hello.
+fn accept_all(
+    shared: &Shared,
+    admission: &mut Admission,
+    uid: u32,
+    conns: &mut Vec<(Conn, FrameReader)>,
+) {
+    // Bounded per round, so that a flood of connections cannot starve the
+    // consumers' own messages.
+    for _ in 0..ACCEPTS_PER_ROUND {
+        let fd = match admission.accept() {
+            Accepted::Conn(fd) => fd,
+            Accepted::Empty => return,
+            Accepted::OutOfFds => {
+                // Room first from the oldest silent connection; else shed.
+                match conns
+                    .iter()
+                    .position(|(c, _)| matches!(c, Conn::Handshake { .. }))
+                {
+                    Some(oldest) => {
+                        close_all(shared, conns, vec![oldest]);
+                        continue;
+                    }
+                    None => {
+                        admission.shed();
+                        return;
+                    }
+                }
+            }
+        };
+        let sock = UnixStream::from(fd);
+        let cred = match crate::peer::peer_cred(&sock) {
+            Ok(c) => c,
+            Err(_) => continue,
+        };
+        if cred.uid != uid {
+            refuse_now(
+                &sock,
+                format!(
+                    "refused a connection from uid {} (the producer runs as uid {uid}); run the \
+                     consumer as the producer's user",
+                    cred.uid
+                ),
+            );
+            continue;
+        }
+        let consumers = conns
+            .iter()
+            .filter(|(c, _)| matches!(c, Conn::Consumer { .. }))
+            .count();
+        if consumers >= admission.max_consumers {
+            refuse_now(
+                &sock,
+                format!(
+                    "the producer already serves {consumers} consumers, the most its open-file \
+                     limit allows; raise the producer's limit (`ulimit -n`) or start another \
+                     producer"
+                ),
+            );
+            continue;
+        }
+        let _ = sock.set_write_timeout(Some(SEND_TIMEOUT));
+        let mut conn = Conn::Handshake {
+            sock: Arc::new(sock),
+            pid: cred.pid.unwrap_or(0),
+            since: Instant::now(),
+        };
+        let mut reader = FrameReader::with_limit(wire::MAX_REQUEST_FRAME);
+        if !serve(shared, &mut conn, &mut reader) {
+            let _ = conn.sock().shutdown(std::net::Shutdown::Both);
+            continue;
+        }
+        conns.push((conn, reader));
+        let pending: Vec<usize> = conns
+            .iter()
+            .enumerate()
+            .filter(|(_, (c, _))| matches!(c, Conn::Handshake { .. }))
+            .map(|(i, _)| i)
+            .collect();
+        let max = admission.max_pending;
+        if pending.len() > max {
+            // The oldest waits longest: a real consumer says hello at once.
+            close_all(shared, conns, pending[..pending.len() - max].to_vec());
+        }
+    }
+}
+
+/// Tells a connection why it is refused, without waiting for it to read.
+fn refuse_now(sock: &UnixStream, reason: String) {
+    if let Ok(frame) = wire::encode(&ToConsumer::Refused(reason)) {
+        let _ = sock.set_nonblocking(true);
+        let _ = wire::send_frame(sock, &frame);
     }
 }
 
@@ -140,7 +227,7 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
             Ok(Fill::WouldBlock) => break,
             Ok(Fill::Eof) | Err(_) => return false,
         }
-        if reader.pending() > wire::MAX_FRAME + 4 {
+        if reader.is_full() {
             break; // decode what we have before reading more
         }
     }
@@ -171,12 +258,20 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                 match hello.role {
                     Role::Status => {
                         let report = shared.lock().report();
-                        if let Ok(frame) = wire::encode(&ToConsumer::Status(report)) {
+                        if let Ok(frame) = report.into_frame() {
+                            let _ = sock.set_write_timeout(Some(STATUS_SEND_TIMEOUT));
                             let _ = wire::send_frame(sock.as_fd(), &frame);
                         }
                         return false;
                     }
                     Role::Consumer(ch) => {
+                        if ch.label.len() > wire::MAX_LABEL_LEN {
+                            return refuse(format!(
+                                "a label of {} bytes is too long; use at most {} bytes",
+                                ch.label.len(),
+                                wire::MAX_LABEL_LEN
+                            ));
+                        }
                         if let Some(bs) = ch.batch_size {
                             if bs == 0 || bs > u32::MAX as u64 {
                                 return refuse(format!(

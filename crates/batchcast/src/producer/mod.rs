@@ -9,8 +9,9 @@
 //! live consumer is a whole window behind, or (with [`IdlePolicy::Wait`])
 //! while no consumer is attached.
 
+mod admission;
 mod control;
-mod lock;
+pub(crate) mod lock;
 pub(crate) mod state;
 
 use std::os::fd::OwnedFd;

@@ -421,6 +421,7 @@ impl State {
                     wait_secs: c.ledger.as_ref().map_or(0, |l| l.figures().1) as f64 / 1e9,
                 })
                 .collect(),
+            omitted_consumers: 0,
         }
     }
 
