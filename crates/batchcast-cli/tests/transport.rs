@@ -168,6 +168,10 @@ fn late_joiner_catch_up_replays_the_retained_epoch() {
             "3",
             "--window",
             "16",
+            // No lag slots: the slow first consumer holds the producer
+            // to the window, which is what these joins are about.
+            "--max-lag",
+            "0",
         ],
     );
     let mut first = env.spawn(&[
@@ -211,6 +215,10 @@ fn late_joiner_waits_for_the_next_epoch_when_it_must() {
                 "3",
                 "--window",
                 "2",
+                // No lag slots: the slow first consumer holds the producer
+                // to the window, which is what these joins are about.
+                "--max-lag",
+                "0",
             ],
         );
         let mut first = env.spawn(&["consume", "next", "--each", "--delay-ms", "20"]);
@@ -249,6 +257,10 @@ fn late_joiner_now_gets_a_partial_first_epoch_with_exact_len() {
             "2",
             "--window",
             "2",
+            // No lag slots: the slow first consumer holds the producer
+            // to the window, which is what these joins are about.
+            "--max-lag",
+            "0",
         ],
     );
     let mut first = env.spawn(&["consume", "now", "--each", "--delay-ms", "20"]);

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use batchcast::consumer::Keepalive;
 use batchcast::wire::Welcome;
 use batchcast::{
-    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, ShutdownReason,
+    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, ShutdownReason,
 };
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
@@ -282,7 +282,8 @@ impl PyConsumer {
     /// seconds for it to appear) and waits for its welcome.
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
-                        connect_timeout=None, label=String::new(), dir=None, copy_on_write=true))]
+                        connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
+                        on_evict="error"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -294,8 +295,10 @@ impl PyConsumer {
         label: String,
         dir: Option<PathBuf>,
         copy_on_write: bool,
+        on_evict: &str,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
+        let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
         let opts = ConsumerOptions {
             batch_size,
             drop_last,
@@ -304,6 +307,7 @@ impl PyConsumer {
             label,
             dir,
             copy_on_write,
+            on_evict,
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();

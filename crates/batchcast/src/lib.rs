@@ -36,6 +36,7 @@ pub mod cow;
 pub mod dtype;
 pub mod endpoint;
 mod error;
+mod holds;
 pub mod layout;
 pub mod ledger;
 pub mod producer;
@@ -48,6 +49,8 @@ pub use dtype::DType;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node};
-pub use producer::{EpochSummary, IdlePolicy, Producer, ProducerOptions, SlotMut};
+pub use producer::{
+    EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
+};
 pub use status::{ConsumerStatus, StatusReport};
-pub use wire::{JoinPolicy, ShutdownReason};
+pub use wire::{JoinPolicy, OnEvict, ShutdownReason};

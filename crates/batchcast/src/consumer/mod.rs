@@ -18,8 +18,17 @@
 //! nothing to do it sleeps on the board's wake word, for at most a tick, so
 //! that the interrupt hook runs and a dead producer's closed socket is seen
 //! within a tick.
+//!
+//! Batches are taken from the board lazily, one consumer batch at a time,
+//! so that a consumer holds (has acquired) only what it is about to hand
+//! out: if the producer evicts it for falling behind (see
+//! [`crate::ledger`]), only those slots stay out of rotation. An evicted
+//! consumer stops reading the board at once; when the producer's `Evicted`
+//! message arrives its next read fails with [`Error::FellBehind`], or, with
+//! [`OnEvict::Rejoin`], its epoch ends short and it follows the next one.
 
 mod batch;
+mod link;
 pub mod rebatch;
 
 use std::collections::VecDeque;
@@ -32,18 +41,19 @@ use std::time::{Duration, Instant};
 
 use rustix::event::{PollFd, PollFlags, Timespec};
 
-use batch::Link;
 pub use batch::{Batch, Keepalive, Leaf, SlotLease};
+use link::Link;
 use rebatch::{batches_in, Rebatcher};
 
 use crate::arena::ArenaView;
 use crate::board::{BoardView, Woken};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::holds::HoldsView;
 use crate::ledger::Ledger;
 use crate::wire::{
-    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ShutdownReason, ToConsumer,
-    ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
+    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
 /// How often blocking calls wake to run the interrupt hook.
@@ -68,6 +78,8 @@ pub struct ConsumerOptions {
     /// Give a writer a private copy of a slot written in place instead of
     /// SIGSEGV (for languages that can write through a view: Python).
     pub copy_on_write: bool,
+    /// What to do if the producer evicts this consumer for falling behind.
+    pub on_evict: OnEvict,
 }
 
 /// An epoch as this consumer will see it.
@@ -137,8 +149,14 @@ pub struct Consumer {
     /// for the epoch's last batches to be read).
     control: VecDeque<ToConsumer>,
     index: u64,
+    /// Rows handed out (queued) in the current epoch.
+    rows: u64,
     events: VecDeque<Event>,
     finished: Option<ShutdownReason>,
+    /// The producer evicted us; its `Evicted` message is on its way.
+    cut_off: bool,
+    /// Evicted with `OnEvict::Error`: (epoch, behind, budget).
+    fell_behind: Option<(u64, u64, u64)>,
 }
 
 impl Consumer {
@@ -175,6 +193,7 @@ impl Consumer {
                 drop_last: opts.drop_last,
                 join: opts.join,
                 label: opts.label.clone(),
+                on_evict: opts.on_evict,
             }),
         });
         wire::send_frame(&sock, &wire::encode(&hello)?)?;
@@ -218,11 +237,12 @@ impl Consumer {
             });
         }
         let mut fds = fds.into_iter();
-        let (Some(arena_fd), Some(board_fd), Some(ledger_fd)) =
-            (fds.next(), fds.next(), fds.next())
+        let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
+            (fds.next(), fds.next(), fds.next(), fds.next())
         else {
             return Err(Error::Protocol(
-                "the welcome did not carry the arena, board and ledger descriptors".into(),
+                "the welcome did not carry the arena, board, ledger and holder-count descriptors"
+                    .into(),
             ));
         };
         let slot_size = usize::try_from(welcome.slot_size)
@@ -231,9 +251,10 @@ impl Consumer {
         let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
         let board = BoardView::map(board_fd)?;
         let ledger = Ledger::open(ledger_fd, slots)?;
+        let holds = HoldsView::open(holds_fd, slots)?;
         Ok(Consumer {
             name: name.to_owned(),
-            link: Arc::new(Link::new(sock, board, ledger)),
+            link: Arc::new(Link::new(sock, board, ledger, holds)),
             reader,
             arena: Arc::new(arena),
             welcome,
@@ -243,8 +264,11 @@ impl Consumer {
             cursor: None,
             control: VecDeque::new(),
             index: 0,
+            rows: 0,
             events: VecDeque::new(),
             finished: None,
+            cut_off: false,
+            fell_behind: None,
         })
     }
 
@@ -291,7 +315,18 @@ impl Consumer {
             // Read the wake word before looking for work: a change after
             // this point makes the sleep below return at once.
             let seen = self.link.board.wake_word();
+            if let Some((epoch, behind, budget)) = self.fell_behind {
+                return Err(Error::FellBehind {
+                    name: self.name.clone(),
+                    epoch,
+                    behind,
+                    budget,
+                });
+            }
             self.drain()?;
+            if self.fell_behind.is_some() {
+                continue;
+            }
             if let Some(event) = self.events.pop_front() {
                 if matches!(event, Event::Batch(_)) {
                     self.link.delivered.fetch_add(1, Ordering::Relaxed);
@@ -337,7 +372,13 @@ impl Consumer {
             self.control.push_back(msg);
         }
         self.advance(published)?;
-        if eof && self.finished.is_none() {
+        // A clean shutdown may still wait in the queue behind batches not
+        // taken yet (they are taken lazily).
+        let shutdown = self
+            .control
+            .iter()
+            .any(|m| matches!(m, ToConsumer::Shutdown(_)));
+        if eof && self.finished.is_none() && !shutdown {
             self.events.clear();
             return Err(Error::ProducerGone {
                 name: self.name.clone(),
@@ -356,13 +397,17 @@ impl Consumer {
             {
                 c.end = Some(*end_seq);
             }
-            if let Some(cursor) = self.cursor {
+            if let Some(cursor) = self.cursor.filter(|_| !self.cut_off) {
+                // Lazily: stop once a consumer batch is ready.
                 let limit = cursor.end.map_or(published, |end| end.min(published));
                 for seq in cursor.next..limit {
-                    self.take_batch(seq)?;
-                }
-                if let Some(c) = self.cursor.as_mut() {
-                    c.next = c.next.max(limit);
+                    let taken = self.take_batch(seq)?;
+                    if let Some(c) = self.cursor.as_mut() {
+                        c.next = seq + 1;
+                    }
+                    if !taken || self.events.iter().any(|e| matches!(e, Event::Batch(_))) {
+                        return Ok(());
+                    }
                 }
             }
             let Some(msg) = self.control.pop_front() else {
@@ -380,6 +425,7 @@ impl Consumer {
                     };
                     self.rebatcher = Some(Rebatcher::new(bs, self.opts.drop_last));
                     self.index = 0;
+                    self.rows = 0;
                     self.epoch = Some(info.clone());
                     self.cursor = Some(Cursor {
                         next: es.first_seq,
@@ -415,6 +461,7 @@ impl Consumer {
                     if let Some(tail) = self.rebatcher.as_mut().and_then(|r| r.finish()) {
                         let batch = Batch::assemble(tail, epoch, self.index)?;
                         self.index += 1;
+                        self.rows += batch.rows();
                         self.events.push_back(Event::Batch(batch));
                     }
                     self.rebatcher = None;
@@ -430,7 +477,9 @@ impl Consumer {
                             .unwrap_or(u64::MAX)
                             .min(self.link.board.published());
                         for seq in cursor.next..limit {
-                            self.take_batch(seq)?;
+                            if self.cut_off || !self.take_batch(seq)? {
+                                break;
+                            }
                         }
                     }
                     if let Some(r) = self.rebatcher.as_mut() {
@@ -442,6 +491,12 @@ impl Consumer {
                     self.finished = Some(reason);
                     return Ok(());
                 }
+                ToConsumer::Evicted {
+                    epoch,
+                    behind,
+                    budget,
+                    generation,
+                } => self.evicted(epoch, behind, budget, generation),
                 other => {
                     return Err(Error::Protocol(format!(
                         "unexpected message from the producer: {other:?}"
@@ -451,8 +506,45 @@ impl Consumer {
         }
     }
 
-    fn take_batch(&mut self, seq: u64) -> Result<()> {
+    /// The producer evicted this consumer: drops what the epoch still had
+    /// pending (views already handed out stay valid: the producer keeps
+    /// their slots), then fails the next read or ends the epoch short.
+    fn evicted(&mut self, epoch: u64, behind: u64, budget: u64, generation: u64) {
+        self.link.evicted(generation);
+        self.cut_off = false;
+        if let Some(r) = self.rebatcher.as_mut() {
+            r.clear();
+        }
+        self.rebatcher = None;
+        self.events.retain(|e| !matches!(e, Event::Batch(_)));
+        let in_epoch = self.cursor.take().is_some();
+        match self.opts.on_evict {
+            OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
+            OnEvict::Rejoin => {
+                eprintln!(
+                    "batchcast: warning: consumer of {:?} fell {behind} batches behind (budget \
+                     {budget}) and was evicted from epoch {epoch}; the epoch ends short after \
+                     {} samples and it rejoins at the next epoch",
+                    self.name, self.rows
+                );
+                if in_epoch {
+                    self.events.push_back(Event::EpochEnd {
+                        epoch,
+                        samples: self.rows,
+                    });
+                }
+            }
+        }
+    }
+
+    /// Reads batch `seq` into the re-batcher; false when the producer has
+    /// evicted this consumer (the batch was not read).
+    fn take_batch(&mut self, seq: u64) -> Result<bool> {
         let slot = self.link.board.slot_of(seq)?;
+        if !self.link.acquire(slot, seq) {
+            self.cut_off = true;
+            return Ok(false);
+        }
         self.arena.refresh(slot)?;
         let header = self.arena.header(slot, seq)?;
         let Some(epoch) = self.epoch.as_ref().map(|e| e.epoch) else {
@@ -478,9 +570,10 @@ impl Consumer {
         for spans in rebatcher.push(lease, rows) {
             let batch = Batch::assemble(spans, epoch, self.index)?;
             self.index += 1;
+            self.rows += batch.rows();
             self.events.push_back(Event::Batch(batch));
         }
-        Ok(())
+        Ok(true)
     }
 }
 
