@@ -439,6 +439,9 @@ fn status_shows_live_figures_per_consumer() {
             "1",
             "--window",
             "4",
+            // No lag slots: the producer stays up, held by the slow consumer.
+            "--max-lag",
+            "0",
         ],
     );
     let mut c = env.spawn(&[

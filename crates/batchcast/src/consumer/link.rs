@@ -65,6 +65,12 @@ impl Link {
         true
     }
 
+    /// True when the producer has evicted this consumer and it has not
+    /// acted on it yet.
+    pub fn is_evicted(&self) -> bool {
+        self.ledger.evictions() != self.evictions_seen.load(Ordering::Relaxed)
+    }
+
     /// Records that the eviction of generation `generation` was acted on:
     /// batches published after it may be read again.
     pub fn evicted(&self, generation: u64) {

@@ -540,7 +540,16 @@ impl Consumer {
     /// Reads batch `seq` into the re-batcher; false when the producer has
     /// evicted this consumer (the batch was not read).
     fn take_batch(&mut self, seq: u64) -> Result<bool> {
-        let slot = self.link.board.slot_of(seq)?;
+        // Once evicted, the board's ring may have moved past our batches:
+        // the producer stopped keeping them for us before it published more.
+        let slot = match self.link.board.slot_of(seq) {
+            Ok(slot) => slot,
+            Err(_) if self.link.is_evicted() => {
+                self.cut_off = true;
+                return Ok(false);
+            }
+            Err(e) => return Err(e),
+        };
         if !self.link.acquire(slot, seq) {
             self.cut_off = true;
             return Ok(false);
