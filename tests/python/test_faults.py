@@ -4,6 +4,7 @@ consumers forever when the producer exited."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -77,7 +78,10 @@ def test_ctrl_c_interrupts_a_consumer_waiting_for_data(spawn):
 
 @pytest.mark.parametrize("join", ["catch-up", "next-epoch", "now"])
 def test_a_late_joiner_under_each_join_policy(spawn, join):
-    producer = spawn("produce_ids", name="late", n=1000, batch_size=64, window=8, epochs=3)
+    # No lag slots (max_lag=0): the first consumer holds the producer to
+    # its window, which is what the join policies are about.
+    producer = spawn("produce_ids", name="late", n=1000, batch_size=64, window=8, epochs=3,
+                     max_lag=0)
     first = batchcast.Consumer("late", connect_timeout=30, format="numpy")
     it = iter(first)
     held = next(it)  # epoch 0 begins; holding its first batch keeps it in the window
@@ -124,3 +128,27 @@ def test_a_consumer_closed_while_keeping_a_batch_holds_nobody_up(spawn):
     producer.expect("done")
     assert producer.wait() == 0
     assert list(kept["id"]) == list(range(64))  # still valid after close
+
+
+def test_fault4_a_stuck_consumer_is_evicted_and_its_kept_batch_never_changes(spawn):
+    # Issue 10, fault 4: one stuck trainer must not freeze the others. Past
+    # the lag budget, lag_policy="evict" drops it after stall_timeout; the
+    # batch it still holds stays out of rotation, and its next read raises
+    # FellBehind with the budget and the ways out.
+    producer = spawn("produce_ids", name="lag", n=64 * 50, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2, max_lag="4batches", lag_policy="evict",
+                     stall_timeout=0.5)
+    victim = spawn("consume_stall", name="lag")
+    other = spawn("consume_ids", name="lag", epochs=3)
+    victim.expect("stalled")
+    for e, got in enumerate(other.epochs(3)):
+        assert got["epoch"] == e and got["ids"] == list(range(64 * 50))
+    other.expect("done")
+    producer.expect("done")
+    victim.kill(signal.SIGUSR1)
+    result = json.loads(victim.expect("fell behind"))
+    assert result["unchanged"], "the evicted consumer's kept batch was rewritten"
+    assert result["budget"] == 4 and result["behind"] >= 4
+    for needle in ("max_lag", "lag_policy", "rejoin"):
+        assert needle in result["message"]
+    assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0

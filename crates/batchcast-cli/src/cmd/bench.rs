@@ -39,6 +39,12 @@ pub struct BenchArgs {
     /// Slots in the window.
     #[arg(long, default_value_t = 8)]
     pub window: usize,
+    /// Lag budget of the producer ("0": the window alone, as the transport
+    /// has always been measured; e.g. "1GiB": the producer runs ahead of
+    /// its consumers into lag slots, which measures the cost of retaining
+    /// batches for a laggard).
+    #[arg(long, default_value = "0")]
+    pub max_lag: String,
     /// Runs per cell; the medians are reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -189,6 +195,7 @@ fn run_cell(
             slot_size: Some(bytes + 4096),
             samples_per_epoch: Some(args.batches),
             batch_size: Some(1),
+            max_lag: Some(batchcast::LagBudget::parse(&args.max_lag)?),
             ..Default::default()
         },
     )?;
