@@ -19,8 +19,10 @@
 //!   consumer's leases are released when its views are dropped, or all at
 //!   once when its socket closes (a consumer killed with SIGKILL included).
 //! - The producer blocks only when every slot is leased: the slowest live
-//!   consumer is a whole window behind. Faster consumers are never paced by
-//!   slower ones while the window has room.
+//!   consumer is a whole window plus the lag budget behind. Faster consumers
+//!   are never paced by slower ones meanwhile; past the budget the
+//!   producer's `LagPolicy` waits or evicts the laggard, whose views never
+//!   change under it.
 //! - Every sample of an epoch reaches every consumer following that epoch
 //!   exactly once, in producer order, the epoch's tail included.
 //! - A consumer learns of its producer's death from its socket closing, and

@@ -4,8 +4,9 @@
 //! postcard-encoded message. Frames longer than [`MAX_FRAME`] are refused
 //! before any allocation, and decoding is into plain, closed data types (no
 //! object graphs, nothing executable): a malformed frame is an error that
-//! closes that one connection. The arena's, the board's and the consumer's
-//! ledger's fds ride on the `Welcome` frame as `SCM_RIGHTS` ancillary data.
+//! closes that one connection. The arena's, the board's, the consumer's
+//! ledger's and the holder counts' fds ride on the `Welcome` frame as
+//! `SCM_RIGHTS` ancillary data.
 //!
 //! Batches themselves are not announced here: the producer publishes them on
 //! the board ([`crate::board`]) and consumers release them in their ledgers
