@@ -397,8 +397,11 @@ impl Consumer {
             {
                 c.end = Some(*end_seq);
             }
+            // Lazily: one consumer batch at a time; the rest waits.
+            if self.events.iter().any(|e| matches!(e, Event::Batch(_))) {
+                return Ok(());
+            }
             if let Some(cursor) = self.cursor.filter(|_| !self.cut_off) {
-                // Lazily: stop once a consumer batch is ready.
                 let limit = cursor.end.map_or(published, |end| end.min(published));
                 for seq in cursor.next..limit {
                     let taken = self.take_batch(seq)?;

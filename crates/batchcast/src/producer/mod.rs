@@ -321,6 +321,7 @@ impl Producer {
             producer: self,
             index,
             layout,
+            published: false,
         })
     }
 
@@ -414,10 +415,10 @@ impl Producer {
         made
     }
 
-    fn publish(&mut self, index: usize, layout: Layout) -> Result<u64> {
+    fn publish(&mut self, index: usize, layout: &Layout) -> Result<u64> {
         let rows = layout.rows();
         let used = layout.slot_bytes();
-        let encoded = encode_layout(&layout)?;
+        let encoded = encode_layout(layout)?;
         let mut state = self.shared.lock();
         let (seq, epoch) = state.next_batch();
         if let Some(arena) = self.arena.as_mut() {
@@ -469,10 +470,20 @@ impl Drop for Producer {
 }
 
 /// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
+/// Dropped unpublished, it gives the slot back.
 pub struct SlotMut<'p> {
     producer: &'p mut Producer,
     index: usize,
     layout: Layout,
+    published: bool,
+}
+
+impl Drop for SlotMut<'_> {
+    fn drop(&mut self) {
+        if !self.published {
+            self.producer.shared.lock().give_back(self.index);
+        }
+    }
 }
 
 impl SlotMut<'_> {
@@ -569,13 +580,10 @@ impl SlotMut<'_> {
 
     /// Publishes the batch to every consumer following the epoch; returns
     /// its sequence number.
-    pub fn publish(self) -> Result<u64> {
-        let SlotMut {
-            producer,
-            index,
-            layout,
-        } = self;
-        producer.publish(index, layout)
+    pub fn publish(mut self) -> Result<u64> {
+        let seq = self.producer.publish(self.index, &self.layout)?;
+        self.published = true;
+        Ok(seq)
     }
 }
 

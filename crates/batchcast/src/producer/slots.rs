@@ -35,6 +35,8 @@ pub(crate) struct Slots {
     lag_order: VecDeque<usize>,
     /// Lag slots never used yet; the lowest is on top.
     fresh: Vec<usize>,
+    /// Lag slots reserved but empty (loaned and given back unpublished).
+    spare: Vec<usize>,
     /// Where each retained batch is.
     by_seq: HashMap<u64, usize>,
 }
@@ -47,6 +49,7 @@ impl Slots {
             window,
             lag_order: VecDeque::new(),
             fresh: Vec::new(),
+            spare: Vec::new(),
             by_seq: HashMap::new(),
         }
     }
@@ -135,6 +138,9 @@ impl Slots {
                 return Some(self.clear(oldest));
             }
         }
+        if let Some(i) = self.spare.pop() {
+            return Some(i);
+        }
         if let Some(&i) = self.fresh.last() {
             if reserve(i) {
                 self.fresh.pop();
@@ -147,6 +153,14 @@ impl Slots {
             (1..self.lag_order.len()).find(|&k| self.refresh(self.lag_order[k], still_holds))?;
         let i = self.lag_order.remove(k)?;
         Some(self.clear(i))
+    }
+
+    /// Slot `i`, taken with [`Slots::take_free`], was not filled after all
+    /// (the batch was dropped unpublished): it is free again.
+    pub fn give_back(&mut self, i: usize) {
+        if i >= self.window && i < self.slots.len() && self.slots[i].seq.is_none() {
+            self.spare.push(i);
+        }
     }
 
     /// Slot `i` now holds batch `seq` of `rows` rows, published to `holders`.
@@ -265,6 +279,19 @@ mod tests {
         // Batch 2 (the newest lag batch) released out of order.
         let only_2_released = |_: u64, _: usize, seq: u64| seq != 2;
         assert_eq!(s.take_free(&only_2_released, &mut refuse_third), Some(2));
+    }
+
+    #[test]
+    fn a_lag_slot_given_back_unfilled_is_not_lost() {
+        let mut s = Slots::new(1);
+        s.add_lag_slots(1);
+        let mut reserve = |_| true;
+        let i = s.take_free(&everybody, &mut reserve).unwrap();
+        s.fill(i, 0, 1, vec![7]);
+        let lag = s.take_free(&everybody, &mut reserve).unwrap();
+        assert_eq!(lag, 1);
+        s.give_back(lag);
+        assert_eq!(s.take_free(&everybody, &mut |_| false), Some(1));
     }
 
     #[test]

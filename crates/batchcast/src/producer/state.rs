@@ -292,6 +292,11 @@ impl State {
         self.slots.take_free(&still_holds, reserve)
     }
 
+    /// Slot `i` was loaned but not published: it is free again.
+    pub fn give_back(&mut self, i: usize) {
+        self.slots.give_back(i);
+    }
+
     /// The next batch's sequence number and epoch.
     pub fn next_batch(&self) -> (u64, u64) {
         (self.next_seq, self.epoch.number)
