@@ -277,9 +277,15 @@ def consume_stall(o: Dict[str, Any]) -> None:
     signal.sigwait([signal.SIGUSR1])
     unchanged = bool((held["id"] == ids).all() and (held["x"] == x).all())
     try:
-        for _ in it:
+        short = 1 + sum(1 for _ in it)
+        epochs = []
+        try:
+            while True:
+                epochs.append([int(i) for b in c for i in b["id"]])
+        except batchcast.ProducerFinished:
             pass
-        say("read on", json.dumps({"unchanged": unchanged}))
+        say("read on", json.dumps({"unchanged": unchanged, "short": short,
+                                   "epochs": epochs}))
     except batchcast.FellBehind as e:
         say("fell behind", json.dumps({"unchanged": unchanged, "behind": e.behind,
                                        "budget": e.budget, "message": str(e)}))

@@ -152,3 +152,22 @@ def test_fault4_a_stuck_consumer_is_evicted_and_its_kept_batch_never_changes(spa
     for needle in ("max_lag", "lag_policy", "rejoin"):
         assert needle in result["message"]
     assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0
+
+
+def test_fault4_an_evicted_consumer_that_asked_to_rejoin_gets_whole_epochs_after(spawn):
+    producer = spawn("produce_ids", name="rj", n=64 * 50, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2, max_lag="4batches", lag_policy="evict",
+                     stall_timeout=0.5)
+    victim = spawn("consume_stall", name="rj", on_evict="rejoin")
+    other = spawn("consume_ids", name="rj", epochs=3)
+    victim.expect("stalled")
+    for e, got in enumerate(other.epochs(1)):
+        assert got["ids"] == list(range(64 * 50))
+    victim.kill(signal.SIGUSR1)
+    result = json.loads(victim.expect("read on"))
+    assert result["unchanged"]
+    assert result["short"] < 50  # epoch 0 ended short, with a warning
+    assert result["epochs"], "no whole epoch after the rejoin"
+    assert all(ids == list(range(64 * 50)) for ids in result["epochs"])
+    other.epochs(2)
+    assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0
