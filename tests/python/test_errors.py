@@ -188,7 +188,7 @@ def test_a_wrong_samples_per_epoch_warns_after_the_epoch(bc_dir):
 
 
 def test_close_from_another_thread_ends_a_blocked_publish(bc_dir):
-    p = batchcast.Producer([np.arange(4)] * 100, "blocked", window=2, slot_size=4096, max_lag=0)
+    p = batchcast.Producer([np.arange(4)] * 100, "blocked", window=2, slot_size=4096)
     c = batchcast.Consumer("blocked", format="numpy")  # attached, never reads: the window fills
     t = run_in_thread(p)
     while p.status()["published"] < 2:

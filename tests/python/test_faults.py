@@ -78,10 +78,7 @@ def test_ctrl_c_interrupts_a_consumer_waiting_for_data(spawn):
 
 @pytest.mark.parametrize("join", ["catch-up", "next-epoch", "now"])
 def test_a_late_joiner_under_each_join_policy(spawn, join):
-    # No lag slots (max_lag=0): the first consumer holds the producer to
-    # its window, which is what the join policies are about.
-    producer = spawn("produce_ids", name="late", n=1000, batch_size=64, window=8, epochs=3,
-                     max_lag=0)
+    producer = spawn("produce_ids", name="late", n=1000, batch_size=64, window=8, epochs=3)
     first = batchcast.Consumer("late", connect_timeout=30, format="numpy")
     it = iter(first)
     held = next(it)  # epoch 0 begins; holding its first batch keeps it in the window

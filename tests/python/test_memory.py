@@ -43,9 +43,7 @@ def test_a_batch_kept_after_the_iterator_moves_on_still_reads_right(spawn):
 
 
 def test_keeping_more_batches_than_the_window_warns_instead_of_hanging_silently(spawn):
-    # max_lag=0: no lag slots beyond the window of 4.
-    producer = spawn("produce_ids", name="hoard", n=1000, batch_size=64, window=4, epochs=1,
-                     max_lag=0)
+    producer = spawn("produce_ids", name="hoard", n=1000, batch_size=64, window=4, epochs=1)
     kept = []
     with batchcast.Consumer("hoard", connect_timeout=30) as c:
         with warnings.catch_warnings():

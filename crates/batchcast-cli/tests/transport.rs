@@ -168,10 +168,6 @@ fn late_joiner_catch_up_replays_the_retained_epoch() {
             "3",
             "--window",
             "16",
-            // No lag slots: the slow first consumer holds the producer
-            // to the window, which is what these joins are about.
-            "--max-lag",
-            "0",
         ],
     );
     let mut first = env.spawn(&[
@@ -215,10 +211,6 @@ fn late_joiner_waits_for_the_next_epoch_when_it_must() {
                 "3",
                 "--window",
                 "2",
-                // No lag slots: the slow first consumer holds the producer
-                // to the window, which is what these joins are about.
-                "--max-lag",
-                "0",
             ],
         );
         let mut first = env.spawn(&["consume", "next", "--each", "--delay-ms", "20"]);
@@ -257,10 +249,6 @@ fn late_joiner_now_gets_a_partial_first_epoch_with_exact_len() {
             "2",
             "--window",
             "2",
-            // No lag slots: the slow first consumer holds the producer
-            // to the window, which is what these joins are about.
-            "--max-lag",
-            "0",
         ],
     );
     let mut first = env.spawn(&["consume", "now", "--each", "--delay-ms", "20"]);
@@ -439,9 +427,6 @@ fn status_shows_live_figures_per_consumer() {
             "1",
             "--window",
             "4",
-            // No lag slots: the producer stays up, held by the slow consumer.
-            "--max-lag",
-            "0",
         ],
     );
     let mut c = env.spawn(&[

@@ -363,7 +363,9 @@ impl PyConsumer {
     /// `("end", epoch, samples)` or `("finished", reason, message)`.
     fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let name = &self.name;
-        let slots = self.welcome.slots as usize;
+        // Kept batches stall the producer once they hold the window (lag
+        // slots serve only when another consumer is ahead of this one).
+        let slots = self.welcome.window as usize;
         let (tracker, warned) = (&self.tracker, &self.warned_full);
         let mut warning: Option<PyErr> = None;
         let warning_slot = &mut warning;

@@ -186,6 +186,8 @@ pub struct Welcome {
     pub slot_size: u64,
     /// Number of slots (the window and the lag slots).
     pub slots: u32,
+    /// Slots of the window (the first `window` of them).
+    pub window: u32,
     /// Rows per epoch, when the producer knows it.
     pub samples_per_epoch: Option<u64>,
     /// The producer's nominal batch size, when known.

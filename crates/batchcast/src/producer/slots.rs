@@ -5,7 +5,8 @@
 //! holding the oldest batch is taken (so that the most recent batches stay
 //! retained for `catch-up` joins); there are few of them, and each is looked
 //! at on every loan. The lag slots after them are used only when no window
-//! slot is free, that is while some consumer lags. They are kept in
+//! slot is free *and* the caller says a lag slot is wanted (the consumers
+//! are spread apart: one lags the others; see `State`). They are kept in
 //! publication order, and beside them a stack of lag slots never used (their
 //! memory not reserved yet), so a loan looks at one or two of them, not all:
 //! a lagging consumer holds the oldest lag batch until it catches up, and
@@ -66,6 +67,11 @@ impl Slots {
         self.slots.len()
     }
 
+    /// Window slots.
+    pub fn window(&self) -> usize {
+        self.window
+    }
+
     /// Lag slots in all.
     pub fn lag_slots(&self) -> usize {
         self.slots.len() - self.window
@@ -111,13 +117,15 @@ impl Slots {
     }
 
     /// A slot no consumer needs any more, its batch forgotten. A window slot
-    /// if one is free (the one holding the oldest batch), else a lag slot:
+    /// if one is free (the one holding the oldest batch), else, if
+    /// `lag_wanted()` (asked only then), a lag slot:
     /// the oldest if it is free, else a fresh one if `reserve` can reserve
     /// its memory, else any free one. `None`: every slot is held (or the
     /// memory for more is refused).
     pub fn take_free(
         &mut self,
         still_holds: &dyn Fn(u64, usize, u64) -> bool,
+        lag_wanted: &dyn Fn() -> bool,
         reserve: &mut dyn FnMut(usize) -> bool,
     ) -> Option<usize> {
         let mut best: Option<(u64, usize)> = None;
@@ -131,6 +139,9 @@ impl Slots {
         }
         if let Some((_, i)) = best {
             return Some(self.clear(i));
+        }
+        if !lag_wanted() {
+            return None;
         }
         if let Some(&oldest) = self.lag_order.front() {
             if self.refresh(oldest, still_holds) {
@@ -208,17 +219,33 @@ mod tests {
         true
     }
 
+    fn yes() -> bool {
+        true
+    }
+
+    #[test]
+    fn lag_slots_are_not_used_unless_wanted() {
+        let mut s = Slots::new(1);
+        s.add_lag_slots(2);
+        let mut reserve = |_| true;
+        let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
+        s.fill(i, 0, 1, vec![7]);
+        // Everyone is a window behind: back-pressure, as without lag slots.
+        assert_eq!(s.take_free(&everybody, &|| false, &mut reserve), None);
+        assert_eq!(s.take_free(&everybody, &yes, &mut reserve), Some(1));
+    }
+
     #[test]
     fn window_slots_go_first_oldest_batch_first() {
         let mut s = Slots::new(3);
         s.add_lag_slots(2);
         let mut never = |_| panic!("no lag slot is needed");
         for seq in 0..3 {
-            let i = s.take_free(&nobody, &mut never).unwrap();
+            let i = s.take_free(&nobody, &yes, &mut never).unwrap();
             s.fill(i, seq, 1, vec![1]);
         }
         // All released: the slot of batch 0 is reused first.
-        assert_eq!(s.take_free(&nobody, &mut never), Some(0));
+        assert_eq!(s.take_free(&nobody, &yes, &mut never), Some(0));
         assert_eq!(s.find(0), None);
         assert_eq!(s.find(1), Some(1));
     }
@@ -233,25 +260,25 @@ mod tests {
             true
         };
         for seq in 0..4 {
-            let i = s.take_free(&everybody, &mut reserve).unwrap();
+            let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
             s.fill(i, seq, 1, vec![7]);
         }
         assert_eq!(*reserved.borrow(), vec![2, 3]);
         assert_eq!(s.lag_in_use(), 2);
         // Everything held: the last fresh lag slot, then nothing.
-        let i = s.take_free(&everybody, &mut reserve).unwrap();
+        let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
         s.fill(i, 4, 1, vec![7]);
-        assert_eq!(s.take_free(&everybody, &mut reserve), None);
+        assert_eq!(s.take_free(&everybody, &yes, &mut reserve), None);
         // The laggard catches up: window slots first, then the oldest lag slot.
         let mut taken = Vec::new();
         let new_ones_held = |_: u64, _: usize, seq: u64| seq >= 5;
         for seq in 5..8 {
-            let i = s.take_free(&new_ones_held, &mut reserve).unwrap();
+            let i = s.take_free(&new_ones_held, &yes, &mut reserve).unwrap();
             s.fill(i, seq, 1, vec![7]);
             taken.push(i);
         }
         assert_eq!(taken, vec![0, 1, 2]);
-        assert_eq!(s.take_free(&new_ones_held, &mut reserve), Some(3));
+        assert_eq!(s.take_free(&new_ones_held, &yes, &mut reserve), Some(3));
         assert_eq!(
             *reserved.borrow(),
             vec![2, 3, 4],
@@ -269,16 +296,19 @@ mod tests {
             calls.get() < 3
         };
         for seq in 0..3 {
-            let i = s.take_free(&everybody, &mut refuse_third).unwrap();
+            let i = s.take_free(&everybody, &yes, &mut refuse_third).unwrap();
             s.fill(i, seq, 1, vec![7]);
         }
-        assert_eq!(s.take_free(&everybody, &mut refuse_third), None);
+        assert_eq!(s.take_free(&everybody, &yes, &mut refuse_third), None);
         assert_eq!(calls.get(), 3);
-        assert_eq!(s.take_free(&everybody, &mut refuse_third), None);
+        assert_eq!(s.take_free(&everybody, &yes, &mut refuse_third), None);
         assert_eq!(calls.get(), 3, "a refused reservation is not retried");
         // Batch 2 (the newest lag batch) released out of order.
         let only_2_released = |_: u64, _: usize, seq: u64| seq != 2;
-        assert_eq!(s.take_free(&only_2_released, &mut refuse_third), Some(2));
+        assert_eq!(
+            s.take_free(&only_2_released, &yes, &mut refuse_third),
+            Some(2)
+        );
     }
 
     #[test]
@@ -286,12 +316,12 @@ mod tests {
         let mut s = Slots::new(1);
         s.add_lag_slots(1);
         let mut reserve = |_| true;
-        let i = s.take_free(&everybody, &mut reserve).unwrap();
+        let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
         s.fill(i, 0, 1, vec![7]);
-        let lag = s.take_free(&everybody, &mut reserve).unwrap();
+        let lag = s.take_free(&everybody, &yes, &mut reserve).unwrap();
         assert_eq!(lag, 1);
         s.give_back(lag);
-        assert_eq!(s.take_free(&everybody, &mut |_| false), Some(1));
+        assert_eq!(s.take_free(&everybody, &yes, &mut |_| false), Some(1));
     }
 
     #[test]

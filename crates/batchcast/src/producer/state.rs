@@ -54,8 +54,8 @@ struct ConsumerEntry {
     phase: Phase,
     /// The epoch this consumer got an `EpochStart` for, if it is inside one.
     started: Option<u64>,
-    /// Its first batch of that epoch.
-    first_seq: u64,
+    /// The first batch it was ever to read (where it joined the stream).
+    joined_at: Option<u64>,
     /// Rows published to it in the current epoch.
     epoch_rows: u64,
     /// Its ledger, once welcomed.
@@ -86,6 +86,18 @@ struct Shm {
     /// A read-only descriptor of the board, for welcomes.
     board_fd: OwnedFd,
     holds: Holds,
+}
+
+/// Where consumer `c` reads: one past the last batch it acquired, and at
+/// least where it joined the stream (the ledger is the consumer's to write: a
+/// hint for choosing lag slots and laggards, bounded by `next`, the next
+/// batch to publish; never trusted for memory safety).
+fn position(c: &ConsumerEntry, next: u64) -> u64 {
+    c.ledger
+        .as_ref()
+        .map_or(0, |l| l.position())
+        .max(c.joined_at.unwrap_or(next))
+        .min(next)
 }
 
 /// Everything behind the producer's mutex.
@@ -280,8 +292,25 @@ impl State {
         }
     }
 
+    /// A free slot. A lag slot only while the following consumers are
+    /// spread apart by at least half a window (some consumer lags the
+    /// others): consumers that are all as slow as each other (or just one
+    /// consumer) are back-pressure, handled as it always was, and no lag
+    /// memory is used for them.
     fn take_free_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        let (next, window) = (self.next_seq, self.slots.window() as u64);
         let consumers = &self.consumers;
+        let lag_wanted = || {
+            let mut positions = consumers
+                .values()
+                .filter(|c| c.phase == Phase::Following)
+                .map(|c| position(c, next));
+            let Some(first) = positions.next() else {
+                return false;
+            };
+            let (low, high) = positions.fold((first, first), |(l, h), p| (l.min(p), h.max(p)));
+            high - low >= (window / 2).max(1)
+        };
         let still_holds = |id: u64, i: usize, seq: u64| match consumers
             .get(&id)
             .and_then(|c| c.ledger.as_ref())
@@ -289,7 +318,7 @@ impl State {
             Some(ledger) => !ledger.has_released(i, seq),
             None => false, // gone
         };
-        self.slots.take_free(&still_holds, reserve)
+        self.slots.take_free(&still_holds, &lag_wanted, reserve)
     }
 
     /// Slot `i` was loaned but not published: it is free again.
@@ -391,25 +420,15 @@ impl State {
         self.slots.lag_slots().max(1) as u64
     }
 
-    /// Where consumer `c` reads: one past the last batch it acquired, and
-    /// at least the start of its epoch (the ledger is the consumer's to
-    /// write: a hint, bounded by what was published).
-    fn position(&self, c: &ConsumerEntry) -> u64 {
-        c.ledger
-            .as_ref()
-            .map_or(0, |l| l.position())
-            .max(c.first_seq)
-            .min(self.next_seq)
-    }
-
     /// How far each following consumer is behind the most advanced one.
     fn behind(&self) -> BTreeMap<u64, u64> {
         let following = self
             .consumers
             .iter()
             .filter(|(_, c)| c.phase == Phase::Following);
-        let positions: BTreeMap<u64, u64> =
-            following.map(|(&id, c)| (id, self.position(c))).collect();
+        let positions: BTreeMap<u64, u64> = following
+            .map(|(&id, c)| (id, position(c, self.next_seq)))
+            .collect();
         let front = positions.values().copied().max().unwrap_or(0);
         positions
             .into_iter()
@@ -495,7 +514,7 @@ impl State {
                 hello,
                 phase: Phase::Pending,
                 started: None,
-                first_seq: 0,
+                joined_at: None,
                 epoch_rows: 0,
                 ledger: None,
                 last_sent: None,
@@ -517,6 +536,7 @@ impl State {
             producer_pid: self.pid,
             slot_size: shm.slot_size,
             slots: self.slots.len() as u32,
+            window: self.slots.window() as u32,
             samples_per_epoch: self.samples_per_epoch,
             batch_size: self.batch_size,
             consumer_id: id,
@@ -626,7 +646,7 @@ impl State {
         };
         if let Some(c) = self.consumers.get_mut(&id) {
             c.started = Some(self.epoch.number);
-            c.first_seq = first_seq;
+            c.joined_at.get_or_insert(first_seq);
         }
         self.send_or_drop(id, &frame)
     }
