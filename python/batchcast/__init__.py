@@ -21,6 +21,7 @@ Every error derives from :class:`BatchcastError`.
 from ._native import (
     BatchcastError,
     BatchTooLarge,
+    FellBehind,
     InvalidArgument,
     InvalidBatch,
     IoError,
@@ -45,6 +46,7 @@ __all__ = [
     "EpochInfo",
     "BatchcastError",
     "BatchTooLarge",
+    "FellBehind",
     "InvalidArgument",
     "InvalidBatch",
     "IoError",

@@ -117,6 +117,10 @@ class Consumer:
             copies of the pages written instead of SIGSEGV (see above); costs
             a scan of each reused slot's page table (README: "Batches are
             read-only shared memory").
+        on_evict: if a producer with ``lag_policy="evict"`` evicts this
+            consumer for falling too far behind: ``"error"`` raises
+            :class:`batchcast.FellBehind` at the next read; ``"rejoin"`` ends
+            the current epoch short (with a warning) and follows the next.
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class Consumer:
         label: Optional[str] = None,
         dir: Union[str, "os.PathLike[str]", None] = None,
         copy_on_write: bool = True,
+        on_evict: str = "error",
     ) -> None:
         if batch_size is not None:
             if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
@@ -164,6 +169,7 @@ class Consumer:
             label=label,
             dir=None if dir is None else os.fspath(dir),
             copy_on_write=bool(copy_on_write),
+            on_evict=on_evict,
         )
         self._requested_batch_size = batch_size
         self._generation = 0

@@ -62,6 +62,14 @@ class ProducerFinished(BatchcastError):
     name: str
     reason: str
 
+class FellBehind(BatchcastError):
+    """The producer evicted this consumer for falling behind (lag_policy="evict")."""
+
+    name: str
+    epoch: int
+    behind: int
+    budget: int
+
 class InvalidArgument(BatchcastError, ValueError):
     """An argument out of range or malformed."""
 
@@ -117,6 +125,9 @@ class Producer:
         wait_for_consumers: bool = True,
         idle_timeout: Optional[float] = None,
         dir: Union[str, os.PathLike, None] = None,
+        max_lag: Union[int, str, None] = None,
+        lag_policy: str = "wait",
+        stall_timeout: float = 10.0,
     ) -> None: ...
     @property
     def name(self) -> str: ...
@@ -149,6 +160,7 @@ class Consumer:
         label: str = "",
         dir: Union[str, os.PathLike, None] = None,
         copy_on_write: bool = True,
+        on_evict: str = "error",
     ) -> None: ...
     @property
     def name(self) -> str: ...

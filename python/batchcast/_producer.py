@@ -138,6 +138,19 @@ class Producer:
             :class:`batchcast.NoConsumers`; None waits forever.
         dir: the socket directory (default ``$BATCHCAST_DIR``, else
             ``$XDG_RUNTIME_DIR/batchcast``, else ``/tmp/batchcast-UID``).
+        max_lag: how far one consumer may fall behind the others (paused by
+            a checkpoint save, a debugger, SIGSTOP) before it holds them
+            back: bytes (an int, or ``"512MiB"``) or batches
+            (``"100batches"``). The producer keeps publishing into extra
+            slots meanwhile, and the laggard still gets every sample. None:
+            the smaller of 1 GiB and 1/8 of the memory available; its memory
+            is reserved only when used.
+        lag_policy: past ``max_lag``: ``"wait"`` holds the others back;
+            ``"evict"`` evicts the laggard after ``stall_timeout`` seconds
+            (its next read raises :class:`batchcast.FellBehind`, or it
+            rejoins at the next epoch if it asked to).
+        stall_timeout: seconds the producer stays blocked by a laggard
+            before evicting it (with ``lag_policy="evict"``).
 
     A Producer belongs to the process that made it: DataLoader workers that
     fork from it cannot use it.
@@ -155,6 +168,9 @@ class Producer:
         wait_for_consumers: Union[bool, int] = True,
         idle_timeout: Optional[float] = None,
         dir: Union[str, "os.PathLike[str]", None] = None,
+        max_lag: Union[int, str, None] = None,
+        lag_policy: str = "wait",
+        stall_timeout: float = 10.0,
     ) -> None:
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
@@ -197,6 +213,9 @@ class Producer:
             wait_for_consumers=self._min_consumers > 0,
             idle_timeout=idle_timeout,
             dir=None if dir is None else os.fspath(dir),
+            max_lag=max_lag,
+            lag_policy=lag_policy,
+            stall_timeout=stall_timeout,
         )
         self._idle_timeout = idle_timeout
         self._epoch: Optional[int] = None

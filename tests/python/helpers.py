@@ -167,6 +167,7 @@ def produce_ids(o: Dict[str, Any]) -> None:
         o["name"],
         window=o.get("window", 8),
         wait_for_consumers=o.get("wait_for_consumers", True),
+        **{k: o[k] for k in ("max_lag", "lag_policy", "stall_timeout") if k in o},
     )
     say("ready", p.socket_path)
     if o.get("fork_holder"):
@@ -351,6 +352,36 @@ def consume_inplace_after_faulthandler(o: Dict[str, Any]) -> None:
         b["x"].sub_(1)
         wrong += int((b["x"] != b["id"][:, None].float() - 1).sum())
     say("checked", wrong)
+
+
+def consume_stall(o: Dict[str, Any]) -> None:
+    """Takes one batch and keeps it, stalls (a stuck trainer) until SIGUSR1,
+    then reads on; reports whether the kept batch changed meanwhile and how
+    the reading ended."""
+    import batchcast
+
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
+    c = batchcast.Consumer(o["name"], connect_timeout=30, format="numpy",
+                           on_evict=o.get("on_evict", "error"))
+    it = iter(c)
+    held = next(it)
+    ids, x = held["id"].copy(), held["x"].copy()
+    say("stalled")
+    signal.sigwait([signal.SIGUSR1])
+    unchanged = bool((held["id"] == ids).all() and (held["x"] == x).all())
+    try:
+        short = 1 + sum(1 for _ in it)
+        epochs = []
+        try:
+            while True:
+                epochs.append([int(i) for b in c for i in b["id"]])
+        except batchcast.ProducerFinished:
+            pass
+        say("read on", json.dumps({"unchanged": unchanged, "short": short,
+                                   "epochs": epochs}))
+    except batchcast.FellBehind as e:
+        say("fell behind", json.dumps({"unchanged": unchanged, "behind": e.behind,
+                                       "budget": e.budget, "message": str(e)}))
 
 
 def consume_any(o: Dict[str, Any]) -> None:

@@ -4,6 +4,7 @@ consumers forever when the producer exited."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
@@ -124,3 +125,46 @@ def test_a_consumer_closed_while_keeping_a_batch_holds_nobody_up(spawn):
     producer.expect("done")
     assert producer.wait() == 0
     assert list(kept["id"]) == list(range(64))  # still valid after close
+
+
+def test_fault4_a_stuck_consumer_is_evicted_and_its_kept_batch_never_changes(spawn):
+    # Issue 10, fault 4: one stuck trainer must not freeze the others. Past
+    # the lag budget, lag_policy="evict" drops it after stall_timeout; the
+    # batch it still holds stays out of rotation, and its next read raises
+    # FellBehind with the budget and the ways out.
+    producer = spawn("produce_ids", name="lag", n=64 * 50, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2, max_lag="4batches", lag_policy="evict",
+                     stall_timeout=0.5)
+    victim = spawn("consume_stall", name="lag")
+    other = spawn("consume_ids", name="lag", epochs=3)
+    victim.expect("stalled")
+    for e, got in enumerate(other.epochs(3)):
+        assert got["epoch"] == e and got["ids"] == list(range(64 * 50))
+    other.expect("done")
+    producer.expect("done")
+    victim.kill(signal.SIGUSR1)
+    result = json.loads(victim.expect("fell behind"))
+    assert result["unchanged"], "the evicted consumer's kept batch was rewritten"
+    assert result["budget"] == 4 and result["behind"] >= 4
+    for needle in ("max_lag", "lag_policy", "rejoin"):
+        assert needle in result["message"]
+    assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0
+
+
+def test_fault4_an_evicted_consumer_that_asked_to_rejoin_gets_whole_epochs_after(spawn):
+    producer = spawn("produce_ids", name="rj", n=64 * 50, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2, max_lag="4batches", lag_policy="evict",
+                     stall_timeout=0.5)
+    victim = spawn("consume_stall", name="rj", on_evict="rejoin")
+    other = spawn("consume_ids", name="rj", epochs=3)
+    victim.expect("stalled")
+    for e, got in enumerate(other.epochs(1)):
+        assert got["ids"] == list(range(64 * 50))
+    victim.kill(signal.SIGUSR1)
+    result = json.loads(victim.expect("read on"))
+    assert result["unchanged"]
+    assert result["short"] < 50  # epoch 0 ended short, with a warning
+    assert result["epochs"], "no whole epoch after the rejoin"
+    assert all(ids == list(range(64 * 50)) for ids in result["epochs"])
+    other.epochs(2)
+    assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use batchcast::consumer::Keepalive;
 use batchcast::wire::Welcome;
 use batchcast::{
-    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, ShutdownReason,
+    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, ShutdownReason,
 };
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
@@ -284,7 +284,8 @@ impl PyConsumer {
     /// seconds for it to appear) and waits for its welcome.
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
-                        connect_timeout=None, label=String::new(), dir=None, copy_on_write=true))]
+                        connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
+                        on_evict="error"))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -296,8 +297,10 @@ impl PyConsumer {
         label: String,
         dir: Option<PathBuf>,
         copy_on_write: bool,
+        on_evict: &str,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
+        let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
         let opts = ConsumerOptions {
             batch_size,
             drop_last,
@@ -306,6 +309,7 @@ impl PyConsumer {
             label,
             dir,
             copy_on_write,
+            on_evict,
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
@@ -361,7 +365,9 @@ impl PyConsumer {
     /// `("end", epoch, samples)` or `("finished", reason, message)`.
     fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let name = &self.name;
-        let slots = self.welcome.slots as usize;
+        // Kept batches stall the producer once they hold the window (lag
+        // slots serve only when another consumer is ahead of this one).
+        let slots = self.welcome.window as usize;
         let (tracker, warned) = (&self.tracker, &self.warned_full);
         let mut warning: Option<PyErr> = None;
         let warning_slot = &mut warning;

@@ -40,9 +40,10 @@ pub(crate) enum Exc {
     PermissionDenied,
     UsageError,
     IoError,
+    FellBehind,
 }
 
-const COUNT: usize = 15;
+const COUNT: usize = 16;
 
 static TYPES: [PyOnceLock<Py<PyType>>; COUNT] = [const { PyOnceLock::new() }; COUNT];
 
@@ -63,6 +64,7 @@ impl Exc {
         Exc::PermissionDenied,
         Exc::UsageError,
         Exc::IoError,
+        Exc::FellBehind,
     ];
 
     /// The attribute name in the module.
@@ -91,6 +93,7 @@ impl Exc {
             Exc::PermissionDenied => c"batchcast.PermissionDenied",
             Exc::UsageError => c"batchcast.UsageError",
             Exc::IoError => c"batchcast.IoError",
+            Exc::FellBehind => c"batchcast.FellBehind",
         }
     }
 
@@ -140,6 +143,12 @@ impl Exc {
             }
             Exc::UsageError => c"An API call out of order. Also a RuntimeError.",
             Exc::IoError => c"An operating-system call failed. Also an OSError.",
+            Exc::FellBehind => {
+                c"The producer evicted this consumer: it fell further behind the others than the \
+                producer's lag budget allows, under lag_policy='evict'. `.behind` and `.budget` \
+                are in batches, `.epoch` the epoch it was evicted from. Raise max_lag, use \
+                lag_policy='wait', or pass on_evict='rejoin' to rejoin at the next epoch."
+            }
         }
     }
 
@@ -290,6 +299,21 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
             pending.unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
         }
         Error::Usage(_) => Exc::UsageError.err(py, msg, &[]),
+        Error::FellBehind {
+            ref name,
+            epoch,
+            behind,
+            budget,
+        } => Exc::FellBehind.err(
+            py,
+            msg,
+            &attrs(vec![
+                ("name", s(name)),
+                ("epoch", n(epoch)),
+                ("behind", n(behind)),
+                ("budget", n(budget)),
+            ]),
+        ),
         Error::Io { ref source, .. } => {
             let errno = source
                 .raw_os_error()

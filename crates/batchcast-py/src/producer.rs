@@ -15,14 +15,15 @@ use std::time::{Duration, Instant};
 use batchcast::layout::MAX_DEPTH;
 use batchcast::StatusReport;
 use batchcast::{
-    DType, Error, IdlePolicy, LeafKind, LeafSpec, Node, Producer, ProducerOptions, ShutdownReason,
+    DType, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
+    ProducerOptions, ShutdownReason,
 };
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::dlpack;
-use crate::errors::Exc;
+use crate::errors::{to_py, Exc};
 use crate::{blocking, seconds, Guarded};
 
 /// Leaf kinds as `batchcast._tree` numbers them.
@@ -124,6 +125,20 @@ pub(crate) fn node_from_py(spec: &Bound<'_, PyAny>, depth: usize) -> PyResult<No
     }
 }
 
+/// `max_lag`: an int of bytes, or a string ("512MiB", "100batches").
+fn lag_budget(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<LagBudget> {
+    if let Ok(s) = v.extract::<String>() {
+        return LagBudget::parse(&s).map_err(|e| to_py(py, e, None));
+    }
+    match v.extract::<u64>() {
+        Ok(bytes) if !v.is_instance_of::<pyo3::types::PyBool>() => Ok(LagBudget::Bytes(bytes)),
+        _ => Err(PyTypeError::new_err(
+            "max_lag must be a number of bytes (an int of at least 0) or a string such as \
+             \"512MiB\" or \"100batches\"",
+        )),
+    }
+}
+
 /// The core producer under a name (private API: use `batchcast.Producer`).
 #[pyclass(module = "batchcast._native", name = "Producer", frozen)]
 pub struct PyProducer {
@@ -187,7 +202,8 @@ impl PyProducer {
     /// Claims `name` and starts serving consumers.
     #[new]
     #[pyo3(signature = (name, *, window=8, slot_size=None, samples_per_epoch=None, batch_size=None,
-                        wait_for_consumers=true, idle_timeout=None, dir=None))]
+                        wait_for_consumers=true, idle_timeout=None, dir=None, max_lag=None,
+                        lag_policy="wait", stall_timeout=10.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -199,7 +215,16 @@ impl PyProducer {
         wait_for_consumers: bool,
         idle_timeout: Option<f64>,
         dir: Option<PathBuf>,
+        max_lag: Option<Bound<'_, PyAny>>,
+        lag_policy: &str,
+        stall_timeout: f64,
     ) -> PyResult<Self> {
+        let max_lag = match max_lag {
+            None => None,
+            Some(v) => Some(lag_budget(py, &v)?),
+        };
+        let lag_policy =
+            LagPolicy::parse(lag_policy, stall_timeout).map_err(|e| to_py(py, e, None))?;
         let idle = if wait_for_consumers {
             IdlePolicy::Wait(seconds(py, idle_timeout, "idle_timeout")?)
         } else {
@@ -212,6 +237,8 @@ impl PyProducer {
             batch_size,
             idle,
             dir,
+            max_lag,
+            lag_policy,
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();
@@ -388,6 +415,10 @@ impl PyProducer {
         d.set_item("published", r.published)?;
         d.set_item("batches_per_second", r.batches_per_sec)?;
         d.set_item("blocked_seconds", r.blocked_secs)?;
+        d.set_item("lag_slots", r.lag_slots)?;
+        d.set_item("lag_slots_used", r.lag_slots_used)?;
+        d.set_item("lag_policy", r.lag_policy)?;
+        d.set_item("evictions", r.evictions)?;
         let consumers = PyList::empty(py);
         for c in r.consumers {
             let e = PyDict::new(py);
@@ -399,6 +430,8 @@ impl PyProducer {
             e.set_item("state", c.state)?;
             e.set_item("position", c.position)?;
             e.set_item("lag", c.lag)?;
+            e.set_item("behind", c.behind)?;
+            e.set_item("evictions", c.evictions)?;
             e.set_item("delivered", c.delivered)?;
             e.set_item("wait_seconds", c.wait_secs)?;
             consumers.append(e)?;

@@ -63,6 +63,19 @@ impl Arena {
     /// each (rounded up to whole pages, so that a consumer can drop its
     /// private pages of one slot without touching the next).
     pub fn create(name: &str, slots: usize, slot_size: usize) -> Result<Arena> {
+        Arena::create_lazy(name, slots, slots, slot_size)
+    }
+
+    /// Like [`Arena::create`], but reserves the memory of the first
+    /// `reserved` slots only; each later slot must be [`Arena::reserve`]d
+    /// before its first use (the lag slots: they cost nothing until used).
+    pub fn create_lazy(
+        name: &str,
+        slots: usize,
+        reserved: usize,
+        slot_size: usize,
+    ) -> Result<Arena> {
+        let reserved = reserved.min(slots);
         if slots == 0 || slot_size < SLOT_HEADER {
             return Err(Error::InvalidArgument(format!(
                 "an arena needs at least one slot of at least {SLOT_HEADER} bytes"
@@ -75,14 +88,15 @@ impl Arena {
         let total = (slots as u64)
             .checked_mul(slot_size as u64)
             .ok_or_else(|| Error::InvalidArgument("arena size overflows".into()))?;
+        let upfront = reserved as u64 * slot_size as u64;
         let out_of_memory = |available: String| Error::OutOfSharedMemory {
-            needed: total,
-            slots,
+            needed: upfront,
+            slots: reserved,
             slot_size,
             available,
         };
         if let Some(avail) = available_memory() {
-            if total > avail {
+            if upfront > avail {
                 return Err(out_of_memory(format!("{avail} bytes available")));
             }
         }
@@ -98,7 +112,7 @@ impl Arena {
                 Error::io("cannot size the arena", e)
             }
         })?;
-        rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, total).map_err(|e| {
+        rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, upfront).map_err(|e| {
             if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::NOMEM {
                 out_of_memory(format!("the kernel refused to reserve it: {e}"))
             } else {
@@ -140,6 +154,23 @@ impl Arena {
     /// Number of slots.
     pub fn slots(&self) -> usize {
         self.slots
+    }
+
+    /// Reserves the memory of slot `i` (a no-op for a slot already
+    /// reserved). Fails with the kernel's refusal (ENOSPC, ENOMEM) when
+    /// memory is short: then writing the slot would be SIGBUS.
+    pub fn reserve(&self, i: usize) -> std::io::Result<()> {
+        if i >= self.slots {
+            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
+        }
+        let at = (i * self.slot_size) as u64;
+        rustix::fs::fallocate(
+            &self.file,
+            FallocateFlags::empty(),
+            at,
+            self.slot_size as u64,
+        )
+        .map_err(std::io::Error::from)
     }
 
     /// Slot `i`, writable. The caller must hold the slot free of leases.
@@ -431,6 +462,17 @@ mod tests {
             p.add(SLOT_HEADER).write_volatile(6);
         }
         assert_eq!(arena.slot_mut(1)[SLOT_HEADER], 5);
+    }
+
+    #[test]
+    fn lazy_slots_cost_nothing_until_reserved() {
+        let slot = 1 << 20;
+        let arena = Arena::create_lazy("t", 4, 1, slot).unwrap();
+        let blocks = || rustix::fs::fstat(&arena.file).unwrap().st_blocks as u64 * 512;
+        assert_eq!(blocks(), slot as u64);
+        arena.reserve(3).unwrap();
+        assert_eq!(blocks(), 2 * slot as u64);
+        assert!(arena.reserve(4).is_err());
     }
 
     #[test]

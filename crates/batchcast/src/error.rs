@@ -160,6 +160,25 @@ pub enum Error {
         secs: f64,
     },
 
+    /// The producer evicted this consumer: it fell too far behind the others.
+    #[error(
+        "this consumer fell behind: it was {behind} batches behind the fastest consumer of \
+         producer {name:?} in epoch {epoch}, past the producer's lag budget of {budget} batches, \
+         and was evicted so that the others could go on; raise the budget (Producer(..., \
+         max_lag=...), `serve --max-lag`), let the producer wait for laggards (lag_policy=\"wait\"), \
+         or rejoin at the next epoch (Consumer(..., on_evict=\"rejoin\"))"
+    )]
+    FellBehind {
+        /// The producer's name.
+        name: String,
+        /// The epoch it was evicted from.
+        epoch: u64,
+        /// Batches it was behind the most advanced consumer.
+        behind: u64,
+        /// The lag budget, in batches.
+        budget: u64,
+    },
+
     /// A blocking call was interrupted (Ctrl-C) through its interrupt hook.
     #[error("interrupted")]
     Interrupted,

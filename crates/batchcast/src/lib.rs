@@ -20,8 +20,10 @@
 //!   consumer's leases are released when its views are dropped, or all at
 //!   once when its socket closes (a consumer killed with SIGKILL included).
 //! - The producer blocks only when every slot is leased: the slowest live
-//!   consumer is a whole window behind. Faster consumers are never paced by
-//!   slower ones while the window has room.
+//!   consumer is a whole window plus the lag budget behind. Faster consumers
+//!   are never paced by slower ones meanwhile; past the budget the
+//!   producer's `LagPolicy` waits or evicts the laggard, whose views never
+//!   change under it.
 //! - Every sample of an epoch reaches every consumer following that epoch
 //!   exactly once, in producer order, the epoch's tail included.
 //! - A consumer learns of its producer's death from its socket closing, and
@@ -36,6 +38,7 @@ pub mod consumer;
 pub mod dtype;
 pub mod endpoint;
 mod error;
+mod holds;
 pub mod layout;
 pub mod ledger;
 mod peer;
@@ -50,6 +53,8 @@ pub use dtype::DType;
 pub use endpoint::Endpoint;
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node};
-pub use producer::{EpochSummary, IdlePolicy, Producer, ProducerOptions, SlotMut};
+pub use producer::{
+    EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
+};
 pub use status::{ConsumerStatus, StatusReport};
-pub use wire::{JoinPolicy, ShutdownReason};
+pub use wire::{JoinPolicy, OnEvict, ShutdownReason};

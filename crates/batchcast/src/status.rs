@@ -21,6 +21,14 @@ pub struct StatusReport {
     pub uptime_secs: f64,
     /// Slots in the window.
     pub slots: u32,
+    /// Lag slots beyond the window (the lag budget, in batches).
+    pub lag_slots: u64,
+    /// Lag slots holding a batch now (some consumer lags).
+    pub lag_slots_used: u64,
+    /// What happens past the budget: `wait` or `evict`.
+    pub lag_policy: String,
+    /// Consumers evicted so far.
+    pub evictions: u64,
     /// Bytes per slot (0 before the first batch sized the arena).
     pub slot_size: u64,
     /// Current (or last) epoch.
@@ -75,12 +83,18 @@ pub struct ConsumerStatus {
     pub batch_size: Option<u64>,
     /// Its join policy.
     pub join: String,
-    /// `following`, `waiting` (for the next epoch) or `pending` (no arena yet).
+    /// `following`, `waiting` (for the next epoch), `pending` (no arena
+    /// yet) or `evicted` (fell behind; gets no more batches).
     pub state: String,
     /// Sequence number of the newest batch sent to it.
     pub position: Option<u64>,
     /// Producer batches it holds (sent, not yet released).
     pub lag: u64,
+    /// Batches it is behind the most advanced consumer (evicted past the
+    /// budget under the `evict` policy).
+    pub behind: u64,
+    /// Times it was evicted.
+    pub evictions: u64,
     /// Consumer batches it has handed to user code.
     pub delivered: u64,
     /// Seconds it has spent waiting for data.
@@ -148,6 +162,8 @@ mod tests {
             state: "following".into(),
             position: None,
             lag: 0,
+            behind: 0,
+            evictions: 0,
             delivered: 0,
             wait_secs: 0.0,
         };
@@ -156,6 +172,10 @@ mod tests {
             pid: 1,
             uptime_secs: 0.0,
             slots: 1,
+            lag_slots: 0,
+            lag_slots_used: 0,
+            lag_policy: "wait".into(),
+            evictions: 0,
             slot_size: 0,
             epoch: 0,
             published: 0,

@@ -4,8 +4,9 @@
 //! postcard-encoded message. Frames longer than [`MAX_FRAME`] are refused
 //! before any allocation, and decoding is into plain, closed data types (no
 //! object graphs, nothing executable): a malformed frame is an error that
-//! closes that one connection. The arena's, the board's and the consumer's
-//! ledger's fds ride on the `Welcome` frame as `SCM_RIGHTS` ancillary data.
+//! closes that one connection. The arena's, the board's, the consumer's
+//! ledger's and the holder counts' fds ride on the `Welcome` frame as
+//! `SCM_RIGHTS` ancillary data.
 //!
 //! Batches themselves are not announced here: the producer publishes them on
 //! the board ([`crate::board`]) and consumers release them in their ledgers
@@ -27,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::status::StatusReport;
 
 /// Version of this protocol; both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -107,6 +108,31 @@ pub struct ConsumerHello {
     pub join: JoinPolicy,
     /// Free text shown by `batchcast status` (e.g. the script name).
     pub label: String,
+    /// What the producer does if it evicts this consumer for falling behind.
+    pub on_evict: OnEvict,
+}
+
+/// What an evicted consumer wants (see `ProducerOptions::lag_policy`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+pub enum OnEvict {
+    /// Its next read fails with `Error::FellBehind`; it gets no more batches.
+    #[default]
+    Error,
+    /// Its current epoch ends short and it rejoins at the next epoch.
+    Rejoin,
+}
+
+impl OnEvict {
+    /// Parses `error` or `rejoin`.
+    pub fn parse(s: &str) -> Result<Self> {
+        match s {
+            "error" => Ok(OnEvict::Error),
+            "rejoin" => Ok(OnEvict::Rejoin),
+            _ => Err(Error::InvalidArgument(format!(
+                "unknown on_evict {s:?}; use \"error\" or \"rejoin\""
+            ))),
+        }
+    }
 }
 
 /// Messages a consumer sends.
@@ -122,8 +148,8 @@ pub enum ToProducer {
 /// Messages a producer sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToConsumer {
-    /// Accepts a consumer; the arena, board and ledger fds are attached,
-    /// in that order.
+    /// Accepts a consumer; the arena, board, ledger and holder-count fds
+    /// are attached, in that order.
     Welcome(Welcome),
     /// Refuses a consumer.
     Refused(String),
@@ -137,6 +163,18 @@ pub enum ToConsumer {
         samples: u64,
         /// The epoch's batches end before this sequence number.
         end_seq: u64,
+    },
+    /// The producer evicted this consumer for falling behind (its ledger's
+    /// eviction generation is now `generation`).
+    Evicted {
+        /// The epoch it was evicted from.
+        epoch: u64,
+        /// Batches it was behind the most advanced consumer.
+        behind: u64,
+        /// The lag budget, in batches.
+        budget: u64,
+        /// The eviction generation this message is about.
+        generation: u64,
     },
     /// The producer stops; no more batches follow.
     Shutdown(ShutdownReason),
@@ -153,8 +191,10 @@ pub struct Welcome {
     pub producer_pid: u32,
     /// Bytes per slot.
     pub slot_size: u64,
-    /// Number of slots (the window).
+    /// Number of slots (the window and the lag slots).
     pub slots: u32,
+    /// Slots of the window (the first `window` of them).
+    pub window: u32,
     /// Rows per epoch, when the producer knows it.
     pub samples_per_epoch: Option<u64>,
     /// The producer's nominal batch size, when known.

@@ -41,6 +41,18 @@ pub struct BenchArgs {
     /// Slots in the window.
     #[arg(long, default_value_t = 8)]
     pub window: usize,
+    /// Lag budget of the producer ("0": the window alone, as the transport
+    /// has always been measured; e.g. "1GiB": the producer runs ahead of
+    /// its consumers into lag slots, which measures the cost of retaining
+    /// batches for a laggard).
+    #[arg(long, default_value = "0")]
+    pub max_lag: String,
+    /// Add one more consumer and stop it (SIGSTOP) once attached: the
+    /// others go on through lag slots (give --max-lag), which measures the
+    /// cost of retaining batches for a stuck consumer. Past the budget it
+    /// is evicted after 0.1 s.
+    #[arg(long)]
+    pub stopped: bool,
     /// Runs per cell; the medians are reported.
     #[arg(long, default_value_t = 3)]
     pub repeat: usize,
@@ -202,6 +214,14 @@ fn run_cell(
             slot_size: Some(bytes + 4096),
             samples_per_epoch: Some(args.batches),
             batch_size: Some(1),
+            max_lag: Some(batchcast::LagBudget::parse(&args.max_lag)?),
+            lag_policy: if args.stopped {
+                batchcast::LagPolicy::Evict {
+                    stall_timeout: Duration::from_millis(100),
+                }
+            } else {
+                batchcast::LagPolicy::Wait
+            },
             ..Default::default()
         },
     )?;
@@ -217,8 +237,24 @@ fn run_cell(
             .context("cannot start a bench consumer")?;
         children.push(child);
     }
-    if !producer.wait_for_consumers(n, Some(Duration::from_secs(60))) {
+    let stopped = if args.stopped {
+        let child = Command::new(exe)
+            .args(["bench-consumer", &name])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()
+            .context("cannot start the stopped bench consumer")?;
+        Some(child)
+    } else {
+        None
+    };
+    let attached = n + usize::from(stopped.is_some());
+    if !producer.wait_for_consumers(attached, Some(Duration::from_secs(60))) {
         bail!("the bench consumers did not attach within 60 s");
+    }
+    if let Some(child) = &stopped {
+        // SAFETY: kill(2) on our own child's pid has no memory effects.
+        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
     }
     let cpu0 = cpu_secs(Who::SelfProcess);
     let mut never = || false;
@@ -235,6 +271,10 @@ fn run_cell(
     }
     producer.end_epoch()?;
     let cpu = cpu_secs(Who::SelfProcess) - cpu0;
+    if let Some(mut child) = stopped {
+        let _ = child.kill();
+        let _ = child.wait();
+    }
     producer.finish(batchcast::ShutdownReason::Finished);
     let mut rates = Vec::new();
     for mut child in children {

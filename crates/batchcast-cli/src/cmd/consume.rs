@@ -9,7 +9,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use batchcast::{Batch, Consumer, ConsumerOptions, DType, Event, JoinPolicy, Node};
+use batchcast::{Batch, Consumer, ConsumerOptions, DType, Event, JoinPolicy, Node, OnEvict};
 use serde_json::json;
 
 use crate::source::synthetic::expected_byte;
@@ -28,6 +28,10 @@ pub struct ConsumeArgs {
     /// Drop each epoch's last, smaller batch.
     #[arg(long)]
     pub drop_last: bool,
+    /// If the producer evicts this consumer for falling behind: "error"
+    /// (exit with `fell_behind`) or "rejoin" (at the next epoch).
+    #[arg(long, default_value = "error")]
+    pub on_evict: String,
     /// Stop after this many epochs (default: until the producer finishes).
     #[arg(long)]
     pub epochs: Option<u64>,
@@ -64,6 +68,7 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
         batch_size: args.batch_size,
         drop_last: args.drop_last,
         join: JoinPolicy::parse(&args.join)?,
+        on_evict: OnEvict::parse(&args.on_evict)?,
         connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
         label: format!("batchcast consume {}", std::process::id()),
         ..Default::default()
@@ -213,6 +218,7 @@ fn report_error(e: &batchcast::Error) -> i32 {
         batchcast::Error::PermissionDenied { .. } | batchcast::Error::ForeignPeer { .. } => {
             ("permission_denied", 5)
         }
+        batchcast::Error::FellBehind { .. } => ("fell_behind", 5),
         _ => ("other", 1),
     };
     println!(

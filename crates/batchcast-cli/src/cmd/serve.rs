@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::Result;
-use batchcast::{IdlePolicy, Producer, ProducerOptions};
+use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions};
 
 use crate::progress::Progress;
 use crate::source::{self, args::SourceArgs};
@@ -28,6 +28,20 @@ pub struct ServeArgs {
     /// Bytes per slot (default: sized from the first batch, +25 %).
     #[arg(long)]
     pub slot_size: Option<usize>,
+    /// How far a consumer may fall behind the others before it holds them
+    /// back (or is evicted): bytes ("512MiB", "2GiB") or batches
+    /// ("100batches"). Default: the smaller of 1 GiB and 1/8 of the memory
+    /// available, reserved only when used.
+    #[arg(long)]
+    pub max_lag: Option<String>,
+    /// Past the lag budget: "wait" (hold the others back) or "evict" (evict
+    /// the laggard after --stall-timeout seconds).
+    #[arg(long, default_value = "wait")]
+    pub lag_policy: String,
+    /// Seconds the producer stays blocked by a laggard before it evicts it
+    /// (with --lag-policy evict).
+    #[arg(long, default_value_t = 10.0)]
+    pub stall_timeout: f64,
     /// Publish even with no consumer attached (default: wait for one).
     #[arg(long)]
     pub no_wait: bool,
@@ -45,6 +59,8 @@ pub struct ServeArgs {
 
 /// Runs `batchcast serve`.
 pub fn run(args: ServeArgs) -> Result<()> {
+    let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
+    let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
     let source = args.source.open()?;
     let stop = Arc::new(AtomicBool::new(false));
     crate::signals::install(&stop)?;
@@ -61,6 +77,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
                 IdlePolicy::Wait(args.idle_timeout.map(Duration::from_secs_f64))
             },
             dir: None,
+            max_lag,
+            lag_policy,
         },
     )?;
     if args.json {

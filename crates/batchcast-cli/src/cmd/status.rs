@@ -68,17 +68,35 @@ fn print_report(r: &StatusReport) {
         r.blocked_secs,
         r.uptime_secs
     );
+    println!(
+        "  lag budget {} batches ({:.1} MiB, {} in use), past it: {}; {} eviction(s)",
+        r.lag_slots,
+        (r.lag_slots * r.slot_size) as f64 / (1 << 20) as f64,
+        r.lag_slots_used,
+        r.lag_policy,
+        r.evictions
+    );
     if r.consumers.is_empty() {
         println!("  no consumers");
         return;
     }
     println!(
-        "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9}  label",
-        "id", "pid", "state", "join", "batch", "position", "lag", "delivered", "wait s"
+        "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>13} {:>7} {:>10} {:>9}  label",
+        "id",
+        "pid",
+        "state",
+        "join",
+        "batch",
+        "position",
+        "lag",
+        "behind/budget",
+        "evicted",
+        "delivered",
+        "wait s"
     );
     for c in &r.consumers {
         println!(
-            "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>10} {:>9.2}  {}",
+            "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>13} {:>7} {:>10} {:>9.2}  {}",
             c.id,
             // 0: a consumer in another pid namespace.
             if c.pid == 0 {
@@ -92,6 +110,8 @@ fn print_report(r: &StatusReport) {
                 .map_or("producer".to_string(), |b| b.to_string()),
             c.position.map_or("-".to_string(), |p| p.to_string()),
             c.lag,
+            format!("{}/{}", c.behind, r.lag_slots.max(1)),
+            c.evictions,
             c.delivered,
             c.wait_secs,
             c.label

@@ -10,70 +10,15 @@
 //! copied.
 
 use std::any::Any;
-use std::os::unix::net::UnixStream;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use crate::arena::ArenaView;
-use crate::board::BoardView;
 use crate::consumer::assemble::OwnedBytes;
+use crate::consumer::link::Link;
 use crate::consumer::rebatch::Span;
 use crate::dtype::DType;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafDesc, LeafKind, Node};
-use crate::ledger::Ledger;
-use crate::wire::{self, ToProducer};
-
-/// The consumer's side of the connection, shared with every lease.
-pub(crate) struct Link {
-    pub sock: UnixStream,
-    pub board: BoardView,
-    ledger: Ledger,
-    send_lock: Mutex<()>,
-    pub delivered: AtomicU64,
-    pub waited_ns: AtomicU64,
-}
-
-impl Link {
-    pub fn new(sock: UnixStream, board: BoardView, ledger: Ledger) -> Self {
-        Link {
-            sock,
-            board,
-            ledger,
-            send_lock: Mutex::new(()),
-            delivered: AtomicU64::new(0),
-            waited_ns: AtomicU64::new(0),
-        }
-    }
-
-    /// Copies the running figures into the ledger, for `batchcast status`.
-    pub fn record(&self) {
-        self.ledger.record(
-            self.delivered.load(Ordering::Relaxed),
-            self.waited_ns.load(Ordering::Relaxed),
-        );
-    }
-
-    /// Releases batch `seq` in `slot`; wakes the producer if it waits.
-    fn release(&self, slot: usize, seq: u64) {
-        // The order matters (both SeqCst): the producer sets its flag and
-        // then looks at the ledger; we write the ledger and then look at the
-        // flag. One of the two sees the other, so no release goes unnoticed.
-        self.ledger.release(slot, seq);
-        self.record();
-        if self.board.producer_waiting() {
-            // If the producer is gone there is nobody to tell; that is fine.
-            let _ = self.send(&ToProducer::Released);
-        }
-    }
-
-    /// Sends a frame; errors are for the caller to judge.
-    pub fn send(&self, msg: &ToProducer) -> Result<()> {
-        let frame = wire::encode(msg)?;
-        let _guard = self.send_lock.lock().unwrap_or_else(|p| p.into_inner());
-        wire::send_frame(&self.sock, &frame)
-    }
-}
 
 /// A lease on one producer batch.
 pub struct SlotLease {

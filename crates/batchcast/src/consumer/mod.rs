@@ -27,9 +27,18 @@
 //! the gap, or the epoch's end), as a PyTorch DataLoader does after a worker
 //! raised; a caller that wants to stop, stops. A dead producer, by contrast,
 //! fails the next call at once ([`Error::ProducerGone`]).
+//!
+//! Batches are taken from the board lazily, one consumer batch at a time,
+//! so that a consumer holds (has acquired) only what it is about to hand
+//! out: if the producer evicts it for falling behind (see
+//! [`crate::ledger`]), only those slots stay out of rotation. An evicted
+//! consumer stops reading the board at once; when the producer's `Evicted`
+//! message arrives its next read fails with [`Error::FellBehind`], or, with
+//! [`OnEvict::Rejoin`], its epoch ends short and it follows the next one.
 
 mod assemble;
 mod batch;
+mod link;
 pub mod rebatch;
 
 use std::collections::VecDeque;
@@ -43,18 +52,19 @@ use std::time::{Duration, Instant};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 use assemble::Assembler;
-use batch::Link;
 pub use batch::{Batch, Keepalive, Leaf, SlotLease};
+use link::Link;
 use rebatch::batches_in;
 
 use crate::arena::ArenaView;
 use crate::board::{BoardView, Woken};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::holds::HoldsView;
 use crate::ledger::Ledger;
 use crate::wire::{
-    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ShutdownReason, ToConsumer,
-    ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
+    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
 /// How often blocking calls wake to run the interrupt hook.
@@ -79,6 +89,8 @@ pub struct ConsumerOptions {
     /// Give a writer a private copy of each page it writes in place instead of
     /// SIGSEGV (for languages that can write through a view: Python).
     pub copy_on_write: bool,
+    /// What to do if the producer evicts this consumer for falling behind.
+    pub on_evict: OnEvict,
 }
 
 /// An epoch as this consumer will see it.
@@ -148,9 +160,15 @@ pub struct Consumer {
     /// Control messages received and not yet acted on (an `EpochEnd` waits
     /// for the epoch's last batches to be read).
     control: VecDeque<ToConsumer>,
+    /// Rows handed out (queued) in the current epoch.
+    rows: u64,
     /// What the next calls return, in order (errors in their place).
     events: VecDeque<Result<Event>>,
     finished: Option<ShutdownReason>,
+    /// The producer evicted us; its `Evicted` message is on its way.
+    cut_off: bool,
+    /// Evicted with `OnEvict::Error`: (epoch, behind, budget).
+    fell_behind: Option<(u64, u64, u64)>,
 }
 
 impl Consumer {
@@ -193,6 +211,7 @@ impl Consumer {
                 drop_last: opts.drop_last,
                 join: opts.join,
                 label: opts.label.clone(),
+                on_evict: opts.on_evict,
             }),
         });
         wire::send_frame(&sock, &wire::encode(&hello)?)?;
@@ -236,11 +255,12 @@ impl Consumer {
             });
         }
         let mut fds = fds.into_iter();
-        let (Some(arena_fd), Some(board_fd), Some(ledger_fd)) =
-            (fds.next(), fds.next(), fds.next())
+        let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
+            (fds.next(), fds.next(), fds.next(), fds.next())
         else {
             return Err(Error::Protocol(
-                "the welcome did not carry the arena, board and ledger descriptors".into(),
+                "the welcome did not carry the arena, board, ledger and holder-count descriptors"
+                    .into(),
             ));
         };
         let slot_size = usize::try_from(welcome.slot_size)
@@ -249,9 +269,10 @@ impl Consumer {
         let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
         let board = BoardView::map(board_fd)?;
         let ledger = Ledger::open(ledger_fd, slots)?;
+        let holds = HoldsView::open(holds_fd, slots)?;
         Ok(Consumer {
             name: name.to_owned(),
-            link: Arc::new(Link::new(sock, board, ledger)),
+            link: Arc::new(Link::new(sock, board, ledger, holds)),
             reader,
             arena: Arc::new(arena),
             welcome,
@@ -260,8 +281,11 @@ impl Consumer {
             epoch: None,
             cursor: None,
             control: VecDeque::new(),
+            rows: 0,
             events: VecDeque::new(),
             finished: None,
+            cut_off: false,
+            fell_behind: None,
         })
     }
 
@@ -308,7 +332,18 @@ impl Consumer {
             // Read the wake word before looking for work: a change after
             // this point makes the sleep below return at once.
             let seen = self.link.board.wake_word();
+            if let Some((epoch, behind, budget)) = self.fell_behind {
+                return Err(Error::FellBehind {
+                    name: self.name.clone(),
+                    epoch,
+                    behind,
+                    budget,
+                });
+            }
             self.drain()?;
+            if self.fell_behind.is_some() {
+                continue;
+            }
             if let Some(event) = self.events.pop_front() {
                 let event = event?;
                 if matches!(event, Event::Batch(_)) {
@@ -358,7 +393,13 @@ impl Consumer {
             }
         }
         self.advance(published)?;
-        if eof && self.finished.is_none() {
+        // A clean shutdown may still wait in the queue behind batches not
+        // taken yet (they are taken lazily).
+        let shutdown = self
+            .control
+            .iter()
+            .any(|m| matches!(m, ToConsumer::Shutdown(_)));
+        if eof && self.finished.is_none() && !shutdown {
             self.events.clear();
             return Err(Error::ProducerGone {
                 name: self.name.clone(),
@@ -377,11 +418,20 @@ impl Consumer {
             {
                 c.end = Some(*end_seq);
             }
-            if let Some(cursor) = self.cursor {
+            // Lazily: one consumer batch at a time; the rest waits.
+            if self.holds_batches() {
+                return Ok(());
+            }
+            if let Some(cursor) = self.cursor.filter(|_| !self.cut_off) {
                 let limit = cursor.end.map_or(published, |end| end.min(published));
-                self.take_batches(cursor.next..limit);
-                if let Some(c) = self.cursor.as_mut() {
-                    c.next = c.next.max(limit);
+                for seq in cursor.next..limit {
+                    let taken = self.take_batch(seq);
+                    if let Some(c) = self.cursor.as_mut() {
+                        c.next = seq + 1;
+                    }
+                    if !taken || self.holds_batches() {
+                        return Ok(());
+                    }
                 }
             }
             let Some(msg) = self.control.pop_front() else {
@@ -403,6 +453,7 @@ impl Consumer {
                         bs,
                         self.opts.drop_last,
                     ));
+                    self.rows = 0;
                     self.epoch = Some(info.clone());
                     self.cursor = Some(Cursor {
                         next: es.first_seq,
@@ -436,6 +487,7 @@ impl Consumer {
                         continue;
                     }
                     if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
+                        self.rows += tail.as_ref().map_or(0, |b| b.rows());
                         self.events.push_back(tail.map(Event::Batch));
                     }
                     self.assembler = None;
@@ -451,7 +503,11 @@ impl Consumer {
                             .end
                             .unwrap_or(u64::MAX)
                             .min(self.link.board.published());
-                        self.take_batches(cursor.next..limit);
+                        for seq in cursor.next..limit {
+                            if self.cut_off || !self.take_batch(seq) {
+                                break;
+                            }
+                        }
                     }
                     self.assembler = None;
                     self.cursor = None;
@@ -459,6 +515,12 @@ impl Consumer {
                     self.finished = Some(reason);
                     return Ok(());
                 }
+                ToConsumer::Evicted {
+                    epoch,
+                    behind,
+                    budget,
+                    generation,
+                } => self.evicted(epoch, behind, budget, generation),
                 other => {
                     return Err(Error::Protocol(format!(
                         "unexpected message from the producer: {other:?}"
@@ -468,22 +530,80 @@ impl Consumer {
         }
     }
 
-    /// Reads batches `seqs` of the board into events; an error takes the
-    /// place of the batch that caused it.
-    fn take_batches(&mut self, seqs: std::ops::Range<u64>) {
-        for seq in seqs {
-            match self.take_batch(seq) {
-                Ok(batches) => self
-                    .events
-                    .extend(batches.into_iter().map(|b| b.map(Event::Batch))),
-                Err(e) => self.events.push_back(Err(e)),
+    /// True when a batch (or an error in a batch's place) waits to be
+    /// handed out: batches are taken from the board one at a time.
+    fn holds_batches(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| matches!(e, Ok(Event::Batch(_)) | Err(_)))
+    }
+
+    /// The producer evicted this consumer: drops what the epoch still had
+    /// pending (views already handed out stay valid: the producer keeps
+    /// their slots), then fails the next read or ends the epoch short.
+    fn evicted(&mut self, epoch: u64, behind: u64, budget: u64, generation: u64) {
+        self.link.evicted(generation);
+        self.cut_off = false;
+        self.assembler = None;
+        self.events
+            .retain(|e| !matches!(e, Ok(Event::Batch(_)) | Err(_)));
+        let in_epoch = self.cursor.take().is_some();
+        match self.opts.on_evict {
+            OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
+            OnEvict::Rejoin => {
+                eprintln!(
+                    "batchcast: warning: consumer of {:?} fell {behind} batches behind (budget \
+                     {budget}) and was evicted from epoch {epoch}; the epoch ends short after \
+                     {} samples and it rejoins at the next epoch",
+                    self.name, self.rows
+                );
+                if in_epoch {
+                    self.events.push_back(Ok(Event::EpochEnd {
+                        epoch,
+                        samples: self.rows,
+                    }));
+                }
             }
         }
     }
 
-    /// Leases batch `seq` and cuts it into consumer batches.
-    fn take_batch(&mut self, seq: u64) -> Result<Vec<Result<Batch>>> {
-        let slot = self.link.board.slot_of(seq)?;
+    /// Takes batch `seq` into events, an error in the place of the batch
+    /// that caused it; false when the producer has evicted this consumer
+    /// (the batch was not read).
+    fn take_batch(&mut self, seq: u64) -> bool {
+        match self.read_batch(seq) {
+            Ok(Some(batches)) => {
+                for batch in batches {
+                    self.rows += batch.as_ref().map_or(0, |b| b.rows());
+                    self.events.push_back(batch.map(Event::Batch));
+                }
+                true
+            }
+            Ok(None) => false,
+            Err(e) => {
+                self.events.push_back(Err(e));
+                true
+            }
+        }
+    }
+
+    /// Leases batch `seq` and cuts it into consumer batches; `None` when the
+    /// producer has evicted this consumer.
+    fn read_batch(&mut self, seq: u64) -> Result<Option<Vec<Result<Batch>>>> {
+        // Once evicted, the board's ring may have moved past our batches:
+        // the producer stopped keeping them for us before it published more.
+        let slot = match self.link.board.slot_of(seq) {
+            Ok(slot) => slot,
+            Err(_) if self.link.is_evicted() => {
+                self.cut_off = true;
+                return Ok(None);
+            }
+            Err(e) => return Err(e),
+        };
+        if !self.link.acquire(slot, seq) {
+            self.cut_off = true;
+            return Ok(None);
+        }
         self.arena.refresh(slot)?;
         let header = self.arena.header(slot, seq)?;
         let Some(epoch) = self.epoch.as_ref().map(|e| e.epoch) else {
@@ -505,7 +625,7 @@ impl Consumer {
         let Some(assembler) = self.assembler.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
-        Ok(assembler.push(lease))
+        Ok(Some(assembler.push(lease)))
     }
 }
 

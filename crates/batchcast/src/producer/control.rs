@@ -285,10 +285,9 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                         let pid = *pid;
                         let id = {
                             let mut state = shared.lock();
-                            let id = state.add_consumer(Arc::clone(&sock), pid, ch);
-                            if !state.consumers.contains_key(&id) {
+                            let Some(id) = state.add_consumer(Arc::clone(&sock), pid, ch) else {
                                 return false;
-                            }
+                            };
                             shared.notify(state);
                             id
                         };
@@ -301,7 +300,7 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                 // publisher, which looks there.
                 let id = *id;
                 let state = shared.lock();
-                let alive = state.consumers.contains_key(&id);
+                let alive = state.has_consumer(id);
                 shared.notify(state);
                 if !alive {
                     return false;

@@ -6,13 +6,19 @@
 //! [`Producer::finish`] (or drop) tells every consumer the stream is over.
 //!
 //! `loan` blocks only while every slot is leased, that is while the slowest
-//! live consumer is a whole window behind, or (with [`IdlePolicy::Wait`])
-//! while no consumer is attached.
+//! live consumer is a whole window plus the lag budget behind (see
+//! [`LagBudget`]; past it, [`LagPolicy`] says whether to wait or to evict
+//! the laggard), or (with [`IdlePolicy::Wait`]) while no consumer is
+//! attached.
 
 mod admission;
 mod control;
+mod lag;
 pub(crate) mod lock;
-pub(crate) mod state;
+mod slots;
+mod state;
+
+pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
@@ -21,14 +27,14 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use crate::arena::layout_offset;
-use crate::arena::Arena;
+use crate::arena::{available_memory, layout_offset, Arena};
+use crate::board::MAX_SLOTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
 use crate::wire::{self, ShutdownReason, ToConsumer};
-use state::{ArenaInfo, Phase, State};
+use state::State;
 
 /// What the producer does while no consumer is attached.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -56,6 +62,13 @@ pub struct ProducerOptions {
     pub idle: IdlePolicy,
     /// Socket directory; `None`: the default (see [`crate::endpoint`]).
     pub dir: Option<PathBuf>,
+    /// How far a consumer may fall behind the others before it holds them
+    /// back (or is evicted); `None`: the smaller of [`DEFAULT_LAG_BYTES`]
+    /// and an eighth of the memory available, in whole slots. Its memory
+    /// is reserved only when used.
+    pub max_lag: Option<LagBudget>,
+    /// What to do past the lag budget.
+    pub lag_policy: LagPolicy,
 }
 
 /// Headroom of auto-sized slots over the first batch (25 %).
@@ -70,6 +83,8 @@ impl Default for ProducerOptions {
             batch_size: None,
             idle: IdlePolicy::Wait(None),
             dir: None,
+            max_lag: None,
+            lag_policy: LagPolicy::Wait,
         }
     }
 }
@@ -91,7 +106,7 @@ impl Shared {
     /// join or a departure may be what it waits for). Skipping the wake when
     /// nobody waits saves a syscall per release.
     fn notify(&self, state: MutexGuard<'_, State>) {
-        let waiting = state.waiters > 0;
+        let waiting = state.has_waiters();
         drop(state);
         if waiting {
             self.cond.notify_all();
@@ -105,13 +120,13 @@ impl Shared {
         mut state: MutexGuard<'a, State>,
         timeout: Duration,
     ) -> MutexGuard<'a, State> {
-        state.waiters += 1;
+        state.set_waiting(true);
         let mut state = self
             .cond
             .wait_timeout(state, timeout)
             .unwrap_or_else(|p| p.into_inner())
             .0;
-        state.waiters -= 1;
+        state.set_waiting(false);
         state
     }
 }
@@ -137,6 +152,8 @@ pub struct Producer {
     wake: Option<OwnedFd>,
     lock: Option<lock::NameLock>,
     epoch_batches: u64,
+    /// The kernel refused memory for a lag slot (warned once).
+    lag_refused: bool,
 }
 
 impl Producer {
@@ -172,7 +189,19 @@ impl Producer {
         listener
             .set_nonblocking(true)
             .map_err(|e| Error::io("cannot configure the listening socket", e))?;
-        let state = State::new(name, opts.window, opts.batch_size, opts.samples_per_epoch)?;
+        if opts.window > MAX_SLOTS {
+            return Err(Error::InvalidArgument(format!(
+                "window must be at most {MAX_SLOTS} slots, not {}",
+                opts.window
+            )));
+        }
+        let state = State::new(
+            name,
+            opts.window,
+            opts.batch_size,
+            opts.samples_per_epoch,
+            opts.lag_policy,
+        );
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             cond: Condvar::new(),
@@ -195,6 +224,7 @@ impl Producer {
             wake: Some(wake_write),
             lock: Some(lock),
             epoch_batches: 0,
+            lag_refused: false,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -219,7 +249,7 @@ impl Producer {
 
     /// Consumers connected now.
     pub fn consumers(&self) -> usize {
-        self.shared.lock().consumers.len()
+        self.shared.lock().consumer_count()
     }
 
     /// Live figures.
@@ -230,14 +260,14 @@ impl Producer {
     /// Sets the rows of the coming epochs (before `begin_epoch`).
     pub fn set_samples_per_epoch(&mut self, samples: Option<u64>) {
         self.opts.samples_per_epoch = samples;
-        self.shared.lock().samples_per_epoch = samples;
+        self.shared.lock().set_samples_per_epoch(samples);
     }
 
     /// Waits until at least `n` consumers are connected; false on timeout.
     pub fn wait_for_consumers(&self, n: usize, timeout: Option<Duration>) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut state = self.shared.lock();
-        while state.consumers.len() < n {
+        while state.consumer_count() < n {
             let step = match deadline {
                 Some(d) => match d.checked_duration_since(Instant::now()) {
                     Some(left) => left,
@@ -252,28 +282,7 @@ impl Producer {
 
     /// Begins the next epoch; returns its number (the first is 0).
     pub fn begin_epoch(&mut self) -> Result<u64> {
-        let mut state = self.shared.lock();
-        if state.epoch.open {
-            return Err(Error::Usage(
-                "begin_epoch called twice without end_epoch".into(),
-            ));
-        }
-        let number = state.epochs_begun;
-        state.epochs_begun += 1;
-        state.epoch = state::Epoch {
-            number,
-            open: true,
-            first_seq: None,
-            published_rows: 0,
-            samples: state.samples_per_epoch,
-        };
-        for id in state.ids_in(Phase::Waiting) {
-            if let Some(c) = state.consumers.get_mut(&id) {
-                c.phase = Phase::Following;
-                c.started = None;
-                c.epoch_rows = 0;
-            }
-        }
+        let number = self.shared.lock().begin_epoch()?;
         self.epoch_batches = 0;
         Ok(number)
     }
@@ -288,7 +297,7 @@ impl Producer {
         leaves: &[LeafSpec],
         interrupt: &mut dyn FnMut() -> bool,
     ) -> Result<SlotMut<'_>> {
-        if !self.shared.lock().epoch.open {
+        if !self.shared.lock().epoch_open() {
             return Err(Error::Usage(
                 "loan called outside an epoch; call begin_epoch first".into(),
             ));
@@ -313,15 +322,45 @@ impl Producer {
             producer: self,
             index,
             layout,
+            published: false,
         })
     }
 
     fn wait_for_slot(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<usize> {
         let idle_since = Instant::now();
-        let mut state = self.shared.lock();
+        let mut blocked_since: Option<Instant> = None;
+        let Producer {
+            endpoint,
+            opts,
+            shared,
+            arena,
+            lag_refused,
+            ..
+        } = self;
+        let Some(arena) = arena.as_ref() else {
+            return Err(Error::Usage("no arena to loan a slot from".into()));
+        };
+        let name = endpoint.name();
+        let mut reserve = |i: usize| match arena.reserve(i) {
+            Ok(()) => true,
+            Err(e) => {
+                if !*lag_refused {
+                    *lag_refused = true;
+                    eprintln!(
+                        "batchcast: warning: producer {name:?}: the kernel refused memory for \
+                         another lag slot ({e}); the lag budget ends here, {} slots short of \
+                         max_lag: a consumer further behind now holds the others back (or is \
+                         evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
+                        arena.slots() - i
+                    );
+                }
+                false
+            }
+        };
+        let mut state = shared.lock();
         loop {
-            let idle = state.consumers.is_empty();
-            match self.opts.idle {
+            let idle = state.consumer_count() == 0;
+            match opts.idle {
                 IdlePolicy::Wait(limit) if idle => {
                     if let Some(limit) = limit {
                         if idle_since.elapsed() >= limit {
@@ -332,24 +371,22 @@ impl Producer {
                     }
                 }
                 _ => {
-                    if let Some(i) = state.take_free_slot() {
-                        state.board.set_producer_waiting(false);
+                    if let Some(i) = state.take_slot(&mut reserve) {
                         return Ok(i);
                     }
-                    // Say we wait, then look once more: a consumer that
-                    // released after the first look, before it could see
-                    // the flag, sent no wake-up.
-                    state.board.set_producer_waiting(true);
-                    if let Some(i) = state.take_free_slot() {
-                        state.board.set_producer_waiting(false);
-                        return Ok(i);
+                    // Every slot is held, lag slots included.
+                    let since = *blocked_since.get_or_insert_with(Instant::now);
+                    if let LagPolicy::Evict { stall_timeout } = opts.lag_policy {
+                        if since.elapsed() >= stall_timeout && state.evict_laggards() > 0 {
+                            continue; // their slots may be free now
+                        }
                     }
                 }
             }
             let t0 = Instant::now();
-            state = self.shared.wait(state, Duration::from_millis(100));
+            state = shared.wait(state, Duration::from_millis(100));
             if !idle {
-                state.blocked += t0.elapsed();
+                state.note_blocked(t0.elapsed());
             }
             // The hook may take other locks (Python's GIL): never call it
             // while holding the state lock.
@@ -357,94 +394,49 @@ impl Producer {
             if interrupt() {
                 return Err(Error::Interrupted);
             }
-            state = self.shared.lock();
+            state = shared.lock();
         }
     }
 
     fn create_arena(&mut self, slot_size: usize) -> Result<()> {
-        let arena = Arena::create(self.endpoint.name(), self.opts.window, slot_size)?;
+        let window = self.opts.window;
+        let page = rustix::param::page_size();
+        let rounded = slot_size
+            .checked_next_multiple_of(page)
+            .unwrap_or(slot_size);
+        let lag = LagBudget::slots(self.opts.max_lag, rounded, available_memory())
+            .min(MAX_SLOTS - window);
+        let arena = Arena::create_lazy(self.endpoint.name(), window + lag, window, slot_size)?;
         let fd = arena.readonly_fd()?;
+        let slot_size = arena.slot_size() as u64;
         self.arena = Some(arena);
         let mut state = self.shared.lock();
-        state.arena = Some(ArenaInfo {
-            fd,
-            slot_size: slot_size as u64,
-        });
-        state.welcome_pending();
+        let made = state.set_arena(fd, slot_size, lag);
         self.shared.notify(state);
-        Ok(())
+        made
     }
 
-    fn publish(&mut self, index: usize, layout: Layout) -> Result<u64> {
+    fn publish(&mut self, index: usize, layout: &Layout) -> Result<u64> {
         let rows = layout.rows();
         let used = layout.slot_bytes();
-        let encoded = encode_layout(&layout)?;
+        let encoded = encode_layout(layout)?;
         let mut state = self.shared.lock();
-        let seq = state.next_seq;
-        let epoch = state.epoch.number;
+        let (seq, epoch) = state.next_batch();
         if let Some(arena) = self.arena.as_mut() {
             arena.seal_slot(index, seq, epoch, used, &encoded)?;
         }
-        state.next_seq += 1;
-        if state.batch_size.is_none() {
-            state.batch_size = Some(rows);
-        }
-        if state.epoch.first_seq.is_none() {
-            state.epoch.first_seq = Some(seq);
-        }
-        let slot = &mut state.slots[index];
-        slot.seq = Some(seq);
-        slot.rows = rows;
-        slot.holders.clear();
-        let samples = state.epoch.samples;
-        for id in state.ids_in(Phase::Following) {
-            let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
-            if !started && !state.start_epoch_for(id, samples, false, seq) {
-                continue;
-            }
-            state.subscribe(id, seq, rows);
-        }
-        // Only now may consumers see it: every holder is recorded.
-        state.board.publish(seq, index);
-        state.epoch.published_rows += rows;
-        state.note_publish();
+        state.publish(index, seq, rows);
         self.epoch_batches += 1;
         Ok(seq)
     }
 
     /// Ends the current epoch: every consumer following it gets its end.
     pub fn end_epoch(&mut self) -> Result<EpochSummary> {
-        let mut state = self.shared.lock();
-        if !state.epoch.open {
-            return Err(Error::Usage("end_epoch called outside an epoch".into()));
-        }
-        let epoch = state.epoch.number;
-        let samples = state.epoch.samples;
-        for id in state.ids_in(Phase::Following) {
-            let started = state.consumers.get(&id).and_then(|c| c.started) == Some(epoch);
-            let next = state.next_seq;
-            if !started && !state.start_epoch_for(id, samples, false, next) {
-                continue;
-            }
-            let rows = state.consumers.get(&id).map(|c| c.epoch_rows).unwrap_or(0);
-            let end_seq = state.next_seq;
-            if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd {
-                epoch,
-                samples: rows,
-                end_seq,
-            }) {
-                state.send_or_drop(id, &frame);
-            }
-            if let Some(c) = state.consumers.get_mut(&id) {
-                c.started = None;
-                c.phase = Phase::Waiting;
-            }
-        }
-        state.epoch.open = false;
+        let (epoch, samples) = self.shared.lock().end_epoch()?;
         Ok(EpochSummary {
             epoch,
             batches: self.epoch_batches,
-            samples: state.epoch.published_rows,
+            samples,
         })
     }
 
@@ -456,23 +448,15 @@ impl Producer {
 
     fn shutdown(&mut self, reason: ShutdownReason) {
         if let Some(wake) = self.wake.take() {
-            {
-                let mut state = self.shared.lock();
-                state.closed = true;
-                if let Ok(frame) = wire::encode(&ToConsumer::Shutdown(reason)) {
-                    state.broadcast(&frame);
-                }
+            if let Ok(frame) = wire::encode(&ToConsumer::Shutdown(reason)) {
+                self.shared.lock().shutdown(&frame);
             }
             let _ = std::fs::remove_file(self.endpoint.socket_path());
             let _ = rustix::io::write(&wake, &[1]);
             if let Some(handle) = self.control.take() {
                 let _ = handle.join();
             }
-            let ids: Vec<u64> = self.shared.lock().consumers.keys().copied().collect();
-            let mut state = self.shared.lock();
-            for id in ids {
-                state.remove_consumer(id);
-            }
+            self.shared.lock().remove_all();
         }
         if let Some(lock) = self.lock.take() {
             lock.release();
@@ -487,10 +471,20 @@ impl Drop for Producer {
 }
 
 /// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
+/// Dropped unpublished, it gives the slot back.
 pub struct SlotMut<'p> {
     producer: &'p mut Producer,
     index: usize,
     layout: Layout,
+    published: bool,
+}
+
+impl Drop for SlotMut<'_> {
+    fn drop(&mut self) {
+        if !self.published {
+            self.producer.shared.lock().give_back(self.index);
+        }
+    }
 }
 
 impl SlotMut<'_> {
@@ -587,13 +581,10 @@ impl SlotMut<'_> {
 
     /// Publishes the batch to every consumer following the epoch; returns
     /// its sequence number.
-    pub fn publish(self) -> Result<u64> {
-        let SlotMut {
-            producer,
-            index,
-            layout,
-        } = self;
-        producer.publish(index, layout)
+    pub fn publish(mut self) -> Result<u64> {
+        let seq = self.producer.publish(self.index, &self.layout)?;
+        self.published = true;
+        Ok(seq)
     }
 }
 

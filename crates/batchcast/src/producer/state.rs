@@ -6,103 +6,122 @@
 //! writes a slot only once every holder has released the batch in its
 //! ledger ([`crate::ledger`]) or is gone. Removing a consumer (its socket
 //! closed, it sent garbage, a send to it failed) drops it from every slot's
-//! holders at once, so a dead consumer never holds the others up.
+//! holders at once, so a dead consumer never holds the others up. Evicting
+//! a laggard drops it from the holders of every slot it has not begun to
+//! read (see [`crate::ledger`] for the handshake that makes this safe).
+//!
+//! Fields are private: the producer and its control thread change the
+//! state only through the methods below, each of which keeps it whole.
 
 use std::collections::{BTreeMap, VecDeque};
-use std::os::fd::OwnedFd;
+use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use std::os::fd::AsFd;
-
+use super::lag::LagPolicy;
+use super::slots::Slots;
 use crate::board::Board;
+use crate::error::{Error, Result};
+use crate::holds::Holds;
 use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
 use crate::wire::{
-    self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION,
+    self, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome, PROTOCOL_VERSION,
 };
-
-/// One slot of the window.
-#[derive(Debug, Default)]
-pub(crate) struct Slot {
-    /// The batch it holds, if any.
-    pub seq: Option<u64>,
-    /// Consumers its batch was published to that may not have released it.
-    pub holders: Vec<u64>,
-    /// Rows of the batch it holds.
-    pub rows: u64,
-}
 
 /// Where a consumer stands.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Phase {
+enum Phase {
     /// Connected before the arena existed; not welcomed yet.
     Pending,
     /// Welcomed; waits for the next epoch to begin.
     Waiting,
     /// Receives the current epoch's batches.
     Following,
+    /// Evicted for falling behind, with `on_evict: error`: receives nothing
+    /// more, but keeps the slots it still has views of until it releases
+    /// them or leaves.
+    Evicted,
 }
 
 /// One connected consumer.
 #[derive(Debug)]
-pub(crate) struct ConsumerEntry {
-    pub sock: Arc<UnixStream>,
-    pub pid: u32,
-    pub hello: ConsumerHello,
-    pub phase: Phase,
+struct ConsumerEntry {
+    sock: Arc<UnixStream>,
+    pid: u32,
+    hello: ConsumerHello,
+    phase: Phase,
     /// The epoch this consumer got an `EpochStart` for, if it is inside one.
-    pub started: Option<u64>,
+    started: Option<u64>,
+    /// The first batch it was ever to read (where it joined the stream).
+    joined_at: Option<u64>,
     /// Rows published to it in the current epoch.
-    pub epoch_rows: u64,
+    epoch_rows: u64,
     /// Its ledger, once welcomed.
-    pub ledger: Option<Ledger>,
+    ledger: Option<Ledger>,
     /// The last batch published to it.
-    pub last_sent: Option<u64>,
+    last_sent: Option<u64>,
+    /// Times it was evicted.
+    evictions: u64,
 }
 
 /// The current epoch, as the publisher drives it.
 #[derive(Debug, Default)]
-pub(crate) struct Epoch {
-    pub number: u64,
-    pub open: bool,
-    pub first_seq: Option<u64>,
-    pub published_rows: u64,
-    pub samples: Option<u64>,
+struct Epoch {
+    number: u64,
+    open: bool,
+    first_seq: Option<u64>,
+    published_rows: u64,
+    samples: Option<u64>,
 }
 
-/// The arena as the control thread needs it.
+/// What exists once the arena does.
 #[derive(Debug)]
-pub(crate) struct ArenaInfo {
-    pub fd: OwnedFd,
-    pub slot_size: u64,
+struct Shm {
+    /// A read-only descriptor of the arena, for welcomes.
+    arena_fd: OwnedFd,
+    slot_size: u64,
+    board: Board,
+    /// A read-only descriptor of the board, for welcomes.
+    board_fd: OwnedFd,
+    holds: Holds,
+}
+
+/// Where consumer `c` reads: one past the last batch it acquired, and at
+/// least where it joined the stream (the ledger is the consumer's to write: a
+/// hint for choosing lag slots and laggards, bounded by `next`, the next
+/// batch to publish; never trusted for memory safety).
+fn position(c: &ConsumerEntry, next: u64) -> u64 {
+    c.ledger
+        .as_ref()
+        .map_or(0, |l| l.position())
+        .max(c.joined_at.unwrap_or(next))
+        .min(next)
 }
 
 /// Everything behind the producer's mutex.
 #[derive(Debug)]
 pub(crate) struct State {
-    pub name: String,
-    pub pid: u32,
-    pub started: Instant,
-    pub arena: Option<ArenaInfo>,
-    pub board: Arc<Board>,
-    /// A read-only descriptor of the board, for welcomes.
-    pub board_fd: OwnedFd,
-    pub slots: Vec<Slot>,
-    pub consumers: BTreeMap<u64, ConsumerEntry>,
-    pub next_id: u64,
-    pub next_seq: u64,
-    pub epoch: Epoch,
-    pub epochs_begun: u64,
-    pub batch_size: Option<u64>,
-    pub samples_per_epoch: Option<u64>,
-    pub published: u64,
-    pub blocked: Duration,
-    pub recent: VecDeque<Instant>,
-    pub closed: bool,
+    name: String,
+    pid: u32,
+    started: Instant,
+    shm: Option<Shm>,
+    slots: Slots,
+    consumers: BTreeMap<u64, ConsumerEntry>,
+    next_id: u64,
+    next_seq: u64,
+    epoch: Epoch,
+    epochs_begun: u64,
+    batch_size: Option<u64>,
+    samples_per_epoch: Option<u64>,
+    lag_policy: LagPolicy,
+    evictions: u64,
+    published: u64,
+    blocked: Duration,
+    recent: VecDeque<Instant>,
     /// Threads waiting on the condition variable.
-    pub waiters: usize,
+    waiters: usize,
 }
 
 impl State {
@@ -111,17 +130,14 @@ impl State {
         window: usize,
         batch_size: Option<u64>,
         samples: Option<u64>,
-    ) -> crate::Result<Self> {
-        let board = Board::create(name, window)?;
-        let board_fd = board.readonly_fd()?;
-        Ok(State {
+        lag_policy: LagPolicy,
+    ) -> Self {
+        State {
             name: name.to_owned(),
             pid: std::process::id(),
             started: Instant::now(),
-            arena: None,
-            board: Arc::new(board),
-            board_fd,
-            slots: (0..window).map(|_| Slot::default()).collect(),
+            shm: None,
+            slots: Slots::new(window),
             consumers: BTreeMap::new(),
             next_id: 1,
             next_seq: 0,
@@ -129,23 +145,238 @@ impl State {
             epochs_begun: 0,
             batch_size,
             samples_per_epoch: samples,
+            lag_policy,
+            evictions: 0,
             published: 0,
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
-            closed: false,
             waiters: 0,
-        })
+        }
+    }
+
+    /// The arena exists: adds its `lag_slots` lag slots, makes the board
+    /// and the holder counts, and welcomes the consumers that wait for it.
+    pub fn set_arena(&mut self, arena_fd: OwnedFd, slot_size: u64, lag_slots: usize) -> Result<()> {
+        self.slots.add_lag_slots(lag_slots);
+        let board = Board::create(&self.name, self.slots.len())?;
+        let board_fd = board.readonly_fd()?;
+        let holds = Holds::create(self.slots.len())?;
+        self.shm = Some(Shm {
+            arena_fd,
+            slot_size,
+            board,
+            board_fd,
+            holds,
+        });
+        let pending: Vec<u64> = self.ids_in(Phase::Pending);
+        for id in pending {
+            self.welcome(id);
+        }
+        Ok(())
+    }
+
+    /// Consumers connected now.
+    pub fn consumer_count(&self) -> usize {
+        self.consumers.len()
+    }
+
+    /// True while consumer `id` is connected.
+    pub fn has_consumer(&self, id: u64) -> bool {
+        self.consumers.contains_key(&id)
+    }
+
+    /// Counts a thread waiting on the condition variable (or one fewer).
+    pub fn set_waiting(&mut self, waiting: bool) {
+        if waiting {
+            self.waiters += 1;
+        } else {
+            self.waiters = self.waiters.saturating_sub(1);
+        }
+    }
+
+    /// True when a thread waits on the condition variable.
+    pub fn has_waiters(&self) -> bool {
+        self.waiters > 0
+    }
+
+    /// Sets the rows of the coming epochs.
+    pub fn set_samples_per_epoch(&mut self, samples: Option<u64>) {
+        self.samples_per_epoch = samples;
+    }
+
+    /// True between `begin_epoch` and `end_epoch`.
+    pub fn epoch_open(&self) -> bool {
+        self.epoch.open
+    }
+
+    /// Adds time the publisher spent blocked on held slots.
+    pub fn note_blocked(&mut self, took: Duration) {
+        self.blocked += took;
+    }
+
+    /// Begins the next epoch; every consumer waiting for it follows it.
+    pub fn begin_epoch(&mut self) -> Result<u64> {
+        if self.epoch.open {
+            return Err(Error::Usage(
+                "begin_epoch called twice without end_epoch".into(),
+            ));
+        }
+        let number = self.epochs_begun;
+        self.epochs_begun += 1;
+        self.epoch = Epoch {
+            number,
+            open: true,
+            first_seq: None,
+            published_rows: 0,
+            samples: self.samples_per_epoch,
+        };
+        for id in self.ids_in(Phase::Waiting) {
+            self.set_phase(id, Phase::Following);
+        }
+        Ok(number)
+    }
+
+    /// Ends the current epoch: every consumer following it gets its end.
+    /// Returns the epoch and the rows published in it.
+    pub fn end_epoch(&mut self) -> Result<(u64, u64)> {
+        if !self.epoch.open {
+            return Err(Error::Usage("end_epoch called outside an epoch".into()));
+        }
+        let epoch = self.epoch.number;
+        let samples = self.epoch.samples;
+        for id in self.ids_in(Phase::Following) {
+            let next = self.next_seq;
+            if !self.started_this_epoch(id) && !self.start_epoch_for(id, samples, false, next) {
+                continue;
+            }
+            let rows = self.consumers.get(&id).map_or(0, |c| c.epoch_rows);
+            if let Ok(frame) = wire::encode(&ToConsumer::EpochEnd {
+                epoch,
+                samples: rows,
+                end_seq: next,
+            }) {
+                self.send_or_drop(id, &frame);
+            }
+            if let Some(c) = self.consumers.get_mut(&id) {
+                c.started = None;
+                c.phase = Phase::Waiting;
+            }
+        }
+        self.epoch.open = false;
+        Ok((epoch, self.epoch.published_rows))
+    }
+
+    fn started_this_epoch(&self, id: u64) -> bool {
+        self.consumers.get(&id).and_then(|c| c.started) == Some(self.epoch.number)
+    }
+
+    /// Takes a free slot, or says the publisher waits for one: the board's
+    /// flag is set, and the slots looked at once more, so that a consumer
+    /// that released after the first look, before it could see the flag,
+    /// is not missed (it sent no wake-up). `reserve` reserves a lag slot's
+    /// memory on its first use.
+    pub fn take_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        let found = self.take_free_slot(reserve).or_else(|| {
+            self.set_producer_waiting(true);
+            self.take_free_slot(reserve)
+        });
+        if found.is_some() {
+            self.set_producer_waiting(false);
+        }
+        found
+    }
+
+    fn set_producer_waiting(&self, waiting: bool) {
+        if let Some(shm) = &self.shm {
+            shm.board.set_producer_waiting(waiting);
+        }
+    }
+
+    /// A free slot. A lag slot only while the following consumers are
+    /// spread apart by at least half a window (some consumer lags the
+    /// others): consumers that are all as slow as each other (or just one
+    /// consumer) are back-pressure, handled as it always was, and no lag
+    /// memory is used for them.
+    fn take_free_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        let (next, window) = (self.next_seq, self.slots.window() as u64);
+        let consumers = &self.consumers;
+        let lag_wanted = || {
+            let mut positions = consumers
+                .values()
+                .filter(|c| c.phase == Phase::Following)
+                .map(|c| position(c, next));
+            let Some(first) = positions.next() else {
+                return false;
+            };
+            let (low, high) = positions.fold((first, first), |(l, h), p| (l.min(p), h.max(p)));
+            high - low >= (window / 2).max(1)
+        };
+        let still_holds = |id: u64, i: usize, seq: u64| match consumers
+            .get(&id)
+            .and_then(|c| c.ledger.as_ref())
+        {
+            Some(ledger) => !ledger.has_released(i, seq),
+            None => false, // gone
+        };
+        self.slots.take_free(&still_holds, &lag_wanted, reserve)
+    }
+
+    /// Slot `i` was loaned but not published: it is free again.
+    pub fn give_back(&mut self, i: usize) {
+        self.slots.give_back(i);
+    }
+
+    /// The next batch's sequence number and epoch.
+    pub fn next_batch(&self) -> (u64, u64) {
+        (self.next_seq, self.epoch.number)
+    }
+
+    /// Publishes batch `seq` of `rows` rows, written in slot `index`, to
+    /// every consumer following the epoch.
+    pub fn publish(&mut self, index: usize, seq: u64, rows: u64) {
+        self.next_seq = seq + 1;
+        self.batch_size.get_or_insert(rows);
+        self.epoch.first_seq.get_or_insert(seq);
+        let samples = self.epoch.samples;
+        let mut holders = Vec::new();
+        for id in self.ids_in(Phase::Following) {
+            if !self.started_this_epoch(id) && !self.start_epoch_for(id, samples, false, seq) {
+                continue;
+            }
+            if let Some(c) = self.consumers.get_mut(&id) {
+                c.last_sent = Some(seq);
+                c.epoch_rows += rows;
+                holders.push(id);
+            }
+        }
+        if let Some(shm) = &self.shm {
+            shm.holds.set(index, holders.len());
+        }
+        self.slots.fill(index, seq, rows, holders);
+        // Only now may consumers see it: every holder is recorded.
+        if let Some(shm) = &self.shm {
+            shm.board.publish(seq, index);
+        }
+        self.epoch.published_rows += rows;
+        self.published += 1;
+        let now = Instant::now();
+        self.recent.push_back(now);
+        while self.recent.len() > 64 {
+            self.recent.pop_front();
+        }
     }
 
     /// Sends `frame` to consumer `id` and bumps the board so that it looks;
     /// on failure removes the consumer.
-    pub fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
+    fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
         let ok = match self.consumers.get(&id) {
             Some(c) => wire::send_frame(&*c.sock, frame).is_ok(),
             None => return false,
         };
         if ok {
-            self.board.bump();
+            if let Some(shm) = &self.shm {
+                shm.board.bump();
+            }
         } else {
             self.remove_consumer(id);
         }
@@ -157,47 +388,122 @@ impl State {
         let Some(entry) = self.consumers.remove(&id) else {
             return;
         };
-        for slot in &mut self.slots {
-            slot.holders.retain(|&h| h != id);
+        let dropped = self.slots.drop_holder(id, &|_, _| false);
+        if let Some(shm) = &self.shm {
+            for i in dropped {
+                shm.holds.forget(i);
+            }
         }
         // Wake the peer's reader at once if it is still alive.
         let _ = entry.sock.shutdown(std::net::Shutdown::Both);
     }
 
-    /// True when consumer `id` still needs batch `seq` in slot `i`.
-    fn still_holds(&self, id: u64, i: usize, seq: u64) -> bool {
-        match self.consumers.get(&id).and_then(|c| c.ledger.as_ref()) {
-            Some(ledger) => !ledger.has_released(i, seq),
-            None => false, // gone
+    /// Tells every consumer the stream is over (`frame`, a `Shutdown`).
+    pub fn shutdown(&mut self, frame: &[u8]) {
+        let ids: Vec<u64> = self.consumers.keys().copied().collect();
+        for id in ids {
+            self.send_or_drop(id, frame);
         }
     }
 
-    /// A slot no consumer needs any more, the one holding the oldest batch
-    /// first (so that recent batches stay retained for catch-up joins). Its
-    /// batch is forgotten: the caller is about to rewrite it.
-    pub fn take_free_slot(&mut self) -> Option<usize> {
-        for i in 0..self.slots.len() {
-            let Some(seq) = self.slots[i].seq else {
-                continue;
-            };
-            let mut holders = std::mem::take(&mut self.slots[i].holders);
-            holders.retain(|&id| self.still_holds(id, i, seq));
-            self.slots[i].holders = holders;
+    /// Removes every consumer.
+    pub fn remove_all(&mut self) {
+        let ids: Vec<u64> = self.consumers.keys().copied().collect();
+        for id in ids {
+            self.remove_consumer(id);
         }
-        let i = self
-            .slots
+    }
+
+    /// The lag budget in batches: how far behind the most advanced consumer
+    /// a consumer must be to count as a laggard.
+    fn lag_budget(&self) -> u64 {
+        self.slots.lag_slots().max(1) as u64
+    }
+
+    /// How far each following consumer is behind the most advanced one.
+    fn behind(&self) -> BTreeMap<u64, u64> {
+        let following = self
+            .consumers
             .iter()
-            .enumerate()
-            .filter(|(_, s)| s.holders.is_empty())
-            .min_by_key(|(_, s)| s.seq.map_or(0, |q| q + 1))
-            .map(|(i, _)| i)?;
-        self.slots[i].seq = None;
-        Some(i)
+            .filter(|(_, c)| c.phase == Phase::Following);
+        let positions: BTreeMap<u64, u64> = following
+            .map(|(&id, c)| (id, position(c, self.next_seq)))
+            .collect();
+        let front = positions.values().copied().max().unwrap_or(0);
+        positions
+            .into_iter()
+            .map(|(id, p)| (id, front - p))
+            .collect()
+    }
+
+    /// Evicts every following consumer that holds slots and is at least the
+    /// lag budget behind the most advanced consumer (called while every
+    /// slot is held and the publisher has been blocked for the stall
+    /// timeout). Returns how many were evicted.
+    pub fn evict_laggards(&mut self) -> usize {
+        let budget = self.lag_budget();
+        let laggards: Vec<(u64, u64)> = self
+            .behind()
+            .into_iter()
+            .filter(|&(id, behind)| behind >= budget && self.held_by(id) > 0)
+            .collect();
+        for &(id, behind) in &laggards {
+            self.evict(id, behind, budget);
+        }
+        laggards.len()
+    }
+
+    /// Evicts consumer `id`: bumps its eviction generation, *then* keeps it
+    /// as a holder only of the slots it has acquired and not released (it
+    /// may have views of them; see [`crate::ledger`]), and tells it.
+    fn evict(&mut self, id: u64, behind: u64, budget: u64) {
+        let Some(entry) = self.consumers.get(&id) else {
+            return;
+        };
+        let Some(ledger) = entry.ledger.as_ref() else {
+            return;
+        };
+        let generation = ledger.evict();
+        let keep = |i: usize, seq: u64| ledger.has_acquired(i, seq) && !ledger.has_released(i, seq);
+        let dropped = self.slots.drop_holder(id, &keep);
+        if let Some(shm) = &self.shm {
+            for i in dropped {
+                shm.holds.forget(i);
+            }
+        }
+        let rejoin = entry.hello.on_evict == OnEvict::Rejoin;
+        self.evictions += 1;
+        if let Some(c) = self.consumers.get_mut(&id) {
+            c.evictions += 1;
+        }
+        self.set_phase(
+            id,
+            if rejoin {
+                Phase::Waiting
+            } else {
+                Phase::Evicted
+            },
+        );
+        let msg = ToConsumer::Evicted {
+            epoch: self.epoch.number,
+            behind,
+            budget,
+            generation,
+        };
+        if let Ok(frame) = wire::encode(&msg) {
+            self.send_or_drop(id, &frame);
+        }
     }
 
     /// Adds a consumer. Before the arena exists it is left pending; else it
-    /// is welcomed and joins per its policy.
-    pub fn add_consumer(&mut self, sock: Arc<UnixStream>, pid: u32, hello: ConsumerHello) -> u64 {
+    /// is welcomed and joins per its policy. Returns its id, or `None` if
+    /// it could not be welcomed (its socket failed).
+    pub fn add_consumer(
+        &mut self,
+        sock: Arc<UnixStream>,
+        pid: u32,
+        hello: ConsumerHello,
+    ) -> Option<u64> {
         let id = self.next_id;
         self.next_id += 1;
         self.consumers.insert(
@@ -208,46 +514,42 @@ impl State {
                 hello,
                 phase: Phase::Pending,
                 started: None,
+                joined_at: None,
                 epoch_rows: 0,
                 ledger: None,
                 last_sent: None,
+                evictions: 0,
             },
         );
-        if self.arena.is_some() {
+        if self.shm.is_some() {
             self.welcome(id);
         }
-        id
-    }
-
-    /// Welcomes every pending consumer (called once the arena exists).
-    pub fn welcome_pending(&mut self) {
-        let pending: Vec<u64> = self
-            .consumers
-            .iter()
-            .filter(|(_, c)| c.phase == Phase::Pending)
-            .map(|(&id, _)| id)
-            .collect();
-        for id in pending {
-            self.welcome(id);
-        }
+        self.has_consumer(id).then_some(id)
     }
 
     fn welcome(&mut self, id: u64) {
-        let (Some(arena), Some(entry)) = (self.arena.as_ref(), self.consumers.get(&id)) else {
+        let (Some(shm), Some(entry)) = (self.shm.as_ref(), self.consumers.get(&id)) else {
             return;
         };
         let welcome = ToConsumer::Welcome(Welcome {
             version: PROTOCOL_VERSION,
             producer_pid: self.pid,
-            slot_size: arena.slot_size,
+            slot_size: shm.slot_size,
             slots: self.slots.len() as u32,
+            window: self.slots.window() as u32,
             samples_per_epoch: self.samples_per_epoch,
             batch_size: self.batch_size,
             consumer_id: id,
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
-            let fds = [arena.fd.as_fd(), self.board_fd.as_fd(), ledger_fd.as_fd()];
+            let holds_fd = shm.holds.share_fd()?;
+            let fds = [
+                shm.arena_fd.as_fd(),
+                shm.board_fd.as_fd(),
+                ledger_fd.as_fd(),
+                holds_fd.as_fd(),
+            ];
             wire::send_frame_with_fds(&*entry.sock, &frame, &fds)?;
             Ok(ledger)
         });
@@ -293,8 +595,8 @@ impl State {
                     self.set_phase(id, Phase::Following);
                     // Hold the replayed batches before telling the consumer
                     // where to start: they stay put until it releases them.
-                    for &(seq, rows) in &retained {
-                        self.subscribe(id, seq, rows);
+                    for &(i, rows) in &retained {
+                        self.subscribe(id, i, rows);
                     }
                     self.start_epoch_for(id, samples, false, first);
                 }
@@ -311,21 +613,21 @@ impl State {
         }
     }
 
-    /// Every batch of the current epoch (seq, rows), oldest first, if all
-    /// are still in their slots.
-    fn retained_epoch(&self) -> Option<Vec<(u64, u64)>> {
+    /// The slot and rows of every batch of the current epoch, oldest
+    /// first, if all are still retained.
+    fn retained_epoch(&self) -> Option<Vec<(usize, u64)>> {
         let first = self.epoch.first_seq?;
         (first..self.next_seq)
             .map(|seq| {
-                let slot = self.slots.iter().find(|s| s.seq == Some(seq))?;
-                Some((seq, slot.rows))
+                let i = self.slots.find(seq)?;
+                Some((i, self.slots.get(i).rows))
             })
             .collect()
     }
 
     /// Sends `EpochStart` to consumer `id`: it reads the epoch's batches
     /// from `first_seq` on.
-    pub fn start_epoch_for(
+    fn start_epoch_for(
         &mut self,
         id: u64,
         samples: Option<u64>,
@@ -344,39 +646,31 @@ impl State {
         };
         if let Some(c) = self.consumers.get_mut(&id) {
             c.started = Some(self.epoch.number);
+            c.joined_at.get_or_insert(first_seq);
         }
-        if !self.send_or_drop(id, &frame) {
-            return false;
-        }
-        true
+        self.send_or_drop(id, &frame)
     }
 
-    /// Makes consumer `id` a holder of batch `seq` (published to it).
-    pub fn subscribe(&mut self, id: u64, seq: u64, rows: u64) {
-        if let Some(slot) = self.slots.iter_mut().find(|s| s.seq == Some(seq)) {
-            slot.holders.push(id);
+    /// Makes consumer `id` a holder of the batch in slot `i` (a catch-up
+    /// joiner's replay).
+    fn subscribe(&mut self, id: u64, i: usize, rows: u64) {
+        self.slots.add_holder(i, id);
+        if let Some(shm) = &self.shm {
+            shm.holds.add(i);
         }
         if let Some(c) = self.consumers.get_mut(&id) {
-            c.last_sent = Some(seq);
+            c.last_sent = self.slots.get(i).seq.max(c.last_sent);
             c.epoch_rows += rows;
         }
     }
 
     /// Ids of the consumers in `phase`.
-    pub fn ids_in(&self, phase: Phase) -> Vec<u64> {
+    fn ids_in(&self, phase: Phase) -> Vec<u64> {
         self.consumers
             .iter()
             .filter(|(_, c)| c.phase == phase)
             .map(|(&id, _)| id)
             .collect()
-    }
-
-    /// Sends `frame` to every consumer, dropping those it fails for.
-    pub fn broadcast(&mut self, frame: &[u8]) {
-        let ids: Vec<u64> = self.consumers.keys().copied().collect();
-        for id in ids {
-            self.send_or_drop(id, frame);
-        }
     }
 
     /// The figures `batchcast status` prints.
@@ -390,16 +684,21 @@ impl State {
             }
             _ => 0.0,
         };
+        let behind = self.behind();
         StatusReport {
             name: self.name.clone(),
             pid: self.pid,
             uptime_secs: self.started.elapsed().as_secs_f64(),
-            slots: self.slots.len() as u32,
-            slot_size: self.arena.as_ref().map(|a| a.slot_size).unwrap_or(0),
+            slots: (self.slots.len() - self.slots.lag_slots()) as u32,
+            slot_size: self.shm.as_ref().map_or(0, |s| s.slot_size),
             epoch: self.epoch.number,
             published: self.published,
             batches_per_sec: rate,
             blocked_secs: self.blocked.as_secs_f64(),
+            lag_slots: self.slots.lag_slots() as u64,
+            lag_slots_used: self.slots.lag_in_use() as u64,
+            lag_policy: self.lag_policy.name().to_owned(),
+            evictions: self.evictions,
             consumers: self
                 .consumers
                 .iter()
@@ -413,10 +712,13 @@ impl State {
                         Phase::Pending => "pending",
                         Phase::Waiting => "waiting",
                         Phase::Following => "following",
+                        Phase::Evicted => "evicted",
                     }
                     .to_owned(),
                     position: c.last_sent,
                     lag: self.held_by(id),
+                    behind: behind.get(&id).copied().unwrap_or(0),
+                    evictions: c.evictions,
                     delivered: c.ledger.as_ref().map_or(0, |l| l.figures().0),
                     wait_secs: c.ledger.as_ref().map_or(0, |l| l.figures().1) as f64 / 1e9,
                 })
@@ -427,22 +729,14 @@ impl State {
 
     /// Batches published to consumer `id` that it has not released.
     fn held_by(&self, id: u64) -> u64 {
+        let Some(ledger) = self.consumers.get(&id).and_then(|c| c.ledger.as_ref()) else {
+            return 0;
+        };
         self.slots
             .iter()
-            .enumerate()
             .filter(|(i, s)| {
-                s.holders.contains(&id) && s.seq.is_some_and(|q| self.still_holds(id, *i, q))
+                s.holders.contains(&id) && s.seq.is_some_and(|q| !ledger.has_released(*i, q))
             })
             .count() as u64
-    }
-
-    /// Records one publish for the rate figure.
-    pub fn note_publish(&mut self) {
-        self.published += 1;
-        let now = Instant::now();
-        self.recent.push_back(now);
-        while self.recent.len() > 64 {
-            self.recent.pop_front();
-        }
     }
 }

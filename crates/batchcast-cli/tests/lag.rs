@@ -1,0 +1,234 @@
+//! A stuck consumer (SIGSTOP stands for a debugger, a checkpoint save or a
+//! full stdout pipe) and the others: within the lag budget they go on;
+//! past it, the producer waits or evicts, as its policy says. Real
+//! processes throughout.
+
+mod common;
+
+use std::thread::sleep;
+use std::time::{Duration, Instant};
+
+use common::{assert_full_epoch, Env, Proc};
+
+/// How long the victim stays stopped: the length of the pause the test is
+/// about, not a wait for anything.
+const PAUSE: Duration = Duration::from_secs(3);
+
+/// 10 epochs of 100 batches; the others take 10 ms per batch, so they are
+/// still running well after the pause.
+fn producer(env: &Env, name: &str, extra: &[&str]) -> Proc {
+    let mut args = vec![
+        "--samples",
+        "1000",
+        "--batch-size",
+        "10",
+        "--epochs",
+        "10",
+        "--window",
+        "4",
+        "--consumers",
+        "3",
+    ];
+    args.extend_from_slice(extra);
+    env.producer(name, &args)
+}
+
+fn others(env: &Env, name: &str) -> Vec<Proc> {
+    (0..2)
+        .map(|_| env.spawn(&["consume", name, "--each", "--verify", "--delay-ms", "10"]))
+        .collect()
+}
+
+/// Stops `victim` once it has read a few batches; returns when it stopped
+/// and when it was continued.
+fn pause(victim: &mut Proc, during: impl FnOnce()) -> (Instant, Instant) {
+    victim.expect_where("batch", |v| v["index"] == 5);
+    victim.signal(libc::SIGSTOP);
+    let stopped = Instant::now();
+    sleep(PAUSE);
+    during();
+    let resumed = Instant::now();
+    victim.signal(libc::SIGCONT);
+    (stopped, resumed)
+}
+
+/// The longest time between two batches `p` printed within `from..to`
+/// (the ends count as boundaries).
+fn longest_gap(p: &mut Proc, from: Instant, to: Instant) -> Duration {
+    p.pump();
+    let mut times: Vec<Instant> = p
+        .seen
+        .iter()
+        .filter(|(t, v)| v["event"] == "batch" && *t > from && *t < to)
+        .map(|(t, _)| *t)
+        .collect();
+    times.insert(0, from);
+    times.push(to);
+    times
+        .windows(2)
+        .map(|w| w[1] - w[0])
+        .max()
+        .unwrap_or_default()
+}
+
+fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
+    assert!(p.finish().success(), "{}", p.stderr_text());
+    let ends = p.events("epoch_end");
+    assert_eq!(ends.len(), epochs, "{ends:?}");
+    for end in &ends {
+        assert_full_epoch(end, 0, 999);
+    }
+}
+
+/// Issue 10, fault 4: a consumer paused for 3 s while within the lag budget
+/// (the default) costs the others nothing, and still gets every sample
+/// exactly once when it resumes.
+#[test]
+fn fault4_sigstopped_consumer_does_not_stall_others() {
+    let env = Env::new();
+    let mut producer = producer(&env, "stuck", &[]);
+    let mut victim = env.spawn(&["consume", "stuck", "--each", "--verify", "--delay-ms", "2"]);
+    let mut others = others(&env, "stuck");
+    let (stopped, resumed) = pause(&mut victim, || {});
+    for o in &mut others {
+        let gap = longest_gap(o, stopped, resumed);
+        assert!(
+            gap < Duration::from_secs(1),
+            "a running consumer stalled {gap:?}"
+        );
+    }
+    assert_every_epoch_full(&mut victim, 10);
+    for o in &mut others {
+        assert_every_epoch_full(o, 10);
+    }
+    assert!(producer.finish().success());
+}
+
+/// Past the budget, `wait` holds the others back while the laggard is
+/// stopped, and everyone resumes, exact, when it continues.
+#[test]
+fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
+    let env = Env::new();
+    let mut producer = producer(&env, "wait", &["--max-lag", "8batches"]);
+    let mut victim = env.spawn(&["consume", "wait", "--each", "--verify", "--delay-ms", "2"]);
+    let mut others = others(&env, "wait");
+    let (stopped, resumed) = pause(&mut victim, || {});
+    for o in &mut others {
+        let gap = longest_gap(o, stopped, resumed);
+        assert!(
+            gap > PAUSE / 2,
+            "the others were not held back: longest gap {gap:?}"
+        );
+    }
+    assert_every_epoch_full(&mut victim, 10);
+    for o in &mut others {
+        assert_every_epoch_full(o, 10);
+    }
+    assert!(producer.finish().success());
+}
+
+/// Past the budget, `evict` lets the others go on after the stall timeout;
+/// `batchcast status` shows the eviction, and the laggard's next read
+/// fails with a message that names the budget and the ways out.
+#[test]
+fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
+    let env = Env::new();
+    let evict = [
+        "--max-lag",
+        "8batches",
+        "--lag-policy",
+        "evict",
+        "--stall-timeout",
+        "0.5",
+    ];
+    let mut producer = producer(&env, "evict", &evict);
+    let mut victim = env.spawn(&["consume", "evict", "--each", "--verify", "--delay-ms", "2"]);
+    let mut others = others(&env, "evict");
+    let mut status = None;
+    let (stopped, resumed) = pause(&mut victim, || {
+        let out = env.cmd(&["status", "evict", "--json"]).output().unwrap();
+        status = Some(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap());
+    });
+    for o in &mut others {
+        let gap = longest_gap(o, stopped, resumed);
+        assert!(gap < Duration::from_millis(1500), "others stalled {gap:?}");
+    }
+    let status = status.unwrap();
+    let report = &status[0];
+    assert_eq!(report["lag_slots"], 8, "{report}");
+    assert_eq!(report["lag_policy"], "evict", "{report}");
+    assert_eq!(report["evictions"], 1, "{report}");
+    let consumers = report["consumers"].as_array().unwrap();
+    let evicted: Vec<_> = consumers
+        .iter()
+        .filter(|c| c["state"] == "evicted")
+        .collect();
+    assert_eq!(evicted.len(), 1, "{report}");
+    assert_eq!(evicted[0]["pid"], victim.pid(), "{report}");
+    let err = victim.expect("error");
+    assert_eq!(err["kind"], "fell_behind", "{err}");
+    let msg = err["message"].as_str().unwrap();
+    for needle in ["behind", "8 batches", "max_lag", "wait", "rejoin"] {
+        assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
+    }
+    assert_eq!(victim.finish().code(), Some(5));
+    for o in &mut others {
+        assert_every_epoch_full(o, 10);
+    }
+    assert!(producer.finish().success());
+}
+
+/// With `on_evict=rejoin` the evicted laggard's epoch ends short, with a
+/// warning, and it then reads whole, exact epochs from the next one on.
+#[test]
+fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
+    let env = Env::new();
+    let evict = [
+        "--max-lag",
+        "8batches",
+        "--lag-policy",
+        "evict",
+        "--stall-timeout",
+        "0.5",
+    ];
+    let mut producer = producer(&env, "rejoin", &evict);
+    let mut victim = env.spawn(&[
+        "consume",
+        "rejoin",
+        "--each",
+        "--verify",
+        "--delay-ms",
+        "2",
+        "--on-evict",
+        "rejoin",
+    ]);
+    let mut others = others(&env, "rejoin");
+    pause(&mut victim, || {});
+    assert!(victim.finish().success());
+    // Every epoch it was evicted from ends short (while stopped it may be
+    // evicted again from each epoch it rejoins); once it runs again it
+    // catches up and reads whole epochs to the end.
+    let ends = victim.events("epoch_end");
+    let short = ends
+        .iter()
+        .take_while(|e| e["batches"].as_u64() < e["expected_batches"].as_u64())
+        .count();
+    assert!(short >= 1, "no epoch ended short: {ends:?}");
+    assert_eq!(ends[0]["epoch"], 0, "{ends:?}");
+    let rest = &ends[short..];
+    assert!(
+        !rest.is_empty(),
+        "no whole epoch after the rejoin: {ends:?}"
+    );
+    let first = rest[0]["epoch"].as_u64().unwrap();
+    for (k, end) in rest.iter().enumerate() {
+        assert_eq!(end["epoch"], first + k as u64, "{end}");
+        assert_full_epoch(end, 0, 999);
+    }
+    assert_eq!(rest.last().unwrap()["epoch"], 9);
+    assert!(victim.stderr_text().contains("rejoins at the next epoch"));
+    for o in &mut others {
+        assert_every_epoch_full(o, 10);
+    }
+    assert!(producer.finish().success());
+}
