@@ -447,9 +447,12 @@ class Consumer:
         assert self._finished is not None
         _, reason, message = self._finished
         if reason == "finished":
+            last = "" if self._current is None else f" after epoch {self._current.epoch}"
             text = (
-                f"producer {self.name!r} has finished: it served all its epochs and no more "
-                "batches will come (run the producer for as many epochs as the consumers loop)"
+                f"producer {self.name!r} has finished{last}: it served all its epochs and no more "
+                "batches will come, but this loop asked for another epoch. Run the producer with "
+                "run() (no epochs=: it serves for as long as any trainer reads) or "
+                "run(forever=True), or with epochs= at least what every trainer loops"
             )
         elif reason == "interrupted":
             text = f"producer {self.name!r} was interrupted (Ctrl-C) and stopped; no more batches will come"

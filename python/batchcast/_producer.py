@@ -3,6 +3,7 @@ training processes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -14,6 +15,8 @@ from . import _native
 from ._tree import flatten
 
 __all__ = ["Producer"]
+
+_log = logging.getLogger("batchcast")
 
 
 class _Auto:
@@ -110,7 +113,7 @@ class Producer:
     Run it with :meth:`run`, or iterate it for control between batches::
 
         producer = batchcast.Producer(loader, name="cifar")
-        producer.run(epochs=10)        # Ctrl-C stops cleanly and tells consumers
+        producer.run()   # serves while trainers read; Ctrl-C stops cleanly and tells them
 
         with batchcast.Producer(loader, name="cifar") as producer:
             for epoch in range(10):
@@ -134,8 +137,10 @@ class Producer:
         wait_for_consumers: True: publish only while at least one consumer
             is attached; an int n: also wait for n consumers before the first
             batch; False: publish regardless (batches nobody reads are lost).
-        idle_timeout: seconds to wait for consumers before raising
-            :class:`batchcast.NoConsumers`; None waits forever.
+        idle_timeout: seconds the producer waits while no consumer is
+            attached (60 by default): at the start, before raising
+            :class:`batchcast.NoConsumers`; after the last one left, before
+            :meth:`run` finishes (see there). None waits forever.
         dir: the socket directory (default ``$BATCHCAST_DIR``, else
             ``$XDG_RUNTIME_DIR/batchcast``, else ``/tmp/batchcast-UID``).
 
@@ -153,7 +158,7 @@ class Producer:
         samples_per_epoch: Optional[int] = AUTO,
         batch_size: Optional[int] = AUTO,
         wait_for_consumers: Union[bool, int] = True,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[float] = 60.0,
         dir: Union[str, "os.PathLike[str]", None] = None,
     ) -> None:
         if not hasattr(loader, "__iter__"):
@@ -201,6 +206,10 @@ class Producer:
         self._idle_timeout = idle_timeout
         self._epoch: Optional[int] = None
         self._waited = False
+        #: A batch was published (so a consumer was attached at some point).
+        self._served = False
+        #: run(forever=True): an idle period never ends the run.
+        self._forever = False
         # A producer still open at interpreter exit tells its consumers the
         # stream finished (rather than leaving them to see it vanish).
         self._finalizer = weakref.finalize(self, self._native.close)
@@ -249,23 +258,54 @@ class Producer:
 
     # -- running ----------------------------------------------------------
 
-    def run(self, epochs: Optional[int] = 1) -> None:
-        """Publishes ``epochs`` epochs (None: until interrupted), then
-        finishes: consumers' loops end and a further ``iter()`` on them raises
-        :class:`batchcast.ProducerFinished`.
+    def run(self, epochs: Optional[int] = None, *, forever: bool = False) -> int:
+        """Publishes epochs, then finishes; returns the epochs it published.
 
-        Ctrl-C stops cleanly: consumers see the end of the stream, and the
-        KeyboardInterrupt is re-raised here. Any other error from the loader
-        is sent to consumers as the reason of the end, then re-raised.
+        By default (``epochs=None``) it serves as long as any consumer needs
+        data: trainers come and go, each looping its own number of epochs,
+        and the producer runs epochs while at least one is attached. Once the
+        last one has left and none has attached for ``idle_timeout`` seconds
+        (60 by default), it finishes and says so on the ``batchcast`` logger.
+        If no consumer ever attaches within ``idle_timeout``, it raises
+        :class:`batchcast.NoConsumers`. ``forever=True`` serves until
+        interrupted, however long it is idle. ``epochs=N`` publishes exactly
+        N epochs (and raises :class:`batchcast.NoConsumers` if every consumer
+        is gone for ``idle_timeout`` before then); consumers that loop more
+        get :class:`batchcast.ProducerFinished` saying so.
+
+        When it finishes, consumers' loops end and their next loop raises
+        :class:`batchcast.ProducerFinished`. Ctrl-C stops cleanly: consumers
+        see the end of the stream, and the KeyboardInterrupt is re-raised
+        here. Any other error from the loader is sent to consumers as the
+        reason of the end, then re-raised.
         """
-        if epochs is not None and (not isinstance(epochs, int) or epochs < 0):
+        if epochs is not None and (
+            isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0
+        ):
             raise _native.InvalidArgument(f"epochs must be a non-negative int or None, not {epochs!r}")
+        if forever and epochs is not None:
+            raise _native.InvalidArgument(
+                f"forever=True serves until interrupted; it cannot be combined with epochs={epochs}"
+            )
+        self._forever = bool(forever)
+        done = 0
         try:
-            done = 0
             while epochs is None or done < epochs:
                 for _ in self._run_epoch():
                     pass
                 done += 1
+        except _native.NoConsumers as e:
+            if epochs is not None or not self._served:
+                self._finish("failed", _describe_error(e))
+                raise
+            _log.warning(
+                "batchcast: producer %r finishes: no consumer has been attached for %g s (it "
+                "served %d epoch(s)); pass idle_timeout= to wait longer for trainers, or "
+                "run(forever=True) to serve until interrupted",
+                self.name,
+                self._idle_timeout,
+                done,
+            )
         except KeyboardInterrupt:
             self._finish("interrupted")
             raise
@@ -273,6 +313,7 @@ class Producer:
             self._finish("failed", _describe_error(e))
             raise
         self._finish("finished")
+        return done
 
     def __iter__(self) -> Iterator[Any]:
         """Runs one epoch of the loader, publishing each batch, and yields
@@ -284,11 +325,21 @@ class Producer:
             return
         self._waited = True
         n = self._min_consumers
-        if n > 1 and not self._native.wait_for_consumers(n, self._idle_timeout):
+        timeout = None if self._forever else self._idle_timeout
+        if n > 1 and not self._native.wait_for_consumers(n, timeout):
             raise _native.NoConsumers(
                 f"only {self._native.consumers} of {n} consumers attached within "
                 f"{self._idle_timeout} s; start the training processes, or raise idle_timeout"
             )
+
+    def _publish(self, spec: Any, leaves: Any) -> None:
+        while True:
+            try:
+                self._native.publish(spec, leaves)
+                return
+            except _native.NoConsumers:
+                if not self._forever:
+                    raise  # else wait on for a consumer
 
     def _run_epoch(self) -> Iterator[Any]:
         native = self._native
@@ -303,7 +354,8 @@ class Producer:
         try:
             for batch in self._loader:
                 spec, leaves, rows = flatten(batch)
-                native.publish(spec, leaves)
+                self._publish(spec, leaves)
+                self._served = True
                 samples += rows
                 yield batch
         except GeneratorExit:
@@ -311,9 +363,8 @@ class Producer:
             if not native.closed:
                 native.end_epoch()
             raise
-        except KeyboardInterrupt:
-            self._finish("interrupted")
-            raise
+        except (KeyboardInterrupt, _native.NoConsumers):
+            raise  # the caller finishes the stream
         except BaseException as e:
             self._finish("failed", _describe_error(e))
             raise

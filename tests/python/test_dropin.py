@@ -23,10 +23,10 @@ def _epochs(proc, count, timeout=120):
 @pytest.mark.parametrize("producer_epochs", [3, None])
 def test_two_lightning_trainers_get_three_full_epochs_each(spawn, producer_epochs):
     pytest.importorskip("lightning")
-    opts = {"epochs": producer_epochs} if producer_epochs else {}
-    prod = spawn("produce_id_loader", name="pl", consumers=2, **opts)
-    prod.expect("ready")
+    opts = {"epochs": producer_epochs} if producer_epochs else {"idle_timeout": 5}
+    # The trainers start first and wait for the producer (connect_timeout).
     trainers = [spawn("train_lightning", name="pl", epochs=3) for _ in range(2)]
+    prod = spawn("produce_id_loader", name="pl", consumers=2, **opts)
     expected = dataloader_epochs(3)
     for t in trainers:
         got = _epochs(t, 3)

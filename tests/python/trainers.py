@@ -55,7 +55,13 @@ def produce_id_loader(o: Dict[str, Any]) -> None:
 
 
 def _consumer(o: Dict[str, Any]) -> Any:
+    import sys
+
     import batchcast
+
+    if o.get("wait_stdin"):  # started early; connects when the test says so
+        say("started")
+        sys.stdin.readline()
 
     return batchcast.Consumer(o["name"], batch_size=o.get("batch_size"),
                               connect_timeout=o.get("connect_timeout", 30))
@@ -66,11 +72,11 @@ def _report(epoch: int, ids: List[int], length: Any) -> None:
 
 
 def train_lightning(o: Dict[str, Any]) -> None:
+    loader = _consumer(o)  # first: connects as soon as the producer is up
     import lightning as L
     import torch
 
     torch.set_num_threads(1)
-    loader = _consumer(o)
 
     class Model(L.LightningModule):
         def __init__(self) -> None:
