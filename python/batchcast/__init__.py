@@ -38,11 +38,15 @@ from ._native import (
 )
 from ._consumer import Consumer, EpochInfo
 from ._producer import Producer
+from ._spec import ArraySpec, StreamMismatch, StreamSpec
 
 __all__ = [
     "Producer",
     "Consumer",
     "EpochInfo",
+    "StreamSpec",
+    "ArraySpec",
+    "StreamMismatch",
     "BatchcastError",
     "BatchTooLarge",
     "InvalidArgument",

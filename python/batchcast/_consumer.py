@@ -9,6 +9,7 @@ import sys
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
 from . import _native
+from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
 from ._surface import StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
 
@@ -124,6 +125,13 @@ class Consumer:
         dir: the socket directory (see :class:`batchcast.Producer`).
         copy_on_write: turn an in-place write to a batch tensor into a
             private copy instead of SIGSEGV (see above).
+        expect: what this trainer expects of the stream, e.g.
+            ``{"img_size": 96, "batch[0]": "float32[3, 96, 96]"}``: checked
+            against :attr:`spec` at connection; a mismatch raises
+            :class:`batchcast.StreamMismatch` naming both sides (see
+            :mod:`batchcast._spec` for the keys). Array expectations on a
+            producer that has not described its first batch yet (one started
+            with ``slot_size=``) are checked on the first batch.
     """
 
     def __init__(
@@ -139,6 +147,7 @@ class Consumer:
         label: Optional[str] = None,
         dir: Union[str, "os.PathLike[str]", None] = None,
         copy_on_write: bool = True,
+        expect: Optional[dict] = None,
     ) -> None:
         if batch_size is not None:
             if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
@@ -170,6 +179,16 @@ class Consumer:
             dir=None if dir is None else os.fspath(dir),
             copy_on_write=bool(copy_on_write),
         )
+        self._spec = StreamSpec(self._native.welcome())
+        #: Array expectations left to check on the first batch.
+        self._expect_arrays: Optional[dict] = None
+        if expect is not None:
+            try:
+                if not check_expect(self._spec, expect, name):
+                    self._expect_arrays = dict(expect)
+            except BaseException:
+                self._native.close()
+                raise
         self._requested_batch_size = batch_size
         self._drop_last = bool(drop_last)
         self._pinned = False
@@ -217,6 +236,13 @@ class Consumer:
     def closed(self) -> bool:
         """True once closed."""
         return self._native.closed
+
+    @property
+    def spec(self) -> StreamSpec:
+        """What the producer says it sends: the structure, dtypes and
+        per-sample shapes of its batches, its batch size, samples per epoch
+        and metadata (see :class:`batchcast.StreamSpec`)."""
+        return self._spec
 
     def welcome(self) -> dict:
         """What the producer announced at connection (pid, slot size,
@@ -388,7 +414,11 @@ class Consumer:
                 event = native.next_event()
                 kind = event[0]
                 if kind == "batch":
-                    yield unflatten(event[3], event[4], self._convert)
+                    batch = unflatten(event[3], event[4], self._convert)
+                    if self._expect_arrays is not None:
+                        expect, self._expect_arrays = self._expect_arrays, None
+                        check_arrays(arrays_of_batch(batch), expect, self.name)
+                    yield batch
                 elif kind == "end":
                     self._in_epoch = False
                     return

@@ -12,6 +12,7 @@ from collections.abc import Iterator as _IteratorABC
 from typing import Any, Iterable, Iterator, Optional, Tuple, Union
 
 from . import _native
+from ._spec import encode_metadata
 from ._tree import flatten
 
 __all__ = ["Producer"]
@@ -141,6 +142,11 @@ class Producer:
             attached (60 by default): at the start, before raising
             :class:`batchcast.NoConsumers`; after the last one left, before
             :meth:`run` finishes (see there). None waits forever.
+        metadata: a dict (JSON-serialisable, at most 64 KiB encoded) that
+            describes the stream, e.g. ``{"img_size": 64, "transform": ...}``;
+            consumers read it in ``consumer.spec.metadata`` and can require
+            values with ``Consumer(expect=...)``. ``batchcast status`` shows
+            it, with the structure, dtypes and shapes of the first batch.
         dir: the socket directory (default ``$BATCHCAST_DIR``, else
             ``$XDG_RUNTIME_DIR/batchcast``, else ``/tmp/batchcast-UID``).
 
@@ -160,6 +166,7 @@ class Producer:
         wait_for_consumers: Union[bool, int] = True,
         idle_timeout: Optional[float] = 60.0,
         dir: Union[str, "os.PathLike[str]", None] = None,
+        metadata: Optional[dict] = None,
     ) -> None:
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
@@ -203,6 +210,12 @@ class Producer:
             idle_timeout=idle_timeout,
             dir=None if dir is None else os.fspath(dir),
         )
+        if metadata is not None:
+            try:
+                self._native.set_metadata(encode_metadata(metadata))
+            except BaseException:
+                self._native.close()
+                raise
         self._idle_timeout = idle_timeout
         self._epoch: Optional[int] = None
         self._waited = False

@@ -60,3 +60,15 @@ def test_serving_forever_outlasts_the_idle_period(spawn):
     (e,) = t.epochs(1, 120)
     assert sorted(e["ids"]) == list(range(40))
     assert prod.popen.poll() is None
+
+
+def test_a_trainer_that_waited_in_vain_says_how_long_and_for_what(bc_dir):
+    """Regression: a late trainer that waited its whole connect_timeout for a
+    producer that had ended was told to "pass a connect timeout"."""
+    import batchcast
+
+    with pytest.raises(batchcast.ProducerNotFound) as e:
+        batchcast.Consumer("ended", connect_timeout=0.3)
+    msg = str(e.value)
+    assert "within the 0.3 s connect timeout" in msg and str(bc_dir / "ended.sock") in msg
+    assert "idle_timeout" in msg and "pass a connect timeout" not in msg

@@ -261,6 +261,12 @@ impl PyProducer {
         })
     }
 
+    /// Sets the metadata (a JSON text) announced to consumers that join
+    /// from now on.
+    fn set_metadata(&self, py: Python<'_>, json: String) -> PyResult<()> {
+        self.inner.call(py, |p, _| p.set_metadata(json))
+    }
+
     /// Waits until `n` consumers are connected; False on timeout.
     #[pyo3(signature = (n, timeout=None))]
     fn wait_for_consumers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
@@ -388,6 +394,9 @@ impl PyProducer {
         d.set_item("published", r.published)?;
         d.set_item("batches_per_second", r.batches_per_sec)?;
         d.set_item("blocked_seconds", r.blocked_secs)?;
+        d.set_item("batch_size", r.batch_size)?;
+        d.set_item("samples_per_epoch", r.samples_per_epoch)?;
+        d.set_item("stream", crate::stream::stream_to_py(py, &r.stream)?)?;
         let consumers = PyList::empty(py);
         for c in r.consumers {
             let e = PyDict::new(py);

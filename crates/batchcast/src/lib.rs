@@ -41,6 +41,7 @@ pub mod ledger;
 pub mod producer;
 mod shm;
 pub mod status;
+pub mod stream;
 pub mod wire;
 
 pub use consumer::{Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Leaf};
@@ -50,4 +51,5 @@ pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node};
 pub use producer::{EpochSummary, IdlePolicy, Producer, ProducerOptions, SlotMut};
 pub use status::{ConsumerStatus, StatusReport};
+pub use stream::StreamSpec;
 pub use wire::{JoinPolicy, ShutdownReason};

@@ -32,6 +32,12 @@ pub struct StatusReport {
     pub batches_per_sec: f64,
     /// Seconds the producer spent blocked on a full window.
     pub blocked_secs: f64,
+    /// The nominal batch size, once known.
+    pub batch_size: Option<u64>,
+    /// Rows per epoch, when known.
+    pub samples_per_epoch: Option<u64>,
+    /// What the producer says about its stream.
+    pub stream: crate::stream::StreamSpec,
     /// One entry per connected consumer.
     pub consumers: Vec<ConsumerStatus>,
 }
@@ -67,6 +73,7 @@ pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
     let sock = UnixStream::connect(&path).map_err(|_| Error::ProducerNotFound {
         name: endpoint.name().to_owned(),
         socket: path.clone(),
+        waited_secs: None,
     })?;
     sock.set_read_timeout(Some(timeout))
         .map_err(|e| Error::io("cannot set a socket timeout", e))?;

@@ -25,9 +25,10 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::status::StatusReport;
+use crate::stream::StreamSpec;
 
 /// Version of this protocol; both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -154,6 +155,13 @@ pub struct Welcome {
     pub batch_size: Option<u64>,
     /// The id `batchcast status` shows for this consumer.
     pub consumer_id: u64,
+    /// What the producer sends (see [`crate::stream`]).
+    pub stream: StreamSpec,
+    /// True when this consumer's first epoch is the rest of an epoch in
+    /// progress (`JoinPolicy::Now` joining mid-epoch).
+    pub first_epoch_partial: bool,
+    /// Rows of that partial first epoch, when the producer knows them.
+    pub first_epoch_samples: Option<u64>,
 }
 
 /// An epoch begins.

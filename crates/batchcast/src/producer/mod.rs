@@ -136,6 +136,8 @@ pub struct Producer {
     wake: Option<OwnedFd>,
     lock: Option<lock::NameLock>,
     epoch_batches: u64,
+    /// The first batch is described in the stream's spec.
+    described: bool,
 }
 
 impl Producer {
@@ -194,6 +196,7 @@ impl Producer {
             wake: Some(wake_write),
             lock: Some(lock),
             epoch_batches: 0,
+            described: false,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -293,6 +296,9 @@ impl Producer {
             ));
         }
         let layout = Layout::plan(tree, leaves)?;
+        if !self.described {
+            self.describe_first(&layout);
+        }
         // The slot holds the arrays, then the encoded layout.
         let needed = (layout_offset(layout.slot_bytes()) + encode_layout(&layout)?.len() as u64)
             .try_into()
@@ -358,6 +364,23 @@ impl Producer {
             }
             state = self.shared.lock();
         }
+    }
+
+    /// Describes the first batch planned in the stream's spec. Consumers
+    /// welcomed from now on see it; with an auto-sized arena that is every
+    /// consumer, since the first welcome waits for the first batch.
+    fn describe_first(&mut self, layout: &Layout) {
+        self.shared.lock().stream.first_batch = crate::stream::BatchShape::of(layout);
+        self.described = true;
+    }
+
+    /// Sets the free-form metadata (a JSON text, at most
+    /// [`crate::stream::MAX_METADATA`] bytes) announced to consumers that
+    /// join from now on and shown by `batchcast status`.
+    pub fn set_metadata(&mut self, json: String) -> Result<()> {
+        crate::stream::check_metadata(&json)?;
+        self.shared.lock().stream.metadata = json;
+        Ok(())
     }
 
     fn create_arena(&mut self, slot_size: usize) -> Result<()> {

@@ -19,6 +19,7 @@ use std::os::fd::AsFd;
 use crate::board::Board;
 use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
+use crate::stream::StreamSpec;
 use crate::wire::{
     self, ConsumerHello, EpochStart, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION,
 };
@@ -97,6 +98,8 @@ pub(crate) struct State {
     pub epochs_begun: u64,
     pub batch_size: Option<u64>,
     pub samples_per_epoch: Option<u64>,
+    /// What the producer says about its stream, in welcomes and reports.
+    pub stream: StreamSpec,
     pub published: u64,
     pub blocked: Duration,
     pub recent: VecDeque<Instant>,
@@ -129,6 +132,7 @@ impl State {
             epochs_begun: 0,
             batch_size,
             samples_per_epoch: samples,
+            stream: StreamSpec::default(),
             published: 0,
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
@@ -236,6 +240,7 @@ impl State {
         let (Some(arena), Some(entry)) = (self.arena.as_ref(), self.consumers.get(&id)) else {
             return;
         };
+        let partial = self.joins_mid_epoch(entry.hello.join);
         let welcome = ToConsumer::Welcome(Welcome {
             version: PROTOCOL_VERSION,
             producer_pid: self.pid,
@@ -244,6 +249,13 @@ impl State {
             samples_per_epoch: self.samples_per_epoch,
             batch_size: self.batch_size,
             consumer_id: id,
+            stream: self.stream.clone(),
+            first_epoch_partial: partial,
+            first_epoch_samples: if partial {
+                self.partial_samples()
+            } else {
+                None
+            },
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
@@ -280,9 +292,7 @@ impl State {
         match policy {
             JoinPolicy::NextEpoch => self.set_phase(id, Phase::Waiting),
             JoinPolicy::Now => {
-                let samples = epoch
-                    .samples
-                    .map(|n| n.saturating_sub(epoch.published_rows));
+                let samples = self.partial_samples();
                 let next = self.next_seq;
                 self.set_phase(id, Phase::Following);
                 self.start_epoch_for(id, samples, true, next);
@@ -301,6 +311,19 @@ impl State {
                 _ => self.set_phase(id, Phase::Waiting),
             },
         }
+    }
+
+    /// True when a consumer joining now under `policy` starts mid-epoch:
+    /// what [`State::join`] decides, told in the welcome it precedes.
+    fn joins_mid_epoch(&self, policy: JoinPolicy) -> bool {
+        policy == JoinPolicy::Now && self.epoch.open && self.epoch.published_rows > 0
+    }
+
+    /// Rows left in the current epoch, when known.
+    fn partial_samples(&self) -> Option<u64> {
+        self.epoch
+            .samples
+            .map(|n| n.saturating_sub(self.epoch.published_rows))
     }
 
     fn set_phase(&mut self, id: u64, phase: Phase) {
@@ -400,6 +423,9 @@ impl State {
             published: self.published,
             batches_per_sec: rate,
             blocked_secs: self.blocked.as_secs_f64(),
+            batch_size: self.batch_size,
+            samples_per_epoch: self.samples_per_epoch,
+            stream: self.stream.clone(),
             consumers: self
                 .consumers
                 .iter()
