@@ -71,3 +71,19 @@ def test_a_plain_loop_that_drops_an_iterator_skips_nothing(spawn):
     assert [e["len"] for e in got] == [7, 7, 7]
     t.expect("fitted")
     prod.expect("done")
+
+
+def test_timm_train_loop_drives_the_consumer_through_its_prefetch_loader(spawn):
+    """timm's train.py reads loader.dataset (unguarded), sets the epoch on
+    loader.batch_sampler or loader.sampler, and counts updates from
+    len(loader), through timm's PrefetchLoader."""
+    pytest.importorskip("timm")
+    prod = spawn("produce_id_loader", name="timm", epochs=2, images=True)
+    prod.expect("ready")
+    t = spawn("train_timm", name="timm", epochs=2)
+    got = _epochs(t, 2, timeout=240)
+    assert [e["ids"] for e in got] == dataloader_epochs(2)
+    assert [e["len"] for e in got] == [5, 5]
+    # The last epoch set, the dataset's length, no workers in the trainer.
+    assert t.expect("fitted", 60).split() == ["1", "40", "0"]
+    prod.expect("done")

@@ -15,8 +15,10 @@ def say(*parts: Any) -> None:
     print(*parts, flush=True)
 
 
-def id_loader(n: int = 40, batch_size: int = 8, seed: int = 0) -> Any:
-    """A shuffled DataLoader over samples (x, id) with x = [id] * 4."""
+def id_loader(n: int = 40, batch_size: int = 8, seed: int = 0, images: bool = False) -> Any:
+    """A shuffled DataLoader over samples (x, id): x = [id] * 4, or with
+    `images` a uint8 image (3, 32, 32) filled with id (as timm's loader
+    gives them to its PrefetchLoader, which normalises)."""
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -25,6 +27,8 @@ def id_loader(n: int = 40, batch_size: int = 8, seed: int = 0) -> Any:
             return n
 
         def __getitem__(self, i: int):
+            if images:
+                return torch.full((3, 32, 32), i % 256, dtype=torch.uint8), i
             return torch.full((4,), float(i)), i
 
     return DataLoader(Ids(), batch_size=batch_size, shuffle=True,
@@ -40,7 +44,7 @@ def dataloader_epochs(epochs: int, **kw: Any) -> List[List[int]]:
 def produce_id_loader(o: Dict[str, Any]) -> None:
     import batchcast
 
-    loader = id_loader(o.get("n", 40), o.get("batch_size", 8))
+    loader = id_loader(o.get("n", 40), o.get("batch_size", 8), images=o.get("images", False))
     kw = {k: o[k] for k in ("idle_timeout", "metadata") if k in o}
     p = batchcast.Producer(loader, o["name"], window=o.get("window", 4),
                            wait_for_consumers=o.get("consumers", 1), **kw)
@@ -137,3 +141,48 @@ def train_plain(o: Dict[str, Any]) -> None:
         length = len(loader)
         _report(epoch, [int(i) for _, ids in loader for i in ids], length)
     say("fitted")
+
+
+def _set_loader_epoch(loader: Any, epoch: int) -> None:
+    """Verbatim from timm's train.py (huggingface/pytorch-image-models
+    @aa4b585, Apache-2.0): it reads loader.dataset unguarded."""
+    if hasattr(loader.dataset, 'set_epoch'):
+        loader.dataset.set_epoch(epoch)
+    if hasattr(loader.batch_sampler, 'set_epoch'):
+        loader.batch_sampler.set_epoch(epoch)
+    elif hasattr(loader.sampler, 'set_epoch'):
+        loader.sampler.set_epoch(epoch)
+
+
+def train_timm(o: Dict[str, Any]) -> None:
+    """timm's training loop as its train.py drives a loader: timm's own
+    PrefetchLoader (normalising uint8 images) over the Consumer, the epoch
+    set through _set_loader_epoch, updates counted from len(loader)."""
+    import timm
+    import torch
+    from timm.data.loader import PrefetchLoader
+
+    torch.set_num_threads(1)
+    consumer = _consumer(o)
+    loader = PrefetchLoader(consumer, device=torch.device("cpu"))
+    model = timm.create_model("resnet10t", num_classes=40)
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    accum_steps = 2
+    for epoch in range(o.get("epochs", 2)):
+        _set_loader_epoch(loader, epoch)
+        updates_per_epoch = (len(loader) + accum_steps - 1) // accum_steps  # as train.py
+        last_batch_idx = len(loader) - 1
+        ids: List[int] = []
+        updates = 0
+        for batch_idx, (input, target) in enumerate(loader):
+            assert input.dtype == torch.float32  # normalised by timm
+            ids.extend(int(i) for i in target)
+            loss = torch.nn.functional.cross_entropy(model(input), target) / accum_steps
+            loss.backward()
+            if batch_idx == last_batch_idx or (batch_idx + 1) % accum_steps == 0:
+                opt.step()
+                opt.zero_grad()
+                updates += 1
+        assert updates == updates_per_epoch, (updates, updates_per_epoch)
+        _report(epoch, ids, len(loader))
+    say("fitted", consumer.batch_sampler.epoch, len(loader.dataset), consumer.num_workers)
