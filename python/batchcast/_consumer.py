@@ -9,6 +9,7 @@ import sys
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
 from . import _native
+from ._pinned import try_pin
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
 from ._surface import StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
@@ -119,7 +120,11 @@ class Consumer:
         connect_timeout: seconds to wait for the producer to appear; None
             fails at once with :class:`batchcast.ProducerNotFound`.
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
-            (``.to(device, non_blocking=True)``); needs torch with CUDA.
+            (``.to(device, non_blocking=True)``); needs torch with CUDA. The
+            arena is then registered once with CUDA as page-locked memory so
+            that each copy is an asynchronous DMA (``pin_memory`` says whether
+            it worked; it falls back quietly to pageable copies; this path has
+            not yet run on a GPU).
         format: ``"torch"``, ``"numpy"``, or None: torch if installed.
         label: shown by ``batchcast status`` (default: the script's name).
         dir: the socket directory (see :class:`batchcast.Producer`).
@@ -191,7 +196,9 @@ class Consumer:
                 raise
         self._requested_batch_size = batch_size
         self._drop_last = bool(drop_last)
-        self._pinned = False
+        # Page-locks the arena for asynchronous copies to the GPU, where
+        # that applies and works (see batchcast._pinned; untested on a GPU).
+        self._pinned = try_pin(name, self._device, self._format)
         self._generation = 0
         #: The generation of the iterator reading the current epoch; None
         #: when no loop owns it (none began, or the last one left early).
