@@ -81,7 +81,16 @@ class StreamSpec:
         if tree is not None:
             _paths(tree, "batch", list(stream.get("leaves", [])), self.arrays)
         text = stream.get("metadata") or ""
-        self.metadata: Dict[str, Any] = json.loads(text) if text else {}
+        try:
+            metadata = json.loads(text) if text else {}
+        except ValueError:
+            metadata = None
+        if not isinstance(metadata, dict):
+            # Not from batchcast.Producer, which sends a JSON object.
+            raise _native.ProtocolError(
+                f"the producer's metadata is not a JSON object: {text[:200]!r}"
+            )
+        self.metadata: Dict[str, Any] = metadata
 
     def __repr__(self) -> str:
         return (
