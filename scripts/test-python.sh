@@ -5,7 +5,7 @@
 #   scripts/test-python.sh -m "not slow"   # extra arguments go to pytest
 #
 # Needs Rust (cargo) and python3 (3.9+) with the venv module; everything
-# else (maturin, numpy, torch, pytest) is installed into $BATCHCAST_VENV
+# else (maturin, numpy, torch, pytest, timm, lightning, accelerate) is installed into $BATCHCAST_VENV
 # (default .venv) on the first run. Later runs only rebuild what changed.
 set -euo pipefail
 
@@ -20,13 +20,16 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 
-if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket" >/dev/null 2>&1; then
-    echo "test-python: installing maturin, numpy, torch, torchvision, pillow, pytest, tensorsocket into $venv" >&2
+if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket, timm, lightning, accelerate" >/dev/null 2>&1; then
+    echo "test-python: installing maturin, numpy, torch, torchvision, pillow, pytest, tensorsocket, timm, lightning, accelerate into $venv" >&2
     "$py" -m pip install --quiet --upgrade pip
     # TORCH_SPEC lets CI pick a build, e.g. "torch --index-url https://download.pytorch.org/whl/cpu".
     # shellcheck disable=SC2086
     "$py" -m pip install --quiet "maturin>=1.5,<2" numpy pytest pillow \
         tensorsocket==0.0.5 ${TORCH_SPEC:-torch torchvision}
+    # The training libraries the drop-in tests drive (tests/python/test_dropin.py);
+    # installed after torch, so that they reuse the build chosen above.
+    "$py" -m pip install --quiet timm lightning accelerate
 fi
 
 # Build the extension (release; cargo makes this a no-op when nothing

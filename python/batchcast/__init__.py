@@ -5,8 +5,8 @@ shared memory; any number of :class:`Consumer` processes on the same machine
 read it without copies, each at its own pace and batch size, as a drop-in
 for their DataLoader::
 
-    # producer.py
-    batchcast.Producer(loader, name="cifar").run(epochs=10)
+    # producer.py: serves for as long as any trainer reads
+    batchcast.Producer(loader, name="cifar").run()
 
     # train.py (any number of them)
     loader = batchcast.Consumer("cifar", batch_size=64)
@@ -39,11 +39,15 @@ from ._native import (
 )
 from ._consumer import Consumer, EpochInfo
 from ._producer import Producer
+from ._spec import ArraySpec, StreamMismatch, StreamSpec
 
 __all__ = [
     "Producer",
     "Consumer",
     "EpochInfo",
+    "StreamSpec",
+    "ArraySpec",
+    "StreamMismatch",
     "BatchcastError",
     "BatchTooLarge",
     "FellBehind",

@@ -9,6 +9,9 @@ import sys
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
 from . import _native
+from ._pinned import try_pin
+from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
+from ._surface import StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
 
 __all__ = ["Consumer", "EpochInfo"]
@@ -88,12 +91,23 @@ class Consumer:
     modifying a batch. A batch kept across steps stays valid: its memory is
     released when the last tensor viewing it is freed.
 
-    Each ``iter(loader)`` consumes exactly one epoch. A loop that stops early
-    (``break``) leaves the rest of that epoch unread: the next loop first skips
-    it and starts at the next epoch, as a DataLoader starts a fresh epoch.
+    **Epochs.** The consumer reads the producer's epochs in order, one per
+    ``for`` loop. An epoch is claimed when a loop asks for its first batch
+    (the first ``next()``), not by ``iter()``: calling ``iter()`` and dropping
+    the iterator, as Lightning does to check that a loader is iterable, skips
+    nothing. A loop that stops early (``break``) leaves the rest of that epoch
+    unread: the next loop first skips it and starts at the next epoch, as a
+    DataLoader starts a fresh epoch. ``len()`` is the batches of the epoch the
+    next loop reads (exact for every join policy; see :meth:`__len__`).
     When the producer has finished, the loop in progress ends and the next
-    ``iter()`` raises :class:`batchcast.ProducerFinished`. If the producer
-    dies, the next call raises :class:`batchcast.ProducerGone` at once.
+    loop raises :class:`batchcast.ProducerFinished`. If the producer dies,
+    the next call raises :class:`batchcast.ProducerGone` at once.
+
+    **DataLoader attributes.** ``dataset``, ``sampler``, ``batch_sampler``,
+    ``batch_size``, ``drop_last``, ``num_workers`` (0), ``pin_memory`` and
+    ``set_epoch`` are there for scripts that read them; the producer's loader
+    does the sampling, so ``set_epoch`` does nothing (see
+    :mod:`batchcast._surface`).
 
     Args:
         name: the producer's name.
@@ -108,7 +122,11 @@ class Consumer:
         connect_timeout: seconds to wait for the producer to appear; None
             fails at once with :class:`batchcast.ProducerNotFound`.
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
-            (``.to(device, non_blocking=True)``); needs torch with CUDA.
+            (``.to(device, non_blocking=True)``); needs torch with CUDA. The
+            arena is then registered once with CUDA as page-locked memory so
+            that each copy is an asynchronous DMA (``pin_memory`` says whether
+            it worked; it falls back quietly to pageable copies; this path has
+            not yet run on a GPU).
         format: ``"torch"``, ``"numpy"``, or None: torch if installed.
         label: shown by ``batchcast status``, at most 128 bytes (default: the
             script's name).
@@ -121,6 +139,13 @@ class Consumer:
             consumer for falling too far behind: ``"error"`` raises
             :class:`batchcast.FellBehind` at the next read; ``"rejoin"`` ends
             the current epoch short (with a warning) and follows the next.
+        expect: what this trainer expects of the stream, e.g.
+            ``{"img_size": 96, "batch[0]": "float32[3, 96, 96]"}``: checked
+            against :attr:`spec` at connection; a mismatch raises
+            :class:`batchcast.StreamMismatch` naming both sides (see
+            :mod:`batchcast._spec` for the keys). Array expectations on a
+            producer that has not described its first batch yet (one started
+            with ``slot_size=``) are checked on the first batch.
     """
 
     def __init__(
@@ -137,6 +162,7 @@ class Consumer:
         dir: Union[str, "os.PathLike[str]", None] = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
+        expect: Optional[dict] = None,
     ) -> None:
         if batch_size is not None:
             if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
@@ -171,12 +197,34 @@ class Consumer:
             copy_on_write=bool(copy_on_write),
             on_evict=on_evict,
         )
+        self._spec = StreamSpec(self._native.welcome())
+        #: Array expectations left to check on the first batch.
+        self._expect_arrays: Optional[dict] = None
+        if expect is not None:
+            try:
+                if not check_expect(self._spec, expect, name):
+                    self._expect_arrays = dict(expect)
+            except BaseException:
+                self._native.close()
+                raise
         self._requested_batch_size = batch_size
+        self._drop_last = bool(drop_last)
+        # Page-locks the arena for asynchronous copies to the GPU, where
+        # that applies and works (see batchcast._pinned; untested on a GPU).
+        self._pinned = try_pin(name, self._device, self._format)
         self._generation = 0
+        #: The generation of the iterator reading the current epoch; None
+        #: when no loop owns it (none began, or the last one left early).
+        self._owner: Optional[int] = None
         self._in_epoch = False
         self._current: Optional[EpochInfo] = None
         self._last_full: Optional[EpochInfo] = None
         self._finished: Optional[tuple] = None
+        self._sampler = StreamSampler(name, self._samples_per_epoch)
+        self._dataset = StreamDataset(name, self._samples_per_epoch)
+        self._batch_sampler = StreamBatchSampler(
+            name, self._full_batches, lambda: self.batch_size, self._drop_last, self._sampler
+        )
 
     # -- properties -------------------------------------------------------
 
@@ -209,6 +257,13 @@ class Consumer:
         """True once closed."""
         return self._native.closed
 
+    @property
+    def spec(self) -> StreamSpec:
+        """What the producer says it sends: the structure, dtypes and
+        per-sample shapes of its batches, its batch size, samples per epoch
+        and metadata (see :class:`batchcast.StreamSpec`)."""
+        return self._spec
+
     def welcome(self) -> dict:
         """What the producer announced at connection (pid, slot size,
         window, samples per epoch, batch size)."""
@@ -219,68 +274,187 @@ class Consumer:
         waiting for data, "lag": batches received but not yet handed out}``."""
         return self._native.stats()
 
-    def __len__(self) -> int:
-        """Batches in the epoch in progress, or else in the next full epoch."""
-        if self._in_epoch and self._current is not None and self._current.batches is not None:
-            return self._current.batches
+    # -- the DataLoader surface -------------------------------------------
+    #
+    # What scripts written for a DataLoader read besides the batches (see
+    # batchcast._surface). Each value is chosen so that the common code paths
+    # of timm's train.py, Lightning, Accelerate and torchvision's reference
+    # scripts do the right thing with a Consumer.
+
+    @property
+    def dataset(self) -> StreamDataset:
+        """A stand-in whose ``len()`` is the samples of a full epoch (as
+        ``len(DataLoader.dataset)``); it cannot be indexed."""
+        return self._dataset
+
+    @property
+    def sampler(self) -> StreamSampler:
+        """A stand-in whose ``len()`` is the samples of a full epoch and
+        whose ``set_epoch`` does nothing (the producer's sampler shuffles)."""
+        return self._sampler
+
+    @property
+    def batch_sampler(self) -> StreamBatchSampler:
+        """A stand-in with this consumer's ``batch_size`` and ``drop_last``,
+        ``len()`` the batches of a full epoch, and a no-op ``set_epoch``."""
+        return self._batch_sampler
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each epoch's last, smaller batch is dropped."""
+        return self._drop_last
+
+    @property
+    def num_workers(self) -> int:
+        """0: this process starts no loader workers (the producer's loader
+        does the loading)."""
+        return 0
+
+    @property
+    def collate_fn(self) -> None:
+        """None: batches arrive collated by the producer's loader."""
+        return None
+
+    @property
+    def pin_memory(self) -> bool:
+        """True when batches are read from page-locked (pinned) memory, so
+        that copies to the GPU are asynchronous (see ``device``)."""
+        return self._pinned
+
+    def set_epoch(self, epoch: int) -> None:
+        """Accepted for scripts that call it; does nothing. Which samples
+        come in which order is the producer loader's choice; each ``for``
+        loop reads the next epoch in the stream."""
+        self._sampler.set_epoch(epoch)
+
+    def _samples_per_epoch(self) -> int:
+        if self._last_full is not None and self._last_full.samples is not None:
+            return self._last_full.samples
+        n = self._native.welcome()["samples_per_epoch"]
+        if n is None:
+            raise self._unknown_len()
+        return n
+
+    def _full_batches(self) -> int:
         if self._last_full is not None and self._last_full.batches is not None:
             return self._last_full.batches
         n = self._native.batches_per_epoch()
-        if n is not None:
-            return n
-        raise TypeError(
+        if n is None:
+            raise self._unknown_len()
+        return n
+
+    def _unknown_len(self) -> TypeError:
+        return TypeError(
             f"len() of batchcast.Consumer({self.name!r}) is unknown: the producer did not "
             "announce its epoch size (its loader has no len(), or no batch size is known); "
             "pass samples_per_epoch= (and batch_size=) to batchcast.Producer"
         )
 
+    def __len__(self) -> int:
+        """Batches of the epoch the next (or current) loop reads; exact
+        before the loop, for every join policy.
+
+        Inside a loop: the batches of its epoch. Before a loop: the batches
+        of the epoch it will read. That is the partial first epoch of a
+        ``join="now"`` consumer that joined mid-epoch (the producer tells it
+        at connection how many samples are left), and a full epoch
+        otherwise. A loop left early (``break``) does not count: the next
+        loop starts a new, full epoch.
+        """
+        if self._in_epoch and self._owner is not None and self._current is not None:
+            if self._current.batches is not None:
+                return self._current.batches
+            raise self._unknown_len()
+        if self._current is None:
+            first = self._first_epoch_batches()
+            if first is not None:
+                return first
+        return self._full_batches()
+
+    def _first_epoch_batches(self) -> Optional[int]:
+        """Batches of the partial first epoch a ``join="now"`` consumer
+        joined, from the welcome; None when its first epoch is a full one."""
+        w = self._native.welcome()
+        if not w.get("first_epoch_partial"):
+            return None
+        samples = w.get("first_epoch_samples")
+        bs = self.batch_size
+        if samples is None or bs is None:
+            raise self._unknown_len()
+        return samples // bs if self._drop_last else -(-samples // bs)
+
     # -- iteration --------------------------------------------------------
 
     def __iter__(self) -> Iterator[Any]:
-        """One epoch of batches. Waits for the epoch to start (first
-        skipping what a previous, interrupted loop left of its epoch); raises
-        :class:`batchcast.ProducerFinished` if the producer has finished."""
-        native = self._native
+        """An iterator over one epoch. Creating it claims nothing: the epoch
+        is claimed when its first batch is asked for (the first ``next()``),
+        so a library that calls ``iter()`` to check that the loader is
+        iterable and drops the iterator (Lightning does) skips nothing.
+
+        The first ``next()`` first skips what an earlier loop left of its
+        epoch (a ``break``), then waits for the next epoch in the stream.
+        Raises :class:`batchcast.ProducerFinished` at once when the producer
+        is already known to have finished."""
         self._generation += 1  # earlier iterators are done, whatever happens here
-        generation = self._generation
+        if self._finished is not None and not self._in_epoch:
+            raise self._finished_error()
+        return self._epoch_batches(self._generation)
+
+    def _check_current(self, generation: int) -> None:
+        if generation != self._generation:
+            raise RuntimeError(
+                "this iterator over batchcast.Consumer was superseded by a newer iter(); "
+                "each iter() reads one epoch"
+            )
+
+    def _claim(self) -> None:
+        """Makes the next epoch of the stream the current one."""
+        native = self._native
         if self._in_epoch:
             self._skip_rest()
         if self._finished is not None:
             raise self._finished_error()
-        if not self._in_epoch:
-            while True:
-                event = native.next_event()
-                if event[0] == "start":
-                    self._start(event)
-                    break
-                if event[0] == "finished":
-                    self._finished = event
-                    raise self._finished_error()
-        return self._batches(generation)
-
-    def _batches(self, generation: int) -> Iterator[Any]:
-        native = self._native
-        while True:
-            if generation != self._generation:
-                raise RuntimeError(
-                    "this iterator over batchcast.Consumer was superseded by a newer iter(); "
-                    "each iter() reads one epoch"
-                )
+        while not self._in_epoch:
             event = native.next_event()
-            kind = event[0]
-            if kind == "batch":
-                yield unflatten(event[3], event[4], self._convert)
-            elif kind == "end":
-                self._in_epoch = False
-                return
-            elif kind == "finished":
-                self._finished = event
-                self._in_epoch = False
-                if event[1] == "failed":
-                    raise self._finished_error()
-                return
-            elif kind == "start":
+            if event[0] == "start":
                 self._start(event)
+            elif event[0] == "finished":
+                self._finished = event
+                raise self._finished_error()
+
+    def _epoch_batches(self, generation: int) -> Iterator[Any]:
+        # A generator: nothing here runs before the first next().
+        self._check_current(generation)
+        self._claim()
+        self._owner = generation
+        native = self._native
+        try:
+            while True:
+                self._check_current(generation)
+                event = native.next_event()
+                kind = event[0]
+                if kind == "batch":
+                    batch = unflatten(event[3], event[4], self._convert)
+                    if self._expect_arrays is not None:
+                        expect, self._expect_arrays = self._expect_arrays, None
+                        check_arrays(arrays_of_batch(batch), expect, self.name)
+                    yield batch
+                elif kind == "end":
+                    self._in_epoch = False
+                    return
+                elif kind == "finished":
+                    self._finished = event
+                    self._in_epoch = False
+                    if event[1] == "failed":
+                        raise self._finished_error()
+                    return
+                elif kind == "start":
+                    self._start(event)
+        finally:
+            # Left early (break, an exception): the rest of the epoch is
+            # skipped by the next loop, so len() now speaks of that one.
+            if self._owner == generation:
+                self._owner = None
 
     def _skip_rest(self) -> None:
         """Reads and drops what is left of an epoch a loop left unfinished
@@ -327,9 +501,12 @@ class Consumer:
         assert self._finished is not None
         _, reason, message = self._finished
         if reason == "finished":
+            last = "" if self._current is None else f" after epoch {self._current.epoch}"
             text = (
-                f"producer {self.name!r} has finished: it served all its epochs and no more "
-                "batches will come (run the producer for as many epochs as the consumers loop)"
+                f"producer {self.name!r} has finished{last}: it served all its epochs and no more "
+                "batches will come, but this loop asked for another epoch. Run the producer with "
+                "run() (no epochs=: it serves for as long as any trainer reads) or "
+                "run(forever=True), or with epochs= at least what every trainer loops"
             )
         elif reason == "interrupted":
             text = f"producer {self.name!r} was interrupted (Ctrl-C) and stopped; no more batches will come"

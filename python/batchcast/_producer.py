@@ -3,6 +3,7 @@ training processes."""
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 import warnings
@@ -11,9 +12,12 @@ from collections.abc import Iterator as _IteratorABC
 from typing import Any, Iterable, Iterator, Optional, Tuple, Union
 
 from . import _native
+from ._spec import encode_metadata
 from ._tree import flatten
 
 __all__ = ["Producer"]
+
+_log = logging.getLogger("batchcast")
 
 
 class _Auto:
@@ -110,7 +114,7 @@ class Producer:
     Run it with :meth:`run`, or iterate it for control between batches::
 
         producer = batchcast.Producer(loader, name="cifar")
-        producer.run(epochs=10)        # Ctrl-C stops cleanly and tells consumers
+        producer.run()   # serves while trainers read; Ctrl-C stops cleanly and tells them
 
         with batchcast.Producer(loader, name="cifar") as producer:
             for epoch in range(10):
@@ -134,8 +138,15 @@ class Producer:
         wait_for_consumers: True: publish only while at least one consumer
             is attached; an int n: also wait for n consumers before the first
             batch; False: publish regardless (batches nobody reads are lost).
-        idle_timeout: seconds to wait for consumers before raising
-            :class:`batchcast.NoConsumers`; None waits forever.
+        idle_timeout: seconds the producer waits while no consumer is
+            attached (60 by default): at the start, before raising
+            :class:`batchcast.NoConsumers`; after the last one left, before
+            :meth:`run` finishes (see there). None waits forever.
+        metadata: a dict (JSON-serialisable, at most 64 KiB encoded) that
+            describes the stream, e.g. ``{"img_size": 64, "transform": ...}``;
+            consumers read it in ``consumer.spec.metadata`` and can require
+            values with ``Consumer(expect=...)``. ``batchcast status`` shows
+            it, with the structure, dtypes and shapes of the first batch.
         dir: the socket directory (default ``$BATCHCAST_DIR``, else
             ``$XDG_RUNTIME_DIR/batchcast``, else ``/tmp/batchcast-UID``).
         max_lag: how far one consumer may fall behind the others (paused by
@@ -166,11 +177,12 @@ class Producer:
         samples_per_epoch: Optional[int] = AUTO,
         batch_size: Optional[int] = AUTO,
         wait_for_consumers: Union[bool, int] = True,
-        idle_timeout: Optional[float] = None,
+        idle_timeout: Optional[float] = 60.0,
         dir: Union[str, "os.PathLike[str]", None] = None,
         max_lag: Union[int, str, None] = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
+        metadata: Optional[dict] = None,
     ) -> None:
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
@@ -217,9 +229,19 @@ class Producer:
             lag_policy=lag_policy,
             stall_timeout=stall_timeout,
         )
+        if metadata is not None:
+            try:
+                self._native.set_metadata(encode_metadata(metadata))
+            except BaseException:
+                self._native.close()
+                raise
         self._idle_timeout = idle_timeout
         self._epoch: Optional[int] = None
         self._waited = False
+        #: A batch was published (so a consumer was attached at some point).
+        self._served = False
+        #: run(forever=True): an idle period never ends the run.
+        self._forever = False
         # A producer still open at interpreter exit tells its consumers the
         # stream finished (rather than leaving them to see it vanish).
         self._finalizer = weakref.finalize(self, self._native.close)
@@ -268,23 +290,54 @@ class Producer:
 
     # -- running ----------------------------------------------------------
 
-    def run(self, epochs: Optional[int] = 1) -> None:
-        """Publishes ``epochs`` epochs (None: until interrupted), then
-        finishes: consumers' loops end and a further ``iter()`` on them raises
-        :class:`batchcast.ProducerFinished`.
+    def run(self, epochs: Optional[int] = None, *, forever: bool = False) -> int:
+        """Publishes epochs, then finishes; returns the epochs it published.
 
-        Ctrl-C stops cleanly: consumers see the end of the stream, and the
-        KeyboardInterrupt is re-raised here. Any other error from the loader
-        is sent to consumers as the reason of the end, then re-raised.
+        By default (``epochs=None``) it serves as long as any consumer needs
+        data: trainers come and go, each looping its own number of epochs,
+        and the producer runs epochs while at least one is attached. Once the
+        last one has left and none has attached for ``idle_timeout`` seconds
+        (60 by default), it finishes and says so on the ``batchcast`` logger.
+        If no consumer ever attaches within ``idle_timeout``, it raises
+        :class:`batchcast.NoConsumers`. ``forever=True`` serves until
+        interrupted, however long it is idle. ``epochs=N`` publishes exactly
+        N epochs (and raises :class:`batchcast.NoConsumers` if every consumer
+        is gone for ``idle_timeout`` before then); consumers that loop more
+        get :class:`batchcast.ProducerFinished` saying so.
+
+        When it finishes, consumers' loops end and their next loop raises
+        :class:`batchcast.ProducerFinished`. Ctrl-C stops cleanly: consumers
+        see the end of the stream, and the KeyboardInterrupt is re-raised
+        here. Any other error from the loader is sent to consumers as the
+        reason of the end, then re-raised.
         """
-        if epochs is not None and (not isinstance(epochs, int) or epochs < 0):
+        if epochs is not None and (
+            isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0
+        ):
             raise _native.InvalidArgument(f"epochs must be a non-negative int or None, not {epochs!r}")
+        if forever and epochs is not None:
+            raise _native.InvalidArgument(
+                f"forever=True serves until interrupted; it cannot be combined with epochs={epochs}"
+            )
+        self._forever = bool(forever)
+        done = 0
         try:
-            done = 0
             while epochs is None or done < epochs:
                 for _ in self._run_epoch():
                     pass
                 done += 1
+        except _native.NoConsumers as e:
+            if epochs is not None or not self._served:
+                self._finish("failed", _describe_error(e))
+                raise
+            _log.warning(
+                "batchcast: producer %r finishes: no consumer has been attached for %g s (it "
+                "served %d epoch(s)); pass idle_timeout= to wait longer for trainers, or "
+                "run(forever=True) to serve until interrupted",
+                self.name,
+                self._idle_timeout,
+                done,
+            )
         except KeyboardInterrupt:
             self._finish("interrupted")
             raise
@@ -292,6 +345,7 @@ class Producer:
             self._finish("failed", _describe_error(e))
             raise
         self._finish("finished")
+        return done
 
     def __iter__(self) -> Iterator[Any]:
         """Runs one epoch of the loader, publishing each batch, and yields
@@ -303,11 +357,21 @@ class Producer:
             return
         self._waited = True
         n = self._min_consumers
-        if n > 1 and not self._native.wait_for_consumers(n, self._idle_timeout):
+        timeout = None if self._forever else self._idle_timeout
+        if n > 1 and not self._native.wait_for_consumers(n, timeout):
             raise _native.NoConsumers(
                 f"only {self._native.consumers} of {n} consumers attached within "
                 f"{self._idle_timeout} s; start the training processes, or raise idle_timeout"
             )
+
+    def _publish(self, spec: Any, leaves: Any) -> None:
+        while True:
+            try:
+                self._native.publish(spec, leaves)
+                return
+            except _native.NoConsumers:
+                if not self._forever:
+                    raise  # else wait on for a consumer
 
     def _run_epoch(self) -> Iterator[Any]:
         native = self._native
@@ -322,7 +386,8 @@ class Producer:
         try:
             for batch in self._loader:
                 spec, leaves, rows = flatten(batch)
-                native.publish(spec, leaves)
+                self._publish(spec, leaves)
+                self._served = True
                 samples += rows
                 yield batch
         except GeneratorExit:
@@ -330,9 +395,8 @@ class Producer:
             if not native.closed:
                 native.end_epoch()
             raise
-        except KeyboardInterrupt:
-            self._finish("interrupted")
-            raise
+        except (KeyboardInterrupt, _native.NoConsumers):
+            raise  # the caller finishes the stream
         except BaseException as e:
             self._finish("failed", _describe_error(e))
             raise

@@ -466,6 +466,11 @@ def main() -> None:
     # inherited SIG_IGN instead of raising KeyboardInterrupt on Ctrl-C.
     signal.signal(signal.SIGINT, signal.default_int_handler)
     role, opts = sys.argv[1], json.loads(sys.argv[2]) if len(sys.argv) > 2 else {}
+    if role not in globals():
+        import trainers  # the training-library roles
+
+        getattr(trainers, role)(opts)
+        return
     globals()[role](opts)
 
 

@@ -52,10 +52,11 @@ def test_breaking_out_of_an_epoch_skips_its_rest(spawn):
         assert c.epoch == 1 and seen == list(range(1000))
         it = iter(c)  # epoch 2 begins
         next(it)
-        with pytest.raises(batchcast.ProducerFinished):
-            iter(c)  # skips the rest of epoch 2; the producer ran 3 epochs
+        it2 = iter(c)  # claims nothing until its first batch is asked for
         with pytest.raises(RuntimeError, match="superseded"):
             next(it)
+        with pytest.raises(batchcast.ProducerFinished):
+            next(it2)  # skips the rest of epoch 2; the producer ran 3 epochs
     producer.expect("done")
 
 

@@ -498,8 +498,17 @@ fn status_shows_live_figures_per_consumer() {
     assert_eq!(cons["pid"], c.pid());
     assert_eq!(cons["batch_size"], 5);
     assert_eq!(cons["state"], "following");
+    // The stream's description: the first batch's arrays, batch size, epoch size.
+    assert!(r["stream"]["first_batch"]["leaves"].as_array().is_some());
+    assert_eq!(r["batch_size"], 10);
+    assert_eq!(r["samples_per_epoch"], 1000);
     let text = env.cmd(&["status", "stat"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&text.stdout).contains("delivered"));
+    let text = String::from_utf8_lossy(&text.stdout);
+    assert!(text.contains("delivered"), "{text}");
+    assert!(
+        text.contains("stream: ") && text.contains("batch size 10, 1000 samples per epoch"),
+        "{text}"
+    );
     c.kill9();
     producer.kill9();
 }

@@ -171,7 +171,7 @@ fn retire(attached: Attached, tracker: Arc<LeaseTracker>) {
         .spawn(drain);
 }
 
-fn tree_to_py<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
+pub(crate) fn tree_to_py<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
     Ok(match node {
         Node::Leaf(i) => i.into_pyobject(py)?.into_any(),
         Node::Tuple(items) | Node::List(items) => {
@@ -351,6 +351,9 @@ impl PyConsumer {
         d.set_item("batch_size", w.batch_size)?;
         d.set_item("consumer_id", w.consumer_id)?;
         d.set_item("watching_pid", self.watching)?;
+        d.set_item("stream", crate::stream::stream_to_py(py, &w.stream)?)?;
+        d.set_item("first_epoch_partial", w.first_epoch_partial)?;
+        d.set_item("first_epoch_samples", w.first_epoch_samples)?;
         Ok(d)
     }
 

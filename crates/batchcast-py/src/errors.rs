@@ -243,6 +243,7 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
         Error::ProducerNotFound {
             ref name,
             ref socket,
+            ..
         } => Exc::ProducerNotFound.err(
             py,
             msg,

@@ -27,6 +27,7 @@ mod consumer;
 mod dlpack;
 mod errors;
 mod producer;
+mod stream;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};

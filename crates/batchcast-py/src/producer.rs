@@ -288,6 +288,12 @@ impl PyProducer {
         })
     }
 
+    /// Sets the metadata (a JSON text) announced to consumers that join
+    /// from now on.
+    fn set_metadata(&self, py: Python<'_>, json: String) -> PyResult<()> {
+        self.inner.call(py, |p, _| p.set_metadata(json))
+    }
+
     /// Waits until `n` consumers are connected; False on timeout.
     #[pyo3(signature = (n, timeout=None))]
     fn wait_for_consumers(&self, py: Python<'_>, n: usize, timeout: Option<f64>) -> PyResult<bool> {
@@ -419,6 +425,9 @@ impl PyProducer {
         d.set_item("lag_slots_used", r.lag_slots_used)?;
         d.set_item("lag_policy", r.lag_policy)?;
         d.set_item("evictions", r.evictions)?;
+        d.set_item("batch_size", r.batch_size)?;
+        d.set_item("samples_per_epoch", r.samples_per_epoch)?;
+        d.set_item("stream", crate::stream::stream_to_py(py, &r.stream)?)?;
         let consumers = PyList::empty(py);
         for c in r.consumers {
             let e = PyDict::new(py);

@@ -27,17 +27,14 @@ pub enum Error {
     InvalidArgument(String),
 
     /// No producer listens under this name.
-    #[error(
-        "no producer named {name:?} is running (looked for {}); start one \
-         (`batchcast serve --name {name} ...` or batchcast.Producer(loader, name={name:?})), \
-         check the name with `batchcast status`, or pass a connect timeout to wait for it",
-        socket.display()
-    )]
+    #[error("{}", not_found(name, socket, *waited_secs))]
     ProducerNotFound {
         /// The name asked for.
         name: String,
         /// The socket path that was tried.
         socket: PathBuf,
+        /// How long the caller waited for it to appear (`None`: not at all).
+        waited_secs: Option<f64>,
     },
 
     /// A live producer already holds this name.
@@ -210,3 +207,25 @@ impl Error {
 
 /// Result with the core's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of [`Error::ProducerNotFound`]: what was waited for, how
+/// long, and what to change.
+fn not_found(name: &str, socket: &std::path::Path, waited: Option<f64>) -> String {
+    let start = format!(
+        "start one (`batchcast serve --name {name} ...` or batchcast.Producer(loader, \
+         name={name:?}).run()), or check the name with `batchcast status`"
+    );
+    match waited {
+        Some(secs) if secs > 0.0 => format!(
+            "no producer named {name:?} appeared within the {secs:.1} s connect timeout (waited \
+             for its socket {}); a producer that ran earlier has ended (run(epochs=N) served its \
+             N epochs, or it was idle for its idle_timeout with no consumer attached): {start}",
+            socket.display()
+        ),
+        _ => format!(
+            "no producer named {name:?} is running (looked for {}); {start}, or pass a connect \
+             timeout (connect_timeout=) to wait for it",
+            socket.display()
+        ),
+    }
+}

@@ -46,6 +46,7 @@ mod private_pages;
 pub mod producer;
 mod shm;
 pub mod status;
+pub mod stream;
 pub mod wire;
 
 pub use consumer::{Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Leaf};
@@ -57,4 +58,5 @@ pub use producer::{
     EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
 };
 pub use status::{ConsumerStatus, StatusReport};
+pub use stream::StreamSpec;
 pub use wire::{JoinPolicy, OnEvict, ShutdownReason};

@@ -39,6 +39,12 @@ pub struct StatusReport {
     pub batches_per_sec: f64,
     /// Seconds the producer spent blocked on a full window.
     pub blocked_secs: f64,
+    /// The nominal batch size, once known.
+    pub batch_size: Option<u64>,
+    /// Rows per epoch, when known.
+    pub samples_per_epoch: Option<u64>,
+    /// What the producer says about its stream.
+    pub stream: crate::stream::StreamSpec,
     /// One entry per connected consumer (some left out when they would not
     /// fit in one frame; see `omitted_consumers`).
     pub consumers: Vec<ConsumerStatus>,
@@ -106,6 +112,7 @@ pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
     let sock = endpoint.connect()?.ok_or_else(|| Error::ProducerNotFound {
         name: endpoint.name().to_owned(),
         socket: endpoint.socket_path(),
+        waited_secs: None,
     })?;
     sock.set_read_timeout(Some(timeout))
         .map_err(|e| Error::io("cannot set a socket timeout", e))?;
@@ -181,6 +188,9 @@ mod tests {
             published: 0,
             batches_per_sec: 0.0,
             blocked_secs: 0.0,
+            batch_size: None,
+            samples_per_epoch: None,
+            stream: crate::stream::StreamSpec::default(),
             consumers: (0..20_000).map(consumer).collect(),
             omitted_consumers: 0,
         };

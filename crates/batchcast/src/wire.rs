@@ -26,6 +26,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::status::StatusReport;
+use crate::stream::StreamSpec;
 
 /// Version of this protocol; both ends must agree.
 pub const PROTOCOL_VERSION: u32 = 3;
@@ -201,6 +202,13 @@ pub struct Welcome {
     pub batch_size: Option<u64>,
     /// The id `batchcast status` shows for this consumer.
     pub consumer_id: u64,
+    /// What the producer sends (see [`crate::stream`]).
+    pub stream: StreamSpec,
+    /// True when this consumer's first epoch is the rest of an epoch in
+    /// progress (`JoinPolicy::Now` joining mid-epoch).
+    pub first_epoch_partial: bool,
+    /// Rows of that partial first epoch, when the producer knows them.
+    pub first_epoch_samples: Option<u64>,
 }
 
 /// An epoch begins.

@@ -38,6 +38,7 @@ pub fn run(args: StatusArgs) -> Result<()> {
         return Err(Error::ProducerNotFound {
             name: names[0].clone(),
             socket: ep.socket_path(),
+            waited_secs: None,
         }
         .into());
     }
@@ -76,6 +77,20 @@ fn print_report(r: &StatusReport) {
         r.lag_policy,
         r.evictions
     );
+    let opt = |v: Option<u64>| v.map_or("unknown".to_string(), |n| n.to_string());
+    println!(
+        "  stream: {}; batch size {}, {} samples per epoch",
+        r.stream
+            .first_batch
+            .as_ref()
+            .map_or("not yet described (no batch planned)".to_string(), |b| b
+                .describe()),
+        opt(r.batch_size),
+        opt(r.samples_per_epoch)
+    );
+    if !r.stream.metadata.is_empty() {
+        println!("  metadata: {}", r.stream.metadata);
+    }
     if r.consumers.is_empty() {
         println!("  no consumers");
         return;

@@ -644,6 +644,7 @@ fn connect_socket(
                     return Err(Error::ProducerNotFound {
                         name: endpoint.name().to_owned(),
                         socket: path,
+                        waited_secs: timeout.map(|t| t.as_secs_f64()),
                     });
                 }
                 // No signal exists for "a socket appeared": retry briefly.

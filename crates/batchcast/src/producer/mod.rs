@@ -154,6 +154,8 @@ pub struct Producer {
     epoch_batches: u64,
     /// The kernel refused memory for a lag slot (warned once).
     lag_refused: bool,
+    /// The first batch is described in the stream's spec.
+    described: bool,
 }
 
 impl Producer {
@@ -225,6 +227,7 @@ impl Producer {
             lock: Some(lock),
             epoch_batches: 0,
             lag_refused: false,
+            described: false,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -303,6 +306,9 @@ impl Producer {
             ));
         }
         let layout = Layout::plan(tree, leaves)?;
+        if !self.described {
+            self.describe_first(&layout);
+        }
         // The slot holds the arrays, then the encoded layout.
         let needed = (layout_offset(layout.slot_bytes()) + encode_layout(&layout)?.len() as u64)
             .try_into()
@@ -396,6 +402,25 @@ impl Producer {
             }
             state = shared.lock();
         }
+    }
+
+    /// Describes the first batch planned in the stream's spec. Consumers
+    /// welcomed from now on see it; with an auto-sized arena that is every
+    /// consumer, since the first welcome waits for the first batch.
+    fn describe_first(&mut self, layout: &Layout) {
+        self.shared
+            .lock()
+            .set_first_batch(crate::stream::BatchShape::of(layout));
+        self.described = true;
+    }
+
+    /// Sets the free-form metadata (a JSON text, at most
+    /// [`crate::stream::MAX_METADATA`] bytes) announced to consumers that
+    /// join from now on and shown by `batchcast status`.
+    pub fn set_metadata(&mut self, json: String) -> Result<()> {
+        crate::stream::check_metadata(&json)?;
+        self.shared.lock().set_metadata(json);
+        Ok(())
     }
 
     fn create_arena(&mut self, slot_size: usize) -> Result<()> {

@@ -26,6 +26,7 @@ use crate::error::{Error, Result};
 use crate::holds::Holds;
 use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
+use crate::stream::StreamSpec;
 use crate::wire::{
     self, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome, PROTOCOL_VERSION,
 };
@@ -120,6 +121,8 @@ pub(crate) struct State {
     published: u64,
     blocked: Duration,
     recent: VecDeque<Instant>,
+    /// What the producer says about its stream, in welcomes and reports.
+    stream: StreamSpec,
     /// Threads waiting on the condition variable.
     waiters: usize,
 }
@@ -147,6 +150,7 @@ impl State {
             samples_per_epoch: samples,
             lag_policy,
             evictions: 0,
+            stream: StreamSpec::default(),
             published: 0,
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
@@ -531,6 +535,7 @@ impl State {
         let (Some(shm), Some(entry)) = (self.shm.as_ref(), self.consumers.get(&id)) else {
             return;
         };
+        let partial = self.joins_mid_epoch(entry.hello.join);
         let welcome = ToConsumer::Welcome(Welcome {
             version: PROTOCOL_VERSION,
             producer_pid: self.pid,
@@ -540,6 +545,13 @@ impl State {
             samples_per_epoch: self.samples_per_epoch,
             batch_size: self.batch_size,
             consumer_id: id,
+            stream: self.stream.clone(),
+            first_epoch_partial: partial,
+            first_epoch_samples: if partial {
+                self.partial_samples()
+            } else {
+                None
+            },
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
@@ -582,9 +594,7 @@ impl State {
         match policy {
             JoinPolicy::NextEpoch => self.set_phase(id, Phase::Waiting),
             JoinPolicy::Now => {
-                let samples = epoch
-                    .samples
-                    .map(|n| n.saturating_sub(epoch.published_rows));
+                let samples = self.partial_samples();
                 let next = self.next_seq;
                 self.set_phase(id, Phase::Following);
                 self.start_epoch_for(id, samples, true, next);
@@ -603,6 +613,29 @@ impl State {
                 _ => self.set_phase(id, Phase::Waiting),
             },
         }
+    }
+
+    /// Describes the stream's first batch (for welcomes and reports).
+    pub fn set_first_batch(&mut self, shape: Option<crate::stream::BatchShape>) {
+        self.stream.first_batch = shape;
+    }
+
+    /// Sets the stream's free-form metadata (already checked).
+    pub fn set_metadata(&mut self, json: String) {
+        self.stream.metadata = json;
+    }
+
+    /// True when a consumer joining now under `policy` starts mid-epoch:
+    /// what [`State::join`] decides, told in the welcome it precedes.
+    fn joins_mid_epoch(&self, policy: JoinPolicy) -> bool {
+        policy == JoinPolicy::Now && self.epoch.open && self.epoch.published_rows > 0
+    }
+
+    /// Rows left in the current epoch, when known.
+    fn partial_samples(&self) -> Option<u64> {
+        self.epoch
+            .samples
+            .map(|n| n.saturating_sub(self.epoch.published_rows))
     }
 
     fn set_phase(&mut self, id: u64, phase: Phase) {
@@ -699,6 +732,9 @@ impl State {
             lag_slots_used: self.slots.lag_in_use() as u64,
             lag_policy: self.lag_policy.name().to_owned(),
             evictions: self.evictions,
+            batch_size: self.batch_size,
+            samples_per_epoch: self.samples_per_epoch,
+            stream: self.stream.clone(),
             consumers: self
                 .consumers
                 .iter()

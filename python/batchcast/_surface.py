@@ -1,0 +1,94 @@
+"""The DataLoader attributes that training scripts read, for a Consumer.
+
+Training code written for a ``torch.utils.data.DataLoader`` reads more than
+its batches: timm's ``train.py`` calls ``set_epoch`` on ``loader.dataset``,
+``loader.batch_sampler`` or ``loader.sampler`` if they have one (reading
+``loader.dataset`` unguarded); Lightning calls ``set_epoch`` on
+``loader.sampler`` and ``loader.batch_sampler.sampler``; scripts log
+``len(loader.dataset)``, ``loader.batch_size`` and ``loader.num_workers``.
+
+A consumer does not sample: the producer's loader decides which samples
+come, in which order. So these stand-ins describe the stream instead of
+driving it. Each has an exact ``len()`` (samples, or batches for the batch
+sampler) when the producer announced its epoch size; none can be iterated
+(there are no indices to give), and their ``set_epoch`` is accepted and does
+nothing (the producer's own sampler shuffles; it is the one to seed).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Iterator, Optional
+
+__all__ = ["StreamDataset", "StreamSampler", "StreamBatchSampler"]
+
+
+class _Described:
+    """Shared by the stand-ins: a length read from the consumer when asked."""
+
+    _what = "stand-in"
+
+    def __init__(self, name: str, length: Callable[[], int]) -> None:
+        self._name = name
+        self._length = length
+        #: The last epoch a script passed to ``set_epoch`` (None: never called).
+        self.epoch: Optional[int] = None
+
+    def __len__(self) -> int:
+        return self._length()
+
+    def __iter__(self) -> Iterator[Any]:
+        raise TypeError(
+            f"the {self._what} of batchcast.Consumer({self._name!r}) cannot be iterated: the "
+            "producer's loader samples, not this process; iterate the Consumer for batches"
+        )
+
+    def set_epoch(self, epoch: int) -> None:
+        """Accepted and ignored: the producer's loader decides the order of
+        samples (seed its sampler there). Records ``epoch``."""
+        self.epoch = epoch
+
+    def __repr__(self) -> str:
+        return f"<batchcast {self._what} of {self._name!r}>"
+
+
+class StreamDataset(_Described):
+    """``Consumer.dataset``: ``len()`` is the samples this consumer receives
+    in an epoch; it cannot be indexed (the samples live in the producer)."""
+
+    _what = "dataset"
+
+    def __getitem__(self, index: Any) -> Any:
+        raise TypeError(
+            f"the dataset of batchcast.Consumer({self._name!r}) cannot be indexed: its samples "
+            "are loaded by the producer; iterate the Consumer for batches"
+        )
+
+
+class StreamSampler(_Described):
+    """``Consumer.sampler``: ``len()`` is the samples per epoch."""
+
+    _what = "sampler"
+
+
+class StreamBatchSampler(_Described):
+    """``Consumer.batch_sampler``: ``len()`` is the batches per epoch;
+    ``batch_size``, ``drop_last`` and ``sampler`` are the consumer's."""
+
+    _what = "batch sampler"
+
+    def __init__(
+        self,
+        name: str,
+        length: Callable[[], int],
+        batch_size: Callable[[], Optional[int]],
+        drop_last: bool,
+        sampler: StreamSampler,
+    ) -> None:
+        super().__init__(name, length)
+        self._batch_size = batch_size
+        self.drop_last = drop_last
+        self.sampler = sampler
+
+    @property
+    def batch_size(self) -> Optional[int]:
+        return self._batch_size()
