@@ -4,14 +4,14 @@
 //! bytes and panics only on a bug.
 //!
 //! - [`jpeg`]: the image decoder (`batchcast_pipeline::decode_rgb_into`).
-//! - [`wire`]: the frame decoder (`batchcast::wire::FrameReader`) for both
+//! - [`wire`]: the frame decoder (`batchcast::internals::wire::FrameReader`) for both
 //!   directions, with a re-encoding check.
-//! - [`rebatch`]: the re-batcher (`batchcast::consumer::rebatch`), checked
+//! - [`rebatch`]: the re-batcher (`batchcast::internals::rebatch`), checked
 //!   for exactly-once, in-order delivery with exact batch counts.
 
 use arbitrary::{Result as ArbResult, Unstructured};
-use batchcast::consumer::rebatch::{batches_in, Cut, Rebatcher, Span};
-use batchcast::wire::{encode, FrameReader, ToConsumer, ToProducer};
+use batchcast::internals::rebatch::{batches_in, Cut, Rebatcher, Span};
+use batchcast::internals::wire::{encode, FrameReader, ToConsumer, ToProducer};
 use batchcast_pipeline::{decode_rgb_into, DecodeError, DecodeLimits, RgbImage};
 use serde::{de::DeserializeOwned, Serialize};
 

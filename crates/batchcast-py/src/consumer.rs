@@ -18,8 +18,8 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use batchcast::consumer::Keepalive;
-use batchcast::wire::Welcome;
+use batchcast::Keepalive;
+use batchcast::Welcome;
 use batchcast::{
     Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, ShutdownReason,
 };

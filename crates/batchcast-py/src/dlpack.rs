@@ -20,8 +20,8 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex};
 
-use batchcast::consumer::Keepalive;
 use batchcast::DType;
+use batchcast::Keepalive;
 use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::ffi;
 use pyo3::prelude::*;
@@ -568,7 +568,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Impor
     })?;
     let ndim = usize::try_from(t.ndim)
         .ok()
-        .filter(|&n| n <= batchcast::layout::MAX_NDIM)
+        .filter(|&n| n <= batchcast::MAX_NDIM)
         .ok_or_else(|| {
             PyTypeError::new_err(format!("{what}: bad number of dimensions {}", t.ndim))
         })?;

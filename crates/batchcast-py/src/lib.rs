@@ -235,7 +235,7 @@ pub(crate) fn seconds(py: Python<'_>, secs: Option<f64>, what: &str) -> PyResult
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
-    m.add("PROTOCOL_VERSION", batchcast::wire::PROTOCOL_VERSION)?;
+    m.add("PROTOCOL_VERSION", batchcast::PROTOCOL_VERSION)?;
     m.add("LEAF_ARRAY", producer::KIND_ARRAY)?;
     m.add("LEAF_INTS", producer::KIND_INTS)?;
     m.add("LEAF_FLOATS", producer::KIND_FLOATS)?;

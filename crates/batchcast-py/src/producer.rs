@@ -12,8 +12,8 @@
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use batchcast::layout::MAX_DEPTH;
 use batchcast::StatusReport;
+use batchcast::MAX_DEPTH;
 use batchcast::{
     DType, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
     ProducerOptions, ShutdownReason,
@@ -192,7 +192,7 @@ impl PyProducer {
         let name = self.name.clone();
         blocking(py, move |_| {
             let endpoint = batchcast::Endpoint::in_dir(&name, dir)?;
-            batchcast::status::query(&endpoint, Duration::from_secs(5))
+            batchcast::query_status(&endpoint, Duration::from_secs(5))
         })
     }
 }

@@ -2,8 +2,8 @@
 //! `{"structure": str | None, "tree": spec | None, "leaves": [{"kind",
 //! "dtype", "shape"}], "metadata": str}`, the tree in the form batches use.
 
-use batchcast::layout::LeafKind;
-use batchcast::stream::dtype_name;
+use batchcast::dtype_name;
+use batchcast::LeafKind;
 use batchcast::StreamSpec;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};

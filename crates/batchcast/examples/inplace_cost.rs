@@ -32,7 +32,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
-use batchcast::arena::{Arena, ArenaView};
+use batchcast::internals::{Arena, ArenaView};
 use memmap2::{MmapMut, MmapOptions, MmapRaw};
 
 const WINDOW: usize = 8;

@@ -20,7 +20,7 @@
 //! Each slot starts with a [`SLOT_HEADER`]-byte header: magic, sequence
 //! number, epoch, bytes of arrays, and where the batch's encoded [`Layout`]
 //! lies in the slot (right after its arrays). A consumer learns of a batch
-//! from the board ([`crate::board`]) and reads everything else here.
+//! from the board (`crate::board`) and reads everything else here.
 
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};

@@ -97,6 +97,7 @@ impl Board {
     }
 
     /// Entries in the ring.
+    #[cfg(test)]
     pub fn ring_len(&self) -> usize {
         self.ring
     }

@@ -8,7 +8,7 @@
 //! release in its ledger. The consumer that takes the count to zero is the
 //! last holder: it alone sends the `Released` wake-up, and only when the
 //! board says the producer waits (the same Dekker order as before, see
-//! [`crate::board`]: ledger, count and flag are all SeqCst).
+//! `crate::board`: ledger, count and flag are all SeqCst).
 //!
 //! The counts are a hint, never the truth: the producer decides which slot
 //! is free from the ledgers alone. A consumer that corrupts the counts (they

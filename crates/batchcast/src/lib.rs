@@ -2,18 +2,23 @@
 //! processes on the same machine, zero-copy.
 //!
 //! # Parts
-//! - [`Producer`] owns an [`arena`] (a sealed memfd cut into `window` equal
-//!   slots), writes each batch into a free slot once, and announces it to
-//!   every consumer over a Unix socket ([`wire`]). It runs a control thread
-//!   that accepts consumers, reads their releases and notices their deaths.
-//! - [`Consumer`] attaches by name ([`endpoint`]), maps the arena (read-only,
-//!   or private and writable for in-place writes),
-//!   and turns the producer's batches into batches of its own size
-//!   ([`consumer::rebatch`]): a batch inside one slot is a view of it, one
-//!   spanning several slots is copied piece by piece as they arrive.
+//! Modules are private; this page's re-exports are the whole API.
+//! - [`Producer`] owns the arena (a sealed memfd cut into `window` slots
+//!   plus lazily reserved lag slots), writes each batch into a free slot
+//!   once, and announces it on a shared-memory board; a Unix socket carries
+//!   what happens once per consumer or per epoch. A control thread accepts
+//!   consumers (bounded: pending connections, handshake frames, descriptors)
+//!   and notices their deaths.
+//! - [`Consumer`] attaches by name ([`Endpoint`]), maps the arena (read-only,
+//!   or private and writable so that in-place writes stay its own), releases
+//!   batches in its own ledger, and cuts the producer's batches into batches
+//!   of its own size: one inside a producer batch is a view of it, one
+//!   spanning several is copied piece by piece as they arrive, so any batch
+//!   size works within the window.
 //! - A batch is a tree ([`Node`]) of arrays that share the leading row
 //!   dimension; [`Layout`] places them in a slot and is validated by the
-//!   consumer before any byte is read through it.
+//!   consumer before any byte is read through it. [`StreamSpec`] describes
+//!   the stream to consumers at connection.
 //!
 //! # Invariants
 //! - A slot is written only while no consumer holds a lease on it. A
@@ -32,31 +37,47 @@
 //! - This crate knows nothing of Python or CUDA.
 #![deny(missing_docs)]
 
-pub mod arena;
-pub mod board;
-pub mod consumer;
-pub mod dtype;
-pub mod endpoint;
+mod arena;
+mod board;
+mod consumer;
+mod dtype;
+mod endpoint;
 mod error;
 mod holds;
-pub mod layout;
-pub mod ledger;
+mod layout;
+mod ledger;
 mod peer;
 mod private_pages;
-pub mod producer;
+mod producer;
 mod shm;
-pub mod status;
-pub mod stream;
-pub mod wire;
+mod status;
+mod stream;
+mod wire;
 
-pub use consumer::{Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Leaf};
+pub use consumer::{
+    Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Keepalive, Leaf,
+};
 pub use dtype::DType;
-pub use endpoint::Endpoint;
+pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
-pub use layout::{Layout, LeafKind, LeafSpec, Node};
+pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
     EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
+    DEFAULT_LAG_BYTES,
 };
-pub use status::{ConsumerStatus, StatusReport};
-pub use stream::StreamSpec;
-pub use wire::{JoinPolicy, OnEvict, ShutdownReason};
+pub use status::{query as query_status, ConsumerStatus, StatusReport};
+pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
+pub use wire::{JoinPolicy, OnEvict, ShutdownReason, Welcome, PROTOCOL_VERSION};
+
+/// Not part of the API: the internals that this repository's fuzz targets,
+/// integration tests and benchmarks drive directly. No stability promise.
+#[doc(hidden)]
+pub mod internals {
+    pub use crate::arena::{Arena, ArenaView};
+    pub use crate::consumer::rebatch;
+    pub use crate::layout::SLOT_HEADER;
+    /// The control-plane protocol: messages, framing and fd passing.
+    pub mod wire {
+        pub use crate::wire::*;
+    }
+}

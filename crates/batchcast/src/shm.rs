@@ -4,7 +4,7 @@
 //! ever left behind), sized and reserved at creation, then sealed against
 //! shrinking and growing: whoever else maps it can never make our mapping
 //! fault with SIGBUS. (The arena, which may be large, has its own creation
-//! path with detailed out-of-memory errors; see [`crate::arena`].)
+//! path with detailed out-of-memory errors; see `crate::arena`.)
 
 use std::fs::File;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};

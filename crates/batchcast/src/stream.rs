@@ -7,7 +7,7 @@
 //! free-form user metadata as a JSON text (the transform, the image size).
 //! The nominal batch size and the samples per epoch travel beside it in the
 //! welcome. Both parts are bounded: metadata to [`MAX_METADATA`] bytes (the
-//! producer refuses more), the shape to [`MAX_DESCRIBED_LEAVES`] leaves (a
+//! producer refuses more), the shape to `MAX_DESCRIBED_LEAVES` leaves (a
 //! batch with more is not described rather than refused), so a welcome stays
 //! far below the frame limit.
 
@@ -28,7 +28,7 @@ pub struct StreamSpec {
     /// The first batch's structure and arrays; `None` before the producer
     /// planned its first batch (a consumer that connects to a producer
     /// started with a fixed slot size before it published), or when the
-    /// batch has more than [`MAX_DESCRIBED_LEAVES`] leaves.
+    /// batch has more than `MAX_DESCRIBED_LEAVES` leaves.
     pub first_batch: Option<BatchShape>,
     /// A JSON text given by the user (empty: none); checked to be at most
     /// [`MAX_METADATA`] bytes, not parsed here.
@@ -58,7 +58,7 @@ pub struct LeafShape {
 
 impl BatchShape {
     /// Describes the batch laid out as `layout`; `None` if it has more than
-    /// [`MAX_DESCRIBED_LEAVES`] leaves.
+    /// `MAX_DESCRIBED_LEAVES` leaves.
     pub fn of(layout: &Layout) -> Option<BatchShape> {
         if layout.leaves.len() > MAX_DESCRIBED_LEAVES {
             return None;

@@ -9,8 +9,8 @@
 //! `SCM_RIGHTS` ancillary data.
 //!
 //! Batches themselves are not announced here: the producer publishes them on
-//! the board ([`crate::board`]) and consumers release them in their ledgers
-//! ([`crate::ledger`]), so a batch costs no message per consumer. The socket
+//! the board (`crate::board`) and consumers release them in their ledgers
+//! (`crate::ledger`), so a batch costs no message per consumer. The socket
 //! carries what happens once per consumer or per epoch (welcome, epoch start
 //! and end, shutdown), and a consumer's death is its socket closing.
 
@@ -202,7 +202,7 @@ pub struct Welcome {
     pub batch_size: Option<u64>,
     /// The id `batchcast status` shows for this consumer.
     pub consumer_id: u64,
-    /// What the producer sends (see [`crate::stream`]).
+    /// What the producer sends (see `crate::stream`).
     pub stream: StreamSpec,
     /// True when this consumer's first epoch is the rest of an epoch in
     /// progress (`JoinPolicy::Now` joining mid-epoch).

@@ -4,8 +4,8 @@
 
 use std::sync::Barrier;
 
-use batchcast::arena::{Arena, ArenaView};
-use batchcast::layout::SLOT_HEADER;
+use batchcast::internals::SLOT_HEADER;
+use batchcast::internals::{Arena, ArenaView};
 
 const SLOT: usize = 1 << 20;
 

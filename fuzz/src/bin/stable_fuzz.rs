@@ -19,7 +19,7 @@ use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use batchcast::wire::{
+use batchcast::internals::wire::{
     encode, ConsumerHello, EpochStart, Hello, JoinPolicy, Role, ShutdownReason, ToConsumer,
     ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
 };
@@ -168,6 +168,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             drop_last: false,
             join: JoinPolicy::CatchUp,
             label: "train.py".into(),
+            on_evict: Default::default(),
         }),
     });
     let status = ToProducer::Hello(Hello {
@@ -186,9 +187,13 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             producer_pid: 4242,
             slot_size: 1 << 20,
             slots: 8,
+            window: 8,
             samples_per_epoch: Some(1000),
             batch_size: Some(64),
             consumer_id: 3,
+            stream: Default::default(),
+            first_epoch_partial: false,
+            first_epoch_samples: None,
         }),
         ToConsumer::EpochStart(EpochStart {
             epoch: 0,

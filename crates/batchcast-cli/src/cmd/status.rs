@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use anyhow::Result;
-use batchcast::{endpoint, Endpoint, Error, StatusReport};
+use batchcast::{default_dir, list_names, Endpoint, Error, StatusReport};
 
 /// Arguments of `batchcast status`.
 #[derive(Debug, clap::Args)]
@@ -17,17 +17,17 @@ pub struct StatusArgs {
 
 /// Runs `batchcast status`.
 pub fn run(args: StatusArgs) -> Result<()> {
-    let dir = endpoint::default_dir();
+    let dir = default_dir();
     let names = match &args.name {
         Some(n) => vec![n.clone()],
-        None => endpoint::list_names(&dir),
+        None => list_names(&dir),
     };
     let mut reports = Vec::new();
     for name in &names {
         let ep = Endpoint::new(name)?;
         // A name whose producer was killed answers ProducerNotFound, and
         // the query has removed the files it left.
-        match batchcast::status::query(&ep, Duration::from_secs(2)) {
+        match batchcast::query_status(&ep, Duration::from_secs(2)) {
             Ok(r) => reports.push(r),
             Err(Error::ProducerNotFound { .. } | Error::ProducerGone { .. }) => {}
             Err(e) => return Err(e.into()),

@@ -3,7 +3,7 @@
 //!
 //! Reading a slot: [`Link::acquire`] marks it acquired in the ledger and
 //! checks, after the mark, that the producer has not evicted this consumer
-//! (the handshake is described in [`crate::ledger`]). Releasing a slot:
+//! (the handshake is described in `crate::ledger`). Releasing a slot:
 //! [`Link::release`] writes the ledger, counts the release in the shared
 //! holder counts ([`crate::holds`]), and only the last holder, and only while
 //! the board says the producer waits, sends the `Released` wake-up.

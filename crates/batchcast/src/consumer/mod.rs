@@ -9,7 +9,7 @@
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
 //! is the signal, so no heartbeat is involved.
 //!
-//! Batches come from the board ([`crate::board`]): after `EpochStart {
+//! Batches come from the board (`crate::board`): after `EpochStart {
 //! first_seq }` the consumer reads every batch the board publishes from
 //! `first_seq` until the epoch's `end_seq`. To never mistake a batch of the
 //! next epoch for one of this epoch, it reads the board's `published`
@@ -31,7 +31,7 @@
 //! Batches are taken from the board lazily, one consumer batch at a time,
 //! so that a consumer holds (has acquired) only what it is about to hand
 //! out: if the producer evicts it for falling behind (see
-//! [`crate::ledger`]), only those slots stay out of rotation. An evicted
+//! `crate::ledger`), only those slots stay out of rotation. An evicted
 //! consumer stops reading the board at once; when the producer's `Evicted`
 //! message arrives its next read fails with [`Error::FellBehind`], or, with
 //! [`OnEvict::Rejoin`], its epoch ends short and it follows the next one.

@@ -52,7 +52,7 @@ pub struct ProducerOptions {
     /// Slots retained: how far the slowest consumer may fall behind.
     pub window: usize,
     /// Bytes per slot; `None` sizes slots from the first batch with
-    /// [`SLOT_HEADROOM`] headroom.
+    /// `SLOT_HEADROOM` headroom.
     pub slot_size: Option<usize>,
     /// Rows per epoch, when known: lets consumers know `len()` up front.
     pub samples_per_epoch: Option<u64>,
@@ -60,7 +60,7 @@ pub struct ProducerOptions {
     pub batch_size: Option<u64>,
     /// What to do with no consumer attached.
     pub idle: IdlePolicy,
-    /// Socket directory; `None`: the default (see [`crate::endpoint`]).
+    /// Socket directory; `None`: the default (see `crate::endpoint`).
     pub dir: Option<PathBuf>,
     /// How far a consumer may fall behind the others before it holds them
     /// back (or is evicted); `None`: the smaller of [`DEFAULT_LAG_BYTES`]

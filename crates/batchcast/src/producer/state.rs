@@ -4,11 +4,11 @@
 //! both take it. The invariant everything rests on: a slot's `holders` are
 //! the consumers its batch was published to, and the publishing thread
 //! writes a slot only once every holder has released the batch in its
-//! ledger ([`crate::ledger`]) or is gone. Removing a consumer (its socket
+//! ledger (`crate::ledger`) or is gone. Removing a consumer (its socket
 //! closed, it sent garbage, a send to it failed) drops it from every slot's
 //! holders at once, so a dead consumer never holds the others up. Evicting
 //! a laggard drops it from the holders of every slot it has not begun to
-//! read (see [`crate::ledger`] for the handshake that makes this safe).
+//! read (see `crate::ledger` for the handshake that makes this safe).
 //!
 //! Fields are private: the producer and its control thread change the
 //! state only through the methods below, each of which keeps it whole.
@@ -459,7 +459,7 @@ impl State {
 
     /// Evicts consumer `id`: bumps its eviction generation, *then* keeps it
     /// as a holder only of the slots it has acquired and not released (it
-    /// may have views of them; see [`crate::ledger`]), and tells it.
+    /// may have views of them; see `crate::ledger`), and tells it.
     fn evict(&mut self, id: u64, behind: u64, budget: u64) {
         let Some(entry) = self.consumers.get(&id) else {
             return;
