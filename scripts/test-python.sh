@@ -25,11 +25,12 @@ if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsoc
     "$py" -m pip install --quiet --upgrade pip
     # TORCH_SPEC lets CI pick a build, e.g. "torch --index-url https://download.pytorch.org/whl/cpu".
     # shellcheck disable=SC2086
-    "$py" -m pip install --quiet "maturin>=1.5,<2" numpy pytest pillow \
-        tensorsocket==0.0.5 ${TORCH_SPEC:-torch torchvision}
+    # Pinned to the versions the suite last passed with; bump deliberately.
+    "$py" -m pip install --quiet "maturin==1.16.0" "numpy==2.4.6" "pytest==9.2.0" \
+        "pillow==13.0.0" tensorsocket==0.0.5 ${TORCH_SPEC:-torch==2.15.0 torchvision==0.29.2}
     # The training libraries the drop-in tests drive (tests/python/test_dropin.py);
     # installed after torch, so that they reuse the build chosen above.
-    "$py" -m pip install --quiet timm lightning accelerate
+    "$py" -m pip install --quiet timm==1.0.31 lightning==2.6.6 accelerate==1.15.0
 fi
 
 # Build the extension (release; cargo makes this a no-op when nothing
