@@ -304,24 +304,41 @@ impl ArenaView {
         (i < self.slots).then(|| self.map.as_mut_ptr().wrapping_add(i * self.slot_size))
     }
 
-    /// Slot `i`; `None` if out of range.
+    /// Slot `i`; `None` if out of range. Prefer [`ArenaView::bytes`]: with
+    /// copy-on-write this process may write rows of a leased slot through
+    /// its views, and a slice must never cover bytes written meanwhile.
     pub fn slot(&self, i: usize) -> Option<&[u8]> {
-        let ptr = self.slot_ptr(i)?;
-        // SAFETY: the slot lies inside our live mapping, which the slice
-        // borrows. The producer writes a slot only while this consumer holds
-        // no lease on it, and the consumer reads a slot only through a lease.
-        Some(unsafe { std::slice::from_raw_parts(ptr.cast_const(), self.slot_size) })
+        self.bytes(i, 0, self.slot_size)
+    }
+
+    /// Bytes `offset..offset + len` of slot `i`; `None` if out of range.
+    ///
+    /// The slice covers only what the caller reads (a header, a layout, one
+    /// leaf's rows), never the whole slot: views of other rows of the same
+    /// slot may be written in place by this process (copy-on-write) while
+    /// the slice lives.
+    pub fn bytes(&self, i: usize, offset: usize, len: usize) -> Option<&[u8]> {
+        let end = offset.checked_add(len).filter(|&e| e <= self.slot_size)?;
+        let ptr = self.slot_ptr(i)?.wrapping_add(offset);
+        debug_assert!(end <= self.slot_size);
+        // SAFETY: the range lies inside slot `i` of our live mapping (checked
+        // above), which the slice borrows. The producer writes a slot only
+        // while this consumer holds no lease on it, and the consumer reads a
+        // slot only through a lease. In-place writes by this process go to
+        // the rows of a view handed to user code; the callers here read the
+        // slot's header and layout (never part of a view) and rows that are
+        // being copied or exposed, not written, while the slice lives.
+        Some(unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) })
     }
 
     /// Reads slot `i`'s header, checks that it holds batch `seq`, and
     /// decodes and validates the batch's layout.
     pub fn header(&self, i: usize, seq: u64) -> Result<SlotHeader> {
-        let slot = self
-            .slot(i)
-            .ok_or_else(|| Error::Protocol(format!("slot {i} out of range")))?;
+        let out_of_range = || Error::Protocol(format!("slot {i} out of range"));
+        let head = self.bytes(i, 0, 48).ok_or_else(out_of_range)?;
         let word = |k: usize| {
             let mut b = [0u8; 8];
-            b.copy_from_slice(&slot[k * 8..k * 8 + 8]);
+            b.copy_from_slice(&head[k * 8..k * 8 + 8]);
             u64::from_le_bytes(b)
         };
         if word(0) != SLOT_MAGIC || word(1) != seq {
@@ -331,13 +348,16 @@ impl ArenaView {
             )));
         }
         let (used, epoch, at, len) = (word(2), word(3), word(4), word(5));
-        let end = at.checked_add(len).filter(|&e| e <= slot.len() as u64);
+        let end = at.checked_add(len).filter(|&e| e <= self.slot_size as u64);
         if at < layout_offset(used) || len as usize > crate::wire::MAX_FRAME || end.is_none() {
             return Err(Error::Protocol(format!(
                 "slot {i}'s header places its layout out of bounds"
             )));
         }
-        let layout: Layout = postcard::from_bytes(&slot[at as usize..(at + len) as usize])
+        let encoded = self
+            .bytes(i, at as usize, len as usize)
+            .ok_or_else(out_of_range)?;
+        let layout: Layout = postcard::from_bytes(encoded)
             .map_err(|e| Error::Protocol(format!("slot {i} holds a malformed layout: {e}")))?;
         layout.validate(self.slot_size)?;
         if layout.slot_bytes() > at {

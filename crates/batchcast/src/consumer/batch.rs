@@ -36,20 +36,22 @@ impl SlotLease {
         let rb = leaf.row_bytes() as usize;
         let off = leaf.offset as usize + start as usize * rb;
         let len = (end - start) as usize * rb;
-        // In range: the layout was validated against the slot size.
-        &self.slot_bytes()[off..off + len]
+        self.bytes(off, len)
     }
 
-    fn slot_bytes(&self) -> &[u8] {
-        // The slot index was checked when the lease was made.
-        self.arena.slot(self.slot).unwrap_or(&[])
+    /// Bytes `offset..offset + len` of the slot (only those: see
+    /// [`ArenaView::bytes`]).
+    fn bytes(&self, offset: usize, len: usize) -> &[u8] {
+        // In range: the slot index was checked when the lease was made and
+        // the layout was validated against the slot size.
+        self.arena.bytes(self.slot, offset, len).unwrap_or(&[])
     }
 
     /// The strings of rows `start..end` of string leaf `i`.
     pub(super) fn strings(&self, i: usize, start: u64, end: u64) -> Result<Vec<String>> {
         let leaf = &self.layout.leaves[i];
         let base = leaf.offset as usize;
-        let bytes = &self.slot_bytes()[base..base + leaf.nbytes as usize];
+        let bytes = self.bytes(base, leaf.nbytes as usize);
         let rows = leaf.rows() as usize;
         let table = 8 * (rows + 1);
         let text = &bytes[table..];
@@ -133,7 +135,7 @@ impl Leaf {
     /// The raw, C-contiguous bytes (empty for string leaves).
     pub fn bytes(&self) -> &[u8] {
         match &self.data {
-            LeafData::Shared { lease, offset, len } => &lease.slot_bytes()[*offset..*offset + *len],
+            LeafData::Shared { lease, offset, len } => lease.bytes(*offset, *len),
             LeafData::Owned(o) => o.bytes(),
             LeafData::Strings(_) => &[],
         }
