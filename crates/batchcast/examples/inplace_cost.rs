@@ -10,12 +10,9 @@
 //!   one call instead of a fault per 64 KiB (fault-around) on first read.
 //! - `+pagemap-skip`: `MADV_DONTNEED` only when `/proc/self/pagemap` shows a
 //!   private page in the slot (reads 8 bytes per page of the slot).
-//! - `+scan-skip`: `MADV_DONTNEED` only when the `PAGEMAP_SCAN` ioctl
-//!   (Linux 6.7+) finds a private page in the slot: the kernel walks the
-//!   slot's page table and stops at the first private page.
 //! - `batchcast`: what batchcast does (`ArenaView::refresh` on a
-//!   copy-on-write view): `PAGEMAP_SCAN` finds the private pages, and only
-//!   their ranges are dropped.
+//!   copy-on-write view): the `PAGEMAP_SCAN` ioctl (Linux 6.7+) finds the
+//!   private pages, and only their ranges are dropped.
 //!
 //! Each is measured for a consumer that leaves the data alone (reads the
 //! slot's header page only), one that reads every page of each batch (one
@@ -28,7 +25,6 @@
 //! (`-- 1,64` picks the batch sizes in MiB).
 
 use std::fs::File;
-use std::os::fd::AsRawFd;
 use std::os::unix::fs::FileExt;
 use std::time::Instant;
 
@@ -44,16 +40,14 @@ enum Variant {
     Dontneed,
     Populate,
     PagemapSkip,
-    ScanSkip,
     Batchcast,
 }
 
-const VARIANTS: [(Variant, &str); 6] = [
+const VARIANTS: [(Variant, &str); 5] = [
     (Variant::SharedRo, "shared-ro"),
     (Variant::Dontneed, "private+dontneed"),
     (Variant::Populate, "+populate"),
     (Variant::PagemapSkip, "+pagemap-skip"),
-    (Variant::ScanSkip, "+scan-skip"),
     (Variant::Batchcast, "batchcast"),
 ];
 
@@ -263,56 +257,5 @@ fn refresh(s: &mut Setup, variant: Variant, i: usize) {
                 dontneed(s);
             }
         }
-        Variant::ScanSkip => {
-            let addr = s.consumer.as_ptr() as usize + off;
-            if scan_finds_private(&s.pagemap, addr, len) {
-                dontneed(s);
-            }
-        }
     }
-}
-
-/// `struct pm_scan_arg` of `<linux/fs.h>`.
-#[repr(C)]
-struct PmScanArg {
-    size: u64,
-    flags: u64,
-    start: u64,
-    end: u64,
-    walk_end: u64,
-    vec: u64,
-    vec_len: u64,
-    max_pages: u64,
-    category_inverted: u64,
-    category_mask: u64,
-    category_anyof_mask: u64,
-    return_mask: u64,
-}
-
-fn scan_finds_private(pagemap: &File, addr: usize, len: usize) -> bool {
-    const PAGE_IS_FILE: u64 = 1 << 2;
-    const PAGE_IS_PRESENT: u64 = 1 << 3;
-    const PAGE_IS_SWAPPED: u64 = 1 << 4;
-    // _IOWR('f', 16, struct pm_scan_arg)
-    const PAGEMAP_SCAN: libc::c_ulong = 0xC060_6610;
-    let mut region = [0u64; 3];
-    let mut arg = PmScanArg {
-        size: std::mem::size_of::<PmScanArg>() as u64,
-        flags: 0,
-        start: addr as u64,
-        end: (addr + len) as u64,
-        walk_end: 0,
-        vec: region.as_mut_ptr() as u64,
-        vec_len: 1,
-        max_pages: 1,
-        category_inverted: PAGE_IS_FILE,
-        category_mask: PAGE_IS_FILE,
-        category_anyof_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-        return_mask: PAGE_IS_PRESENT | PAGE_IS_SWAPPED,
-    };
-    // SAFETY: a valid pm_scan_arg whose `vec` points at room for one
-    // page_region (three u64s), both alive across the call.
-    let n = unsafe { libc::ioctl(pagemap.as_raw_fd(), PAGEMAP_SCAN, &mut arg) };
-    assert!(n >= 0, "PAGEMAP_SCAN: {}", std::io::Error::last_os_error());
-    n > 0
 }
