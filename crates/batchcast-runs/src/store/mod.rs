@@ -1,0 +1,173 @@
+//! The run store: one SQLite file in WAL mode.
+//!
+//! Several runners and readers may use one file at once: SQLite's WAL lets
+//! readers go on while one writer commits, and every connection waits up to
+//! [`BUSY_TIMEOUT`] for a lock instead of failing. Each thread opens its own
+//! [`Store`] (a connection is not shared between threads).
+
+mod model;
+mod read;
+mod recorder;
+mod schema;
+mod write;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+
+use crate::error::{Result, StoreError};
+
+pub use model::*;
+pub use recorder::{Recorder, RecorderHandle, FLUSH_EVERY};
+
+/// How long a connection waits for another's lock before it gives up.
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// A connection to a run store.
+pub struct Store {
+    conn: Connection,
+    path: PathBuf,
+}
+
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("path", &self.path).finish()
+    }
+}
+
+impl Store {
+    /// Opens a store for writing, creating the file (and its directory) when
+    /// there is none. A file that is not a batchcast store is refused and
+    /// left untouched.
+    pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
+                path: path.clone(),
+                source,
+            })?;
+        }
+        let conn = Connection::open(&path).map_err(StoreError::sqlite(&path))?;
+        let store = Store::configure(conn, path)?;
+        // Look before writing anything: a foreign file is left as it was.
+        let found = store.inspect()?;
+        if let schema::Found::Foreign(_) = found {
+            store.check()?;
+        }
+        store
+            .conn
+            .pragma_update(None, "journal_mode", "WAL")
+            .map_err(store.err())?;
+        store
+            .conn
+            .pragma_update(None, "synchronous", "NORMAL")
+            .map_err(store.err())?;
+        if let schema::Found::Empty = found {
+            schema::create(&store.conn).map_err(store.err())?;
+        }
+        store.check()?;
+        Ok(store)
+    }
+
+    /// Opens an existing store for reading only (the dashboard, `runs list`).
+    /// Writers may go on meanwhile; this connection never writes.
+    pub fn open_read_only(path: impl AsRef<Path>) -> Result<Store> {
+        let path = path.as_ref().to_path_buf();
+        if !path.is_file() {
+            return Err(StoreError::Missing { path });
+        }
+        let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
+            | OpenFlags::SQLITE_OPEN_NO_MUTEX
+            | OpenFlags::SQLITE_OPEN_URI;
+        let conn = Connection::open_with_flags(&path, flags).map_err(StoreError::sqlite(&path))?;
+        let store = Store::configure(conn, path)?;
+        store.check()?;
+        Ok(store)
+    }
+
+    /// The store used when none is named: `$BATCHCAST_STORE`, else
+    /// `$XDG_DATA_HOME/batchcast/runs.sqlite`, else
+    /// `~/.local/share/batchcast/runs.sqlite`, else `./batchcast-runs.sqlite`.
+    pub fn default_path() -> PathBuf {
+        if let Some(p) = std::env::var_os("BATCHCAST_STORE").filter(|p| !p.is_empty()) {
+            return PathBuf::from(p);
+        }
+        let data = std::env::var_os("XDG_DATA_HOME")
+            .filter(|p| !p.is_empty())
+            .map(PathBuf::from)
+            .or_else(|| {
+                std::env::var_os("HOME")
+                    .filter(|p| !p.is_empty())
+                    .map(|h| PathBuf::from(h).join(".local/share"))
+            });
+        match data {
+            Some(dir) => dir.join("batchcast").join("runs.sqlite"),
+            None => PathBuf::from("batchcast-runs.sqlite"),
+        }
+    }
+
+    /// The file this store lives in.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn configure(conn: Connection, path: PathBuf) -> Result<Store> {
+        conn.busy_timeout(BUSY_TIMEOUT)
+            .map_err(StoreError::sqlite(&path))?;
+        conn.pragma_update(None, "foreign_keys", "ON")
+            .map_err(StoreError::sqlite(&path))?;
+        Ok(Store { conn, path })
+    }
+
+    fn inspect(&self) -> Result<schema::Found> {
+        schema::inspect(&self.conn).map_err(|e| match e {
+            // "file is not a database": some other kind of file.
+            rusqlite::Error::SqliteFailure(f, _) if f.code == rusqlite::ErrorCode::NotADatabase => {
+                StoreError::NotAStore {
+                    path: self.path.clone(),
+                    found: 0,
+                }
+            }
+            e => StoreError::Sqlite {
+                path: self.path.clone(),
+                source: e,
+            },
+        })
+    }
+
+    fn check(&self) -> Result<()> {
+        match self.inspect()? {
+            schema::Found::Store(v) if v == schema::SCHEMA_VERSION => Ok(()),
+            schema::Found::Store(v) if v > schema::SCHEMA_VERSION => Err(StoreError::NewerSchema {
+                path: self.path.clone(),
+                found: v,
+                supported: schema::SCHEMA_VERSION,
+            }),
+            schema::Found::Store(v) => Err(StoreError::Corrupt {
+                field: "user_version",
+                value: v.to_string(),
+            }),
+            schema::Found::Empty => Err(StoreError::NotAStore {
+                path: self.path.clone(),
+                found: 0,
+            }),
+            schema::Found::Foreign(app) => Err(StoreError::NotAStore {
+                path: self.path.clone(),
+                found: app,
+            }),
+        }
+    }
+
+    fn err(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+        StoreError::sqlite(&self.path)
+    }
+}
+
+/// Milliseconds since the Unix epoch, now.
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}

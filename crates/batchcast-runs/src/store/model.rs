@@ -1,0 +1,256 @@
+//! The rows of the store as Rust values.
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::StoreError;
+
+/// Row id of an experiment.
+pub type ExperimentId = i64;
+/// Row id of a workload.
+pub type WorkloadId = i64;
+/// Row id of a run.
+pub type RunId = i64;
+
+/// Where a run stands. Only a runner moves a run forward:
+/// PENDING -> RUNNING -> FINISHED | FAILED | KILLED; a rerun moves FAILED
+/// and KILLED back to RUNNING.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum RunStatus {
+    Pending,
+    Running,
+    Finished,
+    Failed,
+    Killed,
+}
+
+impl RunStatus {
+    /// The name stored in the `status` column and shown to users.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunStatus::Pending => "PENDING",
+            RunStatus::Running => "RUNNING",
+            RunStatus::Finished => "FINISHED",
+            RunStatus::Failed => "FAILED",
+            RunStatus::Killed => "KILLED",
+        }
+    }
+
+    /// True for FINISHED, FAILED and KILLED.
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RunStatus::Finished | RunStatus::Failed | RunStatus::Killed
+        )
+    }
+}
+
+impl std::fmt::Display for RunStatus {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl std::str::FromStr for RunStatus {
+    type Err = StoreError;
+    fn from_str(s: &str) -> Result<Self, StoreError> {
+        Ok(match s.trim().to_ascii_uppercase().as_str() {
+            "" | "PENDING" => RunStatus::Pending,
+            "RUNNING" => RunStatus::Running,
+            "FINISHED" => RunStatus::Finished,
+            "FAILED" => RunStatus::Failed,
+            "KILLED" => RunStatus::Killed,
+            _ => {
+                return Err(StoreError::Corrupt {
+                    field: "runs.status",
+                    value: s.to_string(),
+                })
+            }
+        })
+    }
+}
+
+/// An experiment: a named group of workloads.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Experiment {
+    pub id: ExperimentId,
+    pub name: String,
+    pub created_ms: i64,
+}
+
+/// A workload: the runs of one experiment that run at the same time.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Workload {
+    pub id: WorkloadId,
+    pub experiment_id: ExperimentId,
+    pub name: String,
+    /// The shared pipeline's command; `None` when each job has its own loader.
+    pub data: Option<String>,
+    /// Order in the plan.
+    pub position: i64,
+}
+
+/// What a runner knows of a run before it starts.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct NewRun {
+    pub name: String,
+    pub command: Vec<String>,
+    /// Parameters from the plan, in plan order.
+    pub params: Vec<(String, String)>,
+    pub devices: Vec<String>,
+    pub collocation: String,
+    pub listeners: Vec<String>,
+    pub host: String,
+    pub plan_file: Option<String>,
+    pub plan_row: Option<i64>,
+}
+
+/// A run as stored.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Run {
+    pub id: RunId,
+    pub workload_id: WorkloadId,
+    pub name: String,
+    pub status: RunStatus,
+    pub command: Vec<String>,
+    pub devices: Vec<String>,
+    pub collocation: String,
+    pub listeners: Vec<String>,
+    pub host: String,
+    pub plan_file: Option<String>,
+    pub plan_row: Option<i64>,
+    pub pid: Option<i64>,
+    pub runner_pid: Option<i64>,
+    pub runner_start: Option<i64>,
+    pub start_ms: Option<i64>,
+    pub end_ms: Option<i64>,
+    pub exit_code: Option<i64>,
+    pub message: Option<String>,
+    /// Facts about where it ran (host, GPUs, versions), as a JSON object.
+    pub env: serde_json::Value,
+}
+
+impl Run {
+    /// Wall time from start to end (or to `now_ms` while it runs).
+    pub fn duration_ms(&self, now_ms: i64) -> Option<i64> {
+        let start = self.start_ms?;
+        Some(self.end_ms.unwrap_or(now_ms).saturating_sub(start).max(0))
+    }
+}
+
+/// Where a parameter came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ParamSource {
+    /// The plan's `Params` or sweep.
+    Plan,
+    /// Logged by the script (`mlflow.log_param`, batchcast's API).
+    Logged,
+}
+
+impl ParamSource {
+    pub(crate) fn as_str(self) -> &'static str {
+        match self {
+            ParamSource::Plan => "plan",
+            ParamSource::Logged => "logged",
+        }
+    }
+}
+
+/// A parameter of a run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Param {
+    pub key: String,
+    pub value: String,
+    pub source: ParamSource,
+}
+
+/// One value of one metric of one run.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MetricPoint {
+    pub run_id: RunId,
+    pub key: String,
+    /// The training step, or 0 for metrics sampled by time (listeners).
+    pub step: i64,
+    pub ts_ms: i64,
+    pub value: f64,
+}
+
+/// One of a job's two output streams.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LogStream {
+    Stdout,
+    Stderr,
+}
+
+impl LogStream {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LogStream::Stdout => "stdout",
+            LogStream::Stderr => "stderr",
+        }
+    }
+}
+
+/// Something that happened to a run, worth telling its reader once
+/// ("NVML unavailable: ...", "killed by Ctrl-C").
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct Event {
+    pub ts_ms: i64,
+    pub source: String,
+    pub message: String,
+}
+
+/// Which runs a query returns.
+#[derive(Clone, Debug, Default)]
+pub struct RunFilter {
+    pub experiment: Option<String>,
+    pub workload: Option<String>,
+    pub status: Option<RunStatus>,
+    /// A substring of the run's name or of any parameter's `key=value`.
+    pub search: Option<String>,
+    /// At most this many runs (newest first); `None`: all.
+    pub limit: Option<usize>,
+}
+
+/// A run together with the names of its workload and experiment.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct RunRow {
+    pub experiment: String,
+    pub workload: String,
+    #[serde(flatten)]
+    pub run: Run,
+}
+
+/// Summary of one metric over a run (or over several).
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct MetricSummary {
+    pub count: usize,
+    pub mean: f64,
+    pub p50: f64,
+    pub p95: f64,
+    pub max: f64,
+    pub last: f64,
+}
+
+impl MetricSummary {
+    /// Summarises values in time order; `None` for no values.
+    pub fn of(values: &[f64]) -> Option<MetricSummary> {
+        let last = *values.last()?;
+        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
+        if sorted.is_empty() {
+            return None;
+        }
+        sorted.sort_by(f64::total_cmp);
+        let q = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
+        Some(MetricSummary {
+            count: sorted.len(),
+            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            p50: q(0.5),
+            p95: q(0.95),
+            max: sorted[sorted.len() - 1],
+            last,
+        })
+    }
+}

@@ -1,0 +1,351 @@
+//! Reading: what `batchcast runs`, the dashboard and the exporters ask.
+
+use rusqlite::{params, OptionalExtension, Row};
+
+use super::{
+    Event, Experiment, ExperimentId, LogStream, MetricPoint, Param, ParamSource, Run, RunFilter,
+    RunId, RunRow, Store, Workload, WorkloadId,
+};
+use crate::error::{Result, StoreError};
+
+const RUN_COLUMNS: &str = "e.name, w.name, r.id, r.workload_id, r.name, r.status, r.command, r.devices, r.collocation,
+     r.listeners, r.host, r.plan_file, r.plan_row, r.pid, r.runner_pid, r.runner_start, r.start_ms, r.end_ms,
+     r.exit_code, r.message, r.env";
+const RUN_FROM: &str =
+    "FROM runs r JOIN workloads w ON r.workload_id = w.id JOIN experiments e ON w.experiment_id = e.id";
+
+/// A raw row, before its JSON and status columns are checked.
+struct RawRun {
+    experiment: String,
+    workload: String,
+    id: RunId,
+    workload_id: WorkloadId,
+    name: String,
+    status: String,
+    command: String,
+    devices: String,
+    collocation: String,
+    listeners: String,
+    host: String,
+    plan_file: Option<String>,
+    plan_row: Option<i64>,
+    pid: Option<i64>,
+    runner_pid: Option<i64>,
+    runner_start: Option<i64>,
+    start_ms: Option<i64>,
+    end_ms: Option<i64>,
+    exit_code: Option<i64>,
+    message: Option<String>,
+    env: String,
+}
+
+impl RawRun {
+    fn from_row(r: &Row<'_>) -> rusqlite::Result<RawRun> {
+        Ok(RawRun {
+            experiment: r.get(0)?,
+            workload: r.get(1)?,
+            id: r.get(2)?,
+            workload_id: r.get(3)?,
+            name: r.get(4)?,
+            status: r.get(5)?,
+            command: r.get(6)?,
+            devices: r.get(7)?,
+            collocation: r.get(8)?,
+            listeners: r.get(9)?,
+            host: r.get(10)?,
+            plan_file: r.get(11)?,
+            plan_row: r.get(12)?,
+            pid: r.get(13)?,
+            runner_pid: r.get(14)?,
+            runner_start: r.get(15)?,
+            start_ms: r.get(16)?,
+            end_ms: r.get(17)?,
+            exit_code: r.get(18)?,
+            message: r.get(19)?,
+            env: r.get(20)?,
+        })
+    }
+
+    fn check(self) -> Result<RunRow> {
+        fn list(field: &'static str, s: &str) -> Result<Vec<String>> {
+            serde_json::from_str(s).map_err(|_| StoreError::Corrupt {
+                field,
+                value: s.to_string(),
+            })
+        }
+        Ok(RunRow {
+            experiment: self.experiment,
+            workload: self.workload,
+            run: Run {
+                id: self.id,
+                workload_id: self.workload_id,
+                name: self.name,
+                status: self.status.parse()?,
+                command: list("runs.command", &self.command)?,
+                devices: list("runs.devices", &self.devices)?,
+                collocation: self.collocation,
+                listeners: list("runs.listeners", &self.listeners)?,
+                host: self.host,
+                plan_file: self.plan_file,
+                plan_row: self.plan_row,
+                pid: self.pid,
+                runner_pid: self.runner_pid,
+                runner_start: self.runner_start,
+                start_ms: self.start_ms,
+                end_ms: self.end_ms,
+                exit_code: self.exit_code,
+                message: self.message,
+                env: serde_json::from_str(&self.env).map_err(|_| StoreError::Corrupt {
+                    field: "runs.env",
+                    value: self.env.clone(),
+                })?,
+            },
+        })
+    }
+}
+
+impl Store {
+    /// Every experiment, oldest first.
+    pub fn experiments(&self) -> Result<Vec<Experiment>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT id, name, created_ms FROM experiments ORDER BY id")
+            .map_err(self.err())?;
+        let rows = st
+            .query_map([], |r| {
+                Ok(Experiment {
+                    id: r.get(0)?,
+                    name: r.get(1)?,
+                    created_ms: r.get(2)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// The workloads of an experiment, in plan order.
+    pub fn workloads(&self, experiment: ExperimentId) -> Result<Vec<Workload>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, experiment_id, name, data, position FROM workloads WHERE experiment_id = ?1
+                 ORDER BY position, id",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map([experiment], workload_from_row)
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// One workload.
+    pub fn workload_by_id(&self, id: WorkloadId) -> Result<Workload> {
+        self.conn
+            .query_row(
+                "SELECT id, experiment_id, name, data, position FROM workloads WHERE id = ?1",
+                [id],
+                workload_from_row,
+            )
+            .optional()
+            .map_err(self.err())?
+            .ok_or_else(|| StoreError::NotFound {
+                what: format!("workload {id}"),
+            })
+    }
+
+    /// Runs that pass `filter`, newest first.
+    pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
+        let like = filter
+            .search
+            .as_ref()
+            .map(|s| format!("%{}%", s.replace(['%', '_'], "")));
+        let sql = format!(
+            "SELECT {RUN_COLUMNS} {RUN_FROM}
+             WHERE (?1 IS NULL OR e.name = ?1) AND (?2 IS NULL OR w.name = ?2) AND (?3 IS NULL OR r.status = ?3)
+               AND (?4 IS NULL OR r.name LIKE ?4 OR EXISTS (
+                    SELECT 1 FROM params p WHERE p.run_id = r.id AND (p.key || '=' || p.value) LIKE ?4))
+             ORDER BY r.id DESC LIMIT ?5"
+        );
+        let limit = filter.limit.map_or(-1, |l| l.min(i64::MAX as usize) as i64);
+        let mut st = self.conn.prepare(&sql).map_err(self.err())?;
+        let raw: Vec<RawRun> = st
+            .query_map(
+                params![
+                    filter.experiment,
+                    filter.workload,
+                    filter.status.map(|s| s.as_str()),
+                    like,
+                    limit
+                ],
+                RawRun::from_row,
+            )
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(self.err())?;
+        raw.into_iter().map(RawRun::check).collect()
+    }
+
+    /// The runs of one workload, in the order they were added.
+    pub fn workload_runs(&self, workload: WorkloadId) -> Result<Vec<Run>> {
+        let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.workload_id = ?1 ORDER BY r.id");
+        let mut st = self.conn.prepare(&sql).map_err(self.err())?;
+        let raw: Vec<RawRun> = st
+            .query_map([workload], RawRun::from_row)
+            .map_err(self.err())?
+            .collect::<rusqlite::Result<_>>()
+            .map_err(self.err())?;
+        raw.into_iter()
+            .map(|r| r.check().map(|row| row.run))
+            .collect()
+    }
+
+    /// One run with its workload's and experiment's names.
+    pub fn run(&self, id: RunId) -> Result<RunRow> {
+        let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.id = ?1");
+        self.conn
+            .query_row(&sql, [id], RawRun::from_row)
+            .optional()
+            .map_err(self.err())?
+            .ok_or_else(|| StoreError::NotFound {
+                what: format!("run {id}"),
+            })?
+            .check()
+    }
+
+    /// A run's parameters, plan ones first.
+    pub fn params(&self, run: RunId) -> Result<Vec<Param>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT key, value, source FROM params WHERE run_id = ?1 ORDER BY source DESC, rowid")
+            .map_err(self.err())?;
+        let rows = st
+            .query_map([run], |r| {
+                let source: String = r.get(2)?;
+                Ok(Param {
+                    key: r.get(0)?,
+                    value: r.get(1)?,
+                    source: if source == "plan" {
+                        ParamSource::Plan
+                    } else {
+                        ParamSource::Logged
+                    },
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// The names of the metrics a run has, sorted.
+    pub fn metric_keys(&self, run: RunId) -> Result<Vec<String>> {
+        let mut st = self
+            .conn
+            .prepare("SELECT DISTINCT key FROM metrics WHERE run_id = ?1 ORDER BY key")
+            .map_err(self.err())?;
+        let rows = st.query_map([run], |r| r.get(0)).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// The values of one metric of a run in time order, those after
+    /// `after_ms` only when given (for live updates), at most `limit`.
+    pub fn metric(
+        &self,
+        run: RunId,
+        key: &str,
+        after_ms: Option<i64>,
+        limit: usize,
+    ) -> Result<Vec<MetricPoint>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3
+                 ORDER BY ts_ms, rowid LIMIT ?4",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map(
+                params![
+                    run,
+                    key,
+                    after_ms.unwrap_or(i64::MIN),
+                    limit.min(i64::MAX as usize) as i64
+                ],
+                |r| {
+                    Ok(MetricPoint {
+                        run_id: run,
+                        key: key.to_string(),
+                        step: r.get(0)?,
+                        ts_ms: r.get(1)?,
+                        value: r.get(2)?,
+                    })
+                },
+            )
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+
+    /// A run's output on one stream: the last `max_bytes` of it (all when
+    /// `None`), and whether earlier output was left out.
+    pub fn log(
+        &self,
+        run: RunId,
+        stream: LogStream,
+        max_bytes: Option<usize>,
+    ) -> Result<(Vec<u8>, bool)> {
+        let mut st = self
+            .conn
+            .prepare("SELECT data FROM logs WHERE run_id = ?1 AND stream = ?2 ORDER BY seq DESC")
+            .map_err(self.err())?;
+        let mut rows = st
+            .query(params![run, stream.as_str()])
+            .map_err(self.err())?;
+        let mut chunks: Vec<Vec<u8>> = Vec::new();
+        let mut total = 0usize;
+        let mut cut = false;
+        while let Some(row) = rows.next().map_err(self.err())? {
+            if max_bytes.is_some_and(|m| total >= m) {
+                cut = true;
+                break;
+            }
+            let data: Vec<u8> = row.get(0).map_err(self.err())?;
+            total += data.len();
+            chunks.push(data);
+        }
+        let mut out: Vec<u8> = chunks.into_iter().rev().flatten().collect();
+        if let Some(m) = max_bytes.filter(|&m| out.len() > m) {
+            out.drain(..out.len() - m);
+            cut = true;
+        }
+        Ok((out, cut))
+    }
+
+    /// What happened to a run that its reader should know (listeners that
+    /// were unavailable, why it was killed), oldest first.
+    pub fn events(&self, run: RunId) -> Result<Vec<Event>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT ts_ms, source, message FROM events WHERE run_id = ?1 ORDER BY ts_ms, rowid",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map([run], |r| {
+                Ok(Event {
+                    ts_ms: r.get(0)?,
+                    source: r.get(1)?,
+                    message: r.get(2)?,
+                })
+            })
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
+}
+
+fn workload_from_row(r: &Row<'_>) -> rusqlite::Result<Workload> {
+    Ok(Workload {
+        id: r.get(0)?,
+        experiment_id: r.get(1)?,
+        name: r.get(2)?,
+        data: r.get(3)?,
+        position: r.get(4)?,
+    })
+}

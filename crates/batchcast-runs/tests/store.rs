@@ -1,0 +1,360 @@
+//! The run store on a real SQLite file: creation, refusal of foreign files,
+//! resumable runs, orphan repair, and writers and readers at once.
+
+use std::sync::{Arc, Barrier};
+
+use batchcast_runs::{
+    LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunStatus, Store, StoreError,
+};
+
+fn new_run(name: &str) -> NewRun {
+    NewRun {
+        name: name.into(),
+        command: vec![
+            "python".into(),
+            "train.py".into(),
+            "--lr".into(),
+            "0.1".into(),
+        ],
+        params: vec![("lr".into(), "0.1".into())],
+        devices: vec![],
+        collocation: "-".into(),
+        listeners: vec!["process".into()],
+        host: "testhost".into(),
+        plan_file: Some("plan.csv".into()),
+        plan_row: Some(2),
+    }
+}
+
+#[test]
+fn a_new_store_is_created_with_its_directory_and_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store
+        .workload(e, "shared", Some("batchcast serve --name x"), 0)
+        .unwrap();
+    let (run, status) = store.add_run(w, &new_run("r1")).unwrap();
+    assert_eq!(status, RunStatus::Pending);
+    drop(store);
+
+    let ro = Store::open_read_only(&path).unwrap();
+    let row = ro.run(run).unwrap();
+    assert_eq!(
+        (row.experiment.as_str(), row.workload.as_str()),
+        ("exp", "shared")
+    );
+    assert_eq!(row.run.command[1], "train.py");
+    assert_eq!(ro.params(run).unwrap()[0].key, "lr");
+    assert_eq!(
+        ro.workloads(e).unwrap()[0].data.as_deref(),
+        Some("batchcast serve --name x")
+    );
+}
+
+#[test]
+fn foreign_and_missing_files_are_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "hello, this is not a database at all, but it is long enough to have a header",
+    )
+    .unwrap();
+    let before = std::fs::read(&text).unwrap();
+    assert!(matches!(
+        Store::open(&text),
+        Err(StoreError::NotAStore { .. })
+    ));
+    assert!(matches!(
+        Store::open_read_only(&text),
+        Err(StoreError::NotAStore { .. })
+    ));
+    assert_eq!(std::fs::read(&text).unwrap(), before);
+
+    let other = dir.path().join("other.sqlite");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE t (x); PRAGMA application_id = 42;")
+        .unwrap();
+    drop(conn);
+    let err = Store::open(&other).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotAStore { found: 42, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("--store"),
+        "the message says what to do: {err}"
+    );
+
+    let missing = dir.path().join("missing.sqlite");
+    let err = Store::open_read_only(&missing).unwrap_err();
+    assert!(matches!(err, StoreError::Missing { .. }));
+    assert!(!missing.exists(), "a reader never creates a store");
+}
+
+#[test]
+fn a_newer_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    drop(Store::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 99")
+        .unwrap();
+    let err = Store::open_read_only(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
+}
+
+#[test]
+fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (a, _) = store.add_run(w, &new_run("a")).unwrap();
+    let (b, _) = store.add_run(w, &new_run("b")).unwrap();
+    let env = serde_json::json!({"host": "testhost"});
+    assert!(store.claim_run(a, 111, 5, &env).unwrap());
+    assert!(
+        !store.claim_run(a, 222, 6, &env).unwrap(),
+        "a RUNNING run cannot be claimed twice"
+    );
+    assert!(store.claim_run(b, 111, 5, &env).unwrap());
+    store.set_pid(a, 4242).unwrap();
+    store
+        .finish_run(a, RunStatus::Finished, Some(0), None)
+        .unwrap();
+
+    // Adding the same run again keeps its status: that is what resumes a plan.
+    let (a2, status) = store.add_run(w, &new_run("a")).unwrap();
+    assert_eq!((a2, status), (a, RunStatus::Finished));
+
+    // Runner 111 died: its RUNNING run b becomes KILLED; another host's is left.
+    let repaired = store
+        .repair_orphans("testhost", |pid, start| pid == 999 && start == 1)
+        .unwrap();
+    assert_eq!(repaired, vec![b]);
+    let b_row = store.run(b).unwrap().run;
+    assert_eq!(b_row.status, RunStatus::Killed);
+    assert!(b_row.message.unwrap().contains("pid 111"));
+    assert!(b_row.end_ms.is_some());
+    assert!(
+        store.claim_run(b, 333, 7, &env).unwrap(),
+        "a KILLED run can be run again"
+    );
+    assert_eq!(store.run(b).unwrap().run.end_ms, None);
+}
+
+#[test]
+fn filters_search_names_and_parameters() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (a, _) = store.add_run(w, &new_run("alpha")).unwrap();
+    let (_b, _) = store.add_run(w, &new_run("beta")).unwrap();
+    store
+        .log_param(a, "optimizer", "adamw", ParamSource::Logged)
+        .unwrap();
+    let by = |search: &str| {
+        store
+            .runs(&RunFilter {
+                search: Some(search.into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("alph"), vec!["alpha"]);
+    assert_eq!(by("optimizer=adamw"), vec!["alpha"]);
+    assert_eq!(by("lr=0.1"), vec!["beta", "alpha"]);
+    assert_eq!(
+        by("%"),
+        vec!["beta", "alpha"],
+        "wildcards in a search are taken literally (dropped)"
+    );
+    let limited = store
+        .runs(&RunFilter {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(limited.len(), 1);
+}
+
+#[test]
+fn logs_keep_order_and_tails_are_cut_at_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let big: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    store
+        .append_log(r, LogStream::Stdout, 1, b"first\n")
+        .unwrap();
+    store.append_log(r, LogStream::Stdout, 2, &big).unwrap();
+    store
+        .append_log(r, LogStream::Stderr, 3, b"oops\n")
+        .unwrap();
+    let (all, cut) = store.log(r, LogStream::Stdout, None).unwrap();
+    assert!(!cut);
+    assert_eq!(&all[..6], b"first\n");
+    assert_eq!(&all[6..], &big[..]);
+    let (tail, cut) = store.log(r, LogStream::Stdout, Some(1000)).unwrap();
+    assert!(cut);
+    assert_eq!(&tail[..], &big[big.len() - 1000..]);
+    assert_eq!(
+        store.log(r, LogStream::Stderr, Some(1000)).unwrap(),
+        (b"oops\n".to_vec(), false)
+    );
+}
+
+/// Four threads record through one recorder while a second recorder (as
+/// a second runner would) and a read-only reader use the same file.
+#[test]
+fn writers_and_readers_share_one_file_from_several_threads() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r1, _) = store.add_run(w, &new_run("one")).unwrap();
+    let (r2, _) = store.add_run(w, &new_run("two")).unwrap();
+    drop(store);
+
+    const PER_THREAD: i64 = 5_000;
+    let rec1 = Recorder::start(&path).unwrap();
+    let rec2 = Recorder::start(&path).unwrap();
+    let start = Arc::new(Barrier::new(6));
+    let mut threads = Vec::new();
+    for t in 0..4 {
+        let (h, run) = if t % 2 == 0 {
+            (rec1.handle(), r1)
+        } else {
+            (rec2.handle(), r2)
+        };
+        let start = start.clone();
+        threads.push(std::thread::spawn(move || {
+            start.wait();
+            for i in 0..PER_THREAD {
+                assert!(h.metric(MetricPoint {
+                    run_id: run,
+                    key: format!("t{t}"),
+                    step: i,
+                    ts_ms: i,
+                    value: i as f64
+                }));
+            }
+        }));
+    }
+    let reader = {
+        let path = path.clone();
+        let start = start.clone();
+        std::thread::spawn(move || {
+            let ro = Store::open_read_only(&path).unwrap();
+            start.wait();
+            let mut seen = 0;
+            // Reads go on while the writers commit; counts only grow.
+            for _ in 0..50 {
+                let n = ro.metric(r1, "t0", None, usize::MAX).unwrap().len();
+                assert!(n >= seen);
+                seen = n;
+            }
+        })
+    };
+    start.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    reader.join().unwrap();
+    rec1.finish().unwrap();
+    rec2.finish().unwrap();
+
+    let ro = Store::open_read_only(&path).unwrap();
+    for (run, key) in [(r1, "t0"), (r2, "t1"), (r1, "t2"), (r2, "t3")] {
+        let points = ro.metric(run, key, None, usize::MAX).unwrap();
+        assert_eq!(points.len() as i64, PER_THREAD, "{key}");
+        assert!(points.windows(2).all(|p| p[0].step + 1 == p[1].step));
+    }
+    assert_eq!(ro.metric_keys(r1).unwrap(), vec!["t0", "t2"]);
+    assert_eq!(
+        ro.metric(r1, "t0", Some(PER_THREAD - 3), 10).unwrap().len(),
+        2,
+        "points after a time, for live updates"
+    );
+}
+
+/// A recorder's points reach the file within its flush period, without
+/// the recorder being finished: a runner killed later loses at most that.
+#[test]
+fn recorded_points_are_committed_within_the_flush_period() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    h.metric(MetricPoint {
+        run_id: r,
+        key: "loss".into(),
+        step: 1,
+        ts_ms: 1,
+        value: 0.5,
+    });
+    h.log(r, LogStream::Stdout, 1, b"epoch 1\n".to_vec());
+    let deadline = std::time::Instant::now() + batchcast_runs::FLUSH_EVERY * 10;
+    let ro = Store::open_read_only(&path).unwrap();
+    loop {
+        let n = ro.metric(r, "loss", None, 10).unwrap().len();
+        let (log, _) = ro.log(r, LogStream::Stdout, None).unwrap();
+        if n == 1 && log == b"epoch 1\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not committed within 10 flush periods"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(h);
+    rec.finish().unwrap();
+}
+
+/// Runners started together create one store between them.
+#[test]
+fn runners_opening_a_new_store_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (path, start) = (path.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let store = Store::open(&path).unwrap();
+                store.experiment(&format!("e{i}")).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        Store::open_read_only(&path)
+            .unwrap()
+            .experiments()
+            .unwrap()
+            .len(),
+        4
+    );
+}
