@@ -17,7 +17,10 @@
 //!   [`keys`]; nothing else invents them.
 
 mod error;
+pub mod gpu;
 pub mod keys;
+pub mod listen;
+pub mod mlflow;
 mod store;
 
 pub use error::{Result, StoreError};
