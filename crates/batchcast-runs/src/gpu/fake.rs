@@ -41,6 +41,12 @@ impl FakeGpus {
         }
     }
 
+    /// The same GPUs, whose samples return `fields`.
+    pub fn with_fields(mut self, fields: Vec<(String, f64)>) -> FakeGpus {
+        self.fields = fields;
+        self
+    }
+
     /// How often MPS was started and stopped, and whether it runs now.
     pub fn mps_state(&self) -> MpsState {
         *self.state.lock().unwrap_or_else(|p| p.into_inner())

@@ -24,6 +24,7 @@ const QUEUE: usize = 65_536;
 enum Msg {
     Metric(MetricPoint),
     Log(RunId, LogStream, i64, Vec<u8>),
+    Event(RunId, String, String),
 }
 
 /// Sends points to a [`Recorder`]. Cheap to clone; one per thread.
@@ -42,6 +43,15 @@ impl RecorderHandle {
     /// Queues output of a run.
     pub fn log(&self, run: RunId, stream: LogStream, ts_ms: i64, bytes: Vec<u8>) -> bool {
         self.tx.send(Msg::Log(run, stream, ts_ms, bytes)).is_ok()
+    }
+}
+
+impl RecorderHandle {
+    /// Queues an event of a run (committed at once, with its own time).
+    pub fn event(&self, run: RunId, source: &str, message: &str) -> bool {
+        self.tx
+            .send(Msg::Event(run, source.to_string(), message.to_string()))
+            .is_ok()
     }
 }
 
@@ -112,6 +122,12 @@ fn write_loop(mut store: Store, rx: Receiver<Msg>) -> Result<()> {
             }
             Ok(Msg::Log(run, stream, ts, bytes)) => {
                 logs.push((run, stream, ts, bytes));
+                false
+            }
+            Ok(Msg::Event(run, source, message)) => {
+                if let Err(e) = store.add_event(run, &source, &message) {
+                    first_error.get_or_insert(e);
+                }
                 false
             }
             Err(RecvTimeoutError::Timeout) => false,

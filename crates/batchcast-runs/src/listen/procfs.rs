@@ -1,0 +1,110 @@
+//! Bounded reads of `/proc`: every file is read into a fixed-size buffer,
+//! so a strange or huge file costs at most that much.
+
+use std::io::Read;
+use std::path::Path;
+
+/// Longest /proc file read; the ones used here are far smaller, except
+/// `/proc/stat` on a machine with thousands of cores.
+const MAX_READ: usize = 1 << 20;
+
+/// The text of a /proc file, cut at [`MAX_READ`]; `None` when it cannot be
+/// read (the process ended, or belongs to someone else).
+pub(crate) fn read(path: impl AsRef<Path>) -> Option<String> {
+    let file = std::fs::File::open(path).ok()?;
+    let mut buf = Vec::with_capacity(4096);
+    file.take(MAX_READ as u64).read_to_end(&mut buf).ok()?;
+    Some(String::from_utf8_lossy(&buf).into_owned())
+}
+
+/// The fields of `/proc/PID/stat` a listener uses.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(crate) struct Stat {
+    pub ppid: i32,
+    pub pgrp: i32,
+    /// utime + stime, clock ticks.
+    pub cpu_ticks: u64,
+    pub threads: u64,
+    /// Start time after boot, clock ticks.
+    pub start: u64,
+    /// Resident pages.
+    pub rss_pages: u64,
+}
+
+/// Parses `/proc/PID/stat`. The command name may hold spaces and
+/// parentheses, so fields are counted from the last `)`.
+pub(crate) fn parse_stat(text: &str) -> Option<Stat> {
+    let rest = &text[text.rfind(')')? + 1..];
+    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
+    // f[0] is field 3 (state): field N is f[N - 3].
+    let num = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
+    Some(Stat {
+        ppid: f.get(1)?.parse().ok()?,
+        pgrp: f.get(2)?.parse().ok()?,
+        cpu_ticks: num(14)? + num(15)?,
+        threads: num(20)?,
+        start: num(22)?,
+        rss_pages: num(24)?,
+    })
+}
+
+/// `/proc/PID/stat` of a live process.
+pub(crate) fn stat(pid: i32) -> Option<Stat> {
+    parse_stat(&read(format!("/proc/{pid}/stat"))?)
+}
+
+/// Every pid in /proc now.
+pub(crate) fn pids() -> Vec<i32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect()
+}
+
+/// The value of a `Key:   123 kB` line (in the unit given, kB -> bytes).
+pub(crate) fn field_kb(text: &str, key: &str) -> Option<u64> {
+    let line = text
+        .lines()
+        .find(|l| l.starts_with(key) && l[key.len()..].starts_with(':'))?;
+    let mut parts = line[key.len() + 1..].split_ascii_whitespace();
+    let v: u64 = parts.next()?.parse().ok()?;
+    Some(if parts.next() == Some("kB") {
+        v * 1024
+    } else {
+        v
+    })
+}
+
+/// The value of a `key: 123` line (as in /proc/PID/io).
+pub(crate) fn field(text: &str, key: &str) -> Option<u64> {
+    field_kb(text, key)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_with_spaces_and_parens_in_the_name() {
+        let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 5 0 123456 1000000 300 18446744073709551615";
+        let s = parse_stat(line).unwrap();
+        assert_eq!(
+            (s.ppid, s.pgrp, s.cpu_ticks, s.threads, s.start, s.rss_pages),
+            (1, 4242, 300, 5, 123456, 300)
+        );
+        assert_eq!(parse_stat("garbage"), None);
+        assert_eq!(parse_stat("1 (x) S 1"), None);
+    }
+
+    #[test]
+    fn kb_fields() {
+        let t = "Rss:     100 kB\nPss:      40 kB\nPss_Anon: 7 kB\n";
+        assert_eq!(field_kb(t, "Pss"), Some(40 * 1024));
+        assert_eq!(field(t, "Nope"), None);
+        assert_eq!(
+            field("read_bytes: 4096\nwrite_bytes: 0\n", "read_bytes"),
+            Some(4096)
+        );
+    }
+}
