@@ -33,6 +33,8 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Measure the transport: batches/s, GB/s and overhead per consumer.
     Bench(cmd::bench::BenchArgs),
+    /// Read the run store: compare runs and workloads.
+    Runs(cmd::runs::RunsArgs),
     /// One consumer process of the bench (internal).
     #[command(hide = true)]
     BenchConsumer(cmd::bench::BenchConsumerArgs),
@@ -51,6 +53,7 @@ fn main() {
         Command::Serve(a) => cmd::serve::run(a).map(|()| 0),
         Command::Consume(a) => cmd::consume::run(a),
         Command::Status(a) => cmd::status::run(a).map(|()| 0),
+        Command::Runs(a) => cmd::runs::run(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

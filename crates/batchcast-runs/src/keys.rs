@@ -40,6 +40,16 @@ pub const BATCHCAST_DATA_WAIT_SHARE: &str = "batchcast/data_wait_share";
 /// How many batches the job's slowest consumer is behind the producer.
 pub const BATCHCAST_LAG_BATCHES: &str = "batchcast/lag_batches";
 
+/// Cumulative samples trained, as logged by a script that does not read
+/// through a batchcast consumer (independent loaders). `runs compare`
+/// uses it when a run has no [`BATCHCAST_SAMPLES`].
+pub const SCRIPT_SAMPLES: &str = "samples";
+
+/// The name of the run that stands for a workload's shared producer (its
+/// `Data`): its process tree is watched like a job's, so the pipeline's CPU
+/// counts in the workload's cost.
+pub const DATA_RUN: &str = "data";
+
 /// DCGM-named activity metric of GPU `index` (`DCGM_FI_PROF_SM_ACTIVE`,
 /// `DCGM_FI_PROF_SM_OCCUPANCY`, `DCGM_FI_PROF_PIPE_TENSOR_ACTIVE`,
 /// `DCGM_FI_PROF_DRAM_ACTIVE`), as a fraction 0..1.

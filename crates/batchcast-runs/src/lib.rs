@@ -16,6 +16,7 @@
 //! - Metric names written by batchcast itself are the constants of
 //!   [`keys`]; nothing else invents them.
 
+pub mod compare;
 mod error;
 pub mod gpu;
 pub mod keys;

@@ -1,0 +1,45 @@
+//! `batchcast runs ...`: read the run store.
+
+pub mod compare;
+
+use std::path::PathBuf;
+
+/// Arguments of `batchcast runs`.
+#[derive(Debug, clap::Args)]
+pub struct RunsArgs {
+    #[command(subcommand)]
+    pub command: RunsCommand,
+}
+
+/// The store to read: `--store`, else the default one.
+#[derive(Debug, Clone, clap::Args)]
+pub struct StoreArg {
+    /// The run store (default: $BATCHCAST_STORE, else
+    /// $XDG_DATA_HOME/batchcast/runs.sqlite).
+    #[arg(long, value_name = "FILE")]
+    pub store: Option<PathBuf>,
+}
+
+impl StoreArg {
+    pub fn open_read_only(&self) -> anyhow::Result<batchcast_runs::Store> {
+        let path = self
+            .store
+            .clone()
+            .unwrap_or_else(batchcast_runs::Store::default_path);
+        Ok(batchcast_runs::Store::open_read_only(path)?)
+    }
+}
+
+#[derive(Debug, clap::Subcommand)]
+pub enum RunsCommand {
+    /// Summaries of metrics across runs, and what collocation and sharing
+    /// gave per workload.
+    Compare(compare::CompareArgs),
+}
+
+/// Runs `batchcast runs`.
+pub fn run(args: RunsArgs) -> anyhow::Result<()> {
+    match args.command {
+        RunsCommand::Compare(a) => compare::run(a),
+    }
+}
