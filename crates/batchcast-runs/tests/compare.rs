@@ -19,7 +19,7 @@ fn shared_and_independent_workloads_side_by_side() {
     let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
     let e = store.experiment("sweep").unwrap();
     let env = serde_json::json!({});
-    let mut add = |store: &mut Store, w: i64, name: &str| {
+    let add = |store: &mut Store, w: i64, name: &str| {
         let (id, _) = store
             .add_run(
                 w,
