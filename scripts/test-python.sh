@@ -20,7 +20,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 
-if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket, timm, lightning, accelerate" >/dev/null 2>&1; then
+if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket, timm, lightning, accelerate, mlflow" >/dev/null 2>&1; then
     echo "test-python: installing maturin, numpy, torch, torchvision, pillow, pytest, tensorsocket, timm, lightning, accelerate into $venv" >&2
     "$py" -m pip install --quiet --upgrade pip
     # TORCH_SPEC lets CI pick a build, e.g. "torch --index-url https://download.pytorch.org/whl/cpu".
@@ -31,6 +31,9 @@ if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsoc
     # The training libraries the drop-in tests drive (tests/python/test_dropin.py);
     # installed after torch, so that they reuse the build chosen above.
     "$py" -m pip install --quiet timm==1.0.31 lightning==2.6.6 accelerate==1.15.0
+    # The real MLflow client, which logs into the run store through the
+    # endpoint of `batchcast run` (tests/python/test_mlflow_endpoint.py).
+    "$py" -m pip install --quiet mlflow-skinny==3.17.2
 fi
 
 # Build the extension (release; cargo makes this a no-op when nothing

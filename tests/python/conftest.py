@@ -171,3 +171,16 @@ def shm_entries() -> set:
         return set(os.listdir("/dev/shm"))
     except OSError:
         return set()
+
+
+@pytest.fixture(scope="session")
+def batchcast_bin() -> str:
+    """The `batchcast` command: $BATCHCAST_BIN, else the workspace's debug
+    build (which `cargo test` made before pytest runs), built when absent."""
+    given = os.environ.get("BATCHCAST_BIN")
+    if given:
+        return given
+    root = HERE.parent.parent
+    exe = root / "target" / "debug" / "batchcast"
+    subprocess.run(["cargo", "build", "--quiet", "-p", "batchcast-cli"], cwd=root, check=True)
+    return str(exe)

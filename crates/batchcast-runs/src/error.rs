@@ -33,6 +33,9 @@ pub enum StoreError {
     /// A value in the store that a batchcast writer would never have written.
     #[error("the run store holds a bad value in {field}: {value:?} (was it edited by hand?)")]
     Corrupt { field: &'static str, value: String },
+    /// A local server (the MLflow endpoint) could not listen.
+    #[error("cannot serve on 127.0.0.1: {0}")]
+    Serve(String),
     /// The recorder's writer thread could not be started.
     #[error("cannot start the run store's writer thread: {0}")]
     Thread(std::io::Error),

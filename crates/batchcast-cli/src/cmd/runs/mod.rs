@@ -1,6 +1,7 @@
 //! `batchcast runs ...`: read the run store.
 
 pub mod compare;
+pub mod mlflow_serve;
 
 use std::path::PathBuf;
 
@@ -35,11 +36,15 @@ pub enum RunsCommand {
     /// Summaries of metrics across runs, and what collocation and sharing
     /// gave per workload.
     Compare(compare::CompareArgs),
+    /// Serve the MLflow endpoint for one new run (internal, for tests).
+    #[command(hide = true)]
+    MlflowServe(mlflow_serve::MlflowServeArgs),
 }
 
 /// Runs `batchcast runs`.
 pub fn run(args: RunsArgs) -> anyhow::Result<()> {
     match args.command {
         RunsCommand::Compare(a) => compare::run(a),
+        RunsCommand::MlflowServe(a) => mlflow_serve::run(a),
     }
 }
