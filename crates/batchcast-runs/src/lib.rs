@@ -22,6 +22,7 @@ pub mod gpu;
 pub mod keys;
 pub mod listen;
 pub mod mlflow;
+pub mod plan;
 mod store;
 
 pub use error::{Result, StoreError};

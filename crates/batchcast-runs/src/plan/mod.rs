@@ -1,0 +1,339 @@
+//! Experiment plans: which jobs run, together or one workload after
+//! another, from a CSV or YAML file.
+//!
+//! A plan is checked whole before anything starts: an unknown column, a
+//! missing file, a bad collocation or listener, a sweep with no values or a
+//! duplicate run is refused with the file, the row and the problem named.
+
+mod csv;
+mod sweep;
+mod yaml;
+
+use std::path::{Path, PathBuf};
+
+use crate::listen::check_listener_name;
+use crate::store::RunStatus;
+
+/// Largest plan file read.
+pub const MAX_PLAN_BYTES: u64 = 16 << 20;
+/// Most rows a plan may expand to (sweeps included).
+pub const MAX_ROWS: usize = 100_000;
+
+/// Why a plan was refused.
+#[derive(Debug, thiserror::Error)]
+#[error("{file}{}: {problem}", row.map(|r| format!(", row {r}")).unwrap_or_default())]
+pub struct PlanError {
+    pub file: PathBuf,
+    /// 1-based data row (CSV: the line after the header is row 1; YAML: the
+    /// entry of `runs`).
+    pub row: Option<usize>,
+    pub problem: String,
+}
+
+/// How the jobs of a row share their GPUs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Collocation {
+    /// `-`: processes share the GPU the usual way (time slicing).
+    Plain,
+    /// NVIDIA MPS.
+    Mps,
+    /// A MIG instance of this profile, such as `3g.20gb`.
+    Mig(String),
+}
+
+impl Collocation {
+    pub fn parse(s: &str) -> Result<Collocation, String> {
+        let t = s.trim();
+        if t.is_empty() || t == "-" {
+            return Ok(Collocation::Plain);
+        }
+        if t.eq_ignore_ascii_case("mps") {
+            return Ok(Collocation::Mps);
+        }
+        let mig = t.split_once("g.").is_some_and(|(g, mem)| {
+            !g.is_empty()
+                && g.chars().all(|c| c.is_ascii_digit())
+                && mem
+                    .strip_suffix("gb")
+                    .is_some_and(|m| !m.is_empty() && m.chars().all(|c| c.is_ascii_digit()))
+        });
+        if mig {
+            Ok(Collocation::Mig(t.to_string()))
+        } else {
+            Err(format!(
+                "Collocation {t:?} is none of `-`, `MPS` or a MIG profile such as `3g.20gb`"
+            ))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        match self {
+            Collocation::Plain => "-",
+            Collocation::Mps => "MPS",
+            Collocation::Mig(p) => p,
+        }
+    }
+}
+
+/// One run of a plan.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlanRow {
+    /// 1-based row in the file (YAML: entry), for messages.
+    pub row: usize,
+    pub experiment: String,
+    pub workload: String,
+    pub name: String,
+    /// The Status column as the plan gives it (CSV); FINISHED rows are skipped.
+    pub status: Option<RunStatus>,
+    pub devices: Vec<String>,
+    pub collocation: Collocation,
+    pub listeners: Vec<String>,
+    /// The workload's shared pipeline: a `batchcast serve ...` command line
+    /// or a Python producer script.
+    pub data: Option<String>,
+    /// The script or command, as written.
+    pub file: String,
+    /// Arguments passed to `file`.
+    pub args: Vec<String>,
+    /// `(key, value)` of `--key value` / `--key=value` arguments and sweep
+    /// values, for the store.
+    pub params: Vec<(String, String)>,
+}
+
+/// A checked plan.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub file: PathBuf,
+    /// The directory relative paths in the plan are resolved against.
+    pub dir: PathBuf,
+    pub rows: Vec<PlanRow>,
+}
+
+impl Plan {
+    /// Reads and checks a plan (`.csv`, `.yaml` or `.yml`).
+    pub fn load(path: &Path) -> Result<Plan, PlanError> {
+        let err = |problem: String| PlanError {
+            file: path.to_path_buf(),
+            row: None,
+            problem,
+        };
+        let meta =
+            std::fs::metadata(path).map_err(|e| err(format!("cannot read the plan: {e}")))?;
+        if meta.len() > MAX_PLAN_BYTES {
+            return Err(err(format!(
+                "the plan is {} bytes; plans are at most {MAX_PLAN_BYTES}",
+                meta.len()
+            )));
+        }
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| err(format!("cannot read the plan as UTF-8 text: {e}")))?;
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        let rows = match ext.as_str() {
+            "csv" => csv::parse(path, &text)?,
+            "yaml" | "yml" => yaml::parse(path, &text)?,
+            _ => return Err(err("a plan is a .csv or a .yaml/.yml file".into())),
+        };
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        let plan = Plan {
+            file: path.to_path_buf(),
+            dir: if dir.as_os_str().is_empty() {
+                ".".into()
+            } else {
+                dir
+            },
+            rows,
+        };
+        plan.check()?;
+        Ok(plan)
+    }
+
+    /// A plan of one command (`batchcast run -- CMD ARGS`).
+    pub fn single(
+        experiment: &str,
+        workload: &str,
+        name: &str,
+        command: &[String],
+    ) -> Result<Plan, PlanError> {
+        let (file, args) = command.split_first().ok_or_else(|| PlanError {
+            file: "<command line>".into(),
+            row: None,
+            problem: "no command given after `--`".into(),
+        })?;
+        let row = PlanRow {
+            row: 1,
+            experiment: experiment.into(),
+            workload: workload.into(),
+            name: name.into(),
+            status: None,
+            devices: Vec::new(),
+            collocation: Collocation::Plain,
+            listeners: Vec::new(),
+            data: None,
+            file: file.clone(),
+            args: args.to_vec(),
+            params: params_of(args),
+        };
+        Ok(Plan {
+            file: "<command line>".into(),
+            dir: ".".into(),
+            rows: vec![row],
+        })
+    }
+
+    /// The workloads in plan order: `(experiment, workload, rows)`.
+    pub fn workloads(&self) -> Vec<(String, String, Vec<&PlanRow>)> {
+        let mut out: Vec<(String, String, Vec<&PlanRow>)> = Vec::new();
+        for r in &self.rows {
+            match out
+                .iter_mut()
+                .find(|(e, w, _)| *e == r.experiment && *w == r.workload)
+            {
+                Some((_, _, rows)) => rows.push(r),
+                None => out.push((r.experiment.clone(), r.workload.clone(), vec![r])),
+            }
+        }
+        out
+    }
+
+    /// Where `file` of a row is, when it names a file in the plan's
+    /// directory (else it is a command on PATH).
+    pub fn resolve(&self, file: &str) -> PathBuf {
+        let p = Path::new(file);
+        if p.is_absolute() {
+            return p.to_path_buf();
+        }
+        let local = self.dir.join(p);
+        if local.exists() || file.contains('/') || file.ends_with(".py") {
+            local
+        } else {
+            p.to_path_buf()
+        }
+    }
+
+    fn check(&self) -> Result<(), PlanError> {
+        let at = |row: usize, problem: String| PlanError {
+            file: self.file.clone(),
+            row: Some(row),
+            problem,
+        };
+        if self.rows.is_empty() {
+            return Err(PlanError {
+                file: self.file.clone(),
+                row: None,
+                problem: "the plan has no runs".into(),
+            });
+        }
+        if self.rows.len() > MAX_ROWS {
+            return Err(PlanError {
+                file: self.file.clone(),
+                row: None,
+                problem: format!(
+                    "the plan expands to {} runs; at most {MAX_ROWS}",
+                    self.rows.len()
+                ),
+            });
+        }
+        let mut seen = std::collections::HashSet::new();
+        for r in &self.rows {
+            for (what, v) in [
+                ("Experiment", &r.experiment),
+                ("Workload", &r.workload),
+                ("Name", &r.name),
+                ("File", &r.file),
+            ] {
+                if v.trim().is_empty() {
+                    return Err(at(r.row, format!("{what} is empty")));
+                }
+            }
+            if r.name == crate::keys::DATA_RUN {
+                return Err(at(
+                    r.row,
+                    format!(
+                        "the run name {:?} is kept for the workload's shared producer",
+                        r.name
+                    ),
+                ));
+            }
+            if !seen.insert((&r.experiment, &r.workload, &r.name)) {
+                return Err(at(
+                    r.row,
+                    format!(
+                        "run {}/{}/{} appears twice",
+                        r.experiment, r.workload, r.name
+                    ),
+                ));
+            }
+            for l in &r.listeners {
+                check_listener_name(l).map_err(|e| at(r.row, e))?;
+            }
+            let file = self.resolve(&r.file);
+            if (r.file.ends_with(".py") || r.file.contains('/')) && !file.is_file() {
+                return Err(at(r.row, format!("File {} does not exist", file.display())));
+            }
+            if let Some(d) = &r.data {
+                let first = shlex::split(d).and_then(|v| v.into_iter().next());
+                match first {
+                    None => return Err(at(r.row, format!("Data {d:?} is not a command line"))),
+                    Some(f) if f.ends_with(".py") && !self.resolve(&f).is_file() => {
+                        return Err(at(
+                            r.row,
+                            format!(
+                                "the Data script {} does not exist",
+                                self.resolve(&f).display()
+                            ),
+                        ))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        // One shared pipeline per workload.
+        for (e, w, rows) in self.workloads() {
+            if rows.iter().any(|r| r.data != rows[0].data) {
+                return Err(at(
+                    rows[0].row,
+                    format!(
+                        "the runs of workload {e}/{w} name different Data; a workload shares one"
+                    ),
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `--key value` and `--key=value` pairs of an argument list.
+pub(crate) fn params_of(args: &[String]) -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    let mut i = 0;
+    while i < args.len() {
+        if let Some(flag) = args[i].strip_prefix("--").filter(|f| !f.is_empty()) {
+            if let Some((k, v)) = flag.split_once('=') {
+                out.push((k.to_string(), v.to_string()));
+            } else if let Some(v) = args.get(i + 1).filter(|v| !v.starts_with("--")) {
+                out.push((flag.to_string(), v.clone()));
+                i += 1;
+            } else {
+                out.push((flag.to_string(), "true".into()));
+            }
+        }
+        i += 1;
+    }
+    out
+}
+
+/// Splits a list cell: `0,1`, `0 1` or `0;1`.
+pub(crate) fn list(cell: &str) -> Vec<String> {
+    cell.split([',', ';', ' '])
+        .map(str::trim)
+        .filter(|s| !s.is_empty() && *s != "-")
+        .map(String::from)
+        .collect()
+}
+
+#[cfg(test)]
+mod tests;

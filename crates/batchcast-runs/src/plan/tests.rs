@@ -1,0 +1,154 @@
+use super::*;
+
+fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+#[test]
+fn a_csv_plan_groups_rows_into_workloads() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    let plan = write(
+        dir.path(),
+        "plan.csv",
+        "Experiment,Workload,Name,Status,Devices,Collocation,Listeners,Data,File,Params\n\
+         e,own,a,,,-,,,train.py,--lr 0.1\n\
+         e,own,b,FINISHED,0;1,MPS,process system,,train.py,\"--lr=0.2 --note 'two words'\"\n\
+         e,shared,a,,,3g.20gb,,batchcast serve --synthetic,train.py,\n",
+    );
+    let p = Plan::load(&plan).unwrap();
+    let w = p.workloads();
+    assert_eq!(w.len(), 2);
+    assert_eq!(w[0].2.len(), 2);
+    let b = &p.rows[1];
+    assert_eq!(b.status, Some(RunStatus::Finished));
+    assert_eq!(b.devices, vec!["0", "1"]);
+    assert_eq!(b.collocation, Collocation::Mps);
+    assert_eq!(b.listeners, vec!["process", "system"]);
+    assert_eq!(b.args, vec!["--lr=0.2", "--note", "two words"]);
+    assert_eq!(
+        b.params,
+        vec![
+            ("lr".into(), "0.2".into()),
+            ("note".into(), "two words".into())
+        ]
+    );
+    assert_eq!(p.rows[2].collocation, Collocation::Mig("3g.20gb".into()));
+    assert_eq!(
+        p.rows[2].data.as_deref(),
+        Some("batchcast serve --synthetic")
+    );
+}
+
+fn refused(name: &str, text: &str) -> PlanError {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    Plan::load(&write(dir.path(), name, text)).unwrap_err()
+}
+
+#[test]
+fn bad_plans_are_refused_with_file_row_and_problem() {
+    let e = refused(
+        "p.csv",
+        "Experiment,Workload,Name,File,Colour\ne,w,a,train.py,red\n",
+    );
+    assert!(e.to_string().contains("unknown column \"Colour\""), "{e}");
+    assert!(e.to_string().contains("p.csv"), "{e}");
+    let e = refused(
+        "p.csv",
+        "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,b,missing.py\n",
+    );
+    assert_eq!(e.row, Some(2));
+    assert!(e.to_string().contains("missing.py does not exist"), "{e}");
+    let e = refused(
+        "p.csv",
+        "Experiment,Workload,Name,File,Collocation\ne,w,a,train.py,MIGGY\n",
+    );
+    assert!(
+        e.to_string().contains("row 1") && e.to_string().contains("MIGGY"),
+        "{e}"
+    );
+    let e = refused(
+        "p.csv",
+        "Experiment,Workload,Name,File,Listeners\ne,w,a,train.py,telepathy\n",
+    );
+    assert!(e.to_string().contains("unknown listener"), "{e}");
+    let e = refused(
+        "p.csv",
+        "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,a,train.py\n",
+    );
+    assert!(e.to_string().contains("appears twice"), "{e}");
+    let e = refused("p.csv", "Experiment,Workload,File\ne,w,train.py\n");
+    assert!(e.to_string().contains("column Name is missing"), "{e}");
+    let e = refused("p.csv", "Experiment,Workload,Name,File\n");
+    assert!(e.to_string().contains("no runs"), "{e}");
+    let e = refused(
+        "p.yaml",
+        "runs:\n  - workload: w\n    name: a\n    file: train.py\n    colour: red\n",
+    );
+    assert!(e.to_string().contains("unknown field `colour`"), "{e}");
+    let e = refused("p.yaml", "runs: [unclosed\n");
+    assert!(e.to_string().contains("not a valid plan"), "{e}");
+    let e = refused(
+        "p.yaml",
+        "experiment: e\nruns:\n  - workload: w\n    name: a\n    file: train.py\n    parameters: {lr: []}\n",
+    );
+    assert_eq!(e.row, Some(1));
+    assert!(e.to_string().contains("\"lr\" has no values"), "{e}");
+    let e = refused("p.txt", "x");
+    assert!(e.to_string().contains(".csv or a .yaml"), "{e}");
+}
+
+#[test]
+fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    let grid = write(
+        dir.path(),
+        "grid.yaml",
+        "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n    params: --epochs 1\n    \
+         parameters: {lr: [0.1, 0.01], bs: [32, 64, 128]}\n",
+    );
+    let p = Plan::load(&grid).unwrap();
+    assert_eq!(p.rows.len(), 6);
+    assert_eq!(p.rows[0].name, "t-bs=32-lr=0.1");
+    assert_eq!(
+        p.rows[0].args,
+        vec!["--epochs", "1", "--bs", "32", "--lr", "0.1"]
+    );
+    assert_eq!(p.rows[5].name, "t-bs=128-lr=0.01");
+    let random = "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n    \
+                  parameters: {lr: [0.1, 0.01, 0.001]}\n    method: random\n    count: 5\n    seed: 7\n";
+    let a = Plan::load(&write(dir.path(), "r1.yaml", random)).unwrap();
+    let b = Plan::load(&write(dir.path(), "r2.yaml", random)).unwrap();
+    assert_eq!(a.rows.len(), 5);
+    assert_eq!(a.rows, b.rows, "the same seed draws the same runs");
+    let other = Plan::load(&write(
+        dir.path(),
+        "r3.yaml",
+        &random.replace("seed: 7", "seed: 8"),
+    ))
+    .unwrap();
+    assert_ne!(
+        a.rows.iter().map(|r| &r.params).collect::<Vec<_>>(),
+        other.rows.iter().map(|r| &r.params).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn status_is_written_back_into_a_csv_plan() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    let path = write(
+        dir.path(),
+        "p.csv",
+        "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,b,train.py\n",
+    );
+    let status = [(2, RunStatus::Failed)].into_iter().collect();
+    csv::write_status(&path, &status).unwrap();
+    let p = Plan::load(&path).unwrap();
+    assert_eq!(p.rows[0].status, None);
+    assert_eq!(p.rows[1].status, Some(RunStatus::Failed));
+}

@@ -1,0 +1,172 @@
+//! YAML plans: the CSV's fields, in lower case, plus sweeps.
+//!
+//! ```yaml
+//! experiment: lr-sweep            # default for every run
+//! runs:
+//!   - workload: shared
+//!     name: trial
+//!     file: train.py
+//!     params: --epochs 2          # a string or a list
+//!     data: batchcast serve --synthetic --batch-size 64
+//!     parameters: { lr: [0.1, 0.01], batch-size: [32, 64] }
+//!     method: grid                # or random, with count and seed
+//! ```
+//! A run with `parameters` becomes one run per combination, named
+//! `NAME-key=value-...`, with `--key value` appended to its arguments.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::Deserialize;
+use serde_norway::Value;
+
+use super::sweep::{self, Method};
+use super::{list, params_of, Collocation, PlanError, PlanRow, MAX_ROWS};
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct File {
+    experiment: Option<String>,
+    runs: Vec<Entry>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Entry {
+    experiment: Option<String>,
+    workload: String,
+    name: String,
+    file: String,
+    #[serde(default)]
+    params: Option<Value>,
+    #[serde(default)]
+    devices: Option<Value>,
+    #[serde(default)]
+    collocation: Option<String>,
+    #[serde(default)]
+    listeners: Option<Value>,
+    #[serde(default)]
+    data: Option<String>,
+    #[serde(default)]
+    parameters: Option<BTreeMap<String, Vec<Value>>>,
+    #[serde(default)]
+    method: Option<String>,
+    #[serde(default)]
+    count: Option<usize>,
+    #[serde(default)]
+    seed: Option<u64>,
+}
+
+fn scalar(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        Value::Bool(b) => Some(b.to_string()),
+        _ => None,
+    }
+}
+
+/// A string or a list of scalars, as a list.
+fn strings(
+    v: &Option<Value>,
+    what: &str,
+    split: impl Fn(&str) -> Option<Vec<String>>,
+) -> Result<Vec<String>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(Vec::new()),
+        Some(Value::Sequence(items)) => items
+            .iter()
+            .map(|i| scalar(i).ok_or_else(|| format!("{what} holds a value that is not a scalar")))
+            .collect(),
+        Some(other) => {
+            let s =
+                scalar(other).ok_or_else(|| format!("{what} is neither a string nor a list"))?;
+            split(&s).ok_or_else(|| format!("{what} {s:?} has an unclosed quote"))
+        }
+    }
+}
+
+pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> {
+    let err = |row: Option<usize>, problem: String| PlanError {
+        file: path.to_path_buf(),
+        row,
+        problem,
+    };
+    let file: File =
+        serde_norway::from_str(text).map_err(|e| err(None, format!("not a valid plan: {e}")))?;
+    let mut rows = Vec::new();
+    for (n, e) in file.runs.into_iter().enumerate() {
+        let row = n + 1;
+        let at = |p: String| err(Some(row), p);
+        let experiment = e
+            .experiment
+            .or_else(|| file.experiment.clone())
+            .unwrap_or_default();
+        let args = strings(&e.params, "params", shlex::split).map_err(at)?;
+        let devices = strings(&e.devices, "devices", |s| Some(list(s))).map_err(at)?;
+        let listeners = strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(at)?;
+        let collocation =
+            Collocation::parse(e.collocation.as_deref().unwrap_or("-")).map_err(at)?;
+        let base = PlanRow {
+            row,
+            experiment,
+            workload: e.workload,
+            name: e.name,
+            status: None,
+            devices,
+            collocation,
+            listeners,
+            data: e.data.filter(|d| !d.trim().is_empty()),
+            file: e.file,
+            params: params_of(&args),
+            args,
+        };
+        let Some(parameters) = e.parameters else {
+            if e.method.is_some() || e.count.is_some() || e.seed.is_some() {
+                return Err(at(
+                    "method, count and seed need `parameters` to sweep over".into()
+                ));
+            }
+            rows.push(base);
+            continue;
+        };
+        let parameters: Vec<(String, Vec<String>)> = parameters
+            .into_iter()
+            .map(|(k, vs)| {
+                let vs = vs.iter().map(scalar).collect::<Option<Vec<_>>>();
+                vs.map(|v| (k.clone(), v)).ok_or_else(|| {
+                    at(format!(
+                        "sweep parameter {k:?} holds a value that is not a scalar"
+                    ))
+                })
+            })
+            .collect::<Result<_, _>>()?;
+        let method = match e.method.as_deref().unwrap_or("grid") {
+            "grid" => Method::Grid,
+            "random" => Method::Random {
+                count: e
+                    .count
+                    .ok_or_else(|| at("a random sweep needs `count`".into()))?,
+                seed: e.seed.unwrap_or(0),
+            },
+            other => return Err(at(format!("method {other:?} is neither grid nor random"))),
+        };
+        let combos = sweep::expand(&parameters, method, MAX_ROWS).map_err(at)?;
+        for (i, combo) in combos.into_iter().enumerate() {
+            let mut r = base.clone();
+            let suffix: Vec<String> = combo.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            r.name = format!("{}-{}", base.name, suffix.join("-"));
+            if matches!(method, Method::Random { .. }) {
+                r.name = format!("{}-{i}", r.name);
+            }
+            for (k, v) in combo {
+                r.args.push(format!("--{k}"));
+                r.args.push(v.clone());
+                r.params.retain(|(pk, _)| *pk != k);
+                r.params.push((k, v));
+            }
+            rows.push(r);
+        }
+    }
+    Ok(rows)
+}
