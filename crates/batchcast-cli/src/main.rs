@@ -33,6 +33,9 @@ enum Command {
     Status(cmd::status::StatusArgs),
     /// Measure the transport: batches/s, GB/s and overhead per consumer.
     Bench(cmd::bench::BenchArgs),
+    /// Run collocated experiments from a plan (or one command) and record
+    /// them in the run store.
+    Run(cmd::run::RunArgs),
     /// Read the run store: compare runs and workloads.
     Runs(cmd::runs::RunsArgs),
     /// One consumer process of the bench (internal).
@@ -54,6 +57,7 @@ fn main() {
         Command::Consume(a) => cmd::consume::run(a),
         Command::Status(a) => cmd::status::run(a).map(|()| 0),
         Command::Runs(a) => cmd::runs::run(a).map(|()| 0),
+        Command::Run(a) => cmd::run::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

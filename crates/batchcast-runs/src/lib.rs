@@ -23,6 +23,7 @@ pub mod keys;
 pub mod listen;
 pub mod mlflow;
 pub mod plan;
+pub mod runner;
 mod store;
 
 pub use error::{Result, StoreError};

@@ -3,6 +3,7 @@
 pub mod bench;
 pub mod consume;
 pub mod demo;
+pub mod run;
 pub mod runs;
 pub mod serve;
 pub mod status;

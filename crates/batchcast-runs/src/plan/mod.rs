@@ -184,6 +184,22 @@ impl Plan {
         })
     }
 
+    /// Writes the runs' statuses (by row) back into a CSV plan's Status
+    /// column; YAML plans and single commands keep theirs in the store only.
+    pub fn record_status(
+        &self,
+        status: &std::collections::HashMap<usize, RunStatus>,
+    ) -> std::io::Result<()> {
+        let is_csv = self
+            .file
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        if is_csv && !status.is_empty() {
+            csv::write_status(&self.file, status)?;
+        }
+        Ok(())
+    }
+
     /// The workloads in plan order: `(experiment, workload, rows)`.
     pub fn workloads(&self) -> Vec<(String, String, Vec<&PlanRow>)> {
         let mut out: Vec<(String, String, Vec<&PlanRow>)> = Vec::new();
@@ -203,7 +219,7 @@ impl Plan {
     /// directory (else it is a command on PATH).
     pub fn resolve(&self, file: &str) -> PathBuf {
         let p = Path::new(file);
-        if p.is_absolute() {
+        if p.is_absolute() || self.dir == Path::new(".") {
             return p.to_path_buf();
         }
         let local = self.dir.join(p);

@@ -1,0 +1,329 @@
+//! `batchcast run` end to end, with real processes: plans with collocated
+//! workloads (own loaders, then a shared producer), failures, a runner
+//! killed with SIGKILL and one stopped with Ctrl-C.
+
+use std::path::PathBuf;
+use std::process::{Child, Command, Output};
+use std::time::{Duration, Instant};
+
+use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
+
+const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
+
+/// A job: says hello, counts its starts in `starts.<name>`, waits for
+/// `go` when asked, reads the shared producer when there is one, and exits
+/// with the code asked.
+const JOB: &str = r#"#!/bin/sh
+name="$1"; code="${2:-0}"; wait_go="${3:-}"
+echo "hello from $name BATCHCAST_NAME=${BATCHCAST_NAME:-none}"
+echo "$$" >> "starts.$name"
+if [ -n "$wait_go" ]; then while [ ! -e go ]; do sleep 0.02; done; fi
+if [ -n "${BATCHCAST_NAME:-}" ]; then
+  "$BATCHCAST_TEST_BIN" consume "$BATCHCAST_NAME" --delay-ms 5 || exit 9
+fi
+exit "$code"
+"#;
+
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let job = dir.path().join("job.sh");
+        std::fs::write(&job, JOB).unwrap();
+        std::fs::set_permissions(&job, std::os::unix::fs::PermissionsExt::from_mode(0o755))
+            .unwrap();
+        Fixture { dir }
+    }
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+    fn plan(&self, rows: &[&str]) -> PathBuf {
+        let mut text = String::from("Experiment,Workload,Name,Data,File,Params\n");
+        for r in rows {
+            text.push_str(r);
+            text.push('\n');
+        }
+        let p = self.path("plan.csv");
+        std::fs::write(&p, text).unwrap();
+        p
+    }
+    fn command(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(BIN);
+        c.arg("run")
+            .arg("--store")
+            .arg(self.path("runs.sqlite"))
+            .args(["--interval", "0.1", "--grace", "2"])
+            .args(args)
+            .env("BATCHCAST_TEST_BIN", BIN)
+            .env("BATCHCAST_DIR", self.path("sockets"))
+            .current_dir(self.dir.path());
+        c
+    }
+    fn run(&self, args: &[&str]) -> Output {
+        self.command(args).output().unwrap()
+    }
+    fn store(&self) -> Store {
+        Store::open_read_only(self.path("runs.sqlite")).unwrap()
+    }
+    fn status(&self, workload: &str, name: &str) -> RunStatus {
+        let runs = self
+            .store()
+            .runs(&RunFilter {
+                workload: Some(workload.into()),
+                ..Default::default()
+            })
+            .unwrap();
+        runs.into_iter()
+            .find(|r| r.run.name == name)
+            .map(|r| r.run.status)
+            .unwrap()
+    }
+    fn starts(&self, name: &str) -> usize {
+        std::fs::read_to_string(self.path(&format!("starts.{name}")))
+            .map(|s| s.lines().count())
+            .unwrap_or(0)
+    }
+}
+
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !cond() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn alive(pid: i64) -> bool {
+    // A zombie is not alive: its stat says Z.
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+#[test]
+fn independent_then_shared_workloads_all_finish_and_are_recorded() {
+    let f = Fixture::new();
+    let serve = "batchcast serve --synthetic --samples 3000 --work-us 200 --consumers 2";
+    let plan = f.plan(&[
+        "e,own,a,,job.sh,a",
+        "e,own,b,,job.sh,b",
+        &format!("e,shared,a,{serve},job.sh,sa"),
+        &format!("e,shared,b,{serve},job.sh,sb"),
+    ]);
+    let out = f.run(&[plan.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = f.store();
+    let rows = store.runs(&RunFilter::default()).unwrap();
+    assert_eq!(rows.len(), 5, "four jobs and the shared producer");
+    for r in &rows {
+        assert_eq!(
+            r.run.status,
+            RunStatus::Finished,
+            "{}/{}: {:?}",
+            r.workload,
+            r.run.name,
+            r.run.message
+        );
+        let (stdout, _) = store.log(r.run.id, LogStream::Stdout, None).unwrap();
+        if r.run.name != keys::DATA_RUN {
+            let text = String::from_utf8_lossy(&stdout);
+            assert!(text.contains("hello from"), "{text}");
+            assert_eq!(
+                text.contains("BATCHCAST_NAME=none"),
+                r.workload == "own",
+                "{text}"
+            );
+            // The process listener sampled it.
+            assert!(!store
+                .metric(r.run.id, keys::PROC_CPU_SECONDS, None, 10)
+                .unwrap()
+                .is_empty());
+        }
+        // Without NVML, the GPU listener says so once.
+        let events = store.events(r.run.id).unwrap();
+        assert!(events.len() <= 1, "{events:?}");
+    }
+    // The shared workload's consumers were seen by the batchcast listener.
+    let shared: Vec<_> = rows
+        .iter()
+        .filter(|r| r.workload == "shared" && r.run.name != keys::DATA_RUN)
+        .collect();
+    assert!(
+        shared.iter().any(|r| !store
+            .metric(r.run.id, keys::BATCHCAST_SAMPLES, None, 10)
+            .unwrap()
+            .is_empty()),
+        "batchcast metrics for the shared workload"
+    );
+    // Status was written back into the plan.
+    let text = std::fs::read_to_string(&plan).unwrap();
+    assert_eq!(text.matches("FINISHED").count(), 4, "{text}");
+    // A second run of the same plan runs nothing.
+    let again = f.run(&[plan.to_str().unwrap()]);
+    assert!(again.status.success());
+    assert_eq!((f.starts("a"), f.starts("sa")), (1, 1));
+}
+
+#[test]
+fn a_failed_job_is_rerun_only_when_asked() {
+    let f = Fixture::new();
+    let plan = f.plan(&["e,w,ok,,job.sh,ok", "e,w,bad,,job.sh,bad 3"]);
+    let out = f.run(&[plan.to_str().unwrap()]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(f.status("w", "bad"), RunStatus::Failed);
+    assert_eq!(f.status("w", "ok"), RunStatus::Finished);
+    let bad = f
+        .store()
+        .runs(&RunFilter::default())
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run.name == "bad")
+        .unwrap();
+    assert_eq!(bad.run.exit_code, Some(3));
+    // The plan's Status column says FAILED now; clear it so the store decides.
+    f.plan(&["e,w,ok,,job.sh,ok", "e,w,bad,,job.sh,bad 3"]);
+    f.run(&[plan.to_str().unwrap()]);
+    assert_eq!(
+        (f.starts("ok"), f.starts("bad")),
+        (1, 1),
+        "FAILED is not rerun by default"
+    );
+    f.run(&[plan.to_str().unwrap(), "--rerun-failed"]);
+    assert_eq!(
+        (f.starts("ok"), f.starts("bad")),
+        (1, 2),
+        "--rerun-failed reruns it, FINISHED still skipped"
+    );
+}
+
+fn start_waiting(f: &Fixture) -> (Child, i64) {
+    let plan = f.plan(&[
+        "e,first,done,,job.sh,done",
+        "e,second,wait,,job.sh,wait 0 go",
+    ]);
+    let runner = f.command(&[plan.to_str().unwrap()]).spawn().unwrap();
+    wait_until("the waiting job to start", || f.starts("wait") == 1);
+    let pid = std::fs::read_to_string(f.path("starts.wait"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    (runner, pid)
+}
+
+#[test]
+fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
+    let f = Fixture::new();
+    let (mut runner, job) = start_waiting(&f);
+    wait_until("RUNNING recorded", || {
+        f.status("second", "wait") == RunStatus::Running
+    });
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(runner.id() as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    runner.wait().unwrap();
+    // The orphaned job is the user's to clean up; end it.
+    rustix::process::kill_process_group(
+        rustix::process::Pid::from_raw(job as i32).unwrap(),
+        rustix::process::Signal::KILL,
+    )
+    .unwrap();
+    wait_until("the orphan to end", || !alive(job));
+    assert_eq!(
+        f.status("second", "wait"),
+        RunStatus::Running,
+        "left RUNNING by the dead runner"
+    );
+
+    std::fs::write(f.path("go"), "").unwrap();
+    let plan = f.path("plan.csv");
+    let out = f.run(&[plan.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("1 left RUNNING by a dead runner marked KILLED"),
+        "{err}"
+    );
+    assert_eq!(f.status("second", "wait"), RunStatus::Finished);
+    assert_eq!(
+        (f.starts("done"), f.starts("wait")),
+        (1, 2),
+        "only the unfinished row ran again"
+    );
+}
+
+#[test]
+fn ctrl_c_stops_the_jobs_and_records_them_killed() {
+    let f = Fixture::new();
+    let (mut runner, job) = start_waiting(&f);
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(runner.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    let status = runner.wait().unwrap();
+    assert_eq!(status.code(), Some(130));
+    assert!(!alive(job), "the job was stopped with its runner");
+    assert_eq!(f.status("second", "wait"), RunStatus::Killed);
+    let row = f
+        .store()
+        .runs(&RunFilter::default())
+        .unwrap()
+        .into_iter()
+        .find(|r| r.run.name == "wait")
+        .unwrap();
+    assert!(row.run.message.unwrap().contains("stopped by the runner"));
+}
+
+#[test]
+fn a_bad_plan_is_refused_before_anything_starts() {
+    let f = Fixture::new();
+    let plan = f.plan(&["e,w,a,,job.sh,a", "e,w,b,,missing.py,b"]);
+    let out = f.run(&[plan.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        err.contains("plan.csv, row 2") && err.contains("missing.py does not exist"),
+        "{err}"
+    );
+    assert_eq!(f.starts("a"), 0);
+    assert!(
+        !f.path("runs.sqlite").exists(),
+        "nothing started, no store made"
+    );
+}
+
+#[test]
+fn one_command_runs_without_a_plan() {
+    let f = Fixture::new();
+    let out = f.run(&[
+        "--experiment",
+        "solo",
+        "--name",
+        "one",
+        "--",
+        "./job.sh",
+        "one",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(f.status("default", "one"), RunStatus::Finished);
+    let row = f.store().runs(&RunFilter::default()).unwrap().remove(0);
+    assert_eq!(row.experiment, "solo");
+    assert_eq!(row.run.command, vec!["./job.sh", "one"]);
+}

@@ -1,0 +1,101 @@
+//! A workload's shared producer (`Data`): started before its jobs,
+//! watched and logged like a job (as the run named [`keys::DATA_RUN`]),
+//! stopped after them.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use super::job::Job;
+use super::RunOptions;
+use crate::keys;
+use crate::plan::Plan;
+use crate::store::{NewRun, RecorderHandle, Store};
+
+/// How long a producer may take to answer its first status query.
+const READY_WITHIN: Duration = Duration::from_secs(60);
+
+pub(crate) struct Producer {
+    pub name: String,
+    pub job: Job,
+}
+
+/// Starts the Data command and waits until its producer answers.
+pub(crate) fn start(
+    store: &mut Store,
+    plan: &Plan,
+    opts: &RunOptions,
+    workload: i64,
+    data: &str,
+    rec: &RecorderHandle,
+    env: &serde_json::Value,
+) -> Result<Producer, String> {
+    let name = format!("bc-run-{}-{workload}", std::process::id());
+    let mut argv = shlex::split(data)
+        .filter(|v| !v.is_empty())
+        .ok_or_else(|| format!("Data {data:?} is not a command line"))?;
+    if argv[0] == "batchcast" {
+        argv[0] = opts.exe.display().to_string();
+        if !argv
+            .iter()
+            .any(|a| a == "--name" || a.starts_with("--name="))
+        {
+            argv.push("--name".into());
+            argv.push(name.clone());
+        }
+    } else if argv[0].ends_with(".py") {
+        let script = plan.resolve(&argv[0]).display().to_string();
+        argv.splice(0..1, [opts.python.clone(), script]);
+    }
+    let name = argv
+        .iter()
+        .position(|a| a == "--name")
+        .and_then(|i| argv.get(i + 1).cloned())
+        .or_else(|| {
+            argv.iter()
+                .find_map(|a| a.strip_prefix("--name=").map(String::from))
+        })
+        .unwrap_or(name);
+    let new = NewRun {
+        name: keys::DATA_RUN.into(),
+        command: argv.clone(),
+        collocation: "-".into(),
+        host: super::host_name(),
+        plan_file: Some(plan.file.display().to_string()),
+        ..NewRun::default()
+    };
+    let (run, _) = store.add_run(workload, &new).map_err(|e| e.to_string())?;
+    let me = i64::from(std::process::id());
+    store
+        .claim_run(run, me, super::process_start(me).unwrap_or(0), env)
+        .map_err(|e| e.to_string())?;
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(&plan.dir)
+        .env("BATCHCAST_NAME", &name);
+    let mut job = Job::start(run, keys::DATA_RUN, cmd, rec)
+        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let _ = store.set_pid(run, i64::from(job.pid()));
+    let endpoint = batchcast::Endpoint::new(&name).map_err(|e| e.to_string())?;
+    let deadline = Instant::now() + READY_WITHIN;
+    loop {
+        if batchcast::query_status(&endpoint, Duration::from_millis(500)).is_ok() {
+            return Ok(Producer { name, job });
+        }
+        if job.poll() || Instant::now() >= deadline {
+            job.stop(opts.grace);
+            job.join_output();
+            let why = if job.exit.is_some() {
+                "it exited"
+            } else {
+                "it did not answer within 60 s"
+            };
+            let msg = format!(
+                "producer {name:?} is not serving: {why}; its last output: {:?}",
+                job.last_line()
+            );
+            let _ = store.finish_run(run, crate::store::RunStatus::Failed, None, Some(&msg));
+            return Err(msg);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}

@@ -1,0 +1,157 @@
+//! One process of a workload (a training job or the shared producer): its
+//! own process group, its output captured into the store, stopped as a
+//! group.
+
+use std::io::Read;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rustix::process::{kill_process_group, Pid, Signal};
+
+use crate::store::{now_ms, LogStream, RecorderHandle, RunId};
+
+/// Longest last line kept for progress.
+const LAST_LINE: usize = 200;
+
+/// A started process and the threads reading its output.
+pub(crate) struct Job {
+    pub run: RunId,
+    pub name: String,
+    pub child: Child,
+    readers: Vec<JoinHandle<()>>,
+    /// The last line it wrote (stdout or stderr), for progress.
+    pub last_line: Arc<Mutex<String>>,
+    pub exit: Option<ExitStatus>,
+}
+
+impl Job {
+    /// Starts `command` in a process group of its own, its output going to
+    /// the run's log through `rec`.
+    pub(crate) fn start(
+        run: RunId,
+        name: &str,
+        mut command: Command,
+        rec: &RecorderHandle,
+    ) -> std::io::Result<Job> {
+        command
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        let mut child = command.spawn()?;
+        let last_line = Arc::new(Mutex::new(String::new()));
+        let mut readers = Vec::new();
+        if let Some(out) = child.stdout.take() {
+            readers.push(pump(
+                out,
+                run,
+                LogStream::Stdout,
+                rec.clone(),
+                last_line.clone(),
+            ));
+        }
+        if let Some(err) = child.stderr.take() {
+            readers.push(pump(
+                err,
+                run,
+                LogStream::Stderr,
+                rec.clone(),
+                last_line.clone(),
+            ));
+        }
+        Ok(Job {
+            run,
+            name: name.to_string(),
+            child,
+            readers,
+            last_line,
+            exit: None,
+        })
+    }
+
+    pub(crate) fn pid(&self) -> i32 {
+        self.child.id() as i32
+    }
+
+    /// Whether it has ended (and records how).
+    pub(crate) fn poll(&mut self) -> bool {
+        if self.exit.is_none() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                self.exit = Some(status);
+                // Workers it left behind (a DataLoader's, say) go with it.
+                self.signal(Signal::KILL);
+            }
+        }
+        self.exit.is_some()
+    }
+
+    fn signal(&self, signal: Signal) {
+        if let Some(pid) = Pid::from_raw(self.pid()) {
+            let _ = kill_process_group(pid, signal);
+        }
+    }
+
+    /// SIGTERM to its group, SIGKILL after `grace`; waits for it.
+    pub(crate) fn stop(&mut self, grace: Duration) {
+        if self.poll() {
+            return;
+        }
+        self.signal(Signal::TERM);
+        let deadline = Instant::now() + grace;
+        while !self.poll() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        if !self.poll() {
+            self.signal(Signal::KILL);
+            if let Ok(status) = self.child.wait() {
+                self.exit = Some(status);
+            }
+        }
+    }
+
+    /// Waits for the output readers (its pipes closed when its group ended).
+    pub(crate) fn join_output(&mut self) {
+        for r in self.readers.drain(..) {
+            let _ = r.join();
+        }
+    }
+
+    pub(crate) fn last_line(&self) -> String {
+        self.last_line.lock().map(|l| l.clone()).unwrap_or_default()
+    }
+
+    /// `(exit code, signal)` once ended.
+    pub(crate) fn outcome(&self) -> Option<(Option<i32>, Option<i32>)> {
+        self.exit.map(|s| (s.code(), s.signal()))
+    }
+}
+
+fn pump(
+    mut from: impl Read + Send + 'static,
+    run: RunId,
+    stream: LogStream,
+    rec: RecorderHandle,
+    last_line: Arc<Mutex<String>>,
+) -> JoinHandle<()> {
+    std::thread::spawn(move || {
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match from.read(&mut buf) {
+                Ok(0) | Err(_) => return,
+                Ok(n) => {
+                    let chunk = &buf[..n];
+                    let text = String::from_utf8_lossy(chunk);
+                    if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+                        if let Ok(mut l) = last_line.lock() {
+                            *l = line.chars().take(LAST_LINE).collect();
+                        }
+                    }
+                    rec.log(run, stream, now_ms(), chunk.to_vec());
+                }
+            }
+        }
+    })
+}

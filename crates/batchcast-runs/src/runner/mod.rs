@@ -1,0 +1,416 @@
+//! The runner: a plan's workloads one after another, the runs of each at
+//! the same time, with their shared producer, listeners and MLflow
+//! endpoint, every status change committed to the store as it happens.
+
+mod data;
+mod job;
+mod placement;
+
+use std::collections::{HashMap, HashSet};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use crate::error::StoreError;
+use crate::gpu::GpuLayer;
+use crate::listen::{self, JobWatch, WatchOptions};
+use crate::mlflow::{self, mlflow_run_id};
+use crate::plan::{Collocation, Plan, PlanRow};
+use crate::store::{NewRun, Recorder, RunId, RunStatus, Store};
+use job::Job;
+
+/// How a plan is run.
+pub struct RunOptions {
+    pub store: PathBuf,
+    /// Listener sampling period.
+    pub interval: Duration,
+    /// Run FAILED rows again (FINISHED rows are always skipped).
+    pub rerun_failed: bool,
+    pub gpus: Arc<dyn GpuLayer>,
+    /// Set (by a signal handler) to stop every job of the running workload
+    /// and record them KILLED.
+    pub stop: Arc<AtomicBool>,
+    /// The `batchcast` binary, for `Data = batchcast serve ...`.
+    pub exe: PathBuf,
+    /// The interpreter for `.py` files.
+    pub python: String,
+    /// Time between SIGTERM and SIGKILL when stopping a job.
+    pub grace: Duration,
+    /// Where progress lines go (which workload, which jobs are alive, the
+    /// elapsed time, each job's last line).
+    pub progress: Box<dyn FnMut(&str) + Send>,
+}
+
+/// What running a plan did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Outcome {
+    pub finished: usize,
+    pub failed: usize,
+    pub killed: usize,
+    /// Rows not run: FINISHED already, or FAILED without `--rerun-failed`.
+    pub skipped: usize,
+    /// Runs left RUNNING by a dead runner, marked KILLED first.
+    pub repaired: usize,
+    /// Stopped by a signal.
+    pub interrupted: bool,
+}
+
+/// Why a plan could not be run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum RunError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("{0}")]
+    Other(String),
+}
+
+/// This host's name, as runs record it.
+pub fn host_name() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "localhost".into())
+}
+
+/// Start time of a process (clock ticks after boot), against pid reuse.
+pub fn process_start(pid: i64) -> Option<i64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 1..];
+    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+}
+
+/// Runs `plan`; returns what happened. Rows fail on their own (a job that
+/// exits non-zero, a row that cannot be placed); only a store that cannot
+/// be written stops the plan.
+pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError> {
+    let mut store = Store::open(&opts.store)?;
+    let host = host_name();
+    let me = i64::from(std::process::id());
+    let my_start = process_start(me).unwrap_or(0);
+    let mut outcome = Outcome {
+        repaired: store
+            .repair_orphans(&host, |pid, start| process_start(pid) == Some(start))?
+            .len(),
+        ..Outcome::default()
+    };
+    let env = environment(opts.gpus.as_ref(), &host);
+    let mut plan_status: HashMap<usize, RunStatus> = HashMap::new();
+    for (position, (experiment, workload, rows)) in plan.workloads().into_iter().enumerate() {
+        if opts.stop.load(Ordering::SeqCst) {
+            outcome.interrupted = true;
+            break;
+        }
+        let data = rows[0].data.clone();
+        let e = store.experiment(&experiment)?;
+        let w = store.workload(e, &workload, data.as_deref(), position as i64)?;
+        let mut todo: Vec<(&PlanRow, RunId)> = Vec::new();
+        for row in &rows {
+            let new = NewRun {
+                name: row.name.clone(),
+                command: command_line(plan, row, &opts.python),
+                params: row.params.clone(),
+                devices: row.devices.clone(),
+                collocation: row.collocation.as_str().to_string(),
+                listeners: row.listeners.clone(),
+                host: host.clone(),
+                plan_file: Some(plan.file.display().to_string()),
+                plan_row: Some(row.row as i64),
+            };
+            let (id, status) = store.add_run(w, &new)?;
+            let skip = status == RunStatus::Finished
+                || row.status == Some(RunStatus::Finished)
+                || (status == RunStatus::Failed && !opts.rerun_failed)
+                || status == RunStatus::Running;
+            if skip {
+                outcome.skipped += 1;
+                continue;
+            }
+            if !store.claim_run(id, me, my_start, &env)? {
+                outcome.skipped += 1;
+                continue;
+            }
+            todo.push((row, id));
+        }
+        if todo.is_empty() {
+            (opts.progress)(&format!("{experiment}/{workload}: nothing to run (finished, or failed without --rerun-failed)"));
+            continue;
+        }
+        let ended = run_workload(
+            &mut store,
+            plan,
+            opts,
+            &experiment,
+            &workload,
+            w,
+            data.as_deref(),
+            &todo,
+            &env,
+        )?;
+        for (row, id) in &todo {
+            let status = ended.get(id).copied().unwrap_or(RunStatus::Killed);
+            plan_status.insert(row.row, status);
+            match status {
+                RunStatus::Finished => outcome.finished += 1,
+                RunStatus::Failed => outcome.failed += 1,
+                _ => outcome.killed += 1,
+            }
+        }
+        if let Err(e) = plan.record_status(&plan_status) {
+            (opts.progress)(&format!(
+                "warning: cannot write statuses back into {}: {e}",
+                plan.file.display()
+            ));
+        }
+        if opts.stop.load(Ordering::SeqCst) {
+            outcome.interrupted = true;
+            break;
+        }
+    }
+    Ok(outcome)
+}
+
+/// The argv a row runs.
+fn command_line(plan: &Plan, row: &PlanRow, python: &str) -> Vec<String> {
+    let file = plan.resolve(&row.file).display().to_string();
+    let mut argv = if row.file.ends_with(".py") {
+        vec![python.to_string(), file]
+    } else {
+        vec![file]
+    };
+    argv.extend(row.args.iter().cloned());
+    argv
+}
+
+/// Facts about where runs ran.
+fn environment(gpus: &dyn GpuLayer, host: &str) -> serde_json::Value {
+    let gpus = match gpus.gpus() {
+        Ok(list) => serde_json::json!(list
+            .iter()
+            .map(|g| format!("{}: {} ({})", g.index, g.name, g.uuid))
+            .collect::<Vec<_>>()),
+        Err(e) => serde_json::json!(e.to_string()),
+    };
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    let cpus = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    serde_json::json!({
+        "host": host, "batchcast": env!("CARGO_PKG_VERSION"), "kernel": kernel.trim(),
+        "cpus": cpus, "gpus": gpus,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+fn run_workload(
+    store: &mut Store,
+    plan: &Plan,
+    opts: &mut RunOptions,
+    experiment: &str,
+    workload: &str,
+    workload_id: i64,
+    data: Option<&str>,
+    todo: &[(&PlanRow, RunId)],
+    env: &serde_json::Value,
+) -> Result<HashMap<RunId, RunStatus>, RunError> {
+    let mut ended: HashMap<RunId, RunStatus> = HashMap::new();
+    let rec = Recorder::start(&opts.store)?;
+    let endpoint = mlflow::Endpoint::start(&opts.store)?;
+    let label = format!("{experiment}/{workload}");
+
+    // MPS for the rows that ask for it.
+    let mut mps_started = false;
+    let mut mps_error = None;
+    if todo.iter().any(|(r, _)| r.collocation == Collocation::Mps) {
+        match opts.gpus.mps_running() {
+            Ok(true) => {}
+            Ok(false) => match opts.gpus.mps_start() {
+                Ok(()) => mps_started = true,
+                Err(e) => mps_error = Some(e.to_string()),
+            },
+            Err(e) => mps_error = Some(e.to_string()),
+        }
+    }
+
+    // Place every row before starting anything.
+    let mut used_mig = HashSet::new();
+    let mut placed = Vec::new();
+    for (row, id) in todo {
+        let place = match (&row.collocation, &mps_error) {
+            (Collocation::Mps, Some(e)) => Err(format!("cannot start MPS: {e}")),
+            _ => placement::place(row, opts.gpus.as_ref(), &mut used_mig),
+        };
+        match place {
+            Ok(visible) => placed.push((*row, *id, visible)),
+            Err(msg) => {
+                store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
+                (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
+                ended.insert(*id, RunStatus::Failed);
+            }
+        }
+    }
+
+    // The shared producer.
+    let mut producer = None;
+    if let (Some(data), false) = (data, placed.is_empty()) {
+        match data::start(store, plan, opts, workload_id, data, &rec.handle(), env) {
+            Ok(p) => producer = Some(p),
+            Err(msg) => {
+                for (row, id, _) in placed.drain(..) {
+                    let m = format!("the workload's Data did not start: {msg}");
+                    store.finish_run(id, RunStatus::Failed, None, Some(&m))?;
+                    (opts.progress)(&format!("{label}/{}: FAILED: {m}", row.name));
+                    ended.insert(id, RunStatus::Failed);
+                }
+            }
+        }
+    }
+
+    // The jobs.
+    let mut jobs: Vec<Job> = Vec::new();
+    for (row, id, visible) in &placed {
+        let argv = command_line(plan, row, &opts.python);
+        let mut cmd = Command::new(&argv[0]);
+        cmd.args(&argv[1..])
+            .current_dir(&plan.dir)
+            .env("CUDA_VISIBLE_DEVICES", visible)
+            .env("MLFLOW_TRACKING_URI", endpoint.url())
+            .env("MLFLOW_RUN_ID", mlflow_run_id(*id))
+            .env("MLFLOW_EXPERIMENT_NAME", experiment)
+            .env("BATCHCAST_RUN_ID", id.to_string());
+        if let Some(p) = &producer {
+            cmd.env("BATCHCAST_NAME", &p.name);
+        }
+        match Job::start(*id, &row.name, cmd, &rec.handle()) {
+            Ok(job) => {
+                store.set_pid(*id, i64::from(job.pid()))?;
+                jobs.push(job);
+            }
+            Err(e) => {
+                let msg = format!("cannot start {}: {e}", argv[0]);
+                store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
+                (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
+                ended.insert(*id, RunStatus::Failed);
+            }
+        }
+    }
+
+    let mut watches: Vec<JobWatch> = jobs
+        .iter()
+        .zip(placed.iter())
+        .map(|(j, (row, _, _))| JobWatch {
+            run: j.run,
+            pid: j.pid(),
+            devices: row.devices.clone(),
+            listeners: row.listeners.clone(),
+        })
+        .collect();
+    if let Some(p) = &producer {
+        watches.push(JobWatch {
+            run: p.job.run,
+            pid: p.job.pid(),
+            devices: vec![],
+            listeners: vec![],
+        });
+    }
+    let sampler = listen::watch(
+        &watches,
+        &WatchOptions {
+            interval: opts.interval,
+            gpus: opts.gpus.clone(),
+        },
+        &rec.handle(),
+    );
+
+    // Wait for the jobs, or for a stop.
+    let started = Instant::now();
+    let mut last_report = Instant::now() - Duration::from_secs(60);
+    let mut stopping = false;
+    loop {
+        let alive = jobs.iter_mut().map(|j| !j.poll()).filter(|a| *a).count();
+        if alive == 0 {
+            break;
+        }
+        if opts.stop.load(Ordering::SeqCst) && !stopping {
+            stopping = true;
+            (opts.progress)(&format!("{label}: stopping {alive} job(s)"));
+            for j in jobs.iter_mut() {
+                j.stop(opts.grace);
+            }
+            continue;
+        }
+        if last_report.elapsed() >= Duration::from_secs(2) {
+            last_report = Instant::now();
+            let lines: Vec<String> = jobs
+                .iter()
+                .filter(|j| j.exit.is_none())
+                .map(|j| format!("  {}: {}", j.name, j.last_line()))
+                .collect();
+            (opts.progress)(&format!(
+                "{label}: {alive}/{} job(s) alive, {:.0} s\n{}",
+                jobs.len(),
+                started.elapsed().as_secs_f64(),
+                lines.join("\n")
+            ));
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    for j in jobs.iter_mut() {
+        j.join_output();
+        let (status, code, msg) = match j.outcome() {
+            _ if stopping => (
+                RunStatus::Killed,
+                None,
+                Some("stopped by the runner (Ctrl-C or SIGTERM)".to_string()),
+            ),
+            Some((Some(0), _)) => (RunStatus::Finished, Some(0), None),
+            Some((Some(c), _)) => (
+                RunStatus::Failed,
+                Some(i64::from(c)),
+                Some(format!("exited with status {c}")),
+            ),
+            Some((None, Some(sig))) => (
+                RunStatus::Failed,
+                None,
+                Some(format!("killed by signal {sig}")),
+            ),
+            _ => (
+                RunStatus::Failed,
+                None,
+                Some("ended without an exit status".to_string()),
+            ),
+        };
+        store.finish_run(j.run, status, code, msg.as_deref())?;
+        (opts.progress)(&format!(
+            "{label}/{}: {status}{}",
+            j.name,
+            msg.map(|m| format!(" ({m})")).unwrap_or_default()
+        ));
+        ended.insert(j.run, status);
+    }
+    sampler.stop();
+    if let Some(mut p) = producer {
+        p.job.stop(opts.grace);
+        p.job.join_output();
+        let status = if stopping {
+            RunStatus::Killed
+        } else {
+            RunStatus::Finished
+        };
+        store.finish_run(
+            p.job.run,
+            status,
+            None,
+            Some("the shared producer, stopped after the workload's jobs"),
+        )?;
+    }
+    if mps_started {
+        if let Err(e) = opts.gpus.mps_stop() {
+            (opts.progress)(&format!("warning: cannot stop the MPS daemon: {e}"));
+        }
+    }
+    drop(endpoint);
+    rec.finish()?;
+    Ok(ended)
+}
