@@ -150,7 +150,7 @@ class Consumer:
 
     def __init__(
         self,
-        name: str,
+        name: Optional[str] = None,
         batch_size: Optional[int] = None,
         *,
         drop_last: bool = False,
@@ -164,6 +164,15 @@ class Consumer:
         on_evict: str = "error",
         expect: Optional[dict] = None,
     ) -> None:
+        if name is None:
+            # `batchcast run` gives every job of a workload with a shared
+            # pipeline its producer's name.
+            name = os.environ.get("BATCHCAST_NAME") or None
+            if name is None:
+                raise _native.InvalidArgument(
+                    "no producer name: pass Consumer(name=...), or run the script under "
+                    "`batchcast run` with a Data pipeline (it sets BATCHCAST_NAME)"
+                )
         if batch_size is not None:
             if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
                 raise TypeError(f"batch_size must be an int or None, not {type(batch_size).__name__}")

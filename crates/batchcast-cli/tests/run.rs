@@ -168,6 +168,32 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
     // Status was written back into the plan.
     let text = std::fs::read_to_string(&plan).unwrap();
     assert_eq!(text.matches("FINISHED").count(), 4, "{text}");
+    // `runs list` and `runs show` read it back.
+    let list = Command::new(BIN)
+        .args(["runs", "list", "--store"])
+        .arg(f.path("runs.sqlite"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(text.matches("FINISHED").count(), 5, "{text}");
+    let id = rows
+        .iter()
+        .find(|r| r.workload == "shared" && r.run.name == "a")
+        .unwrap()
+        .run
+        .id;
+    let show = Command::new(BIN)
+        .args(["runs", "show", &id.to_string(), "--store"])
+        .arg(f.path("runs.sqlite"))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&show.stdout);
+    assert!(
+        text.contains("e/shared/a")
+            && text.contains("hello from sa")
+            && text.contains(keys::BATCHCAST_SAMPLES),
+        "{text}"
+    );
     // A second run of the same plan runs nothing.
     let again = f.run(&[plan.to_str().unwrap()]);
     assert!(again.status.success());

@@ -1,7 +1,9 @@
-//! `batchcast runs ...`: read the run store.
+//! `batchcast runs list|show|compare`: read the run store.
 
 pub mod compare;
+pub mod list;
 pub mod mlflow_serve;
+pub mod show;
 
 use std::path::PathBuf;
 
@@ -33,6 +35,10 @@ impl StoreArg {
 
 #[derive(Debug, clap::Subcommand)]
 pub enum RunsCommand {
+    /// The runs of the store, newest first.
+    List(list::ListArgs),
+    /// One run: fields, parameters, events, metrics, output.
+    Show(show::ShowArgs),
     /// Summaries of metrics across runs, and what collocation and sharing
     /// gave per workload.
     Compare(compare::CompareArgs),
@@ -44,6 +50,8 @@ pub enum RunsCommand {
 /// Runs `batchcast runs`.
 pub fn run(args: RunsArgs) -> anyhow::Result<()> {
     match args.command {
+        RunsCommand::List(a) => list::run(a),
+        RunsCommand::Show(a) => show::run(a),
         RunsCommand::Compare(a) => compare::run(a),
         RunsCommand::MlflowServe(a) => mlflow_serve::run(a),
     }
