@@ -358,3 +358,14 @@ fn runners_opening_a_new_store_at_once_all_succeed() {
         4
     );
 }
+
+/// The example plans in the repository stay valid.
+#[test]
+fn the_example_plans_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/run");
+    let csv = batchcast_runs::plan::Plan::load(&dir.join("plan.csv")).unwrap();
+    assert_eq!(csv.workloads().len(), 2);
+    let yaml = batchcast_runs::plan::Plan::load(&dir.join("sweep.yaml")).unwrap();
+    assert_eq!(yaml.rows.len(), 4);
+    assert_eq!(yaml.rows[0].args, vec!["--epochs", "1", "--lr", "0.1"]);
+}

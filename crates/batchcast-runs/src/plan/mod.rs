@@ -137,14 +137,18 @@ impl Plan {
             "yaml" | "yml" => yaml::parse(path, &text)?,
             _ => return Err(err("a plan is a .csv or a .yaml/.yml file".into())),
         };
-        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        // Absolute, so that a job started in the plan's directory finds
+        // the files the plan names relative to it.
+        let parent = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let dir = parent
+            .canonicalize()
+            .map_err(|e| err(format!("cannot resolve the plan's directory: {e}")))?;
         let plan = Plan {
             file: path.to_path_buf(),
-            dir: if dir.as_os_str().is_empty() {
-                ".".into()
-            } else {
-                dir
-            },
+            dir,
             rows,
         };
         plan.check()?;
