@@ -353,3 +353,38 @@ fn one_command_runs_without_a_plan() {
     assert_eq!(row.experiment, "solo");
     assert_eq!(row.run.command, vec!["./job.sh", "one"]);
 }
+
+/// The runner stops a workload's producer with SIGTERM; one still waiting
+/// for its consumers (`--consumers N`) must end then, not at SIGKILL.
+#[test]
+fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
+    let f = Fixture::new();
+    let mut serve = Command::new(BIN)
+        .args([
+            "serve",
+            "--name",
+            "waiting",
+            "--synthetic",
+            "--consumers",
+            "2",
+        ])
+        .env("BATCHCAST_DIR", f.path("sockets"))
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    wait_until("the socket", || f.path("sockets/waiting.sock").exists());
+    let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
+    rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Some(status) = serve.try_wait().unwrap() {
+            assert!(status.success(), "{status:?}");
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "serve ignored SIGTERM while waiting for consumers"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}

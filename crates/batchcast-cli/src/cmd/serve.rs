@@ -99,13 +99,23 @@ pub fn run(args: ServeArgs) -> Result<()> {
         );
     }
     if args.consumers > 0 {
-        let timeout = args.idle_timeout.map(Duration::from_secs_f64);
-        if !producer.wait_for_consumers(args.consumers, timeout) {
-            let err = batchcast::Error::NoConsumers {
-                secs: args.idle_timeout.unwrap_or(0.0),
-            };
-            producer.finish(batchcast::ShutdownReason::Failed(err.to_string()));
-            return Err(err.into());
+        // Wait in short slices, so that Ctrl-C or SIGTERM (from `batchcast
+        // run` stopping a workload, say) ends the wait at once.
+        let deadline = args
+            .idle_timeout
+            .map(|t| std::time::Instant::now() + Duration::from_secs_f64(t));
+        while !producer.wait_for_consumers(args.consumers, Some(Duration::from_millis(100))) {
+            if stop.load(std::sync::atomic::Ordering::SeqCst) {
+                producer.finish(batchcast::ShutdownReason::Interrupted);
+                return Ok(());
+            }
+            if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
+                let err = batchcast::Error::NoConsumers {
+                    secs: args.idle_timeout.unwrap_or(0.0),
+                };
+                producer.finish(batchcast::ShutdownReason::Failed(err.to_string()));
+                return Err(err.into());
+            }
         }
     }
     let progress = Progress::new(!args.json && std::io::stderr().is_terminal());
