@@ -85,3 +85,63 @@ fn compare_prints_the_collocation_table() {
     let json: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(json["workloads"][0]["data_wait_share"], 0.25);
 }
+
+#[test]
+fn export_writes_every_point_as_csv_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = batchcast_runs::Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, _) = store
+        .add_run(
+            w,
+            &batchcast_runs::NewRun {
+                name: "a,b".into(),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+    store.claim_run(r, 1, 1, &serde_json::json!({})).unwrap();
+    let start = store.run(r).unwrap().run.start_ms.unwrap();
+    let points: Vec<_> = (0..3)
+        .map(|i| batchcast_runs::MetricPoint {
+            run_id: r,
+            key: "loss".into(),
+            step: i,
+            ts_ms: start + 500 * i,
+            value: 1.0 / (i + 1) as f64,
+        })
+        .collect();
+    store.insert_metrics(&points).unwrap();
+    drop(store);
+    let out = batchcast()
+        .args(["runs", "export", "--csv", "-", "--store"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    assert_eq!(
+        lines[0],
+        "run_id,experiment,workload,run,key,step,ts_ms,elapsed_s,value"
+    );
+    assert_eq!(lines.len(), 4, "{text}");
+    assert!(
+        lines[2].starts_with(&format!("{r},exp,w,\"a,b\",loss,1,")),
+        "quoted run name: {}",
+        lines[2]
+    );
+    assert!(lines[2].ends_with(",0.500,0.5"), "{}", lines[2]);
+    let none = batchcast()
+        .args(["runs", "export", "--store"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
+}

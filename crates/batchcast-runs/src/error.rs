@@ -33,6 +33,9 @@ pub enum StoreError {
     /// A value in the store that a batchcast writer would never have written.
     #[error("the run store holds a bad value in {field}: {value:?} (was it edited by hand?)")]
     Corrupt { field: &'static str, value: String },
+    /// An export could not be written.
+    #[error("cannot write the export: {0}")]
+    Export(String),
     /// A local server (the MLflow endpoint) could not listen.
     #[error("cannot serve on 127.0.0.1: {0}")]
     Serve(String),

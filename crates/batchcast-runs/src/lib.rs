@@ -18,6 +18,7 @@
 
 pub mod compare;
 mod error;
+pub mod export;
 pub mod gpu;
 pub mod keys;
 pub mod listen;

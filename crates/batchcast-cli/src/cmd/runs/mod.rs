@@ -1,6 +1,7 @@
-//! `batchcast runs list|show|compare`: read the run store.
+//! `batchcast runs list|show|compare|export`: read the run store.
 
 pub mod compare;
+pub mod export;
 pub mod list;
 pub mod mlflow_serve;
 pub mod show;
@@ -42,6 +43,8 @@ pub enum RunsCommand {
     /// Summaries of metrics across runs, and what collocation and sharing
     /// gave per workload.
     Compare(compare::CompareArgs),
+    /// Export metrics (CSV).
+    Export(export::ExportArgs),
     /// Serve the MLflow endpoint for one new run (internal, for tests).
     #[command(hide = true)]
     MlflowServe(mlflow_serve::MlflowServeArgs),
@@ -53,6 +56,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
         RunsCommand::List(a) => list::run(a),
         RunsCommand::Show(a) => show::run(a),
         RunsCommand::Compare(a) => compare::run(a),
+        RunsCommand::Export(a) => export::run(a),
         RunsCommand::MlflowServe(a) => mlflow_serve::run(a),
     }
 }

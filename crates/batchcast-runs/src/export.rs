@@ -1,0 +1,63 @@
+//! Exports of the store: metrics as CSV (one row per point, long format,
+//! ready for pandas or a spreadsheet).
+
+use std::io::Write;
+
+use crate::error::{Result, StoreError};
+use crate::store::{RunId, Store};
+
+/// Points read per metric and run, at most.
+const MAX_POINTS: usize = 10_000_000;
+
+/// Writes every point of `keys` (all of each run's metrics when empty) of
+/// `runs` as CSV: `run_id, experiment, workload, run, key, step, ts_ms,
+/// elapsed_s, value`, where `elapsed_s` counts from the run's start so
+/// that runs line up. Returns the rows written.
+pub fn metrics_csv(store: &Store, runs: &[RunId], keys: &[String], out: impl Write) -> Result<u64> {
+    let io = |e: std::io::Error| StoreError::Export(e.to_string());
+    let mut w = csv::Writer::from_writer(out);
+    w.write_record([
+        "run_id",
+        "experiment",
+        "workload",
+        "run",
+        "key",
+        "step",
+        "ts_ms",
+        "elapsed_s",
+        "value",
+    ])
+    .map_err(|e| io(e.into()))?;
+    let mut rows = 0;
+    for &id in runs {
+        let row = store.run(id)?;
+        let start = row.run.start_ms;
+        let run_keys = if keys.is_empty() {
+            store.metric_keys(id)?
+        } else {
+            keys.to_vec()
+        };
+        for key in &run_keys {
+            for p in store.metric(id, key, None, MAX_POINTS)? {
+                let elapsed = start
+                    .map(|s| format!("{:.3}", (p.ts_ms - s) as f64 / 1000.0))
+                    .unwrap_or_default();
+                w.write_record([
+                    id.to_string(),
+                    row.experiment.clone(),
+                    row.workload.clone(),
+                    row.run.name.clone(),
+                    key.clone(),
+                    p.step.to_string(),
+                    p.ts_ms.to_string(),
+                    elapsed,
+                    p.value.to_string(),
+                ])
+                .map_err(|e| io(e.into()))?;
+                rows += 1;
+            }
+        }
+    }
+    w.flush().map_err(io)?;
+    Ok(rows)
+}
