@@ -145,3 +145,92 @@ fn export_writes_every_point_as_csv_rows() {
         .unwrap();
     assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
 }
+
+#[test]
+fn plot_draws_each_run_with_its_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = batchcast_runs::Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "shared", None, 0).unwrap();
+    let mut ids = Vec::new();
+    for name in ["trainer-1", "trainer-2"] {
+        let (r, _) = store
+            .add_run(
+                w,
+                &batchcast_runs::NewRun {
+                    name: name.into(),
+                    ..Default::default()
+                },
+            )
+            .unwrap();
+        store.claim_run(r, 1, 1, &serde_json::json!({})).unwrap();
+        let start = store.run(r).unwrap().run.start_ms.unwrap();
+        let points: Vec<_> = (0..50)
+            .map(|i| batchcast_runs::MetricPoint {
+                run_id: r,
+                key: "batchcast/samples_per_s".into(),
+                step: i,
+                ts_ms: start + 1000 * i,
+                value: 1000.0 + i as f64,
+            })
+            .collect();
+        store.insert_metrics(&points).unwrap();
+        ids.push(r.to_string());
+    }
+    drop(store);
+    let svg = dir.path().join("chart.svg");
+    let out = batchcast()
+        .args([
+            "runs",
+            "plot",
+            &ids[0],
+            &ids[1],
+            "--metric",
+            "batchcast/samples_per_s",
+            "-o",
+        ])
+        .arg(&svg)
+        .arg("--store")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = std::fs::read_to_string(&svg).unwrap();
+    assert!(
+        text.contains("shared/trainer-1") && text.contains("shared/trainer-2"),
+        "legend names the runs"
+    );
+    assert!(
+        text.contains("batchcast/samples_per_s (per second)"),
+        "the axis says the unit"
+    );
+    assert!(text.contains("elapsed time since the run started (s)"));
+    // The runs' lines (and their legend marks) are the 2-pixel polylines;
+    // the grid's are thinner.
+    let thick = text
+        .lines()
+        .filter(|l| l.contains("<polyline") && l.contains("stroke-width=\"2\""))
+        .count();
+    assert!(thick >= 2, "a line per run: {thick}");
+    let bad = batchcast()
+        .args(["runs", "plot", &ids[0], "--metric", "nope", "-o"])
+        .arg(&svg)
+        .arg("--store")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("\"nope\""));
+    let png = batchcast()
+        .args([
+            "runs", "plot", &ids[0], "--metric", "x", "-o", "a.png", "--store",
+        ])
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&png.stderr).contains("not an .svg"));
+}

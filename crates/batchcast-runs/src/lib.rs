@@ -24,6 +24,7 @@ pub mod keys;
 pub mod listen;
 pub mod mlflow;
 pub mod plan;
+pub mod plot;
 pub mod runner;
 mod store;
 

@@ -1,9 +1,10 @@
-//! `batchcast runs list|show|compare|export`: read the run store.
+//! `batchcast runs list|show|compare|export|plot`: read the run store.
 
 pub mod compare;
 pub mod export;
 pub mod list;
 pub mod mlflow_serve;
+pub mod plot;
 pub mod show;
 
 use std::path::PathBuf;
@@ -45,6 +46,8 @@ pub enum RunsCommand {
     Compare(compare::CompareArgs),
     /// Export metrics (CSV).
     Export(export::ExportArgs),
+    /// Draw one metric of several runs (SVG).
+    Plot(plot::PlotArgs),
     /// Serve the MLflow endpoint for one new run (internal, for tests).
     #[command(hide = true)]
     MlflowServe(mlflow_serve::MlflowServeArgs),
@@ -57,6 +60,7 @@ pub fn run(args: RunsArgs) -> anyhow::Result<()> {
         RunsCommand::Show(a) => show::run(a),
         RunsCommand::Compare(a) => compare::run(a),
         RunsCommand::Export(a) => export::run(a),
+        RunsCommand::Plot(a) => plot::run(a),
         RunsCommand::MlflowServe(a) => mlflow_serve::run(a),
     }
 }
