@@ -106,3 +106,50 @@ def test_unknown_and_malformed_calls_get_mlflow_style_errors(tmp_path, batchcast
         server.stdin.close()
         server.wait(timeout=30)
         server.stdout.close()
+
+
+def test_a_plan_job_logging_with_mlflow_lands_in_its_run(tmp_path, batchcast_bin):
+    """Under `batchcast run`, an unchanged MLflow script logs into its run."""
+    (tmp_path / "train.py").write_text(
+        textwrap.dedent(
+            """
+            import sys
+            import mlflow
+            lr = float(sys.argv[sys.argv.index("--lr") + 1])
+            mlflow.log_param("optimizer", "sgd")
+            for step in range(3):
+                mlflow.log_metric("loss", lr * (3 - step), step=step)
+            print("trained with", lr)
+            """
+        )
+    )
+    (tmp_path / "plan.csv").write_text(
+        "Experiment,Workload,Name,File,Params\n"
+        "e,w,slow,train.py,--lr 0.1\n"
+        "e,w,fast,train.py,--lr 0.5\n"
+    )
+    store = tmp_path / "runs.sqlite"
+    env = dict(os.environ, BATCHCAST_PYTHON=sys.executable)
+    out = subprocess.run(
+        [batchcast_bin, "run", "--store", str(store), "--interval", "0.2", str(tmp_path / "plan.csv")],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    db = sqlite3.connect(store)
+    rows = dict(db.execute("SELECT name, id FROM runs"))
+    for name, lr in (("slow", 0.1), ("fast", 0.5)):
+        run = rows[name]
+        loss = db.execute(
+            "SELECT step, value FROM metrics WHERE run_id = ? AND key = 'loss' ORDER BY step", (run,)
+        ).fetchall()
+        assert loss == [(s, pytest.approx(lr * (3 - s))) for s in range(3)]
+        params = dict(db.execute("SELECT key, value FROM params WHERE run_id = ?", (run,)))
+        assert params == {"lr": str(lr), "optimizer": "sgd"}
+        stdout = b"".join(
+            d for (d,) in db.execute("SELECT data FROM logs WHERE run_id = ? AND stream = 'stdout' ORDER BY seq", (run,))
+        )
+        assert f"trained with {lr}".encode() in stdout
+    db.close()
