@@ -211,7 +211,7 @@ fn values(store: &Store, run: RunId, key: &str) -> Result<Vec<f64>> {
 }
 
 fn last(store: &Store, run: RunId, key: &str) -> Result<Option<f64>> {
-    Ok(values(store, run, key)?.last().copied())
+    store.last_metric(run, key)
 }
 
 fn mean(v: &[f64]) -> Option<f64> {

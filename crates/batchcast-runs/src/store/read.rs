@@ -283,6 +283,18 @@ impl Store {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
+    /// The newest value of one metric of a run, if any.
+    pub fn last_metric(&self, run: RunId, key: &str) -> Result<Option<f64>> {
+        self.conn
+            .query_row(
+                "SELECT value FROM metrics WHERE run_id = ?1 AND key = ?2 ORDER BY ts_ms DESC, rowid DESC LIMIT 1",
+                params![run, key],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(self.err())
+    }
+
     /// A run's output on one stream: the last `max_bytes` of it (all when
     /// `None`), and whether earlier output was left out.
     pub fn log(

@@ -3,7 +3,7 @@
 
 use anyhow::Result;
 use batchcast_runs::compare::{collocation, speedups, summarize_runs, WorkloadSummary};
-use batchcast_runs::{keys, RunFilter};
+use batchcast_runs::keys;
 
 use super::StoreArg;
 
@@ -28,17 +28,7 @@ pub struct CompareArgs {
 
 pub fn run(args: CompareArgs) -> Result<()> {
     let store = args.store.open_read_only()?;
-    let runs: Vec<i64> = if args.runs.is_empty() {
-        let filter = RunFilter {
-            experiment: args.experiment.clone(),
-            ..RunFilter::default()
-        };
-        let mut ids: Vec<i64> = store.runs(&filter)?.into_iter().map(|r| r.run.id).collect();
-        ids.reverse();
-        ids
-    } else {
-        args.runs.clone()
-    };
+    let runs = super::select_runs(&store, &args.runs, args.experiment.as_deref())?;
     let metrics = if args.metrics.is_empty() {
         vec![
             keys::BATCHCAST_SAMPLES_PER_S.to_string(),

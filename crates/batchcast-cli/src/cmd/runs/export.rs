@@ -3,7 +3,6 @@
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use batchcast_runs::RunFilter;
 
 use super::StoreArg;
 
@@ -30,20 +29,7 @@ pub fn run(args: ExportArgs) -> Result<()> {
         bail!("say what to export: --csv FILE (or --csv - for standard output)");
     };
     let store = args.store.open_read_only()?;
-    let runs: Vec<i64> = if args.runs.is_empty() {
-        let filter = RunFilter {
-            experiment: args.experiment.clone(),
-            ..RunFilter::default()
-        };
-        store
-            .runs(&filter)?
-            .into_iter()
-            .rev()
-            .map(|r| r.run.id)
-            .collect()
-    } else {
-        args.runs
-    };
+    let runs = super::select_runs(&store, &args.runs, args.experiment.as_deref())?;
     let rows = if path.as_os_str() == "-" {
         batchcast_runs::export::metrics_csv(&store, &runs, &args.metrics, std::io::stdout().lock())?
     } else {

@@ -35,6 +35,28 @@ impl StoreArg {
     }
 }
 
+/// The runs a command works on: the given ids, else every run of
+/// `experiment` (of the store when `None`), oldest first.
+pub fn select_runs(
+    store: &batchcast_runs::Store,
+    ids: &[i64],
+    experiment: Option<&str>,
+) -> anyhow::Result<Vec<i64>> {
+    if !ids.is_empty() {
+        return Ok(ids.to_vec());
+    }
+    let filter = batchcast_runs::RunFilter {
+        experiment: experiment.map(String::from),
+        ..Default::default()
+    };
+    Ok(store
+        .runs(&filter)?
+        .into_iter()
+        .rev()
+        .map(|r| r.run.id)
+        .collect())
+}
+
 #[derive(Debug, clap::Subcommand)]
 pub enum RunsCommand {
     /// The runs of the store, newest first.
