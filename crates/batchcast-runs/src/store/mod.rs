@@ -55,10 +55,22 @@ impl Store {
         if let schema::Found::Foreign(_) = found {
             store.check()?;
         }
-        store
-            .conn
-            .pragma_update(None, "journal_mode", "WAL")
-            .map_err(store.err())?;
+        // Switching a file to WAL needs it to itself for a moment; SQLite
+        // answers BUSY at once (without its busy handler) while another
+        // runner opening the same new store holds it, so retry until the
+        // usual lock timeout.
+        let deadline = std::time::Instant::now() + BUSY_TIMEOUT;
+        loop {
+            match store.conn.pragma_update(None, "journal_mode", "WAL") {
+                Err(rusqlite::Error::SqliteFailure(f, _))
+                    if f.code == rusqlite::ErrorCode::DatabaseBusy
+                        && std::time::Instant::now() < deadline =>
+                {
+                    std::thread::sleep(Duration::from_millis(10));
+                }
+                other => break other.map_err(store.err())?,
+            }
+        }
         store
             .conn
             .pragma_update(None, "synchronous", "NORMAL")
