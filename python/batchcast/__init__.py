@@ -15,6 +15,8 @@ for their DataLoader::
             ...
 
 Batches are read-only views of shared memory; see :class:`Consumer`.
+Under ``batchcast run``, :func:`log_metrics` and :func:`log_params` record
+a script's own values in its run.
 Every error derives from :class:`BatchcastError`.
 """
 
@@ -38,6 +40,7 @@ from ._native import (
     __version__,
 )
 from ._consumer import Consumer, EpochInfo
+from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
 
@@ -45,6 +48,10 @@ __all__ = [
     "Producer",
     "Consumer",
     "EpochInfo",
+    "log_metric",
+    "log_metrics",
+    "log_param",
+    "log_params",
     "StreamSpec",
     "ArraySpec",
     "StreamMismatch",

@@ -195,3 +195,26 @@ fn a_machine_without_gpus_is_said_once_and_the_other_listeners_go_on() {
     // sh, yes, python (and for a moment the fork of sh before python runs): never both trees.
     assert!(procs.iter().all(|&n| n <= 4.0), "{procs:?}");
 }
+
+/// The real layer: on a machine without NVML it says why and names the
+/// library; with NVML it lists GPUs whose samples carry NVML's fields.
+#[test]
+fn the_system_layer_loads_nvml_or_says_why_not() {
+    let layer = batchcast_runs::gpu::system();
+    match layer.gpus() {
+        Err(e) => {
+            let msg = e.to_string();
+            assert!(msg.contains("libnvidia-ml.so.1"), "{msg}");
+            assert!(layer.sample(0).is_err());
+        }
+        Ok(gpus) => {
+            for g in &gpus {
+                let fields = layer.sample(g.index).unwrap();
+                assert!(
+                    fields.iter().any(|(k, _)| k == "mem_total_bytes"),
+                    "{fields:?}"
+                );
+            }
+        }
+    }
+}

@@ -330,6 +330,52 @@ fn recorded_points_are_committed_within_the_flush_period() {
     rec.finish().unwrap();
 }
 
+#[test]
+fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    let point = |key: &str, step: i64, value: f64| MetricPoint {
+        run_id: r,
+        key: key.into(),
+        step,
+        ts_ms: step,
+        value,
+    };
+    for step in 0..10 {
+        h.metric(point(
+            "loss",
+            step,
+            if step % 3 == 1 { f64::NAN } else { 1.0 },
+        ));
+        h.metric(point("acc", step, 0.5));
+    }
+    h.metric(point("grad", 11, f64::INFINITY));
+    drop(h);
+    rec.finish().unwrap();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric(r, "acc", None, 100).unwrap().len(), 10);
+    let loss: Vec<i64> = ro
+        .metric(r, "loss", None, 100)
+        .unwrap()
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    assert_eq!(loss, [0, 2, 3, 5, 6, 8, 9]);
+    assert_eq!(ro.last_metric(r, "grad").unwrap(), Some(f64::INFINITY));
+    let events = ro.events(r).unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].message.contains("\"loss\" was NaN at step 1"),
+        "{events:?}"
+    );
+}
+
 /// Runners started together create one store between them.
 #[test]
 fn runners_opening_a_new_store_at_once_all_succeed() {

@@ -7,6 +7,8 @@
 //! whose every call says why. [`FakeGpus`] stands in for hardware in tests.
 
 mod fake;
+mod mps;
+mod nvml;
 
 use std::fmt;
 
@@ -109,9 +111,10 @@ impl GpuLayer for NoGpus {
 
 /// This machine's GPUs: NVML when it loads, else [`NoGpus`] saying why.
 pub fn system() -> Box<dyn GpuLayer> {
-    // The NVML-backed layer is added by the GPU listener's work; until then
-    // every machine is one without GPUs.
-    Box::new(NoGpus {
-        reason: "NVML (libnvidia-ml.so.1) could not be loaded".into(),
-    })
+    match nvml::NvmlGpus::load() {
+        Ok(layer) => Box::new(layer),
+        Err(e) => Box::new(NoGpus {
+            reason: format!("NVML (libnvidia-ml.so.1) could not be loaded: {e}"),
+        }),
+    }
 }

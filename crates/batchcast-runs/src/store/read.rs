@@ -283,6 +283,34 @@ impl Store {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
+    /// Calls `each(step, ts_ms, value)` for every value of one metric of a
+    /// run in time order, reading them one by one (exports of long runs
+    /// never hold a whole metric in memory). Stops at `each`'s first error.
+    pub fn for_each_point<E>(
+        &self,
+        run: RunId,
+        key: &str,
+        mut each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 ORDER BY ts_ms, rowid",
+            )
+            .map_err(self.err())?;
+        let mut rows = st.query(params![run, key]).map_err(self.err())?;
+        while let Some(r) = rows.next().map_err(self.err())? {
+            let step: i64 = r.get(0).map_err(self.err())?;
+            let ts: i64 = r.get(1).map_err(self.err())?;
+            let value: f64 = r.get(2).map_err(self.err())?;
+            each(step, ts, value)?;
+        }
+        Ok(())
+    }
+
     /// The newest value of one metric of a run, if any.
     pub fn last_metric(&self, run: RunId, key: &str) -> Result<Option<f64>> {
         self.conn

@@ -6,6 +6,7 @@
 //! (and at once when a batch grows large), so a killed runner loses at most
 //! that much.
 
+use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, SyncSender};
 use std::thread::JoinHandle;
@@ -110,6 +111,7 @@ impl Drop for Recorder {
 
 fn write_loop(mut store: Store, rx: Receiver<Msg>) -> Result<()> {
     let mut points: Vec<MetricPoint> = Vec::new();
+    let mut told_nan: HashSet<(RunId, String)> = HashSet::new();
     let mut logs: Vec<(RunId, LogStream, i64, Vec<u8>)> = Vec::new();
     let mut first_error = None;
     let mut deadline = Instant::now() + FLUSH_EVERY;
@@ -134,7 +136,7 @@ fn write_loop(mut store: Store, rx: Receiver<Msg>) -> Result<()> {
             Err(RecvTimeoutError::Disconnected) => true,
         };
         if done || Instant::now() >= deadline || points.len() >= BATCH || logs.len() >= BATCH {
-            if let Err(e) = flush(&mut store, &mut points, &mut logs) {
+            if let Err(e) = flush(&mut store, &mut points, &mut logs, &mut told_nan) {
                 first_error.get_or_insert(e);
             }
             deadline = Instant::now() + FLUSH_EVERY;
@@ -149,10 +151,24 @@ fn flush(
     store: &mut Store,
     points: &mut Vec<MetricPoint>,
     logs: &mut Vec<(RunId, LogStream, i64, Vec<u8>)>,
+    told_nan: &mut HashSet<(RunId, String)>,
 ) -> Result<()> {
     let mut result = Ok(());
     if !points.is_empty() {
-        result = store.insert_metrics(points);
+        match store.insert_metrics(points) {
+            Ok(nans) => {
+                for p in nans {
+                    if told_nan.insert((p.run_id, p.key.clone())) {
+                        let message = format!(
+                            "metric {:?} was NaN at step {}; NaN values are not stored",
+                            p.key, p.step
+                        );
+                        result = result.and(store.add_event(p.run_id, "metrics", &message));
+                    }
+                }
+            }
+            Err(e) => result = Err(e),
+        }
         points.clear();
     }
     for (run, stream, ts, bytes) in logs.drain(..) {

@@ -199,20 +199,31 @@ impl Store {
         Ok(())
     }
 
-    /// Stores metric points in one transaction.
-    pub fn insert_metrics(&mut self, points: &[MetricPoint]) -> Result<()> {
+    /// Stores metric points in one transaction. NaN is not a number the
+    /// store keeps (SQLite would make it NULL): such points are left out,
+    /// and the first of each run and key is returned so that the caller
+    /// can tell the run's reader once. Infinities are kept.
+    pub fn insert_metrics(&mut self, points: &[MetricPoint]) -> Result<Vec<MetricPoint>> {
         let path = self.path.clone();
+        let mut nans: Vec<MetricPoint> = Vec::new();
         let tx = self.conn.transaction().map_err(StoreError::sqlite(&path))?;
         {
             let mut st = tx
                 .prepare_cached("INSERT INTO metrics (run_id, key, step, ts_ms, value) VALUES (?1, ?2, ?3, ?4, ?5)")
                 .map_err(StoreError::sqlite(&path))?;
             for p in points {
+                if p.value.is_nan() {
+                    if !nans.iter().any(|n| n.run_id == p.run_id && n.key == p.key) {
+                        nans.push(p.clone());
+                    }
+                    continue;
+                }
                 st.execute(params![p.run_id, p.key, p.step, p.ts_ms, p.value])
                     .map_err(StoreError::sqlite(&path))?;
             }
         }
-        tx.commit().map_err(StoreError::sqlite(&path))
+        tx.commit().map_err(StoreError::sqlite(&path))?;
+        Ok(nans)
     }
 
     /// Appends output of a job to its stored log.

@@ -1,4 +1,5 @@
-//! `batchcast runs export --csv FILE|-`: metrics as CSV.
+//! `batchcast runs export --csv FILE|- --mlflow DIR`: metrics as CSV, runs
+//! as an MLflow file store.
 
 use std::path::PathBuf;
 
@@ -20,34 +21,64 @@ pub struct ExportArgs {
     /// Write CSV here (`-`: standard output).
     #[arg(long, value_name = "FILE")]
     pub csv: Option<PathBuf>,
+    /// Write the runs (params, metrics, tags, output) as an MLflow file
+    /// store in this directory (made when missing; exporting again
+    /// replaces the runs instead of copying them).
+    #[arg(long, value_name = "DIR")]
+    pub mlflow: Option<PathBuf>,
     #[command(flatten)]
     pub store: StoreArg,
 }
 
 pub fn run(args: ExportArgs) -> Result<()> {
-    let Some(path) = args.csv else {
-        bail!("say what to export: --csv FILE (or --csv - for standard output)");
-    };
+    if args.csv.is_none() && args.mlflow.is_none() {
+        bail!("say what to export: --csv FILE (or --csv - for standard output), or --mlflow DIR");
+    }
     let store = args.store.open_read_only()?;
     let runs = super::select_runs(&store, &args.runs, args.experiment.as_deref())?;
-    let rows = if path.as_os_str() == "-" {
-        batchcast_runs::export::metrics_csv(&store, &runs, &args.metrics, std::io::stdout().lock())?
-    } else {
-        let file = std::fs::File::create(&path)
-            .with_context(|| format!("cannot create {}", path.display()))?;
-        let rows = batchcast_runs::export::metrics_csv(
-            &store,
-            &runs,
-            &args.metrics,
-            std::io::BufWriter::new(file),
-        )?;
+    if let Some(path) = &args.csv {
+        csv(&store, &runs, &args.metrics, path)?;
+    }
+    if let Some(dir) = &args.mlflow {
+        if !args.metrics.is_empty() {
+            bail!("--metric chooses CSV columns; an MLflow export takes every metric of each run");
+        }
+        let out = batchcast_runs::export::to_mlflow(&store, &runs, dir)?;
+        for (from, to) in &out.renamed {
+            eprintln!("note: {from:?} is not a name MLflow accepts; exported as {to:?}");
+        }
         eprintln!(
-            "wrote {rows} rows of {} runs to {}",
-            runs.len(),
-            path.display()
+            "wrote {} runs ({} metric points) to the MLflow file store {}\n\
+             read it with: MLFLOW_ALLOW_FILE_STORE=true mlflow ui --backend-store-uri {}\n\
+             or move it into a database: mlflow migrate-filestore --source {} --target sqlite:///mlflow.db",
+            out.runs.len(),
+            out.points,
+            dir.display(),
+            dir.display(),
+            dir.display(),
         );
-        rows
-    };
-    let _ = rows;
+    }
+    Ok(())
+}
+
+fn csv(
+    store: &batchcast_runs::Store,
+    runs: &[i64],
+    metrics: &[String],
+    path: &std::path::Path,
+) -> Result<()> {
+    if path.as_os_str() == "-" {
+        batchcast_runs::export::metrics_csv(store, runs, metrics, std::io::stdout().lock())?;
+        return Ok(());
+    }
+    let file =
+        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
+    let rows =
+        batchcast_runs::export::metrics_csv(store, runs, metrics, std::io::BufWriter::new(file))?;
+    eprintln!(
+        "wrote {rows} rows of {} runs to {}",
+        runs.len(),
+        path.display()
+    );
     Ok(())
 }

@@ -1,13 +1,9 @@
-//! Exports of the store: metrics as CSV (one row per point, long format,
-//! ready for pandas or a spreadsheet).
+//! Metrics as CSV: one row per point, long format.
 
 use std::io::Write;
 
 use crate::error::{Result, StoreError};
 use crate::store::{RunId, Store};
-
-/// Points read per metric and run, at most.
-const MAX_POINTS: usize = 10_000_000;
 
 /// Writes every point of `keys` (all of each run's metrics when empty) of
 /// `runs` as CSV: `run_id, experiment, workload, run, key, step, ts_ms,
@@ -38,9 +34,9 @@ pub fn metrics_csv(store: &Store, runs: &[RunId], keys: &[String], out: impl Wri
             keys.to_vec()
         };
         for key in &run_keys {
-            for p in store.metric(id, key, None, MAX_POINTS)? {
+            store.for_each_point(id, key, |step, ts_ms, value| {
                 let elapsed = start
-                    .map(|s| format!("{:.3}", (p.ts_ms - s) as f64 / 1000.0))
+                    .map(|s| format!("{:.3}", (ts_ms - s) as f64 / 1000.0))
                     .unwrap_or_default();
                 w.write_record([
                     id.to_string(),
@@ -48,14 +44,15 @@ pub fn metrics_csv(store: &Store, runs: &[RunId], keys: &[String], out: impl Wri
                     row.workload.clone(),
                     row.run.name.clone(),
                     key.clone(),
-                    p.step.to_string(),
-                    p.ts_ms.to_string(),
+                    step.to_string(),
+                    ts_ms.to_string(),
                     elapsed,
-                    p.value.to_string(),
+                    value.to_string(),
                 ])
                 .map_err(|e| io(e.into()))?;
                 rows += 1;
-            }
+                Ok::<(), StoreError>(())
+            })?;
         }
     }
     w.flush().map_err(io)?;

@@ -1,0 +1,413 @@
+//! Runs as an MLflow file store: the directory layout that MLflow's
+//! `FileStore` reads (`mlflow ui --backend-store-uri DIR`,
+//! `mlflow.search_runs`, `mlflow migrate-filestore` to move it into a
+//! database).
+//!
+//! ```text
+//! DIR/0/meta.yaml                           the Default experiment MLflow expects
+//! DIR/<exp>/meta.yaml                       one experiment per batchcast experiment
+//! DIR/<exp>/<run>/meta.yaml                 status, start and end, name
+//! DIR/<exp>/<run>/params/<key>              the value
+//! DIR/<exp>/<run>/metrics/<key>             one line per point: "ts_ms value step"
+//! DIR/<exp>/<run>/tags/<key>                mlflow.* and batchcast.* tags
+//! DIR/<exp>/<run>/artifacts/{stdout,stderr,events}.txt
+//! ```
+//!
+//! Exporting is idempotent: an experiment is found again by name and a run
+//! keeps its id (derived from its start time and its id in the store), so a
+//! second export of the same run replaces it instead of adding a copy. A run
+//! is written into a hidden directory and renamed into place, so a reader
+//! never sees half a run.
+
+use std::fs;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+
+use crate::error::{Result, StoreError};
+use crate::store::{LogStream, RunId, RunRow, RunStatus, Store};
+
+/// A `meta.yaml` larger than this is not one MLflow wrote.
+const MAX_META_BYTES: u64 = 1 << 20;
+
+/// What an export wrote.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct MlflowExport {
+    /// MLflow experiment ids, one per batchcast experiment exported.
+    pub experiments: Vec<String>,
+    /// MLflow run ids, in the order the runs were given.
+    pub runs: Vec<String>,
+    /// Metric points written.
+    pub points: u64,
+    /// Metric and parameter names MLflow would refuse, with the names they
+    /// were written under.
+    pub renamed: Vec<(String, String)>,
+}
+
+/// Writes `runs` of `store` into the MLflow file store at `dir` (made when
+/// missing; an existing directory must be an MLflow file store or empty).
+pub fn to_mlflow(store: &Store, runs: &[RunId], dir: &Path) -> Result<MlflowExport> {
+    let root = prepare_root(dir)?;
+    let mut out = MlflowExport::default();
+    let mut experiments: Vec<(String, String)> = Vec::new();
+    for &id in runs {
+        let row = store.run(id)?;
+        let exp_id = match experiments.iter().find(|(n, _)| *n == row.experiment) {
+            Some((_, e)) => e.clone(),
+            None => {
+                let e = experiment_id(&root, &row.experiment)?;
+                experiments.push((row.experiment.clone(), e.clone()));
+                out.experiments.push(e.clone());
+                e
+            }
+        };
+        let run_id = write_run(store, &root, &exp_id, &row, &mut out)?;
+        out.runs.push(run_id);
+    }
+    Ok(out)
+}
+
+/// The name MLflow accepts for a metric, parameter or tag `key`: letters,
+/// digits, `_ - . / space`, and no empty, `.` or `..` path part (MLflow's
+/// own rule, which also keeps every file inside the run's directory).
+pub fn mlflow_key(key: &str) -> String {
+    let clean: String = key
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || "_-. /".contains(c) {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    let parts: Vec<&str> = clean.split('/').collect();
+    let mut name = parts
+        .iter()
+        .map(|p| {
+            if p.is_empty() || *p == "." || *p == ".." {
+                "_"
+            } else {
+                p
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("/");
+    name.truncate(250);
+    name
+}
+
+fn export_err(what: &str, path: &Path, e: impl std::fmt::Display) -> StoreError {
+    StoreError::Export(format!("{what} {}: {e}", path.display()))
+}
+
+/// Makes `dir` an MLflow file store with its Default experiment, or checks
+/// that it already is one; returns its absolute path.
+fn prepare_root(dir: &Path) -> Result<PathBuf> {
+    if dir.exists() {
+        let meta = dir.join("0").join("meta.yaml");
+        let empty = fs::read_dir(dir)
+            .map_err(|e| export_err("cannot read", dir, e))?
+            .next()
+            .is_none();
+        if !empty && !meta.is_file() {
+            return Err(StoreError::Export(format!(
+                "{} is neither empty nor an MLflow file store (it has no 0/meta.yaml); \
+                 choose a new directory for --mlflow",
+                dir.display()
+            )));
+        }
+    }
+    fs::create_dir_all(dir).map_err(|e| export_err("cannot create", dir, e))?;
+    let root = fs::canonicalize(dir).map_err(|e| export_err("cannot resolve", dir, e))?;
+    if !root.join("0").join("meta.yaml").is_file() {
+        write_experiment(&root, "0", "Default")?;
+    }
+    Ok(root)
+}
+
+/// The id of the experiment called `name` in the file store, made when
+/// there is none: one more than the largest numeric id there.
+fn experiment_id(root: &Path, name: &str) -> Result<String> {
+    let mut largest = 0u64;
+    for entry in fs::read_dir(root).map_err(|e| export_err("cannot read", root, e))? {
+        let entry = entry.map_err(|e| export_err("cannot read", root, e))?;
+        let Some(id) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u64>().ok())
+        else {
+            continue;
+        };
+        largest = largest.max(id);
+        let meta = entry.path().join("meta.yaml");
+        if read_meta_name(&meta)?.as_deref() == Some(name) {
+            return Ok(id.to_string());
+        }
+    }
+    let id = (largest + 1).to_string();
+    write_experiment(root, &id, name)?;
+    Ok(id)
+}
+
+/// The `name` field of an experiment's `meta.yaml`, if it has one.
+fn read_meta_name(meta: &Path) -> Result<Option<String>> {
+    #[derive(serde::Deserialize)]
+    struct Meta {
+        name: Option<String>,
+    }
+    let Ok(file) = fs::metadata(meta) else {
+        return Ok(None);
+    };
+    if file.len() > MAX_META_BYTES {
+        return Err(export_err("refusing to read", meta, "larger than 1 MiB"));
+    }
+    let text = fs::read_to_string(meta).map_err(|e| export_err("cannot read", meta, e))?;
+    let parsed: Meta = serde_norway::from_str(&text).map_err(|e| {
+        export_err(
+            "cannot parse",
+            meta,
+            format!("{e} (is this directory an MLflow file store?)"),
+        )
+    })?;
+    Ok(parsed.name)
+}
+
+fn file_uri(path: &Path) -> String {
+    let mut uri = String::from("file://");
+    for b in path.to_string_lossy().bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
+}
+
+fn write_yaml(path: &Path, value: &impl Serialize) -> Result<()> {
+    let text = serde_norway::to_string(value).map_err(|e| export_err("cannot encode", path, e))?;
+    fs::write(path, text).map_err(|e| export_err("cannot write", path, e))
+}
+
+fn write_experiment(root: &Path, id: &str, name: &str) -> Result<()> {
+    #[derive(Serialize)]
+    struct ExperimentMeta<'a> {
+        artifact_location: String,
+        creation_time: i64,
+        experiment_id: &'a str,
+        last_update_time: i64,
+        lifecycle_stage: &'a str,
+        name: &'a str,
+    }
+    let dir = root.join(id);
+    fs::create_dir_all(&dir).map_err(|e| export_err("cannot create", &dir, e))?;
+    let now = crate::now_ms();
+    let meta = ExperimentMeta {
+        artifact_location: file_uri(&dir),
+        creation_time: now,
+        experiment_id: id,
+        last_update_time: now,
+        lifecycle_stage: "active",
+        name,
+    };
+    write_yaml(&dir.join("meta.yaml"), &meta)
+}
+
+/// MLflow's `RunStatus` numbers.
+fn mlflow_status(status: RunStatus) -> u8 {
+    match status {
+        RunStatus::Running => 1,
+        RunStatus::Pending => 2,
+        RunStatus::Finished => 3,
+        RunStatus::Failed => 4,
+        RunStatus::Killed => 5,
+    }
+}
+
+/// Writes one run into `root/exp_id/`, replacing an earlier export of it;
+/// returns its MLflow run id.
+fn write_run(
+    store: &Store,
+    root: &Path,
+    exp_id: &str,
+    row: &RunRow,
+    out: &mut MlflowExport,
+) -> Result<String> {
+    let run = &row.run;
+    let run_id = format!("{:016x}{:016x}", run.start_ms.unwrap_or(0), run.id);
+    let exp_dir = root.join(exp_id);
+    let tmp = exp_dir.join(format!(".{run_id}.tmp{}", std::process::id()));
+    let _ = fs::remove_dir_all(&tmp);
+    let written = fill_run_dir(store, &tmp, &run_id, exp_id, row, out);
+    if let Err(e) = written {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    let dest = exp_dir.join(&run_id);
+    let old = exp_dir.join(format!(".{run_id}.old{}", std::process::id()));
+    if dest.exists() {
+        fs::rename(&dest, &old).map_err(|e| export_err("cannot replace", &dest, e))?;
+    }
+    fs::rename(&tmp, &dest).map_err(|e| export_err("cannot move into place", &dest, e))?;
+    let _ = fs::remove_dir_all(&old);
+    Ok(run_id)
+}
+
+fn fill_run_dir(
+    store: &Store,
+    dir: &Path,
+    run_id: &str,
+    exp_id: &str,
+    row: &RunRow,
+    out: &mut MlflowExport,
+) -> Result<()> {
+    #[derive(Serialize)]
+    struct RunMeta<'a> {
+        artifact_uri: String,
+        end_time: Option<i64>,
+        entry_point_name: &'a str,
+        experiment_id: &'a str,
+        lifecycle_stage: &'a str,
+        run_id: &'a str,
+        run_name: &'a str,
+        run_uuid: &'a str,
+        source_name: &'a str,
+        source_type: u8,
+        source_version: &'a str,
+        start_time: Option<i64>,
+        status: u8,
+        tags: [u8; 0],
+        user_id: &'a str,
+    }
+    let run = &row.run;
+    for sub in ["params", "metrics", "tags", "artifacts"] {
+        let d = dir.join(sub);
+        fs::create_dir_all(&d).map_err(|e| export_err("cannot create", &d, e))?;
+    }
+    let user = run
+        .env
+        .get("user")
+        .and_then(|u| u.as_str())
+        .unwrap_or("batchcast");
+    let final_dir = dir.with_file_name(run_id);
+    write_yaml(
+        &dir.join("meta.yaml"),
+        &RunMeta {
+            artifact_uri: file_uri(&final_dir.join("artifacts")),
+            end_time: run.end_ms,
+            entry_point_name: "",
+            experiment_id: exp_id,
+            lifecycle_stage: "active",
+            run_id,
+            run_name: &run.name,
+            run_uuid: run_id,
+            source_name: "",
+            source_type: 4,
+            source_version: "",
+            start_time: run.start_ms,
+            status: mlflow_status(run.status),
+            tags: [],
+            user_id: user,
+        },
+    )?;
+    let mut tags = vec![
+        ("mlflow.runName", run.name.clone()),
+        ("mlflow.user", user.to_string()),
+        ("mlflow.source.type", "LOCAL".to_string()),
+        ("mlflow.source.name", run.command.join(" ")),
+        ("batchcast.experiment", row.experiment.clone()),
+        ("batchcast.workload", row.workload.clone()),
+        ("batchcast.run_id", run.id.to_string()),
+        ("batchcast.status", run.status.to_string()),
+        ("batchcast.host", run.host.clone()),
+        ("batchcast.devices", run.devices.join(",")),
+        ("batchcast.collocation", run.collocation.clone()),
+    ];
+    if let Some(code) = run.exit_code {
+        tags.push(("batchcast.exit_code", code.to_string()));
+    }
+    if let Some(m) = &run.message {
+        tags.push(("batchcast.message", m.clone()));
+    }
+    for (k, v) in tags {
+        write_value(&dir.join("tags"), k, &v, out)?;
+    }
+    for p in store.params(run.id)? {
+        write_value(&dir.join("params"), &p.key, &p.value, out)?;
+    }
+    for key in store.metric_keys(run.id)? {
+        let path = named_file(&dir.join("metrics"), &key, out)?;
+        let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
+        let mut w = BufWriter::new(file);
+        store.for_each_point(run.id, &key, |step, ts, value| {
+            writeln!(w, "{ts} {value} {step}").map_err(|e| export_err("cannot write", &path, e))?;
+            out.points += 1;
+            Ok::<(), StoreError>(())
+        })?;
+        w.flush()
+            .map_err(|e| export_err("cannot write", &path, e))?;
+    }
+    let artifacts = dir.join("artifacts");
+    for stream in [LogStream::Stdout, LogStream::Stderr] {
+        let (bytes, _) = store.log(run.id, stream, None)?;
+        let path = artifacts.join(format!("{}.txt", stream.as_str()));
+        fs::write(&path, bytes).map_err(|e| export_err("cannot write", &path, e))?;
+    }
+    let events = store.events(run.id)?;
+    if !events.is_empty() {
+        let text: String = events
+            .iter()
+            .map(|e| format!("{} {} {}\n", e.ts_ms, e.source, e.message))
+            .collect();
+        let path = artifacts.join("events.txt");
+        fs::write(&path, text).map_err(|e| export_err("cannot write", &path, e))?;
+    }
+    Ok(())
+}
+
+/// The file for `key` under `dir` (its parent directories made), noting a
+/// rename in `out`.
+fn named_file(dir: &Path, key: &str, out: &mut MlflowExport) -> Result<PathBuf> {
+    let name = mlflow_key(key);
+    if name != key {
+        out.renamed.push((key.to_string(), name.clone()));
+    }
+    let path = dir.join(&name);
+    if let Some(parent) = path.parent() {
+        fs::create_dir_all(parent).map_err(|e| export_err("cannot create", parent, e))?;
+    }
+    Ok(path)
+}
+
+fn write_value(dir: &Path, key: &str, value: &str, out: &mut MlflowExport) -> Result<()> {
+    let path = named_file(dir, key, out)?;
+    fs::write(&path, value).map_err(|e| export_err("cannot write", &path, e))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_mlflow_refuses_are_renamed_inside_the_run() {
+        assert_eq!(mlflow_key("proc/cpu_percent"), "proc/cpu_percent");
+        assert_eq!(
+            mlflow_key("gpu/0/DCGM_FI_PROF_SM_ACTIVE"),
+            "gpu/0/DCGM_FI_PROF_SM_ACTIVE"
+        );
+        assert_eq!(mlflow_key("../../etc/passwd"), "_/_/etc/passwd");
+        assert_eq!(mlflow_key("/abs"), "_/abs");
+        assert_eq!(mlflow_key("a//b"), "a/_/b");
+        assert_eq!(mlflow_key("loss:val"), "loss_val");
+        assert_eq!(mlflow_key("é"), "_");
+        assert_eq!(mlflow_key(""), "_");
+        assert!(mlflow_key(&"x".repeat(1000)).len() <= 250);
+    }
+
+    #[test]
+    fn file_uris_escape_what_a_uri_cannot_hold() {
+        assert_eq!(file_uri(Path::new("/tmp/a b%/c")), "file:///tmp/a%20b%25/c");
+    }
+}
