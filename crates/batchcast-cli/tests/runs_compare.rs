@@ -225,12 +225,50 @@ fn plot_draws_each_run_with_its_name() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&bad.stderr).contains("\"nope\""));
-    let png = batchcast()
+    // PNG: the same chart at twice the size, its caption drawn with a
+    // system font (dark pixels in the caption's band at the top).
+    let png_path = dir.path().join("chart.png");
+    let out = batchcast()
         .args([
-            "runs", "plot", &ids[0], "--metric", "x", "-o", "a.png", "--store",
+            "runs",
+            "plot",
+            &ids[0],
+            &ids[1],
+            "--metric",
+            "batchcast/samples_per_s",
+            "-o",
+        ])
+        .arg(&png_path)
+        .arg("--store")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let decoder = png::Decoder::new(std::io::BufReader::new(
+        std::fs::File::open(&png_path).unwrap(),
+    ));
+    let mut reader = decoder.read_info().unwrap();
+    let mut pixels = vec![0; reader.output_buffer_size().unwrap()];
+    let info = reader.next_frame(&mut pixels).unwrap();
+    assert_eq!((info.width, info.height), (1800, 1040));
+    let channels = info.line_size / info.width as usize;
+    let caption_band = &pixels[..info.line_size * 80];
+    let dark = caption_band
+        .chunks(channels)
+        .filter(|px| px[..3].iter().all(|&c| c < 100))
+        .count();
+    assert!(dark > 200, "the caption is drawn: {dark} dark pixels");
+
+    let jpg = batchcast()
+        .args([
+            "runs", "plot", &ids[0], "--metric", "x", "-o", "a.jpg", "--store",
         ])
         .arg(&path)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&png.stderr).contains("not an .svg"));
+    assert!(String::from_utf8_lossy(&jpg.stderr).contains(".svg or .png"));
 }

@@ -1,10 +1,10 @@
-//! `batchcast runs plot RUN... --metric KEY -o FILE.svg`: a chart of one
-//! metric across runs.
+//! `batchcast runs plot RUN... --metric KEY -o FILE.svg|FILE.png`: a chart
+//! of one metric across runs.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Result};
-use batchcast_runs::plot::{plot_svg, XAxis};
+use batchcast_runs::plot::{plot, Format, XAxis};
 
 use super::StoreArg;
 
@@ -20,33 +20,28 @@ pub struct PlotArgs {
     /// Against the logged step instead of the elapsed time.
     #[arg(long)]
     pub step: bool,
-    /// The chart to write (SVG).
-    #[arg(short = 'o', long = "output", value_name = "FILE.svg")]
+    /// The chart to write: .svg, or .png (rendered at twice the size with
+    /// the machine's fonts).
+    #[arg(short = 'o', long = "output", value_name = "FILE.svg|FILE.png")]
     pub output: PathBuf,
     #[command(flatten)]
     pub store: StoreArg,
 }
 
 pub fn run(args: PlotArgs) -> Result<()> {
-    let ext = args
-        .output
-        .extension()
-        .and_then(|e| e.to_str())
-        .unwrap_or("")
-        .to_ascii_lowercase();
-    if ext != "svg" {
+    let Some(format) = Format::of(&args.output) else {
         bail!(
-            "{} is not an .svg file; charts are SVG (convert one to PNG with e.g. `rsvg-convert -o chart.png chart.svg`)",
+            "{}: say the chart's format by its extension, .svg or .png",
             args.output.display()
         );
-    }
+    };
     let store = args.store.open_read_only()?;
     let x = if args.step {
         XAxis::Step
     } else {
         XAxis::Elapsed
     };
-    plot_svg(&store, &args.runs, &args.metric, x, &args.output)?;
+    plot(&store, &args.runs, &args.metric, x, format, &args.output)?;
     eprintln!("wrote {}", args.output.display());
     Ok(())
 }
