@@ -35,6 +35,11 @@ if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsoc
     # endpoint of `batchcast run` (tests/python/test_mlflow_endpoint.py).
     "$py" -m pip install --quiet mlflow-skinny==3.17.2
 fi
+# Ray and Tune, for the multi-node sweep tests (tests/python/test_ray.py).
+if ! "$py" -c "import ray.tune" >/dev/null 2>&1; then
+    echo "test-python: installing ray[tune] into $venv" >&2
+    "$py" -m pip install --quiet "ray[tune]==2.60.0"
+fi
 
 # Build the extension (release; cargo makes this a no-op when nothing
 # changed) and install the package in development mode: the module lands in
