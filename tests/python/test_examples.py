@@ -83,3 +83,38 @@ def test_timm_wrapper_feeds_train_py_from_the_producer(bc_dir, tmp_path):
         if producer.poll() is None:
             producer.kill()
             producer.communicate()
+
+
+SLURM_TRIAL = """
+import sys
+import batchcast
+loader = batchcast.Consumer(connect_timeout=60)  # the name comes from BATCHCAST_NAME
+ids = sorted(int(i) for payload, batch_ids in loader for i in batch_ids.tolist())
+print(sys.argv[1], len(ids), ids == list(range(len(ids))))
+"""
+
+
+def test_the_slurm_node_script_runs_its_share_of_the_sweep_on_one_producer(bc_dir, tmp_path, batchcast_bin):
+    (tmp_path / "trial.py").write_text(SLURM_TRIAL)
+    env = dict(
+        os.environ,
+        BATCHCAST_DIR=str(bc_dir),
+        SLURM_JOB_ID="7",
+        SLURM_NODEID="1",
+        SLURM_NNODES="2",
+        BATCHCAST_BIN=batchcast_bin,
+        SERVE_ARGS="--synthetic --samples 200 --batch-size 20 --no-shuffle",
+    )
+    out = subprocess.run(
+        ["bash", str(ROOT / "examples" / "slurm" / "node.sh"), sys.executable, "trial.py", "{}", ":::", "a", "b", "c", "d"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "node 1: 2 trials, 0 failed" in out.stdout
+    # Values 1 and 3 (b, d) fall to node 1 of 2; each read the whole epoch.
+    assert (tmp_path / "trial-1-0.log").read_text().split() == ["b", "200", "True"]
+    assert (tmp_path / "trial-1-1.log").read_text().split() == ["d", "200", "True"]

@@ -201,3 +201,49 @@ def test_a_batchcast_serve_command_can_be_the_nodes_producer(cluster, batchcast_
     os.environ["BATCHCAST_BIN"] = batchcast_bin
     n = ray.get(read_served.options(runtime_env={"env_vars": {"BATCHCAST_BIN": batchcast_bin}}).remote("served"), timeout=120)
     assert n == 96
+
+
+SWEEP_UNDER_RUN = """
+import sys
+import ray
+from ray import tune
+import batchcast.ray
+
+ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False)
+
+def trainable(config):
+    for step in range(3):
+        tune.report({"loss": config["lr"] * (3 - step), "note": "text is left out"})
+
+tune.Tuner(
+    trainable,
+    param_space={"lr": tune.grid_search([0.1, 0.2])},
+    run_config=tune.RunConfig(storage_path=sys.argv[1], verbose=0, callbacks=[batchcast.ray.RunStoreCallback(keys=["loss"])]),
+).fit()
+print("sweep done")
+"""
+
+
+def test_a_sweep_run_by_batchcast_run_records_every_trials_results(tmp_path, batchcast_bin):
+    import sqlite3
+
+    script = tmp_path / "sweep.py"
+    script.write_text(SWEEP_UNDER_RUN)
+    store = tmp_path / "runs.sqlite"
+    out = subprocess.run(
+        [batchcast_bin, "run", "--store", str(store), "--", sys.executable, str(script), str(tmp_path / "tune")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert out.returncode == 0, out.stderr[-3000:]
+    db = sqlite3.connect(store)
+    rows = db.execute("SELECT key, step, value FROM metrics WHERE key LIKE 'trial/%' ORDER BY key, step").fetchall()
+    by_trial = {}
+    for key, step, value in rows:
+        assert key.endswith("/loss"), key
+        by_trial.setdefault(key, []).append((step, value))
+    assert len(by_trial) == 2, by_trial
+    losses = sorted(tuple(v for _, v in points) for points in by_trial.values())
+    assert losses == [pytest.approx((0.3, 0.2, 0.1)), pytest.approx((0.6, 0.4, 0.2))]
+    assert all([s for s, _ in points] == [1, 2, 3] for points in by_trial.values())
