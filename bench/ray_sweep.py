@@ -7,9 +7,9 @@ costs `--work-us` microseconds of CPU (a stand-in for decoding and
 augmenting an image) and each batch a `--step-ms` sleep (a stand-in for the
 GPU step). Both variants run the same trials on the same cluster; the
 figures are aggregate samples/s (all trials' samples over the time from
-the first trial's first batch to the last trial's end) and the machine's
-CPU seconds over the whole sweep (all processes, Ray's own included) per
-1000 samples, median of `--repeats` runs, side by side in one run.
+the first trial's first batch to the last trial's end) and the CPU
+seconds of the sweep's processes (this driver and everything it started:
+the Ray cluster, its workers, the trials, the producers) per 1000 samples, median of `--repeats` runs, side by side in one run.
 """
 
 from __future__ import annotations
@@ -18,15 +18,57 @@ import argparse
 import os
 import statistics
 import sys
+import threading
 import time
 
 
-def busy_cpu_seconds() -> float:
-    """CPU time the whole machine has spent busy since boot."""
-    with open("/proc/stat") as f:
-        fields = [int(x) for x in f.readline().split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
+def tree_cpu_ticks(root: int) -> dict:
+    """Own CPU ticks (user + system) of `root` and each of its descendants."""
+    parent, cpu = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        pid = int(entry)
+        parent[pid] = int(fields[1])
+        cpu[pid] = int(fields[11]) + int(fields[12])
+    out = {}
+    for pid, ticks in cpu.items():
+        p = pid
+        while p not in (0, 1) and p != root:
+            p = parent.get(p, 0)
+        if p == root:
+            out[pid] = ticks
+    return out
+
+
+class TreeCpu:
+    """CPU seconds used by this process and everything it starts (the Ray
+    cluster, its workers, trials and producers), sampled every 0.2 s: a
+    process's last sample counts, so those that end are not lost (a
+    process living less than 0.2 s may be)."""
+
+    def __init__(self) -> None:
+        self.start = tree_cpu_ticks(os.getpid())
+        self.last = dict(self.start)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(0.2):
+            self.last.update(tree_cpu_ticks(os.getpid()))
+
+    def seconds(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        self.last.update(tree_cpu_ticks(os.getpid()))
+        ticks = sum(t - self.start.get(pid, 0) for pid, t in self.last.items())
+        return ticks / os.sysconf("SC_CLK_TCK")
 
 
 class Work:
@@ -87,13 +129,13 @@ def one_sweep(args, shared: bool, tag: str) -> tuple[float, float]:
         "sweep": tag,
         "i": tune.grid_search(list(range(args.trials))),
     }
-    cpu0 = busy_cpu_seconds()
+    meter = TreeCpu()
     results = tune.Tuner(
         tune.with_resources(trainable, {"cpu": 1}),
         param_space=config,
         run_config=tune.RunConfig(storage_path=args.storage, verbose=0),
     ).fit()
-    cpu = busy_cpu_seconds() - cpu0
+    cpu = meter.seconds()
     rows = sum(r.metrics.get("rows", 0) for r in results)
     # From the first batch of any trial to the end of the last: Tune's
     # start-up of the trials is the same for both and left out.

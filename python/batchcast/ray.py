@@ -125,6 +125,8 @@ class _ProducerHost:
     def _run(self, target, args, idle_timeout, options) -> None:
         try:
             target(*args, idle_timeout, options)
+        except _native.NoConsumers:
+            pass  # no trial came: end, and let the next one make a fresh producer
         except BaseException as e:  # reported to every trial that asks
             self._error = f"{type(e).__name__}: {e}"
             self._ready.set()
@@ -271,7 +273,7 @@ def consumer(
             cause = e.as_instanceof_cause()
             raise _native.UsageError(str(getattr(cause, "args", [cause])[0]).strip()) from None
         try:
-            made = Consumer(name, dir=directory, connect_timeout=30.0, **consumer_options)
+            made = Consumer(name, dir=directory, **dict({"connect_timeout": 30.0}, **consumer_options))
             _last[made] = (time.monotonic(), 0, 0.0)
             return made
         except (_native.ProducerFinished, _native.ProducerNotFound, _native.ProducerGone) as e:
