@@ -44,22 +44,29 @@
     return q.toString();
   }
 
-  // Mean of the runs of each metric: same step, or same time bin.
+  // Mean of the runs of each metric: each run interpolated on one grid of
+  // x values, averaged over the runs that span each one.
   function meanOf(series, keys, x) {
     return keys.map(([key]) => {
       const own = series.filter((s) => s.key === key && s.points.length);
-      const bins = new Map();
       let lo = Infinity, hi = -Infinity;
-      for (const s of own) for (const p of s.points) { lo = Math.min(lo, p[0]); hi = Math.max(hi, p[0]); }
-      const width = x === "step" ? 0 : (hi - lo) / 300 || 1;
-      for (const s of own) for (const p of s.points) {
-        const b = width ? Math.floor((p[0] - lo) / width) : p[0];
-        const cur = bins.get(b) || [0, 0, 0];
-        cur[0] += p[1]; cur[1] += 1; cur[2] = Math.max(cur[2], p[2]);
-        bins.set(b, cur);
+      for (const s of own) { lo = Math.min(lo, s.points[0][0]); hi = Math.max(hi, s.points[s.points.length - 1][0]); }
+      const n = x === "step" ? Math.min(400, hi - lo + 1) : 300;
+      const points = [];
+      const at = own.map(() => 0);
+      for (let i = 0; i < n && hi >= lo; i++) {
+        const gx = n > 1 ? lo + ((hi - lo) * i) / (n - 1) : lo;
+        let sum = 0, count = 0, ts = 0;
+        own.forEach((s, j) => {
+          const p = s.points;
+          if (gx < p[0][0] || gx > p[p.length - 1][0]) return;
+          while (at[j] < p.length - 2 && p[at[j] + 1][0] < gx) at[j]++;
+          const a = p[at[j]], b = p[Math.min(at[j] + 1, p.length - 1)];
+          const t = b[0] > a[0] ? (gx - a[0]) / (b[0] - a[0]) : 0;
+          sum += a[1] + t * (b[1] - a[1]); count++; ts = Math.max(ts, a[2]);
+        });
+        if (count) points.push([gx, sum / count, ts]);
       }
-      const points = [...bins.entries()].sort((a, b) => a[0] - b[0])
-        .map(([b, [sum, n, ts]]) => [width ? lo + (b + 0.5) * width : b, sum / n, ts]);
       return { run: 0, key, label: `mean of ${own.length} runs`, points };
     });
   }
@@ -135,7 +142,7 @@
   function controls(keys) {
     const bar = $("div", { class: "controls" }, section);
     const pick = (name) => {
-      const sel = $("select", { name }, bar);
+      const sel = $("select", { name }, $("label", {}, bar, name === "key1" ? "metric " : "second axis "));
       if (name === "key2") $("option", { value: "" }, sel, "(no second metric)");
       for (const k of keys) $("option", { value: k }, sel, k);
       return sel;

@@ -99,6 +99,7 @@
       const line = el("polyline", { points: pts, fill: "none", stroke: colour, "stroke-width": 2, "stroke-linejoin": "round" }, g);
       if (ki === 1) line.setAttribute("stroke-dasharray", "6 4");
       Object.assign(line.dataset, { run: s.run, key: s.key, label: s.label, y0: sc.lo, y1: sc.hi, top: TOP, bottom: y1px });
+      if (!s.points.length) continue;
       const item = document.createElement("span");
       item.style.setProperty("--c", colour);
       if (ki === 1) item.className = "dashed";

@@ -30,7 +30,7 @@ pub(crate) fn page(title: &str, crumbs: &[(String, String)], body: &str) -> Stri
     format!(
         "<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">\
          <meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\
-         <title>{t} · batchcast</title><link rel=\"stylesheet\" href=\"/static/style.css\"></head>\
+         <title>{t} · batchcast</title><link rel=\"icon\" href=\"data:,\"><link rel=\"stylesheet\" href=\"/static/style.css\"></head>\
          <body><header><span class=\"brand\">batchcast</span><nav>{nav}</nav></header>\
          <main><h1>{t}</h1>{body}</main>\
          <script src=\"/static/chart.js\"></script><script src=\"/static/app.js\"></script></body></html>",

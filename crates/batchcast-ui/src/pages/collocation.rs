@@ -96,7 +96,7 @@ fn bars(rows: &[WorkloadSummary]) -> String {
         return String::new();
     }
     let (label_w, bar_w, row_h) = (220.0, 520.0, 30.0);
-    let h = rows.len() as f64 * row_h + 30.0;
+    let h = rows.len() as f64 * row_h + 10.0;
     let mut svg = format!(
         "<h2>Aggregate samples/s</h2><svg class=\"bars\" width=\"{w}\" height=\"{h}\" viewBox=\"0 0 {w} {h}\" role=\"img\">",
         w = label_w + bar_w + 100.0
@@ -107,13 +107,14 @@ fn bars(rows: &[WorkloadSummary]) -> String {
         let len = bar_w * v / max;
         let _ = write!(
             svg,
-            "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{name} ({kind})</text>\
+            "<text x=\"{tx}\" y=\"{ty}\" text-anchor=\"end\">{name} ({what})</text>\
              <rect class=\"{kind}\" x=\"{label_w}\" y=\"{y}\" width=\"{len:.1}\" height=\"{bh}\"></rect>\
              <text x=\"{vx:.1}\" y=\"{ty}\">{v:.0}</text>",
             tx = label_w - 8.0,
             ty = y + 16.0,
             name = esc(&w.workload),
             kind = if w.shared { "shared" } else { "independent" },
+            what = if w.shared { "shared pipeline" } else { "own loaders" },
             bh = row_h - 10.0,
             vx = label_w + len + 6.0,
         );
