@@ -348,6 +348,26 @@ def test_two_metrics_on_one_chart_and_the_mean_of_runs(dash: Dash):
     dash.shot("05-two-metrics-mean")
 
 
+def test_smoothing_draws_the_moving_average_of_the_stores_values(dash: Dash):
+    from selenium.webdriver.common.by import By
+    dash.finished()
+    run = run_ids(dash, "independent")[0]
+    dash.open(f"/runs/{run}?c=proc%2Fcpu_percent")
+    dash.charts_loaded()
+    dash.driver.execute_script("""const s = document.querySelector('input[name=smooth]');
+        s.value = '0.6'; s.dispatchEvent(new Event('input'));""")
+    assert "s=0.6" in dash.driver.current_url
+    got = drawn_all(dash, "proc/cpu_percent")[0]
+    raw = dash.points(run, "proc/cpu_percent")
+    acc = weight = 0.0
+    (lo, hi) = got[2]
+    for (gx, gy), (x, v) in zip(got[1], raw):
+        acc, weight = 0.6 * acc + 0.4 * v, 0.6 * weight + 0.4
+        assert abs(gy - acc / weight) <= 1e-3 * (hi - lo), (gx, gy, acc / weight)
+    assert len(got[1]) == len(raw)
+    assert dash.driver.find_element(By.CSS_SELECTOR, ".legend span").text.endswith(f"(#{run})")
+
+
 def test_a_run_page_shows_its_parameters_output_and_full_log(dash: Dash):
     from selenium.webdriver.common.by import By
     dash.finished()
