@@ -253,6 +253,24 @@ def test_from_the_experiment_list_to_a_workload_whose_charts_are_the_stores_valu
     dash.shot("01b-search")
 
 
+def test_runs_ticked_in_different_workloads_share_a_chart(dash: Dash):
+    from selenium.webdriver.common.by import By
+    dash.finished()
+    dash.open("/experiments/1")
+    ind, sh = run_ids(dash, "independent")[0], run_ids(dash, "shared")[0]
+    for r in (ind, sh):
+        dash.driver.find_element(By.CSS_SELECTOR, f'input[name=run][value="{r}"]').click()
+    dash.driver.find_element(By.CSS_SELECTOR, "form#pick button").click()
+    dash.wait(lambda d: d.title.startswith("Runs "))
+    dash.charts_loaded()
+    legend = [e.text for e in dash.driver.find_elements(By.CSS_SELECTOR, ".chart:first-child .legend span")]
+    assert legend == [f"independent/trainer-1 (#{ind})", f"shared/trainer-1 (#{sh})"]
+    key = "batchcast/samples_per_s"
+    lines = drawn(dash, key)
+    assert sorted(lines) == [ind, sh] and all(len(lines[r]) == len(dash.points(r, key)) for r in (ind, sh))
+    dash.shot("03b-chosen-runs")
+
+
 def chart_ranges(d: Dash) -> List[Tuple[float, float]]:
     return d.driver.execute_script(
         "return [...document.querySelectorAll('.chart svg')].map(s => [+s.dataset.x0, +s.dataset.x1])")

@@ -96,14 +96,18 @@ pub(crate) fn runs_table(rows: &[(RunRow, Vec<Param>)], now_ms: i64, with_place:
     if rows.is_empty() {
         return "<p class=\"empty\">No runs.</p>".into();
     }
-    let mut t = String::from("<table class=\"runs\"><thead><tr><th>#</th>");
+    let mut t = String::from("<table class=\"runs\"><thead><tr><th></th><th>#</th>");
     if with_place {
         t.push_str("<th>experiment / workload</th>");
     }
     t.push_str("<th>run</th><th>status</th><th>started</th><th>duration</th><th>devices</th><th>collocation</th><th>exit</th><th>parameters</th></tr></thead><tbody>");
     for (row, params) in rows {
         let r = &row.run;
-        let _ = write!(t, "<tr data-run=\"{}\"><td>{}</td>", r.id, r.id);
+        let _ = write!(
+            t,
+            "<tr data-run=\"{id}\"><td><input type=\"checkbox\" name=\"run\" value=\"{id}\" form=\"pick\" title=\"chart this run\"></td><td>{id}</td>",
+            id = r.id
+        );
         if with_place {
             let _ = write!(
                 t,
@@ -134,6 +138,12 @@ pub(crate) fn runs_table(rows: &[(RunRow, Vec<Param>)], now_ms: i64, with_place:
     }
     t.push_str("</tbody></table>");
     t
+}
+
+/// The form that the runs tables' checkboxes belong to: charts of the
+/// chosen runs, whatever their workloads.
+pub(crate) fn pick_form() -> &'static str {
+    "<form id=\"pick\" class=\"pick\" method=\"get\" action=\"/compare\"><button type=\"submit\">Chart the selected runs</button></form>"
 }
 
 #[cfg(test)]

@@ -67,18 +67,26 @@ impl Query {
         }
     }
 
-    /// `runs=1,2,3`: at least one, at most [`MAX_RUNS`], no repeats.
+    /// `runs=1,2,3` (and `run=ID`, repeated, as checkboxes send them): at
+    /// least one, at most [`MAX_RUNS`], no repeats.
     pub(crate) fn run_ids(&self) -> Result<Vec<RunId>, UiError> {
-        let raw = self
-            .get("runs")
-            .ok_or_else(|| bad("missing runs=ID,ID,… (the runs to read)"))?;
+        let parts: Vec<&str> = self
+            .pairs
+            .iter()
+            .filter(|(k, _)| k == "runs" || k == "run")
+            .flat_map(|(_, v)| v.split(','))
+            .filter(|p| !p.is_empty())
+            .collect();
+        if !self.pairs.iter().any(|(k, _)| k == "runs" || k == "run") {
+            return Err(bad("missing runs=ID,ID,… (the runs to read)"));
+        }
         let mut ids = Vec::new();
-        for part in raw.split(',').filter(|p| !p.is_empty()) {
-            if ids.len() == MAX_RUNS {
-                return Err(bad(format!("at most {MAX_RUNS} runs at once")));
-            }
+        for part in parts {
             let id = parse_id("run", part)?;
             if !ids.contains(&id) {
+                if ids.len() == MAX_RUNS {
+                    return Err(bad(format!("at most {MAX_RUNS} runs at once")));
+                }
                 ids.push(id);
             }
         }
@@ -139,6 +147,8 @@ mod tests {
     fn run_lists_are_bounded_and_checked() {
         let q = Query::parse(Some("runs=3,1,3")).unwrap();
         assert_eq!(q.run_ids().unwrap(), vec![3, 1]);
+        let q = Query::parse(Some("run=4&run=2&runs=4,5")).unwrap();
+        assert_eq!(q.run_ids().unwrap(), vec![4, 2, 5]);
         for bad in ["runs=", "runs=a", "runs=-1", "runs=1;2", "x=1"] {
             assert!(Query::parse(Some(bad)).unwrap().run_ids().is_err(), "{bad}");
         }

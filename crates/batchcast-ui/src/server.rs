@@ -123,6 +123,7 @@ fn router(state: AppState) -> Router {
         )
         .route("/workloads/{id}", get(pages::workload::show))
         .route("/runs/{id}", get(pages::run::show))
+        .route("/compare", get(pages::compare::show))
         .route("/runs/{id}/log/{stream}", get(api::log))
         .route("/api/series", get(api::series))
         .route("/api/csv", get(api::csv))

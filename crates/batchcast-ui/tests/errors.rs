@@ -83,6 +83,8 @@ fn malformed_requests_get_4xx_with_a_reason_and_the_server_goes_on() {
         (format!("/api/csv?runs={run}&key=nope"), 400, "nope"),
         (format!("/api/series?{long}"), 400, "longer than"),
         ("/api/runs?runs=".into(), 400, "names no run"),
+        ("/compare?run=abc".into(), 400, "choose runs"),
+        ("/compare?runs=99999".into(), 404, "run 99999 not found"),
     ];
     for (path, status, why) in &cases {
         let r = get(addr, path);

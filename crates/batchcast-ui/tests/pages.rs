@@ -173,6 +173,34 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
 }
 
 #[test]
+fn chosen_runs_of_different_workloads_are_charted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let html = get(addr, &format!("/experiments/{}", m.experiment)).text();
+    assert!(html.contains(&format!(
+        "name=\"run\" value=\"{}\" form=\"pick\"",
+        m.runs[0]
+    )));
+    assert!(html.contains("<form id=\"pick\""));
+    let r = get(
+        addr,
+        &format!("/compare?run={}&run={}", m.runs[0], m.runs[2]),
+    );
+    assert_eq!(r.status, 200);
+    let html = r.text();
+    assert!(
+        html.contains(&format!("data-runs=\"{},{}\"", m.runs[0], m.runs[2])),
+        "{html}"
+    );
+    assert!(html.contains("sharing / independent") && html.contains("sharing / shared"));
+    let r = get(addr, "/compare");
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("tick them in a runs table"));
+}
+
+#[test]
 fn the_pages_own_script_and_style_are_served() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");

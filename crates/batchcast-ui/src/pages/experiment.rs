@@ -26,7 +26,8 @@ pub(crate) async fn show(
             filter.limit = None;
             let rows = store.runs(&filter)?;
             let mut body = format!(
-                "<p class=\"links\"><a href=\"/experiments/{id}/collocation\">Collocation view: independent and shared workloads side by side</a></p>{form}"
+                "<p class=\"links\"><a href=\"/experiments/{id}/collocation\">Collocation view: independent and shared workloads side by side</a></p>{form}{}",
+                crate::html::pick_form()
             );
             let now = now_ms();
             for w in store.workloads(id)? {

@@ -31,8 +31,9 @@ pub(crate) async fn index(
                     .collect::<Vec<_>>();
                 let _ = write!(
                     body,
-                    "<h2>Matching runs ({})</h2>{}",
+                    "<h2>Matching runs ({})</h2>{}{}",
                     with_params.len(),
+                    crate::html::pick_form(),
                     runs_table(&with_params, now_ms(), true)
                 );
             }

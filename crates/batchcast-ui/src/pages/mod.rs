@@ -5,6 +5,7 @@
 //! `/api/series`, and that polls while any of its runs is in progress.
 
 pub(crate) mod collocation;
+pub(crate) mod compare;
 pub(crate) mod experiment;
 pub(crate) mod experiments;
 pub(crate) mod run;

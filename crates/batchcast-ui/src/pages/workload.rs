@@ -33,7 +33,8 @@ pub(crate) async fn show(
                 None => "own loaders (independent)".into(),
             };
             let body = format!(
-                "<p class=\"data\">{data} · <a href=\"/experiments/{eid}/collocation\">collocation view</a></p>{table}{charts}",
+                "<p class=\"data\">{data} · <a href=\"/experiments/{eid}/collocation\">collocation view</a></p>{pick}{table}{charts}",
+                pick = crate::html::pick_form(),
                 eid = e.id,
                 table = runs_table(&rows, now_ms(), false),
                 charts = super::charts(store, &runs.iter().collect::<Vec<_>>())?,
