@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent.parent
 CHROMIUM = os.environ.get("BATCHCAST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("BATCHCAST_CHROMEDRIVER", "/usr/bin/chromedriver")
 SHOTS = Path(os.environ.get("BATCHCAST_UI_SHOTS", ROOT / "target" / "test-output" / "ui"))
-SAMPLES = 30000
+SAMPLES = int(os.environ.get("BATCHCAST_UI_SAMPLES", "30000"))  # per trainer
 SERVE = f"batchcast serve --synthetic --samples {SAMPLES} --work-us 300 --workers 2 --consumers 2"
 PLAN = f"""Experiment,Workload,Name,Devices,Collocation,Listeners,Data,File,Params
 sharing,independent,trainer-1,,-,,,job.sh,--lr 0.1
