@@ -24,8 +24,9 @@ use crate::state::AppState;
 
 /// Points sent per series to draw (longer series are thinned evenly).
 const MAX_DRAWN: usize = 5_000;
-/// Points read per series, at most (a day at 1 Hz is 86,400).
-const MAX_READ: usize = 1_000_000;
+/// Points read for one request, at most, over all its series (a day at
+/// 1 Hz is 86,400 per series); more is refused, not cut short silently.
+const MAX_POINTS: usize = 2_000_000;
 /// Bytes of a log download, at most (its last ones).
 const MAX_LOG: usize = 256 * 1024 * 1024;
 
@@ -81,6 +82,24 @@ fn ask(store: &Store, q: &Query) -> Result<Ask, UiError> {
     })
 }
 
+/// The points of one series, counted against the request's budget.
+fn read(
+    store: &Store,
+    run: RunId,
+    key: &str,
+    after: Option<i64>,
+    budget: &mut usize,
+) -> Result<Vec<batchcast_runs::MetricPoint>, UiError> {
+    let pts = store.metric(run, key, after, *budget + 1)?;
+    if pts.len() > *budget {
+        return Err(UiError::BadRequest(format!(
+            "more than {MAX_POINTS} points asked at once: choose fewer runs, or use `batchcast runs export --csv`"
+        )));
+    }
+    *budget -= pts.len();
+    Ok(pts)
+}
+
 fn label(r: &RunRow) -> String {
     format!("{}/{} (#{})", r.workload, r.run.name, r.run.id)
 }
@@ -101,10 +120,11 @@ pub(crate) async fn series(
         .read(move |store| {
             let a = ask(store, &q)?;
             let mut series = Vec::new();
+            let mut budget = MAX_POINTS;
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    let pts = store.metric(r.run.id, key, a.after, MAX_READ)?;
+                    let pts = read(store, r.run.id, key, a.after, &mut budget)?;
                     let stride = pts.len().div_ceil(MAX_DRAWN).max(1);
                     let last = pts.len().saturating_sub(1);
                     let points = pts
@@ -151,10 +171,11 @@ pub(crate) async fn csv(
                 XAxis::Step => "x_step",
             };
             let mut out = format!("run_id,run,metric,{x},step,ts_ms,value\n");
+            let mut budget = MAX_POINTS;
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    for p in store.metric(r.run.id, key, a.after, MAX_READ)? {
+                    for p in read(store, r.run.id, key, a.after, &mut budget)? {
                         let _ = writeln!(
                             out,
                             "{},{},{},{},{},{},{}",

@@ -115,3 +115,46 @@ fn run_states_are_served_for_live_tables() {
     assert_eq!(j[1]["status"], "RUNNING");
     assert!(j[1]["duration"].as_str().unwrap().ends_with(" s"));
 }
+
+#[test]
+fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    {
+        let mut s = Store::open(&path).unwrap();
+        let run = m.runs[0];
+        let points: Vec<batchcast_runs::MetricPoint> = (0..2_000_001)
+            .map(|i| batchcast_runs::MetricPoint {
+                run_id: run,
+                key: "big".into(),
+                step: i,
+                ts_ms: i,
+                value: 1.0,
+            })
+            .collect();
+        s.insert_metrics(&points).unwrap();
+    }
+    let addr = serve(&path);
+    for ep in ["series", "csv"] {
+        let r = get(addr, &format!("/api/{ep}?runs={}&key=big", m.runs[0]));
+        assert_eq!(r.status, 400, "{ep}");
+        assert!(r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("batchcast runs export --csv"));
+    }
+    // a narrower ask (newer points only) fits
+    let r = get(
+        addr,
+        &format!(
+            "/api/series?runs={}&key=big&x=step&after=1999000",
+            m.runs[0]
+        ),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["series"][0]["points"].as_array().unwrap().len(),
+        1000
+    );
+}
