@@ -386,6 +386,31 @@ def test_smoothing_draws_the_moving_average_of_the_stores_values(dash: Dash):
     assert dash.driver.find_element(By.CSS_SELECTOR, ".legend span").text.endswith(f"(#{run})")
 
 
+def test_the_x_axis_switches_to_step_and_restores_from_the_url(dash: Dash):
+    # (listener metrics carry step 0; real steps are checked over HTTP, tests/api.rs)
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+    dash.finished()
+    run = run_ids(dash, "shared")[0]
+    dash.open(f"/runs/{run}?c=batchcast%2Fsamples")
+    dash.charts_loaded()
+    Select(dash.driver.find_element(By.NAME, "x")).select_by_value("step")
+    dash.charts_loaded(2)
+    assert "x=step" in dash.driver.current_url
+    labels = [e.text for e in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .axis-label")]
+    assert "step" in labels
+    with dash.db() as db:
+        want = [(float(st), v) for st, v in db.execute(
+            "SELECT step, value FROM metrics WHERE run_id = ? AND key = 'batchcast/samples' ORDER BY ts_ms, rowid", (run,))]
+    (_, got, (lo, hi)), = drawn_all(dash, "batchcast/samples")
+    svg = dash.driver.find_element(By.CSS_SELECTOR, ".chart svg")
+    xr = float(svg.get_attribute("data-x1")) - float(svg.get_attribute("data-x0"))
+    assert_same_points(got, want, xr or 1.0, hi - lo)
+    dash.driver.refresh()
+    dash.charts_loaded()
+    assert dash.driver.find_element(By.NAME, "x").get_attribute("value") == "step"
+
+
 def test_a_run_page_shows_its_parameters_output_and_full_log(dash: Dash):
     from selenium.webdriver.common.by import By
     dash.finished()
