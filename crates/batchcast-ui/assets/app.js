@@ -217,6 +217,26 @@
     setTimeout(liveStatus, POLL_MS);
   }
 
+  // The output of a run in progress, as it grows (until its status, kept
+  // live above, says it ended; then once more).
+  async function liveLogs() {
+    const logs = [...document.querySelectorAll('pre.log[data-live="1"]')];
+    if (!logs.length) return;
+    let open = true;
+    while (open) {
+      await new Promise((r) => setTimeout(r, POLL_MS));
+      const badge = document.querySelector(`[data-status="${logs[0].dataset.run}"]`);
+      open = !badge || badge.textContent === "RUNNING" || badge.textContent === "PENDING";
+      for (const pre of logs) {
+        try {
+          const r = await fetch(`/runs/${pre.dataset.run}/log/${pre.id}?tail=${pre.dataset.tail}`);
+          if (r.ok) pre.textContent = await r.text();
+        } catch (e) { /* the next round tries again */ }
+      }
+    }
+  }
+
   start();
   liveStatus();
+  liveLogs();
 })();

@@ -5,7 +5,8 @@
 //!   with `after`, only points newer than it (live updates).
 //! - `GET /api/csv?…same…`: the same points, every one, as CSV.
 //! - `GET /api/runs?runs=1,2`: status and duration of runs (live tables).
-//! - `GET /runs/{id}/log/{stdout|stderr}`: a run's whole output.
+//! - `GET /runs/{id}/log/{stdout|stderr}[?tail=BYTES]`: a run's whole
+//!   output (a download), or its last bytes.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
@@ -29,6 +30,8 @@ const MAX_DRAWN: usize = 5_000;
 const MAX_POINTS: usize = 2_000_000;
 /// Bytes of a log download, at most (its last ones).
 const MAX_LOG: usize = 256 * 1024 * 1024;
+/// Bytes of a log tail asked with `?tail=`, at most.
+const MAX_TAIL: usize = 1024 * 1024;
 
 #[derive(Serialize)]
 struct Series {
@@ -248,8 +251,21 @@ pub(crate) async fn runs(
 pub(crate) async fn log(
     State(state): State<AppState>,
     Path((id, stream)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
 ) -> Result<impl IntoResponse, UiError> {
     let id = parse_id("run", &id)?;
+    // `?tail=N`: the last N bytes, shown in the page (live runs poll it).
+    let tail = match Query::parse(raw.as_deref())?.get("tail") {
+        None => None,
+        Some(n) => Some(
+            n.parse::<usize>()
+                .ok()
+                .filter(|&n| n <= MAX_TAIL)
+                .ok_or_else(|| {
+                    UiError::BadRequest(format!("tail must be a byte count up to {MAX_TAIL}"))
+                })?,
+        ),
+    };
     let stream = match stream.as_str() {
         "stdout" => LogStream::Stdout,
         "stderr" => LogStream::Stderr,
@@ -262,10 +278,13 @@ pub(crate) async fn log(
     let bytes = state
         .read(move |store| {
             store.run(id)?;
-            Ok(store.log(id, stream, Some(MAX_LOG))?.0)
+            Ok(store.log(id, stream, Some(tail.unwrap_or(MAX_LOG)))?.0)
         })
         .await?;
-    let disposition = format!("attachment; filename=\"run-{id}-{}.log\"", stream.as_str());
+    let disposition = match tail {
+        Some(_) => "inline".to_string(),
+        None => format!("attachment; filename=\"run-{id}-{}.log\"", stream.as_str()),
+    };
     Ok((
         [
             (CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),

@@ -93,6 +93,13 @@ fn a_workload_page_charts_its_runs() {
         html.contains("No metrics recorded yet") && html.contains("class=\"status running\""),
         "{html}"
     );
+    // a run in progress has its output polled
+    let html = get(addr, &format!("/runs/{}", m.live_run)).text();
+    let live_log = format!(
+        "data-run=\"{}\" data-tail=\"16384\" data-live=\"1\"",
+        m.live_run
+    );
+    assert!(html.contains(&live_log), "{html}");
 }
 
 #[test]
@@ -137,6 +144,7 @@ fn a_run_page_shows_facts_parameters_environment_events_and_output() {
         &format!("href=\"/runs/{id}/log/stdout\""),
         "<th>exit code</th><td>0</td>",
         &format!("data-runs=\"{id}\""),
+        "data-live=\"0\">hello",
     ] {
         assert!(html.contains(want), "{want:?} not in {html}");
     }
@@ -166,6 +174,15 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
         .unwrap()
         .contains(&format!("run-{id}-stdout.log")));
     assert_eq!(r.text(), format!("hello from run {id}\n{big}"));
+    let r = get(addr, &format!("/runs/{id}/log/stdout?tail=10"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-disposition"), Some("inline"));
+    assert_eq!(r.text(), "line 4999\n");
+    for bad in ["abc", "-1", "1048577"] {
+        let r = get(addr, &format!("/runs/{id}/log/stdout?tail={bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.text().contains("tail must be a byte count"));
+    }
     assert_eq!(
         get(addr, &format!("/runs/{id}/log/stderr")).text(),
         "a <warning> & more\n"

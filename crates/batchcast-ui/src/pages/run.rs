@@ -95,8 +95,9 @@ pub(crate) async fn show(
                 let _ = write!(
                     body,
                     "<h2>{name}</h2><p class=\"note\">{note}<a href=\"/runs/{id}/log/{name}\" download>download the full {name}</a></p>\
-                     <pre class=\"log\" id=\"{name}\">{}</pre>",
-                    esc(&String::from_utf8_lossy(&bytes))
+                     <pre class=\"log\" id=\"{name}\" data-run=\"{id}\" data-tail=\"{TAIL}\" data-live=\"{live}\">{}</pre>",
+                    esc(&String::from_utf8_lossy(&bytes)),
+                    live = u8::from(!r.status.is_terminal()),
                 );
             }
             body.push_str(&super::charts(store, &[r])?);
