@@ -20,7 +20,7 @@ if [ ! -x "$venv/bin/python" ]; then
 fi
 py="$venv/bin/python"
 
-if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket, timm, lightning, accelerate, mlflow" >/dev/null 2>&1; then
+if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsocket, timm, lightning, accelerate, mlflow, selenium" >/dev/null 2>&1; then
     echo "test-python: installing maturin, numpy, torch, torchvision, pillow, pytest, tensorsocket, timm, lightning, accelerate into $venv" >&2
     "$py" -m pip install --quiet --upgrade pip
     # TORCH_SPEC lets CI pick a build, e.g. "torch --index-url https://download.pytorch.org/whl/cpu".
@@ -34,6 +34,18 @@ if ! "$py" -c "import maturin, numpy, torch, pytest, torchvision, PIL, tensorsoc
     # The real MLflow client, which logs into the run store through the
     # endpoint of `batchcast run` (tests/python/test_mlflow_endpoint.py).
     "$py" -m pip install --quiet mlflow-skinny==3.17.2
+    # WebDriver client of the dashboard's browser tests (tests/python/test_ui_browser.py).
+    "$py" -m pip install --quiet selenium==4.51.0
+fi
+
+# Headless Chromium and its driver for the browser tests, from Debian's
+# packages (deselect those tests with -m "not browser" where they cannot run).
+if ! [ -x /usr/bin/chromium ] || ! [ -x /usr/bin/chromedriver ]; then
+    echo "test-python: installing chromium and chromium-driver (apt-get)" >&2
+    sudo=""; [ "$(id -u)" = 0 ] || sudo="sudo -n"
+    $sudo apt-get install -y -q chromium chromium-driver >&2 \
+        || { $sudo apt-get update -q >&2 && $sudo apt-get install -y -q chromium chromium-driver >&2; } \
+        || echo "test-python: could not install chromium; the browser tests will say so" >&2
 fi
 # Ray and Tune, for the multi-node sweep tests (tests/python/test_ray.py).
 if ! "$py" -c "import ray.tune" >/dev/null 2>&1; then

@@ -8,3 +8,4 @@ pub mod runs;
 pub mod serve;
 pub mod status;
 pub mod trainer;
+pub mod ui;

@@ -149,8 +149,9 @@ fn draw_svg(store: &Store, runs: &[RunId], key: &str, x: XAxis) -> Result<String
     Ok(text)
 }
 
-/// The y axis label: the metric's name with the unit its suffix gives.
-fn unit_label(key: &str) -> String {
+/// The y axis label: the metric's name with the unit its suffix gives
+/// (also the dashboard's).
+pub fn unit_label(key: &str) -> String {
     let unit = [
         ("_bytes_per_s", "bytes/s"),
         ("_per_s", "per second"),

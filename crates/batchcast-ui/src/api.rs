@@ -1,0 +1,295 @@
+//! JSON and CSV endpoints the pages' script reads, and log downloads.
+//!
+//! - `GET /api/series?runs=1,2&key=K[&key=K2][&x=elapsed|step][&after=TS]`:
+//!   points of up to two metrics of up to 50 runs, `[x, value, ts_ms]`;
+//!   with `after`, only points newer than it (live updates).
+//! - `GET /api/csv?…same…`: the same points, every one, as CSV.
+//! - `GET /api/runs?runs=1,2`: status and duration of runs (live tables).
+//! - `GET /runs/{id}/log/{stdout|stderr}[?tail=BYTES]`: a run's whole
+//!   output (a download), or its last bytes.
+
+use std::collections::BTreeSet;
+use std::fmt::Write;
+
+use axum::extract::{Path, RawQuery, State};
+use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
+use axum::response::IntoResponse;
+use axum::Json;
+use batchcast_runs::plot::{unit_label, XAxis};
+use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store};
+use serde::Serialize;
+
+use crate::error::{ApiError, UiError};
+use crate::query::{parse_id, Query};
+use crate::state::AppState;
+
+/// Points sent per series to draw (longer series are thinned evenly).
+const MAX_DRAWN: usize = 5_000;
+/// Points read for one request, at most, over all its series (a day at
+/// 1 Hz is 86,400 per series); more is refused, not cut short silently.
+const MAX_POINTS: usize = 2_000_000;
+/// Bytes of a log download, at most (its last ones).
+const MAX_LOG: usize = 256 * 1024 * 1024;
+/// Bytes of a log tail asked with `?tail=`, at most.
+const MAX_TAIL: usize = 1024 * 1024;
+
+#[derive(Serialize)]
+struct Series {
+    run: RunId,
+    label: String,
+    key: String,
+    start_ms: Option<i64>,
+    /// `[x, value, ts_ms]`.
+    points: Vec<[f64; 3]>,
+}
+
+#[derive(Serialize)]
+struct SeriesReply {
+    x: &'static str,
+    /// `(key, axis label with unit)`.
+    keys: Vec<(String, String)>,
+    live: bool,
+    series: Vec<Series>,
+}
+
+/// A chart's request, checked against the store: runs exist, each metric
+/// is held by at least one of them.
+struct Ask {
+    runs: Vec<RunRow>,
+    keys: Vec<String>,
+    x: XAxis,
+    after: Option<i64>,
+}
+
+fn ask(store: &Store, q: &Query) -> Result<Ask, UiError> {
+    let ids = q.run_ids()?;
+    let keys = q.metric_keys()?;
+    let runs = ids
+        .iter()
+        .map(|&id| store.run(id))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut held = BTreeSet::new();
+    for r in &runs {
+        held.extend(store.metric_keys(r.run.id)?);
+    }
+    if let Some(k) = keys.iter().find(|k| !held.contains(*k)) {
+        return Err(UiError::BadRequest(format!(
+            "none of runs {ids:?} has the metric {k:?}"
+        )));
+    }
+    Ok(Ask {
+        runs,
+        keys,
+        x: q.x_axis()?,
+        after: q.after()?,
+    })
+}
+
+/// The points of one series, counted against the request's budget.
+fn read(
+    store: &Store,
+    run: RunId,
+    key: &str,
+    after: Option<i64>,
+    budget: &mut usize,
+) -> Result<Vec<batchcast_runs::MetricPoint>, UiError> {
+    let pts = store.metric(run, key, after, *budget + 1)?;
+    if pts.len() > *budget {
+        return Err(UiError::BadRequest(format!(
+            "more than {MAX_POINTS} points asked at once: choose fewer runs, or use `batchcast runs export --csv`"
+        )));
+    }
+    *budget -= pts.len();
+    Ok(pts)
+}
+
+fn label(r: &RunRow) -> String {
+    format!("{}/{} (#{})", r.workload, r.run.name, r.run.id)
+}
+
+fn x_of(x: XAxis, start: i64, step: i64, ts: i64) -> f64 {
+    match x {
+        XAxis::Elapsed => (ts - start) as f64 / 1000.0,
+        XAxis::Step => step as f64,
+    }
+}
+
+pub(crate) async fn series(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    let q = Query::parse(raw.as_deref())?;
+    let reply = state
+        .read(move |store| {
+            let a = ask(store, &q)?;
+            let mut series = Vec::new();
+            let mut budget = MAX_POINTS;
+            for r in &a.runs {
+                let start = r.run.start_ms.unwrap_or(0);
+                for key in &a.keys {
+                    let pts = read(store, r.run.id, key, a.after, &mut budget)?;
+                    let stride = pts.len().div_ceil(MAX_DRAWN).max(1);
+                    let last = pts.len().saturating_sub(1);
+                    let points = pts
+                        .iter()
+                        .enumerate()
+                        .filter(|(i, p)| (i % stride == 0 || *i == last) && p.value.is_finite())
+                        .map(|(_, p)| [x_of(a.x, start, p.step, p.ts_ms), p.value, p.ts_ms as f64])
+                        .collect();
+                    series.push(Series {
+                        run: r.run.id,
+                        label: label(r),
+                        key: key.clone(),
+                        start_ms: r.run.start_ms,
+                        points,
+                    });
+                }
+            }
+            Ok(SeriesReply {
+                x: match a.x {
+                    XAxis::Elapsed => "elapsed",
+                    XAxis::Step => "step",
+                },
+                keys: a.keys.iter().map(|k| (k.clone(), unit_label(k))).collect(),
+                live: a.runs.iter().any(|r| !r.run.status.is_terminal()),
+                series,
+            })
+        })
+        .await?;
+    Ok(Json(
+        serde_json::to_value(reply).map_err(|e| UiError::Internal(e.to_string()))?,
+    ))
+}
+
+pub(crate) async fn csv(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<impl IntoResponse, ApiError> {
+    let q = Query::parse(raw.as_deref())?;
+    let body = state
+        .read(move |store| {
+            let a = ask(store, &q)?;
+            let x = match a.x {
+                XAxis::Elapsed => "elapsed_s",
+                XAxis::Step => "x_step",
+            };
+            let mut out = format!("run_id,run,metric,{x},step,ts_ms,value\n");
+            let mut budget = MAX_POINTS;
+            for r in &a.runs {
+                let start = r.run.start_ms.unwrap_or(0);
+                for key in &a.keys {
+                    for p in read(store, r.run.id, key, a.after, &mut budget)? {
+                        let _ = writeln!(
+                            out,
+                            "{},{},{},{},{},{},{}",
+                            r.run.id,
+                            csv_field(&label(r)),
+                            csv_field(key),
+                            x_of(a.x, start, p.step, p.ts_ms),
+                            p.step,
+                            p.ts_ms,
+                            p.value
+                        );
+                    }
+                }
+            }
+            Ok(out)
+        })
+        .await?;
+    Ok((
+        [
+            (CONTENT_TYPE, "text/csv; charset=utf-8"),
+            (
+                CONTENT_DISPOSITION,
+                "attachment; filename=\"batchcast-chart.csv\"",
+            ),
+        ],
+        body,
+    ))
+}
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n', '\r']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+#[derive(Serialize)]
+struct RunState {
+    id: RunId,
+    status: &'static str,
+    duration: Option<String>,
+}
+
+pub(crate) async fn runs(
+    State(state): State<AppState>,
+    RawQuery(raw): RawQuery,
+) -> Result<Json<Vec<serde_json::Value>>, ApiError> {
+    let q = Query::parse(raw.as_deref())?;
+    let ids = q.run_ids()?;
+    let out = state
+        .read(move |store| {
+            let now = now_ms();
+            ids.iter()
+                .map(|&id| {
+                    let r = store.run(id)?.run;
+                    let s = RunState {
+                        id,
+                        status: r.status.as_str(),
+                        duration: r.duration_ms(now).map(crate::html::duration),
+                    };
+                    serde_json::to_value(s).map_err(|e| UiError::Internal(e.to_string()))
+                })
+                .collect::<Result<Vec<_>, UiError>>()
+        })
+        .await?;
+    Ok(Json(out))
+}
+
+pub(crate) async fn log(
+    State(state): State<AppState>,
+    Path((id, stream)): Path<(String, String)>,
+    RawQuery(raw): RawQuery,
+) -> Result<impl IntoResponse, UiError> {
+    let id = parse_id("run", &id)?;
+    // `?tail=N`: the last N bytes, shown in the page (live runs poll it).
+    let tail = match Query::parse(raw.as_deref())?.get("tail") {
+        None => None,
+        Some(n) => Some(
+            n.parse::<usize>()
+                .ok()
+                .filter(|&n| n <= MAX_TAIL)
+                .ok_or_else(|| {
+                    UiError::BadRequest(format!("tail must be a byte count up to {MAX_TAIL}"))
+                })?,
+        ),
+    };
+    let stream = match stream.as_str() {
+        "stdout" => LogStream::Stdout,
+        "stderr" => LogStream::Stderr,
+        _ => {
+            return Err(UiError::NoPage(format!(
+                "/runs/{id}/log/…: stdout or stderr"
+            )))
+        }
+    };
+    let bytes = state
+        .read(move |store| {
+            store.run(id)?;
+            Ok(store.log(id, stream, Some(tail.unwrap_or(MAX_LOG)))?.0)
+        })
+        .await?;
+    let disposition = match tail {
+        Some(_) => "inline".to_string(),
+        None => format!("attachment; filename=\"run-{id}-{}.log\"", stream.as_str()),
+    };
+    Ok((
+        [
+            (CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
+            (CONTENT_DISPOSITION, disposition),
+        ],
+        bytes,
+    ))
+}

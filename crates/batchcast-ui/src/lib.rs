@@ -1,0 +1,35 @@
+//! The batchcast dashboard: a local web view of the run store.
+//!
+//! `batchcast ui` serves pages over the SQLite file that `batchcast run`
+//! writes: experiments, then workloads, then runs; charts of any metric of
+//! any set of runs (drawn in the browser as SVG by this crate's own small
+//! script, from JSON endpoints); the collocation table of
+//! `batchcast runs compare`; and a page per run with its output.
+//!
+//! Invariants:
+//! - Read-only. Every request opens its own read-only connection
+//!   ([`batchcast_runs::Store::open_read_only`]), so runners may write the
+//!   store meanwhile, and a store that disappears or is replaced by a
+//!   foreign file gives an error page, never a crash.
+//! - Local by default: bound to 127.0.0.1, and requests whose `Host` is not
+//!   a loopback name are refused (against DNS rebinding). Another address
+//!   needs a random token on every request ([`Ui::token`]).
+//! - Every input from a request is bounded before use: ids are integers,
+//!   run lists and text are capped, metric names must be ones the store
+//!   holds for the runs asked, point counts are capped. SQL is only the
+//!   parameterised queries of `batchcast-runs`.
+//! - Nothing third-party is served: the script and style sheet are this
+//!   crate's own files, embedded at build time.
+
+mod api;
+mod assets;
+mod error;
+mod guard;
+mod html;
+mod pages;
+mod query;
+mod server;
+mod state;
+
+pub use error::UiError;
+pub use server::{Ui, UiConfig};

@@ -1,0 +1,142 @@
+//! `/runs/{id}`: one run: facts, parameters, environment, events, output
+//! (tail, full log downloadable) and its charts.
+
+use std::fmt::Write;
+
+use axum::extract::{Path, State};
+use axum::response::Html;
+use batchcast_runs::{now_ms, LogStream};
+
+use crate::error::UiError;
+use crate::html::{devices, duration, esc, page, status, time};
+use crate::query::parse_id;
+use crate::state::AppState;
+
+/// Bytes of each output stream shown on the page.
+const TAIL: usize = 16 * 1024;
+
+pub(crate) async fn show(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Html<String>, UiError> {
+    let id = parse_id("run", &id)?;
+    state
+        .read(move |store| {
+            let row = store.run(id)?;
+            let r = &row.run;
+            let dash = || "-".to_string();
+            let facts = [
+                ("status", status(&row)),
+                ("exit code", r.exit_code.map(|c| c.to_string()).unwrap_or_else(dash)),
+                ("message", esc(r.message.as_deref().unwrap_or("-"))),
+                ("started", r.start_ms.map(time).unwrap_or_else(dash)),
+                ("ended", r.end_ms.map(time).unwrap_or_else(dash)),
+                ("duration", r.duration_ms(now_ms()).map(duration).unwrap_or_else(dash)),
+                ("devices", devices(&row)),
+                ("collocation", esc(&r.collocation)),
+                ("host", esc(&r.host)),
+                ("pid", r.pid.map(|p| p.to_string()).unwrap_or_else(dash)),
+                ("listeners", esc(&r.listeners.join(", "))),
+                (
+                    "plan",
+                    match (&r.plan_file, r.plan_row) {
+                        (Some(f), Some(n)) => format!("{} row {n}", esc(f)),
+                        (Some(f), None) => esc(f),
+                        _ => dash(),
+                    },
+                ),
+            ];
+            let mut body = String::from("<div class=\"cols\"><section><h2>Run</h2><table class=\"facts\">");
+            for (k, v) in facts {
+                let _ = write!(body, "<tr><th>{k}</th><td>{v}</td></tr>");
+            }
+            let _ = write!(
+                body,
+                "</table><h2>Command</h2><pre class=\"command\">{}</pre></section><section><h2>Parameters</h2>",
+                esc(&r.command.join(" "))
+            );
+            let params = store.params(id)?;
+            if params.is_empty() {
+                body.push_str("<p class=\"empty\">None.</p>");
+            } else {
+                body.push_str("<table class=\"params\">");
+                for p in params {
+                    let _ = write!(
+                        body,
+                        "<tr><th>{}</th><td>{}</td><td class=\"source\">{:?}</td></tr>",
+                        esc(&p.key),
+                        esc(&p.value),
+                        p.source
+                    );
+                }
+                body.push_str("</table>");
+            }
+            body.push_str("<h2>Environment</h2>");
+            body.push_str(&env_table(&r.env));
+            body.push_str("</section></div>");
+            let events = store.events(id)?;
+            if !events.is_empty() {
+                body.push_str("<h2>Events</h2><ul class=\"events\">");
+                for e in events {
+                    let _ = write!(
+                        body,
+                        "<li>{} <b>{}</b>: {}</li>",
+                        time(e.ts_ms),
+                        esc(&e.source),
+                        esc(&e.message)
+                    );
+                }
+                body.push_str("</ul>");
+            }
+            for stream in [LogStream::Stdout, LogStream::Stderr] {
+                let (bytes, cut) = store.log(id, stream, Some(TAIL))?;
+                let name = stream.as_str();
+                let note = if cut { format!("last {} KiB; ", TAIL / 1024) } else { String::new() };
+                let _ = write!(
+                    body,
+                    "<h2>{name}</h2><p class=\"note\">{note}<a href=\"/runs/{id}/log/{name}\" download>download the full {name}</a></p>\
+                     <pre class=\"log\" id=\"{name}\" data-run=\"{id}\" data-tail=\"{TAIL}\" data-live=\"{live}\">{}</pre>",
+                    esc(&String::from_utf8_lossy(&bytes)),
+                    live = u8::from(!r.status.is_terminal()),
+                );
+            }
+            body.push_str(&super::charts(store, &[r])?);
+            let crumbs = [
+                (format!("/workloads/{}", r.workload_id), format!("{} / {}", row.experiment, row.workload)),
+                (format!("/runs/{id}"), r.name.clone()),
+            ];
+            Ok(Html(page(&format!("Run {} (#{id})", r.name), &crumbs, &body)))
+        })
+        .await
+}
+
+/// The environment facts (a JSON object) as rows, nested keys dotted.
+fn env_table(env: &serde_json::Value) -> String {
+    fn walk(prefix: &str, v: &serde_json::Value, out: &mut Vec<(String, String)>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    let key = if prefix.is_empty() {
+                        k.clone()
+                    } else {
+                        format!("{prefix}.{k}")
+                    };
+                    walk(&key, v, out);
+                }
+            }
+            serde_json::Value::String(s) => out.push((prefix.into(), s.clone())),
+            other => out.push((prefix.into(), other.to_string())),
+        }
+    }
+    let mut rows = Vec::new();
+    walk("", env, &mut rows);
+    if rows.is_empty() {
+        return "<p class=\"empty\">Not recorded.</p>".into();
+    }
+    let mut t = String::from("<table class=\"env\">");
+    for (k, v) in rows.into_iter().take(200) {
+        let _ = write!(t, "<tr><th>{}</th><td>{}</td></tr>", esc(&k), esc(&v));
+    }
+    t.push_str("</table>");
+    t
+}

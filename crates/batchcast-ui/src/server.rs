@@ -1,0 +1,148 @@
+//! Binding the address and serving the routes.
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use axum::routing::get;
+use axum::Router;
+
+use crate::error::UiError;
+use crate::state::{AppState, Shared};
+
+/// What `batchcast ui` was asked for.
+#[derive(Clone, Debug)]
+pub struct UiConfig {
+    /// The run store to show.
+    pub store: PathBuf,
+    /// The address to listen on (127.0.0.1 unless the user says otherwise).
+    pub host: IpAddr,
+    /// The port (0 picks a free one).
+    pub port: u16,
+}
+
+impl UiConfig {
+    /// Local only, on `port`.
+    pub fn local(store: impl Into<PathBuf>, port: u16) -> UiConfig {
+        UiConfig {
+            store: store.into(),
+            host: IpAddr::V4(Ipv4Addr::LOCALHOST),
+            port,
+        }
+    }
+}
+
+/// A dashboard bound to its address, ready to serve.
+pub struct Ui {
+    listener: std::net::TcpListener,
+    addr: SocketAddr,
+    state: AppState,
+}
+
+impl Ui {
+    /// Binds the address. A non-loopback address gets a random token that
+    /// every request must carry. The store is not opened here: each request
+    /// opens it, so a store written later, or replaced, is seen.
+    pub fn bind(config: &UiConfig) -> Result<Ui, UiError> {
+        let want = SocketAddr::new(config.host, config.port);
+        let bind_err = |source| UiError::Bind {
+            addr: want.to_string(),
+            source,
+        };
+        let listener = std::net::TcpListener::bind(want).map_err(bind_err)?;
+        listener.set_nonblocking(true).map_err(bind_err)?;
+        let addr = listener.local_addr().map_err(bind_err)?;
+        let local = config.host.is_loopback();
+        let token = if local {
+            None
+        } else {
+            Some(random_token().map_err(bind_err)?)
+        };
+        let state = AppState(Arc::new(Shared {
+            store: config.store.clone(),
+            token,
+            loopback_only: local,
+        }));
+        Ok(Ui {
+            listener,
+            addr,
+            state,
+        })
+    }
+
+    /// The address it listens on.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The token requests need (`None` when bound to loopback).
+    pub fn token(&self) -> Option<&str> {
+        self.state.0.token.as_deref()
+    }
+
+    /// The address to open in a browser (with the token when one is needed).
+    pub fn url(&self) -> String {
+        let host = match self.addr.ip() {
+            IpAddr::V6(ip) => format!("[{ip}]"),
+            IpAddr::V4(ip) => ip.to_string(),
+        };
+        match self.token() {
+            Some(t) => format!("http://{host}:{}/?token={t}", self.addr.port()),
+            None => format!("http://{host}:{}/", self.addr.port()),
+        }
+    }
+
+    /// Serves until the process ends (or the server fails).
+    pub fn run(self) -> Result<(), UiError> {
+        let addr = self.addr.to_string();
+        let io = |source| UiError::Bind {
+            addr: addr.clone(),
+            source,
+        };
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .max_blocking_threads(8)
+            .enable_all()
+            .build()
+            .map_err(io)?;
+        rt.block_on(async {
+            let listener = tokio::net::TcpListener::from_std(self.listener).map_err(io)?;
+            axum::serve(listener, router(self.state)).await.map_err(io)
+        })
+    }
+}
+
+fn router(state: AppState) -> Router {
+    use crate::{api, assets, pages};
+    Router::new()
+        .route("/", get(pages::experiments::index))
+        .route("/experiments/{id}", get(pages::experiment::show))
+        .route(
+            "/experiments/{id}/collocation",
+            get(pages::collocation::show),
+        )
+        .route("/workloads/{id}", get(pages::workload::show))
+        .route("/runs/{id}", get(pages::run::show))
+        .route("/compare", get(pages::compare::show))
+        .route("/runs/{id}/log/{stream}", get(api::log))
+        .route("/api/series", get(api::series))
+        .route("/api/csv", get(api::csv))
+        .route("/api/runs", get(api::runs))
+        .route("/static/{name}", get(assets::get))
+        .fallback(|uri: axum::http::Uri| async move {
+            UiError::NoPage(uri.path().chars().take(100).collect())
+        })
+        .layer(axum::middleware::from_fn_with_state(
+            state.clone(),
+            crate::guard::check,
+        ))
+        .with_state(state)
+}
+
+/// 128 random bits from the kernel, as hex.
+fn random_token() -> std::io::Result<String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}

@@ -1,0 +1,160 @@
+//! The JSON and CSV endpoints: what they send is what the store holds.
+
+mod common;
+
+use batchcast_runs::{keys, Store};
+use common::{get, make_store, serve};
+
+#[test]
+fn series_are_the_stores_points_on_elapsed_time_or_step() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let (a, b) = (m.runs[0], m.runs[2]);
+    let r = get(
+        addr,
+        &format!("/api/series?runs={a},{b}&key=proc%2Fcpu_percent&key=batchcast%2Fsamples_per_s"),
+    );
+    assert_eq!(r.status, 200, "{}", r.text());
+    let j = r.json();
+    assert_eq!(j["x"], "elapsed");
+    assert_eq!(j["live"], false);
+    assert_eq!(j["keys"][0][1], "proc/cpu_percent (%)");
+    let store = Store::open_read_only(&path).unwrap();
+    let series = j["series"].as_array().unwrap();
+    assert_eq!(series.len(), 4);
+    for s in series {
+        let run = s["run"].as_i64().unwrap();
+        let key = s["key"].as_str().unwrap();
+        let row = store.run(run).unwrap();
+        assert_eq!(
+            s["label"],
+            format!("{}/{} (#{run})", row.workload, row.run.name)
+        );
+        let want = store.metric(run, key, None, 1000).unwrap();
+        let got = s["points"].as_array().unwrap();
+        assert_eq!(got.len(), want.len());
+        for (g, w) in got.iter().zip(&want) {
+            let elapsed = (w.ts_ms - row.run.start_ms.unwrap()) as f64 / 1000.0;
+            assert_eq!(g[0].as_f64().unwrap(), elapsed);
+            assert_eq!(g[1].as_f64().unwrap(), w.value);
+            assert_eq!(g[2].as_f64().unwrap(), w.ts_ms as f64);
+        }
+    }
+    // step axis, and only points after a time
+    let cut = store.metric(a, keys::PROC_CPU_PERCENT, None, 1000).unwrap()[14].ts_ms;
+    let j = get(
+        addr,
+        &format!("/api/series?runs={a}&key=proc%2Fcpu_percent&x=step&after={cut}"),
+    )
+    .json();
+    assert_eq!(j["x"], "step");
+    let steps: Vec<f64> = j["series"][0]["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect();
+    assert_eq!(steps, vec![15.0, 16.0, 17.0, 18.0, 19.0]);
+}
+
+#[test]
+fn csv_rows_are_every_point_of_the_chart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let ids = format!("{},{}", m.runs[0], m.runs[1]);
+    let r = get(
+        addr,
+        &format!("/api/csv?runs={ids}&key=batchcast%2Fsamples"),
+    );
+    assert_eq!(r.status, 200);
+    assert!(r.header("content-type").unwrap().starts_with("text/csv"));
+    assert!(r
+        .header("content-disposition")
+        .unwrap()
+        .contains("attachment"));
+    let text = r.text();
+    let mut lines = text.lines();
+    assert_eq!(
+        lines.next().unwrap(),
+        "run_id,run,metric,elapsed_s,step,ts_ms,value"
+    );
+    let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
+    assert_eq!(rows.len(), 40);
+    let store = Store::open_read_only(&path).unwrap();
+    for (i, &id) in m.runs[..2].iter().enumerate() {
+        let want = store
+            .metric(id, keys::BATCHCAST_SAMPLES, None, 100)
+            .unwrap();
+        for (row, w) in rows[i * 20..(i + 1) * 20].iter().zip(&want) {
+            assert_eq!(row[0], id.to_string());
+            assert_eq!(row[1], format!("independent/trainer-{} (#{id})", i + 1));
+            assert_eq!(row[2], "batchcast/samples");
+            assert_eq!(row[4], w.step.to_string());
+            assert_eq!(row[5], w.ts_ms.to_string());
+            assert_eq!(row[6].parse::<f64>().unwrap(), w.value);
+        }
+    }
+}
+
+#[test]
+fn run_states_are_served_for_live_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let j = get(
+        addr,
+        &format!("/api/runs?runs={},{}", m.runs[0], m.live_run),
+    )
+    .json();
+    assert_eq!(j[0]["status"], "FINISHED");
+    assert_eq!(j[1]["status"], "RUNNING");
+    assert!(j[1]["duration"].as_str().unwrap().ends_with(" s"));
+}
+
+#[test]
+fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    {
+        let mut s = Store::open(&path).unwrap();
+        let run = m.runs[0];
+        let points: Vec<batchcast_runs::MetricPoint> = (0..2_000_001)
+            .map(|i| batchcast_runs::MetricPoint {
+                run_id: run,
+                key: "big".into(),
+                step: i,
+                ts_ms: i,
+                value: 1.0,
+            })
+            .collect();
+        s.insert_metrics(&points).unwrap();
+    }
+    let addr = serve(&path);
+    for ep in ["series", "csv"] {
+        let r = get(addr, &format!("/api/{ep}?runs={}&key=big", m.runs[0]));
+        assert_eq!(r.status, 400, "{ep}");
+        assert!(r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("batchcast runs export --csv"));
+    }
+    // a narrower ask (newer points only) fits
+    let r = get(
+        addr,
+        &format!(
+            "/api/series?runs={}&key=big&x=step&after=1999000",
+            m.runs[0]
+        ),
+    );
+    assert_eq!(r.status, 200);
+    assert_eq!(
+        r.json()["series"][0]["points"].as_array().unwrap().len(),
+        1000
+    );
+}

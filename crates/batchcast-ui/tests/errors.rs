@@ -1,0 +1,229 @@
+//! What a user can get wrong: malformed requests, a missing or foreign
+//! store, a foreign Host, a missing token. Clear answers, no crash.
+
+mod common;
+
+use std::net::{IpAddr, Ipv4Addr};
+
+use batchcast_ui::UiConfig;
+use common::{get, make_store, request, serve, serve_with};
+
+#[test]
+fn malformed_requests_get_4xx_with_a_reason_and_the_server_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let run = m.runs[0];
+    let many: Vec<String> = (1..=51).map(|i| i.to_string()).collect();
+    let long = "a".repeat(9000);
+    let cases: Vec<(String, u16, &str)> = vec![
+        ("/runs/abc".into(), 400, "positive integer"),
+        ("/runs/-3".into(), 400, "positive integer"),
+        (
+            "/runs/99999999999999999999999".into(),
+            400,
+            "positive integer",
+        ),
+        ("/runs/9999".into(), 404, "run 9999 not found"),
+        ("/workloads/0".into(), 400, "positive integer"),
+        ("/experiments/777".into(), 404, "experiment 777 not found"),
+        ("/experiments/777/collocation".into(), 404, "not found"),
+        (format!("/runs/{run}/log/stdin"), 404, "stdout or stderr"),
+        ("/nothing/here".into(), 404, "no page at /nothing/here"),
+        ("/static/..%2Fsrc%2Flib.rs".into(), 404, "no page"),
+        ("/?status=SLEEPING".into(), 400, "status must be"),
+        (format!("/?q={}", "x".repeat(300)), 400, "at most 200"),
+        ("/api/series".into(), 400, "missing runs="),
+        (
+            format!("/api/series?runs={run}"),
+            400,
+            "give 1 to 2 metrics",
+        ),
+        (
+            format!("/api/series?runs={run}&key=a&key=b&key=c"),
+            400,
+            "give 1 to 2 metrics",
+        ),
+        (
+            format!("/api/series?runs={run}&key=nope"),
+            400,
+            "has the metric \\\"nope\\\"",
+        ),
+        (
+            format!("/api/series?runs={run}&key=%01"),
+            400,
+            "bad metric name",
+        ),
+        (
+            format!("/api/series?runs={run}&key=proc%2Fcpu_percent&x=time"),
+            400,
+            "elapsed or step",
+        ),
+        (
+            format!("/api/series?runs={run}&key=proc%2Fcpu_percent&after=soon"),
+            400,
+            "milliseconds",
+        ),
+        (
+            format!("/api/series?runs={}&key=proc%2Fcpu_percent", many.join(",")),
+            400,
+            "at most 50 runs",
+        ),
+        (
+            "/api/series?runs=1,x&key=proc%2Fcpu_percent".into(),
+            400,
+            "positive integer",
+        ),
+        (
+            "/api/series?runs=9999&key=proc%2Fcpu_percent".into(),
+            404,
+            "run 9999 not found",
+        ),
+        (format!("/api/csv?runs={run}&key=nope"), 400, "nope"),
+        (format!("/api/series?{long}"), 400, "longer than"),
+        ("/api/runs?runs=".into(), 400, "names no run"),
+        ("/compare?run=abc".into(), 400, "choose runs"),
+        ("/compare?runs=99999".into(), 404, "run 99999 not found"),
+    ];
+    for (path, status, why) in &cases {
+        let r = get(addr, path);
+        assert_eq!(r.status, *status, "{path}: {}", r.text());
+        assert!(
+            r.text().contains(why),
+            "{path}: {why:?} not in {}",
+            r.text()
+        );
+        if path.starts_with("/api/") {
+            assert!(r.json()["error"].is_string(), "{path}");
+        } else {
+            assert!(r.text().contains("class=\"error\""), "{path}");
+        }
+    }
+    assert_eq!(get(addr, "/").status, 200, "still serving");
+}
+
+#[test]
+fn a_missing_store_gives_an_error_page_until_it_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("later.sqlite");
+    let addr = serve(&path);
+    for p in ["/", "/runs/1", "/api/series?runs=1&key=a"] {
+        let r = get(addr, p);
+        assert_eq!(r.status, 503, "{p}");
+        assert!(r.text().contains("no run store at"), "{p}: {}", r.text());
+        assert!(
+            r.text().contains("batchcast run"),
+            "{p}: says how to make one"
+        );
+    }
+    assert!(get(addr, "/").text().contains("<h2>No run store</h2>"));
+    make_store(&path);
+    assert_eq!(get(addr, "/").status, 200);
+}
+
+#[test]
+fn a_foreign_sqlite_file_or_a_text_file_is_not_a_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let foreign = dir.path().join("other.sqlite");
+    rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .execute_batch("CREATE TABLE t (x); INSERT INTO t VALUES (1);")
+        .unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "not a database at all, just some words of text here\n".repeat(40),
+    )
+    .unwrap();
+    for file in [&foreign, &text] {
+        let addr = serve(file);
+        let r = get(addr, "/");
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(
+            r.text().contains("is not a batchcast run store"),
+            "{}",
+            r.text()
+        );
+        assert!(r.text().contains("Not a batchcast run store"));
+        let r = get(addr, "/api/runs?runs=1");
+        assert_eq!(r.status, 503);
+        assert!(r.json()["error"]
+            .as_str()
+            .unwrap()
+            .contains("not a batchcast run store"));
+    }
+    // the dashboard never wrote to it
+    let n: i64 = rusqlite::Connection::open(&foreign)
+        .unwrap()
+        .query_row("SELECT count(*) FROM sqlite_master", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 1);
+}
+
+#[test]
+fn a_request_naming_another_host_is_refused_when_local() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let addr = serve(&path);
+    let r = request(addr, "/", &[("Host", "attacker.example:8470")]);
+    assert_eq!(r.status, 421);
+    assert!(r.text().contains("not this machine"));
+    assert_eq!(request(addr, "/", &[]).status, 421, "no Host at all");
+    let port = addr.port().to_string();
+    for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
+        assert_eq!(request(addr, "/", &[("Host", &host)]).status, 200, "{host}");
+    }
+}
+
+#[test]
+fn another_address_needs_the_token_on_every_request() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let config = UiConfig {
+        store: path,
+        host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        port: 0,
+    };
+    let (addr, token) = serve_with(config);
+    let token = token.expect("a token off loopback");
+    assert_eq!(token.len(), 32);
+    let local = std::net::SocketAddr::from((Ipv4Addr::LOCALHOST, addr.port()));
+    let host = [("Host", "somewhere.example")];
+    let r = request(local, "/", &host);
+    assert_eq!(r.status, 403);
+    assert!(r.text().contains("needs its token"));
+    assert_eq!(request(local, "/?token=wrong", &host).status, 403);
+    assert_eq!(request(local, "/api/runs?runs=1", &host).status, 403);
+    let r = request(local, &format!("/?token={token}"), &host);
+    assert_eq!(r.status, 200);
+    let cookie = r
+        .header("set-cookie")
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    assert!(cookie.contains(&token) && r.header("set-cookie").unwrap().contains("HttpOnly"));
+    let with_cookie = [("Host", "somewhere.example"), ("Cookie", &cookie)];
+    assert_eq!(request(local, "/api/runs?runs=1", &with_cookie).status, 200);
+    let bearer = format!("Bearer {token}");
+    let with_bearer = [("Host", "somewhere.example"), ("Authorization", &bearer)];
+    assert_eq!(request(local, "/static/app.js", &with_bearer).status, 200);
+}
+
+#[test]
+fn a_port_in_use_is_a_clear_error() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let err = batchcast_ui::Ui::bind(&UiConfig::local("x.sqlite", port))
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        err.contains(&format!("127.0.0.1:{port}")) && err.contains("--port"),
+        "{err}"
+    );
+}

@@ -1,0 +1,236 @@
+//! Every page of the dashboard against a store written by the test.
+
+mod common;
+
+use common::{get, make_store, serve};
+
+#[test]
+fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let r = get(addr, "/");
+    assert_eq!(r.status, 200);
+    let html = r.text();
+    assert!(
+        html.contains(&format!(
+            "href=\"/experiments/{}\">sharing</a>",
+            m.experiment
+        )),
+        "{html}"
+    );
+    assert!(html.contains(">live</a>"));
+    assert!(html.contains("/static/app.js") && html.contains("/static/style.css"));
+    // runs whose parameters say lr=0.2: trainer-2 of both workloads
+    let r = get(addr, "/?q=lr%3D0.2");
+    let html = r.text();
+    assert_eq!(r.status, 200);
+    assert!(html.contains("Matching runs (2)"), "{html}");
+    assert!(html.contains(&format!("href=\"/runs/{}\"", m.runs[1])));
+    assert!(html.contains(&format!("href=\"/runs/{}\"", m.runs[3])));
+    assert!(!html.contains(&format!("href=\"/runs/{}\"", m.runs[0])));
+    // by status: the one RUNNING run
+    let html = get(addr, "/?status=RUNNING").text();
+    assert!(
+        html.contains("Matching runs (1)") && html.contains(">going</a>"),
+        "{html}"
+    );
+}
+
+#[test]
+fn an_experiment_shows_its_workloads_with_their_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let r = get(addr, &format!("/experiments/{}", m.experiment));
+    assert_eq!(r.status, 200);
+    let html = r.text();
+    let ind = html
+        .find(&format!("/workloads/{}\">independent", m.independent))
+        .unwrap();
+    let sh = html
+        .find(&format!("/workloads/{}\">shared", m.shared))
+        .unwrap();
+    assert!(ind < sh);
+    assert!(html.contains("own loaders (independent)"));
+    assert!(html.contains("shared pipeline: <code>batchcast serve --synthetic</code>"));
+    assert_eq!(
+        html.matches("class=\"status finished\"").count(),
+        5,
+        "{html}"
+    );
+    assert!(html.contains("<td>CPU</td>") && html.contains("lr=0.1"));
+    // filtered to one run
+    let html = get(addr, &format!("/experiments/{}?q=data", m.experiment)).text();
+    assert_eq!(
+        html.matches("class=\"status finished\"").count(),
+        1,
+        "{html}"
+    );
+}
+
+#[test]
+fn a_workload_page_charts_its_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let html = get(addr, &format!("/workloads/{}", m.shared)).text();
+    let runs = format!("data-runs=\"{},{},{}\"", m.runs[2], m.runs[3], m.runs[4]);
+    assert!(html.contains(&runs), "{html}");
+    assert!(html.contains("batchcast/samples_per_s") && html.contains("proc/cpu_percent"));
+    assert!(html.contains("data-defaults=\"[&quot;batchcast/samples_per_s&quot;,&quot;batchcast/data_wait_share&quot;]\""), "{html}");
+    assert!(html.contains("data-live=\"0\""));
+    // the live experiment's workload polls
+    let live = batchcast_runs::Store::open_read_only(&path)
+        .unwrap()
+        .run(m.live_run)
+        .unwrap();
+    let html = get(addr, &format!("/workloads/{}", live.run.workload_id)).text();
+    assert!(
+        html.contains("No metrics recorded yet") && html.contains("class=\"status running\""),
+        "{html}"
+    );
+    // a run in progress has its output polled
+    let html = get(addr, &format!("/runs/{}", m.live_run)).text();
+    let live_log = format!(
+        "data-run=\"{}\" data-tail=\"16384\" data-live=\"1\"",
+        m.live_run
+    );
+    assert!(html.contains(&live_log), "{html}");
+}
+
+#[test]
+fn the_collocation_view_shows_the_compare_table_and_the_speedup() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let html = get(addr, &format!("/experiments/{}/collocation", m.experiment)).text();
+    let store = batchcast_runs::Store::open_read_only(&path).unwrap();
+    let rows = batchcast_runs::compare::collocation(&store, Some("sharing")).unwrap();
+    let speedup = batchcast_runs::compare::speedups(&rows);
+    assert_eq!(speedup.len(), 1);
+    let text = format!(
+        "shared vs independent: <b>{:.2}×</b> aggregate samples/s",
+        speedup[0].throughput
+    );
+    assert!(html.contains(&text), "{text} not in {html}");
+    for w in &rows {
+        let rate = format!("{:.1}", w.samples_per_s.unwrap());
+        assert!(html.contains(&rate), "{rate}");
+    }
+    assert!(html.contains("<tr class=\"independent\">") && html.contains("<tr class=\"shared\">"));
+    assert!(html.contains("<svg class=\"bars\""));
+}
+
+#[test]
+fn a_run_page_shows_facts_parameters_environment_events_and_output() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let id = m.runs[0];
+    let html = get(addr, &format!("/runs/{id}")).text();
+    for want in [
+        "python train.py --lr 0.1",
+        "<th>lr</th><td>0.1</td>",
+        "<th>versions.batchcast</th><td>0.1.0</td>",
+        "NVML unavailable: no GPU here",
+        &format!("hello from run {id}"),
+        "a &lt;warning&gt; &amp; more",
+        &format!("href=\"/runs/{id}/log/stdout\""),
+        "<th>exit code</th><td>0</td>",
+        &format!("data-runs=\"{id}\""),
+        "data-live=\"0\">hello",
+    ] {
+        assert!(html.contains(want), "{want:?} not in {html}");
+    }
+}
+
+#[test]
+fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let id = m.runs[0];
+    let big: String = (0..5000).map(|i| format!("line {i}\n")).collect();
+    {
+        let mut s = batchcast_runs::Store::open(&path).unwrap();
+        s.append_log(id, batchcast_runs::LogStream::Stdout, 0, big.as_bytes())
+            .unwrap();
+    }
+    let addr = serve(&path);
+    let html = get(addr, &format!("/runs/{id}")).text();
+    assert!(
+        html.contains("last 16 KiB") && html.contains("line 4999") && !html.contains("line 10\n")
+    );
+    let r = get(addr, &format!("/runs/{id}/log/stdout"));
+    assert_eq!(r.status, 200);
+    assert!(r
+        .header("content-disposition")
+        .unwrap()
+        .contains(&format!("run-{id}-stdout.log")));
+    assert_eq!(r.text(), format!("hello from run {id}\n{big}"));
+    let r = get(addr, &format!("/runs/{id}/log/stdout?tail=10"));
+    assert_eq!(r.status, 200);
+    assert_eq!(r.header("content-disposition"), Some("inline"));
+    assert_eq!(r.text(), "line 4999\n");
+    for bad in ["abc", "-1", "1048577"] {
+        let r = get(addr, &format!("/runs/{id}/log/stdout?tail={bad}"));
+        assert_eq!(r.status, 400, "{bad}");
+        assert!(r.text().contains("tail must be a byte count"));
+    }
+    assert_eq!(
+        get(addr, &format!("/runs/{id}/log/stderr")).text(),
+        "a <warning> & more\n"
+    );
+}
+
+#[test]
+fn chosen_runs_of_different_workloads_are_charted_together() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let addr = serve(&path);
+    let html = get(addr, &format!("/experiments/{}", m.experiment)).text();
+    assert!(html.contains(&format!(
+        "name=\"run\" value=\"{}\" form=\"pick\"",
+        m.runs[0]
+    )));
+    assert!(html.contains("<form id=\"pick\""));
+    let r = get(
+        addr,
+        &format!("/compare?run={}&run={}", m.runs[0], m.runs[2]),
+    );
+    assert_eq!(r.status, 200);
+    let html = r.text();
+    assert!(
+        html.contains(&format!("data-runs=\"{},{}\"", m.runs[0], m.runs[2])),
+        "{html}"
+    );
+    assert!(html.contains("sharing / independent") && html.contains("sharing / shared"));
+    let r = get(addr, "/compare");
+    assert_eq!(r.status, 400);
+    assert!(r.text().contains("tick them in a runs table"));
+}
+
+#[test]
+fn the_pages_own_script_and_style_are_served() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let addr = serve(&path);
+    for (name, ty) in [
+        ("app.js", "text/javascript"),
+        ("chart.js", "text/javascript"),
+        ("style.css", "text/css"),
+    ] {
+        let r = get(addr, &format!("/static/{name}"));
+        assert_eq!(r.status, 200);
+        assert!(r.header("content-type").unwrap().starts_with(ty));
+        assert!(r.body.len() > 1000);
+    }
+}
