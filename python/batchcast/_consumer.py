@@ -146,6 +146,16 @@ class Consumer:
             :mod:`batchcast._spec` for the keys). Array expectations on a
             producer that has not described its first batch yet (one started
             with ``slot_size=``) are checked on the first batch.
+        transform: this trainer's own augmentation of a decoded stream
+            (``batchcast serve --decode-only``): a
+            :class:`batchcast.transforms.Compose` (or a single
+            ``RandomResizedCrop``), run on native threads into this
+            process's memory; batches are then ``(augmented images,
+            labels)``. See :mod:`batchcast.transforms`.
+        seed: the seed of ``transform``'s random draws (default: a fresh
+            random one, so every consumer crops differently); a fixed seed
+            reproduces the same crops.
+        transform_threads: native threads that run ``transform``.
     """
 
     def __init__(
@@ -163,6 +173,9 @@ class Consumer:
         copy_on_write: bool = True,
         on_evict: str = "error",
         expect: Optional[dict] = None,
+        transform: Any = None,
+        seed: Optional[int] = None,
+        transform_threads: int = 2,
     ) -> None:
         if name is None:
             # `batchcast run` gives every job of a workload with a shared
@@ -183,6 +196,10 @@ class Consumer:
                 )
         self._format = _resolve_format(format, "cpu" if device is None else str(device))
         self._device = _resolve_device(device)
+        self._augment = None
+        if transform is not None:
+            self._augment = _Augment(transform, seed, transform_threads, self._format, self._device)
+            self._device = None  # batches move after augmenting, which reads them on the CPU
         if self._format == "torch":
             import torch
 
@@ -444,6 +461,9 @@ class Consumer:
                 kind = event[0]
                 if kind == "batch":
                     batch = unflatten(event[3], event[4], self._convert)
+                    if self._augment is not None:
+                        assert self._current is not None
+                        batch = self._augment(batch, event[1], event[2] * self._current.batch_size, self.name)
                     if self._expect_arrays is not None:
                         expect, self._expect_arrays = self._expect_arrays, None
                         check_arrays(arrays_of_batch(batch), expect, self.name)
@@ -541,3 +561,52 @@ class Consumer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"epoch {self.epoch}"
         return f"<batchcast.Consumer of {self.name!r} ({state})>"
+
+
+class _Augment:
+    """A consumer's ``transform=``: augments each decoded batch into fresh
+    memory of this process (see :mod:`batchcast.transforms`)."""
+
+    def __init__(self, transform: Any, seed: Optional[int], threads: int, fmt: str, device: Any) -> None:
+        from . import transforms
+
+        if isinstance(transform, transforms.RandomResizedCrop):
+            transform = transforms.Compose([transform])
+        if not isinstance(transform, transforms.Compose):
+            raise TypeError(
+                "transform must be a batchcast.transforms.Compose (or RandomResizedCrop), "
+                f"not {type(transform).__name__}; torchvision transforms run on the output instead"
+            )
+        if seed is None:
+            seed = int.from_bytes(os.urandom(8), "little")
+        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
+            raise _native.InvalidArgument(f"seed must be an int in [0, 2**64), not {seed!r}")
+        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+            raise _native.InvalidArgument(f"transform_threads must be a positive int, not {threads!r}")
+        self.seed = seed
+        self._native = transform.native(threads, seed)
+        self._dtype = transform.dtype
+        self._format = fmt
+        self._device = device
+
+    def __call__(self, batch: Any, epoch: int, first_key: int, name: str) -> Any:
+        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
+            raise _native.InvalidBatch(
+                f"transform= needs a decoded stream of (images, labels), as `batchcast serve "
+                f"--decode-only` sends; producer {name!r} sends {type(batch).__name__}"
+            )
+        images, labels = batch
+        shape = (int(images.shape[0]), *self._native.image_shape())
+        if self._format == "torch":
+            import torch
+
+            out = torch.empty(shape, dtype=getattr(torch, self._dtype))
+        else:
+            import numpy
+
+            out = numpy.empty(shape, dtype=self._dtype)
+        self._native.augment(images, epoch, first_key, out)
+        if self._device is not None:
+            out = out.to(self._device, non_blocking=True)
+            labels = labels.to(self._device, non_blocking=True)
+        return (out, labels) if isinstance(batch, tuple) else [out, labels]

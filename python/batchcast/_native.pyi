@@ -172,3 +172,23 @@ class Consumer:
     def next_event(self) -> Tuple[Any, ...]: ...
     def stats(self) -> Dict[str, Any]: ...
     def close(self) -> None: ...
+
+class Augmenter:
+    """A consumer's own augmentation of a decoded stream, on native threads
+    (see batchcast.transforms)."""
+
+    def __init__(
+        self,
+        size: int,
+        *,
+        scale: tuple[float, float] = ...,
+        ratio: tuple[float, float] = ...,
+        hflip_p: float = ...,
+        layout: str = ...,
+        mean: Optional[tuple[float, float, float]] = ...,
+        std: Optional[tuple[float, float, float]] = ...,
+        threads: int = ...,
+        seed: int = ...,
+    ) -> None: ...
+    def image_shape(self) -> tuple[int, int, int]: ...
+    def augment(self, images: Any, epoch: int, first_key: int, out: Any) -> None: ...

@@ -62,6 +62,7 @@
 //! [`WebDatasetWriter`] writes WebDataset shards.
 #![deny(missing_docs)]
 
+mod augment;
 mod dataset;
 mod decode;
 mod error;
@@ -77,6 +78,7 @@ mod sampler;
 mod transform;
 mod worker;
 
+pub use augment::Augmenter;
 pub use dataset::{Dataset, DatasetKind, WebDatasetWriter};
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;

@@ -9,16 +9,36 @@ use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer
 use crate::decode::RgbImage;
 use crate::transform::{Plan, Region};
 
+/// A decoded RGB8 HWC image, borrowed: one the pipeline decoded, or one row
+/// of a decoded batch in shared memory.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct ImageView<'a> {
+    pub(crate) width: u32,
+    pub(crate) height: u32,
+    /// `width * height * 3` bytes.
+    pub(crate) data: &'a [u8],
+}
+
+impl RgbImage {
+    pub(crate) fn view(&self) -> ImageView<'_> {
+        ImageView {
+            width: self.width,
+            height: self.height,
+            data: &self.data,
+        }
+    }
+}
+
 /// Writes `plan` applied to `src` into `dst`, an RGB8 HWC buffer of exactly
 /// `plan.out_width * plan.out_height * 3` bytes.
 pub(crate) fn apply(
     plan: &Plan,
-    src: &RgbImage,
+    src: ImageView<'_>,
     resizer: &mut Resizer,
     dst: &mut [u8],
 ) -> Result<(), String> {
     let (ow, oh) = (plan.out_width, plan.out_height);
-    let src_view = ImageRef::new(src.width, src.height, &src.data, PixelType::U8x3)
+    let src_view = ImageRef::new(src.width, src.height, src.data, PixelType::U8x3)
         .map_err(|e| format!("decoded image buffer: {e}"))?;
     let bilinear = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
     match plan.region {
@@ -57,7 +77,7 @@ pub(crate) fn apply(
 
 /// Copies a `w` x `h` rectangle at `(left, top)` of `src` into `dst`.
 fn copy_rect(
-    src: &RgbImage,
+    src: ImageView<'_>,
     left: u32,
     top: u32,
     w: u32,
@@ -139,7 +159,7 @@ mod tests {
             flip: false,
         };
         let mut dst = vec![0u8; 5 * 4 * 3];
-        apply(&plan, &src, &mut Resizer::new(), &mut dst).unwrap();
+        apply(&plan, src.view(), &mut Resizer::new(), &mut dst).unwrap();
         assert_eq!(&dst[..3], &[3, 2, 7]);
         assert_eq!(&dst[dst.len() - 3..], &[7, 5, 7]);
     }
@@ -173,7 +193,7 @@ mod tests {
             flip: false,
         };
         let mut dst = vec![0u8; 27];
-        apply(&plan, &src, &mut Resizer::new(), &mut dst).unwrap();
+        apply(&plan, src.view(), &mut Resizer::new(), &mut dst).unwrap();
         assert!(dst.iter().all(|&v| v == 255), "{dst:?}");
     }
 }

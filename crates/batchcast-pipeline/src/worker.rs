@@ -88,11 +88,11 @@ impl Job<'_> {
         .map_err(|e| e.to_string())?;
         let plan = plan_for(s.image.width, s.image.height);
         if self.raw {
-            return resample::apply(&plan, &s.image, &mut s.resizer, out);
+            return resample::apply(&plan, s.image.view(), &mut s.resizer, out);
         }
         let bytes = plan.out_width as usize * plan.out_height as usize * 3;
         s.resized.resize(bytes, 0);
-        resample::apply(&plan, &s.image, &mut s.resizer, &mut s.resized)?;
+        resample::apply(&plan, s.image.view(), &mut s.resizer, &mut s.resized)?;
         self.writer.write(&s.resized, out);
         Ok(())
     }

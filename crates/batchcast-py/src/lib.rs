@@ -7,6 +7,8 @@
 //! - `consumer::PyConsumer` (`_native.Consumer`) returns events, its
 //!   batches' arrays as `dlpack::ArrayView`s (`__dlpack__` over the
 //!   read-only arena);
+//! - `augment::PyAugmenter` (`_native.Augmenter`) augments a decoded
+//!   batch into the consumer's own memory on native threads;
 //! - `errors` defines the exception classes and maps every core error.
 //!
 //! Every blocking core call goes through `run_detached`: arguments are
@@ -23,6 +25,7 @@
 //! core object (dropping would talk on the parent's connections).
 #![deny(missing_docs)]
 
+mod augment;
 mod consumer;
 mod dlpack;
 mod errors;
@@ -243,6 +246,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<dlpack::ArrayView>()?;
+    m.add_class::<augment::PyAugmenter>()?;
     errors::register(m)?;
     Ok(())
 }

@@ -119,6 +119,13 @@ impl SourceArgs {
         if im.drop_last {
             f.push("--drop-last".into());
         }
+        if im.decode_only {
+            f.push("--decode-only".into());
+            if let Some(side) = im.store_size {
+                f.push("--store-size".into());
+                f.push(side.to_string());
+            }
+        }
         f
     }
 }

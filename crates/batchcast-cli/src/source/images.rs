@@ -51,6 +51,15 @@ pub struct ImageArgs {
     #[arg(long, default_value_t = DEFAULT_MAX_PIXELS,
           value_parser = clap::value_parser!(u64).range(1..))]
     pub max_pixels: u64,
+    /// Publish decoded images for consumers that augment their own copy
+    /// (`batchcast.Consumer(transform=...)`): each image's shorter side
+    /// resized to --store-size and centre-cropped to a square, as `u8`
+    /// NHWC (--transform, --layout and --dtype do not apply).
+    #[arg(long)]
+    pub decode_only: bool,
+    /// Side of the stored square with --decode-only (default: --image-size).
+    #[arg(long, requires = "decode_only")]
+    pub store_size: Option<u32>,
 }
 
 impl Default for ImageArgs {
@@ -65,6 +74,8 @@ impl Default for ImageArgs {
             drop_last: false,
             on_error: "skip".into(),
             max_pixels: DEFAULT_MAX_PIXELS,
+            decode_only: false,
+            store_size: None,
         }
     }
 }
@@ -82,6 +93,14 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
     let dataset = Dataset::open(path)?;
     let size = args.image_size;
     let transform = match args.transform.as_str() {
+        // Decode once: the stored square, augmented by each consumer.
+        _ if args.decode_only => {
+            let side = args.store_size.unwrap_or(size);
+            Transform::Eval {
+                resize: side,
+                crop: side,
+            }
+        }
         "train" => Transform::train(size),
         "eval" => Transform::Eval {
             resize: (size as u64 * 256 / 224) as u32,
@@ -90,11 +109,13 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         other => bail!("unknown --transform {other:?}; use train or eval"),
     };
     let layout = match args.layout.as_str() {
+        _ if args.decode_only => Layout::Nhwc,
         "nchw" => Layout::Nchw,
         "nhwc" => Layout::Nhwc,
         other => bail!("unknown --layout {other:?}; use nchw or nhwc"),
     };
     let (pixel, dtype) = match args.dtype.as_str() {
+        _ if args.decode_only => (PixelType::U8, DType::U8),
         "u8" => (PixelType::U8, DType::U8),
         "f32" => (PixelType::imagenet(), DType::F32),
         other => bail!("unknown --dtype {other:?}; use u8 or f32"),

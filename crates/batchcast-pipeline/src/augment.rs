@@ -1,0 +1,186 @@
+//! [`Augmenter`]: augmentation of already-decoded images, for a consumer of
+//! a decoded stream.
+//!
+//! A producer that decodes once (`Transform::Eval { resize: S, crop: S }`,
+//! RGB8 HWC) lets every trainer augment the shared decoded batch into its
+//! own memory with its own transform and seed. The geometry is the
+//! pipeline's own ([`Transform::plan`] and the same resampler and output
+//! writer), applied to an `S` x `S` image instead of the original file, so
+//! a trainer's `RandomResizedCrop` draws its crop from the stored image:
+//! the crop's area and aspect follow torchvision's distribution relative to
+//! that image, which is the original's centre square at `S` pixels (the
+//! part outside the centre square is not seen).
+//!
+//! Random draws come from `(seed, epoch, key)` per sample, where `key` is
+//! the caller's sample key (its position in the epoch): results do not
+//! depend on the number of threads, and two consumers with different seeds
+//! draw different crops.
+
+use std::cell::RefCell;
+
+use fast_image_resize::Resizer;
+use rayon::prelude::*;
+
+use crate::output::Writer;
+use crate::resample::{self, ImageView};
+use crate::{OutputFormat, PipelineError, Transform};
+
+thread_local! {
+    static SCRATCH: RefCell<(Resizer, Vec<u8>)> = RefCell::new((Resizer::new(), Vec::new()));
+}
+
+/// Augments batches of decoded RGB8 HWC images on its own thread pool.
+pub struct Augmenter {
+    transform: Transform,
+    output: OutputFormat,
+    writer: Writer,
+    seed: u64,
+    pool: rayon::ThreadPool,
+}
+
+impl std::fmt::Debug for Augmenter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Augmenter")
+            .field("transform", &self.transform)
+            .field("output", &self.output)
+            .field("seed", &self.seed)
+            .field("threads", &self.pool.current_num_threads())
+            .finish()
+    }
+}
+
+impl Augmenter {
+    /// An augmenter with `threads` worker threads.
+    ///
+    /// # Errors
+    /// [`PipelineError::InvalidConfig`] for bad parameters or no thread,
+    /// [`PipelineError::ThreadPool`] if the threads cannot start.
+    pub fn new(
+        transform: Transform,
+        output: OutputFormat,
+        threads: usize,
+    ) -> Result<Augmenter, PipelineError> {
+        transform.validate()?;
+        output.validate()?;
+        if threads == 0 {
+            return Err(PipelineError::InvalidConfig(
+                "the augmenter needs at least 1 thread".into(),
+            ));
+        }
+        let pool = rayon::ThreadPoolBuilder::new()
+            .num_threads(threads)
+            .thread_name(|i| format!("bc-augment-{i}"))
+            .build()
+            .map_err(|e| PipelineError::ThreadPool {
+                threads,
+                detail: e.to_string(),
+            })?;
+        let writer = output.writer();
+        Ok(Augmenter {
+            transform,
+            output,
+            writer,
+            seed: 0,
+            pool,
+        })
+    }
+
+    /// The same augmenter drawing from `seed` (one per consumer).
+    pub fn with_seed(mut self, seed: u64) -> Augmenter {
+        self.seed = seed;
+        self
+    }
+
+    /// Bytes of one augmented image.
+    pub fn image_bytes(&self) -> usize {
+        let (w, h) = self.transform.output_size();
+        self.output.image_bytes(h, w)
+    }
+
+    /// Shape of one augmented image, in the output's layout.
+    pub fn image_shape(&self) -> [usize; 3] {
+        let (w, h) = self.transform.output_size();
+        self.output.shape(h, w)
+    }
+
+    /// Augments `keys.len()` decoded images of `width` x `height` (RGB8
+    /// HWC, back to back in `images`) into `out`, one image's
+    /// [`image_bytes`](Self::image_bytes) per row; image `i` draws from
+    /// `(seed, epoch, keys[i])`.
+    ///
+    /// # Errors
+    /// [`PipelineError::BufferTooSmall`] when `images` or `out` is short,
+    /// [`PipelineError::InvalidConfig`] for an empty image size.
+    pub fn augment(
+        &self,
+        epoch: u64,
+        images: &[u8],
+        width: u32,
+        height: u32,
+        keys: &[u64],
+        out: &mut [u8],
+    ) -> Result<(), PipelineError> {
+        if width == 0 || height == 0 {
+            return Err(PipelineError::InvalidConfig(format!(
+                "decoded images of {width}x{height} pixels"
+            )));
+        }
+        let n = keys.len();
+        let src_row = width as usize * height as usize * 3;
+        let dst_row = self.image_bytes();
+        for (what, needed, got) in [
+            ("images", n.saturating_mul(src_row), images.len()),
+            ("out", n.saturating_mul(dst_row), out.len()),
+        ] {
+            if got < needed {
+                return Err(PipelineError::BufferTooSmall { what, needed, got });
+            }
+        }
+        let raw = self.output.is_raw();
+        let results: Vec<Result<(), String>> = self.pool.install(|| {
+            out[..n * dst_row]
+                .par_chunks_mut(dst_row)
+                .zip(images[..n * src_row].par_chunks(src_row))
+                .zip(keys.par_iter())
+                .map(|((dst, src), &key)| {
+                    let view = ImageView {
+                        width,
+                        height,
+                        data: src,
+                    };
+                    self.one(view, epoch, key, raw, dst)
+                })
+                .collect()
+        });
+        match results.into_iter().find_map(Result::err) {
+            Some(e) => Err(PipelineError::InvalidConfig(format!("augmenting: {e}"))),
+            None => Ok(()),
+        }
+    }
+
+    fn one(
+        &self,
+        src: ImageView<'_>,
+        epoch: u64,
+        key: u64,
+        raw: bool,
+        dst: &mut [u8],
+    ) -> Result<(), String> {
+        let plan = self
+            .transform
+            .plan(src.width, src.height, self.seed, epoch, key);
+        SCRATCH.with(|cell| {
+            let mut scratch = cell
+                .try_borrow_mut()
+                .map_err(|_| "re-entered".to_string())?;
+            let (resizer, rgb) = &mut *scratch;
+            if raw {
+                return resample::apply(&plan, src, resizer, dst);
+            }
+            rgb.resize(plan.out_width as usize * plan.out_height as usize * 3, 0);
+            resample::apply(&plan, src, resizer, rgb)?;
+            self.writer.write(rgb, dst);
+            Ok(())
+        })
+    }
+}

@@ -1,0 +1,159 @@
+"""Decode once, augment per trainer: a `batchcast serve --decode-only`
+stream, and consumers that each augment their own copy on native threads
+(`Consumer(transform=...)`), checked against torchvision."""
+
+from __future__ import annotations
+
+import subprocess
+from collections import Counter
+
+import numpy as np
+import pytest
+
+import batchcast
+from batchcast import transforms as T
+
+torch = pytest.importorskip("torch")
+tvf = pytest.importorskip("torchvision.transforms.functional")
+Image = pytest.importorskip("PIL.Image")
+
+S = 48  # stored side
+CLASSES, PER_CLASS, BATCH = 3, 8, 8
+
+
+@pytest.fixture(scope="module")
+def dataset(tmp_path_factory):
+    """An ImageFolder of 24 JPEGs of assorted sizes (smooth gradients with a
+    little texture), labels 0..2."""
+    root = tmp_path_factory.mktemp("jpegs")
+    rng = np.random.default_rng(0)
+    for c in range(CLASSES):
+        (root / f"class_{c}").mkdir()
+        for i in range(PER_CLASS):
+            w, h = int(rng.integers(60, 120)), int(rng.integers(60, 120))
+            y, x = np.mgrid[0:h, 0:w]
+            img = np.stack([x * 255 // w, y * 255 // h, (x + y + 40 * c + 9 * i) % 256], -1).astype(np.uint8)
+            Image.fromarray(img).save(root / f"class_{c}" / f"{i}.jpg", quality=95)
+    return root
+
+
+@pytest.fixture
+def serve(dataset, bc_dir, batchcast_bin):
+    procs = []
+
+    def start(name: str, consumers: int, epochs: int = 1):
+        p = subprocess.Popen(
+            [batchcast_bin, "serve", "--name", name, "--data", str(dataset), "--decode-only",
+             "--store-size", str(S), "--batch-size", str(BATCH), "--epochs", str(epochs),
+             "--consumers", str(consumers), "--no-shuffle", "--idle-timeout", "60"],
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.kill()
+        p.wait()
+        p.stderr.close()
+
+
+def connect(*kwargs_list):
+    """Consumers made at once, as separate trainers would: a producer
+    waiting for N consumers publishes (and so welcomes anyone) only when
+    all N are there."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(kwargs_list)) as pool:
+        return list(pool.map(lambda kw: batchcast.Consumer(connect_timeout=30, **kw), kwargs_list))
+
+
+def read_epoch(consumer):
+    images, labels = [], []
+    for x, y in consumer:
+        images.append(x.clone() if hasattr(x, "clone") else x.copy())
+        labels.extend(int(v) for v in y)
+    return images, labels
+
+
+def test_the_decoded_stream_holds_each_image_once_as_a_stored_square(serve):
+    serve("dec", consumers=1)
+    with batchcast.Consumer("dec", connect_timeout=30) as c:
+        images, labels = read_epoch(c)
+    assert all(tuple(x.shape[1:]) == (S, S, 3) and x.dtype == torch.uint8 for x in images)
+    assert Counter(labels) == Counter({k: PER_CLASS for k in range(CLASSES)})
+
+
+def test_each_consumer_augments_its_own_copy_and_a_seed_reproduces_it(serve):
+    serve("aug", consumers=4)
+    crop = lambda: T.Compose([T.RandomResizedCrop(24), T.RandomHorizontalFlip()])  # noqa: E731
+    consumers = connect(
+        dict(name="aug", transform=crop(), seed=1),
+        dict(name="aug", transform=crop(), seed=2),
+        dict(name="aug", transform=crop(), seed=1, transform_threads=3),
+        dict(name="aug", batch_size=5, transform=crop(), seed=9),
+    )
+    epochs = [read_epoch(c) for c in consumers]
+    for c in consumers:
+        c.close()
+    (a, la), (b, lb), (a3, la3), (odd, lodd) = epochs
+    assert all(tuple(x.shape[1:]) == (3, 24, 24) for x in a)
+    assert la == lb == la3, "every consumer reads the same samples in order"
+    assert Counter(lodd) == Counter(la), "every sample once, whatever the batch size"
+    assert all(torch.equal(x, y) for x, y in zip(a, a3)), "a seed reproduces, whatever the threads"
+    differing = sum(not torch.equal(x[i], y[i]) for x, y in zip(a, b) for i in range(len(x)))
+    assert differing >= 20, f"another seed crops otherwise: {differing} of 24 images differ"
+
+
+def test_a_whole_image_crop_flip_and_normalize_match_torchvision(serve):
+    serve("tv", consumers=2)
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    plain, mine = connect(
+        dict(name="tv"),
+        dict(
+            name="tv",
+            transform=T.Compose([
+                T.RandomResizedCrop(32, scale=(1.0, 1.0), ratio=(1.0, 1.0)),  # the whole stored square
+                T.RandomHorizontalFlip(p=1.0),
+                T.Normalize(mean, std),
+            ]),
+        ),
+    )
+    decoded, _ = read_epoch(plain)
+    augmented, _ = read_epoch(mine)
+    plain.close()
+    mine.close()
+    for src, got in zip(decoded, augmented):
+        assert got.dtype == torch.float32 and tuple(got.shape[1:]) == (3, 32, 32)
+        chw = src.permute(0, 3, 1, 2)
+        want = tvf.resize(chw, [32, 32], interpolation=tvf.InterpolationMode.BILINEAR, antialias=True)
+        want = tvf.normalize(tvf.hflip(want).float() / 255, mean, std)
+        one_level = 1 / 255 / min(std)
+        assert (got - want).abs().max().item() <= one_level + 1e-6
+
+
+def test_transforms_that_cannot_run_natively_are_refused_with_the_way_out():
+    with pytest.raises(batchcast.InvalidArgument, match="starts with batchcast.transforms.RandomResizedCrop"):
+        T.Compose([T.RandomHorizontalFlip()])
+    with pytest.raises(batchcast.InvalidArgument, match="not supported here"):
+        T.Compose([T.RandomResizedCrop(8), T.Normalize((0, 0, 0), (1, 1, 1)), T.RandomHorizontalFlip()])
+    with pytest.raises(batchcast.InvalidArgument, match="size"):
+        T.RandomResizedCrop(0)
+    with pytest.raises(batchcast.InvalidArgument, match="std"):
+        T.Normalize((0, 0, 0), (1, 0, 1))
+
+
+def test_a_transform_on_a_stream_that_is_not_decoded_says_what_to_serve(bc_dir, batchcast_bin):
+    p = subprocess.Popen(
+        [batchcast_bin, "serve", "--name", "syn", "--synthetic", "--samples", "16", "--batch-size", "8"],
+        stderr=subprocess.PIPE,
+    )
+    try:
+        with batchcast.Consumer("syn", connect_timeout=30, transform=T.RandomResizedCrop(8)) as c:
+            with pytest.raises(batchcast.InvalidArgument, match="--decode-only"):
+                next(iter(c))
+    finally:
+        p.kill()
+        p.wait()
+        p.stderr.close()
