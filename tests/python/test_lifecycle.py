@@ -14,7 +14,7 @@ pytest.importorskip("torch")
 
 
 def test_a_trainer_that_starts_after_another_finished_gets_its_full_epochs(spawn):
-    prod = spawn("produce_id_loader", name="sweep", idle_timeout=5)
+    prod = spawn("produce_id_loader", name="sweep", idle_timeout=30)  # the late trainer must come within it, even on a loaded machine
     prod.expect("ready")
     late = spawn("train_plain", stdin=True, name="sweep", epochs=2, wait_stdin=True)
     late.expect("started")
