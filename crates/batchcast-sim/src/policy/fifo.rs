@@ -1,0 +1,19 @@
+//! FIFO: jobs start in arrival order; the first that does not fit blocks
+//! those behind it (no backfilling). Never preempts.
+
+use super::{greedy, Policy};
+use crate::sched::Sched;
+
+/// First in, first out.
+pub struct Fifo;
+
+impl Policy for Fifo {
+    fn name(&self) -> &str {
+        "fifo"
+    }
+
+    fn schedule(&mut self, s: &mut Sched<'_>) {
+        let order = s.pending();
+        greedy(s, &order, true);
+    }
+}

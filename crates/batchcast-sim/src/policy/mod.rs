@@ -1,0 +1,111 @@
+//! Scheduling policies, one per file, behind the `Policy` trait.
+//!
+//! A policy is asked to decide at every instant something happened
+//! (arrival, finish, lease boundary, a timer it asked for). It starts
+//! pending jobs with `Sched::try_start` and, at lease boundaries, may
+//! preempt running ones with `Sched::preempt`.
+
+mod dally;
+mod fifo;
+mod gandiva;
+mod sjf;
+mod srsf;
+mod tiresias;
+mod tuner;
+
+pub use dally::{Dally, DallyConfig};
+pub use fifo::Fifo;
+pub use gandiva::Gandiva;
+pub use sjf::Sjf;
+pub use srsf::Srsf;
+pub use tiresias::Tiresias;
+pub use tuner::Tuner;
+
+use crate::error::SimError;
+use crate::job::Locality;
+use crate::sched::Sched;
+
+/// A scheduling policy.
+pub trait Policy {
+    /// Its name in tables (`fifo`, `dally`, ...).
+    fn name(&self) -> &str;
+    /// Whether it preempts (and so needs lease rounds).
+    fn preemptive(&self) -> bool {
+        false
+    }
+    /// Decides at one instant.
+    fn schedule(&mut self, s: &mut Sched<'_>);
+}
+
+/// The policies `by_name` knows.
+pub const NAMES: [&str; 6] = ["fifo", "sjf", "srsf", "tiresias", "gandiva", "dally"];
+
+/// A policy with default parameters by name.
+pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
+    Ok(match name {
+        "fifo" => Box::new(Fifo),
+        "sjf" => Box::new(Sjf),
+        "srsf" => Box::new(Srsf),
+        "tiresias" => Box::new(Tiresias::default()),
+        "gandiva" => Box::new(Gandiva),
+        "dally" => Box::new(Dally::new(DallyConfig::default())),
+        other => {
+            return Err(SimError::Config(format!(
+                "unknown policy {other:?}; pick from {}",
+                NAMES.join(", ")
+            )))
+        }
+    })
+}
+
+/// Starts the pending jobs of `order` that fit anywhere, in order; `strict`
+/// stops at the first that does not (no backfilling).
+pub(crate) fn greedy(s: &mut Sched<'_>, order: &[u32], strict: bool) {
+    for &i in order {
+        if s.free_gpus() == 0 {
+            return;
+        }
+        if s.try_start(i, Locality::Cluster).is_none() && strict {
+            return;
+        }
+    }
+}
+
+/// Lease-round preemption: keeps the best-ranked jobs (pending and running,
+/// `ranked` best first) whose GPU demands fit in the cluster together, and
+/// preempts running jobs outside that set. Returns the preempted jobs.
+pub(crate) fn preempt_outside(s: &mut Sched<'_>, ranked: &[u32]) -> Vec<u32> {
+    let mut room = s.spec().total_gpus();
+    let mut out = Vec::new();
+    for &i in ranked {
+        let g = s.job(i).spec.gpus as u64;
+        if g <= room {
+            room -= g;
+        } else if s.preempt(i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Sorts `jobs` by `key` (ties by index, so deterministic).
+pub(crate) fn rank_by(jobs: &mut [u32], key: impl Fn(u32) -> (f64, f64)) {
+    let mut keyed: Vec<((f64, f64), u32)> = jobs.iter().map(|&i| (key(i), i)).collect();
+    keyed.sort_by(|a, b| {
+        a.0 .0
+            .total_cmp(&b.0 .0)
+            .then(a.0 .1.total_cmp(&b.0 .1))
+            .then(a.1.cmp(&b.1))
+    });
+    for (slot, (_, i)) in jobs.iter_mut().zip(keyed) {
+        *slot = i;
+    }
+}
+
+/// Pending then running jobs, ranked by `key`.
+pub(crate) fn all_ranked(s: &Sched<'_>, key: impl Fn(u32) -> (f64, f64)) -> Vec<u32> {
+    let mut all = s.pending();
+    all.extend(s.running());
+    rank_by(&mut all, key);
+    all
+}
