@@ -38,6 +38,8 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Read the run store: compare runs and workloads.
     Runs(cmd::runs::RunsArgs),
+    /// Simulate GPU-cluster scheduling policies over a trace and compare them.
+    Sim(cmd::sim::SimArgs),
     /// One consumer process of the bench (internal).
     #[command(hide = true)]
     BenchConsumer(cmd::bench::BenchConsumerArgs),
@@ -58,6 +60,7 @@ fn main() {
         Command::Status(a) => cmd::status::run(a).map(|()| 0),
         Command::Runs(a) => cmd::runs::run(a).map(|()| 0),
         Command::Run(a) => cmd::run::run(a),
+        Command::Sim(a) => cmd::sim::run(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

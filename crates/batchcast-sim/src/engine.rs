@@ -89,6 +89,10 @@ pub(crate) struct Core {
     wakes: HashSet<u64>,
     pub dirty: bool,
     pub fresh: Vec<u32>,
+    /// Pending jobs per GPU demand (the smallest says whether anything fits).
+    pub demands: std::collections::BTreeMap<u32, u32>,
+    /// Jobs started since `pending` was last compacted.
+    pub started: u32,
     /// Per machine: (dataset, jobs of it there).
     pub datasets: Vec<Vec<(u32, u32)>>,
 }
@@ -117,6 +121,24 @@ impl Core {
             .pending
             .partition_point(|&j| key(j).0.total_cmp(&k.0).then(j.cmp(&k.1)).is_lt());
         self.pending.insert(pos, i);
+        self.add_demand(i);
+    }
+
+    pub(crate) fn add_demand(&mut self, i: u32) {
+        *self
+            .demands
+            .entry(self.jobs[i as usize].spec.gpus)
+            .or_insert(0) += 1;
+    }
+
+    pub(crate) fn remove_demand(&mut self, i: u32) {
+        let g = self.jobs[i as usize].spec.gpus;
+        if let Some(n) = self.demands.get_mut(&g) {
+            *n -= 1;
+            if *n == 0 {
+                self.demands.remove(&g);
+            }
+        }
     }
 
     fn complete(&mut self, i: u32) {
@@ -278,6 +300,8 @@ pub fn simulate(
         wakes: HashSet::new(),
         dirty: false,
         fresh: Vec::new(),
+        demands: std::collections::BTreeMap::new(),
+        started: 0,
         datasets: vec![Vec::new(); spec.machines()],
     };
     if policy.preemptive() {
@@ -310,6 +334,7 @@ pub fn simulate(
             j.status = Status::Pending;
             j.wait_since = j.spec.arrival;
             core.pending.push(i);
+            core.add_demand(i);
             next += 1;
             events += 1;
         }

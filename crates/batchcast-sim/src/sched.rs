@@ -38,6 +38,11 @@ impl<'a> Sched<'a> {
         self.core.cluster.free_total()
     }
 
+    /// GPUs of the smallest waiting job (0 when none waits).
+    pub fn smallest_demand(&self) -> u64 {
+        self.core.demands.keys().next().map_or(0, |&g| g as u64)
+    }
+
     /// Waiting jobs, in (arrival, index) order.
     pub fn pending(&self) -> Vec<u32> {
         self.core.pending.clone()
@@ -130,6 +135,8 @@ impl<'a> Sched<'a> {
         j.widest = j.widest.max(level);
         c.running.push(i);
         c.fresh.push(i);
+        c.started += 1;
+        c.remove_demand(i);
         c.dirty = true;
         Some(level)
     }

@@ -120,7 +120,7 @@ impl Policy for Dally {
         rank_by(&mut order, |i| key(s, i));
         let now = s.now();
         for i in order {
-            if s.free_gpus() == 0 {
+            if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
                 break;
             }
             let j = s.job(i);

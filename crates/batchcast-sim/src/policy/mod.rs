@@ -62,7 +62,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
 /// stops at the first that does not (no backfilling).
 pub(crate) fn greedy(s: &mut Sched<'_>, order: &[u32], strict: bool) {
     for &i in order {
-        if s.free_gpus() == 0 {
+        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
             return;
         }
         if s.try_start(i, Locality::Cluster).is_none() && strict {
