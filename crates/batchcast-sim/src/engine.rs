@@ -368,6 +368,21 @@ pub fn simulate(
         if core.dirty {
             core.refresh();
         }
+        // Drop stale finish events once they dominate the heap.
+        if core.heap.len() > 64 + 8 * core.running.len() {
+            let jobs = &core.jobs;
+            let live: Vec<Event> = std::mem::take(&mut core.heap)
+                .into_vec()
+                .into_iter()
+                .filter(|e| match e.kind {
+                    Kind::Finish(i, v) => {
+                        jobs[i as usize].version == v && jobs[i as usize].status == Status::Running
+                    }
+                    _ => true,
+                })
+                .collect();
+            core.heap = BinaryHeap::from(live);
+        }
         let sample = Sample {
             t: now,
             busy: spec.total_gpus() - core.cluster.free_total(),

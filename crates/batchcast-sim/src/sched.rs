@@ -43,6 +43,17 @@ impl<'a> Sched<'a> {
         self.core.demands.keys().next().map_or(0, |&g| g as u64)
     }
 
+    /// How many jobs wait (including any started in this pass).
+    pub fn pending_len(&self) -> usize {
+        self.core.pending.len()
+    }
+
+    /// The `k`-th waiting job in (arrival, index) order; jobs started in
+    /// this pass keep their place until it ends (check `Status`).
+    pub fn pending_at(&self, k: usize) -> u32 {
+        self.core.pending[k]
+    }
+
     /// Waiting jobs, in (arrival, index) order.
     pub fn pending(&self) -> Vec<u32> {
         self.core.pending.clone()
@@ -60,9 +71,28 @@ impl<'a> Sched<'a> {
 
     /// Ideal seconds of work `i` has left, as of now.
     pub fn remaining_now(&self, i: u32) -> f64 {
-        let mut j = self.core.jobs[i as usize].clone();
-        j.advance(self.core.now);
-        j.remaining()
+        let j = &self.core.jobs[i as usize];
+        if j.status != Status::Running {
+            return j.remaining();
+        }
+        let work = (self.core.now - j.last.max(j.stall_until)).max(0.0);
+        let done = j.done + work / (j.spec.iter_time * j.net.max(1.0) * j.cpu.max(1.0));
+        (j.spec.iterations - done).max(0.0) * j.spec.iter_time
+    }
+
+    /// Waiting jobs that could fit in the free GPUs now, in arrival order
+    /// (the only ones a pass can start without preempting).
+    pub fn pending_fitting(&self) -> Vec<u32> {
+        let free = self.core.cluster.free_total();
+        self.core
+            .pending
+            .iter()
+            .copied()
+            .filter(|&i| {
+                let j = &self.core.jobs[i as usize];
+                j.status == Status::Pending && j.spec.gpus as u64 <= free
+            })
+            .collect()
     }
 
     /// GPU-seconds `i` has held, as of now.

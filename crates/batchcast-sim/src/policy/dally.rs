@@ -115,7 +115,7 @@ impl Policy for Dally {
             let ranked = all_ranked(s, |i| key(s, i));
             out = preempt_outside(s, &ranked);
         }
-        let mut order = s.pending();
+        let mut order = s.pending_fitting();
         order.retain(|i| !out.contains(i));
         rank_by(&mut order, |i| key(s, i));
         let now = s.now();

@@ -1,7 +1,7 @@
 //! FIFO: jobs start in arrival order; the first that does not fit blocks
 //! those behind it (no backfilling). Never preempts.
 
-use super::{greedy, Policy};
+use super::{greedy_arrival, Policy};
 use crate::sched::Sched;
 
 /// First in, first out.
@@ -13,7 +13,6 @@ impl Policy for Fifo {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let order = s.pending();
-        greedy(s, &order, true);
+        greedy_arrival(s, true);
     }
 }

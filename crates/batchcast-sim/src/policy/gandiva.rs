@@ -3,7 +3,7 @@
 //! backfilling what fits. Never waits for locality and never preempts
 //! (Gandiva's time-slicing and migration are not modelled).
 
-use super::{greedy, Policy};
+use super::{greedy_arrival, Policy};
 use crate::sched::Sched;
 
 /// Greedy consolidating packing.
@@ -15,7 +15,6 @@ impl Policy for Gandiva {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let order = s.pending();
-        greedy(s, &order, false);
+        greedy_arrival(s, false);
     }
 }

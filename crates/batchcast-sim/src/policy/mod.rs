@@ -58,6 +58,23 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
     })
 }
 
+/// Starts waiting jobs in arrival order without copying the queue;
+/// `strict` stops at the first that does not fit.
+pub(crate) fn greedy_arrival(s: &mut Sched<'_>, strict: bool) {
+    for k in 0..s.pending_len() {
+        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
+            return;
+        }
+        let i = s.pending_at(k);
+        if s.job(i).status == crate::state::Status::Pending
+            && s.try_start(i, Locality::Cluster).is_none()
+            && strict
+        {
+            return;
+        }
+    }
+}
+
 /// Starts the pending jobs of `order` that fit anywhere, in order; `strict`
 /// stops at the first that does not (no backfilling).
 pub(crate) fn greedy(s: &mut Sched<'_>, order: &[u32], strict: bool) {

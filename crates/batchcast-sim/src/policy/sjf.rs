@@ -13,7 +13,7 @@ impl Policy for Sjf {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let mut order = s.pending();
+        let mut order = s.pending_fitting();
         rank_by(&mut order, |i| {
             (s.job(i).spec.ideal_duration(), s.job(i).spec.arrival)
         });

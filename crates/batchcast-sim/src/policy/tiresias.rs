@@ -44,7 +44,7 @@ impl Policy for Tiresias {
             let ranked = all_ranked(s, |i| key(s, i));
             out = preempt_outside(s, &ranked);
         }
-        let mut order = s.pending();
+        let mut order = s.pending_fitting();
         order.retain(|i| !out.contains(i));
         rank_by(&mut order, |i| key(s, i));
         greedy(s, &order, false);
