@@ -81,7 +81,9 @@ pub(crate) struct Core {
     pub cfg: SimConfig,
     pub cluster: Cluster,
     pub jobs: Vec<JobState>,
-    pub pending: Vec<u32>,
+    /// Waiting jobs in (arrival, index) order; may hold up to `stale`
+    /// entries that already started (skipped by readers, compacted lazily).
+    pub pending: std::collections::VecDeque<u32>,
     pub running: Vec<u32>,
     pub now: f64,
     heap: BinaryHeap<Event>,
@@ -91,8 +93,8 @@ pub(crate) struct Core {
     pub fresh: Vec<u32>,
     /// Pending jobs per GPU demand (the smallest says whether anything fits).
     pub demands: std::collections::BTreeMap<u32, u32>,
-    /// Jobs started since `pending` was last compacted.
-    pub started: u32,
+    /// Entries of `pending` that are no longer pending.
+    pub stale: usize,
     /// Per machine: (dataset, jobs of it there).
     pub datasets: Vec<Vec<(u32, u32)>>,
 }
@@ -115,6 +117,10 @@ impl Core {
 
     /// Re-queues `i` keeping `pending` in (arrival, index) order.
     pub(crate) fn enqueue(&mut self, i: u32) {
+        if let Some(p) = self.pending.iter().position(|&j| j == i) {
+            self.pending.remove(p);
+            self.stale -= 1;
+        }
         let key = |j: u32| (self.jobs[j as usize].spec.arrival, j);
         let k = key(i);
         let pos = self
@@ -292,7 +298,7 @@ pub fn simulate(
         cfg: cfg.clone(),
         cluster: Cluster::new(*spec),
         jobs: states,
-        pending: Vec::new(),
+        pending: std::collections::VecDeque::new(),
         running: Vec::new(),
         now: 0.0,
         heap: BinaryHeap::new(),
@@ -301,7 +307,7 @@ pub fn simulate(
         dirty: false,
         fresh: Vec::new(),
         demands: std::collections::BTreeMap::new(),
-        started: 0,
+        stale: 0,
         datasets: vec![Vec::new(); spec.machines()],
     };
     if policy.preemptive() {
@@ -321,7 +327,7 @@ pub fn simulate(
                 return Err(SimError::Config(format!(
                     "policy {} left {} jobs pending on an idle cluster at t={:.0}s (a policy bug)",
                     policy.name(),
-                    core.pending.len(),
+                    core.pending.len() - core.stale,
                     core.now
                 )))
             }
@@ -333,7 +339,7 @@ pub fn simulate(
             let j = &mut core.jobs[i as usize];
             j.status = Status::Pending;
             j.wait_since = j.spec.arrival;
-            core.pending.push(i);
+            core.pending.push_back(i);
             core.add_demand(i);
             next += 1;
             events += 1;
@@ -361,10 +367,27 @@ pub fn simulate(
         if lease && finished < total {
             core.push(now + cfg.lease, Kind::Lease);
         }
-        let mut s = Sched::new(&mut core, lease);
-        policy.schedule(&mut s);
-        core.pending
-            .retain(|&i| core.jobs[i as usize].status == Status::Pending);
+        // Outside lease rounds a pass can only start jobs: skip it when not
+        // even the smallest waiting job fits in the free GPUs.
+        let smallest = core.demands.keys().next().copied();
+        if lease || smallest.is_some_and(|g| g as u64 <= core.cluster.free_total()) {
+            let mut s = Sched::new(&mut core, lease);
+            policy.schedule(&mut s);
+        }
+        while core.stale > 0
+            && core
+                .pending
+                .front()
+                .is_some_and(|&i| core.jobs[i as usize].status != Status::Pending)
+        {
+            core.pending.pop_front();
+            core.stale -= 1;
+        }
+        if core.stale > 64 + core.pending.len() / 4 {
+            core.pending
+                .retain(|&i| core.jobs[i as usize].status == Status::Pending);
+            core.stale = 0;
+        }
         if core.dirty {
             core.refresh();
         }
@@ -386,7 +409,7 @@ pub fn simulate(
         let sample = Sample {
             t: now,
             busy: spec.total_gpus() - core.cluster.free_total(),
-            pending: core.pending.len(),
+            pending: core.pending.len() - core.stale,
         };
         if timeline
             .last()

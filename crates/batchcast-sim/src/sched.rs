@@ -43,7 +43,8 @@ impl<'a> Sched<'a> {
         self.core.demands.keys().next().map_or(0, |&g| g as u64)
     }
 
-    /// How many jobs wait (including any started in this pass).
+    /// Length of the waiting queue, which may include jobs that already
+    /// started (check `Status`).
     pub fn pending_len(&self) -> usize {
         self.core.pending.len()
     }
@@ -56,7 +57,13 @@ impl<'a> Sched<'a> {
 
     /// Waiting jobs, in (arrival, index) order.
     pub fn pending(&self) -> Vec<u32> {
-        self.core.pending.clone()
+        let jobs = &self.core.jobs;
+        self.core
+            .pending
+            .iter()
+            .copied()
+            .filter(|&i| jobs[i as usize].status == Status::Pending)
+            .collect()
     }
 
     /// Running jobs.
@@ -165,7 +172,7 @@ impl<'a> Sched<'a> {
         j.widest = j.widest.max(level);
         c.running.push(i);
         c.fresh.push(i);
-        c.started += 1;
+        c.stale += 1;
         c.remove_demand(i);
         c.dirty = true;
         Some(level)

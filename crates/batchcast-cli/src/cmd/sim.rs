@@ -68,6 +68,12 @@ pub struct SimArgs {
     /// Synthetic trace: mean seconds between arrivals.
     #[arg(long, default_value_t = 30.0)]
     interarrival: f64,
+    /// Synthetic trace: median ideal job duration, seconds.
+    #[arg(long, default_value_t = 1800.0)]
+    median_duration: f64,
+    /// Synthetic trace: log-normal sigma of durations (tail weight).
+    #[arg(long, default_value_t = 1.0)]
+    duration_sigma: f64,
     /// Synthetic trace: share of communication-heavy jobs.
     #[arg(long, default_value_t = 0.3)]
     heavy_share: f64,
@@ -146,6 +152,8 @@ pub fn run(a: SimArgs) -> Result<()> {
                 seed: a.seed,
                 mean_interarrival: a.interarrival,
                 heavy_share: a.heavy_share,
+                median_duration: a.median_duration,
+                duration_sigma: a.duration_sigma,
                 cpu_per_gpu: a.cpu_per_gpu,
                 datasets: a.datasets,
                 ..SynthConfig::default()
