@@ -13,7 +13,7 @@
 
 use super::tiresias::queue;
 use super::tuner::Tuner;
-use super::{all_ranked, preempt_outside, rank_by, Policy};
+use super::{all_ranked, preempt_outside, walk_ranked, Policy};
 use crate::job::Locality;
 use crate::sched::Sched;
 use crate::state::Status;
@@ -100,15 +100,15 @@ impl Policy for Dally {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let th = &self.cfg.thresholds;
-        let key = |s: &Sched<'_>, i: u32| {
+        let th = self.cfg.thresholds.clone();
+        let key = move |s: &Sched<'_>, i: u32| {
             let j = s.job(i);
             let net = if j.status == Status::Running {
                 j.net.max(1.0)
             } else {
                 1.0
             };
-            (queue(th, s.attained_now(i) * net), j.spec.arrival)
+            (queue(&th, s.attained_now(i) * net), j.spec.arrival)
         };
         let mut out = Vec::new();
         if s.lease_boundary() {
@@ -117,12 +117,8 @@ impl Policy for Dally {
         }
         let mut order = s.pending_fitting();
         order.retain(|i| !out.contains(i));
-        rank_by(&mut order, |i| key(s, i));
         let now = s.now();
-        for i in order {
-            if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
-                break;
-            }
+        walk_ranked(s, order, key, |s, i| {
             let j = s.job(i);
             let (gpus, since) = (j.spec.gpus, j.wait_since);
             let tightest = s.spec().tightest_fit(gpus);
@@ -135,6 +131,6 @@ impl Policy for Dally {
                     }
                 }
             }
-        }
+        });
     }
 }

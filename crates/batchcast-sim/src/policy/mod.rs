@@ -75,19 +75,6 @@ pub(crate) fn greedy_arrival(s: &mut Sched<'_>, strict: bool) {
     }
 }
 
-/// Starts the pending jobs of `order` that fit anywhere, in order; `strict`
-/// stops at the first that does not (no backfilling).
-pub(crate) fn greedy(s: &mut Sched<'_>, order: &[u32], strict: bool) {
-    for &i in order {
-        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
-            return;
-        }
-        if s.try_start(i, Locality::Cluster).is_none() && strict {
-            return;
-        }
-    }
-}
-
 /// Lease-round preemption: keeps the best-ranked jobs (pending and running,
 /// `ranked` best first) whose GPU demands fit in the cluster together, and
 /// preempts running jobs outside that set. Returns the preempted jobs.
@@ -116,6 +103,41 @@ pub(crate) fn rank_by(jobs: &mut [u32], key: impl Fn(u32) -> (f64, f64)) {
     });
     for (slot, (_, i)) in jobs.iter_mut().zip(keyed) {
         *slot = i;
+    }
+}
+
+/// Walks `jobs` best-first by `key`, calling `visit` on each until the free
+/// GPUs cannot hold the smallest waiting job. Only the best few are sorted
+/// (at most a few per free GPU can start); the rest is sorted only if the
+/// walk gets that far, so the order visited is exactly the full ranking's.
+pub(crate) fn walk_ranked(
+    s: &mut Sched<'_>,
+    jobs: Vec<u32>,
+    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
+    mut visit: impl FnMut(&mut Sched<'_>, u32),
+) {
+    let cmp = |a: &((f64, f64), u32), b: &((f64, f64), u32)| {
+        a.0 .0
+            .total_cmp(&b.0 .0)
+            .then(a.0 .1.total_cmp(&b.0 .1))
+            .then(a.1.cmp(&b.1))
+    };
+    let mut keyed: Vec<((f64, f64), u32)> = jobs.into_iter().map(|i| (key(s, i), i)).collect();
+    let head = (4 * s.free_gpus() as usize + 64).min(keyed.len());
+    if head < keyed.len() && head > 0 {
+        keyed.select_nth_unstable_by(head - 1, cmp);
+    }
+    keyed[..head].sort_unstable_by(cmp);
+    let mut sorted_tail = false;
+    for k in 0..keyed.len() {
+        if k == head && !sorted_tail {
+            keyed[head..].sort_unstable_by(cmp);
+            sorted_tail = true;
+        }
+        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
+            return;
+        }
+        visit(s, keyed[k].1);
     }
 }
 

@@ -1,7 +1,8 @@
 //! SJF: shortest (ideal duration) job first, backfilling what fits. Never
 //! preempts.
 
-use super::{greedy, rank_by, Policy};
+use super::{walk_ranked, Policy};
+use crate::job::Locality;
 use crate::sched::Sched;
 
 /// Shortest job first.
@@ -13,10 +14,10 @@ impl Policy for Sjf {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let mut order = s.pending_fitting();
-        rank_by(&mut order, |i| {
-            (s.job(i).spec.ideal_duration(), s.job(i).spec.arrival)
+        let order = s.pending_fitting();
+        let key = |s: &Sched<'_>, i: u32| (s.job(i).spec.ideal_duration(), s.job(i).spec.arrival);
+        walk_ranked(s, order, key, |s, i| {
+            s.try_start(i, Locality::Cluster);
         });
-        greedy(s, &order, false);
     }
 }

@@ -1,7 +1,8 @@
 //! SRSF: shortest remaining service (remaining ideal time x GPUs) first,
 //! preempting at lease boundaries.
 
-use super::{all_ranked, greedy, preempt_outside, rank_by, Policy};
+use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use crate::job::Locality;
 use crate::sched::Sched;
 
 /// Shortest remaining service first.
@@ -30,7 +31,8 @@ impl Policy for Srsf {
         }
         let mut order = s.pending_fitting();
         order.retain(|i| !out.contains(i));
-        rank_by(&mut order, |i| key(s, i));
-        greedy(s, &order, false);
+        walk_ranked(s, order, key, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
     }
 }

@@ -5,7 +5,8 @@
 //! outside the set the queues admit. Placement takes whatever is free,
 //! tightest first, without waiting.
 
-use super::{all_ranked, greedy, preempt_outside, rank_by, Policy};
+use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use crate::job::Locality;
 use crate::sched::Sched;
 
 /// 2D-LAS with discretised queues.
@@ -46,7 +47,8 @@ impl Policy for Tiresias {
         }
         let mut order = s.pending_fitting();
         order.retain(|i| !out.contains(i));
-        rank_by(&mut order, |i| key(s, i));
-        greedy(s, &order, false);
+        walk_ranked(s, order, key, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
     }
 }
