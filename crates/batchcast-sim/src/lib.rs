@@ -32,6 +32,7 @@ mod sched;
 mod state;
 mod synth;
 pub mod trace;
+mod validate;
 
 pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
 pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
