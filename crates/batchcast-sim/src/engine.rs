@@ -303,6 +303,7 @@ pub fn simulate(
             j.wait_since = j.spec.arrival;
             core.pending.push_back(i);
             core.add_demand(i);
+            policy.arrived(i, &core.jobs[i as usize]);
             next += 1;
             events += 1;
         }

@@ -29,7 +29,7 @@ fn fifo_and_sjf_order_a_full_machine() {
     ];
     let o = run(one_machine(), &no_leases(), &jobs, &mut Fifo);
     assert_jcts!(o, "A" => 100.0, "B" => 140.0, "C" => 140.0);
-    let o = run(one_machine(), &no_leases(), &jobs, &mut Sjf);
+    let o = run(one_machine(), &no_leases(), &jobs, &mut Sjf::default());
     assert_jcts!(o, "A" => 100.0, "B" => 150.0, "C" => 90.0);
 }
 

@@ -33,6 +33,8 @@ pub trait Policy {
     fn preemptive(&self) -> bool {
         false
     }
+    /// Job `i` was submitted (called before the instant's decision).
+    fn arrived(&mut self, _i: u32, _job: &crate::state::JobState) {}
     /// Decides at one instant.
     fn schedule(&mut self, s: &mut Sched<'_>);
 }
@@ -44,7 +46,7 @@ pub const NAMES: [&str; 6] = ["fifo", "sjf", "srsf", "tiresias", "gandiva", "dal
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
     Ok(match name {
         "fifo" => Box::new(Fifo),
-        "sjf" => Box::new(Sjf),
+        "sjf" => Box::new(Sjf::default()),
         "srsf" => Box::new(Srsf),
         "tiresias" => Box::new(Tiresias::default()),
         "gandiva" => Box::new(Gandiva),
