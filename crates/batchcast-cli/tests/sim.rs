@@ -78,3 +78,53 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
         "{err}"
     );
 }
+
+#[test]
+fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let cluster = dir.path().join("cluster.json");
+    std::fs::write(
+        &cluster,
+        r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 2, "cpu_cores": 16}"#,
+    )
+    .unwrap();
+    let o = batchcast()
+        .args([
+            "sim",
+            "--jobs",
+            "200",
+            "--interarrival",
+            "60",
+            "--policy",
+            "gandiva",
+            "--cluster",
+        ])
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        stdout.starts_with("200 jobs on 16 GPUs (2 racks x 2 machines x 4 GPUs, 16 cores each)"),
+        "{stdout}"
+    );
+
+    std::fs::write(&cluster, r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#)
+        .unwrap();
+    let o = batchcast()
+        .args(["sim", "--cluster"])
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("do not divide"),
+        "{err}"
+    );
+    let o = batchcast()
+        .args(["sim", "--policy", "lottery"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("pick from"), "{err}");
+}
