@@ -183,3 +183,34 @@ fn dally_does_not_preempt_when_everything_fits() {
     assert_jcts!(o, "S" => 100.0, "T" => 100.0);
     assert_eq!(o.jobs.iter().map(|j| j.preemptions).sum::<u32>(), 0);
 }
+
+// The tuned timer in a run. H (2 GPUs, 10 s) starts at once at t=0: a wait
+// of 0 at machine level, so the tuned rack timer for 2-GPU jobs becomes
+// the lower bound, 30 s (the untuned default is 1000 s). X1 and X2 (3 GPUs,
+// 1000 s) then fill 3 of each machine; Z (2 GPUs, 100 s) arrives at 30 and
+// fits only across machines. Tuned: rack allowed at 60 → 1.5x → finish 210,
+// JCT 180. Untuned: Z waits for X1 (t=1020) and runs in one machine until
+// 1120, JCT 1090.
+#[test]
+fn dally_auto_tuned_timer_after_a_given_history() {
+    let spec = ClusterSpec::new(1, 2, 4, 64.0);
+    let jobs = [
+        job("H", 0.0, 2, 10.0),
+        job("X1", 20.0, 3, 1000.0),
+        job("X2", 20.0, 3, 1000.0),
+        job("Z", 30.0, 2, 100.0),
+    ];
+    let cfg = |auto_tune| DallyConfig {
+        rack_timer: 1000.0,
+        network_timer: 5000.0,
+        auto_tune,
+        window: 10,
+        bounds: (30.0, 3600.0),
+        ..DallyConfig::default()
+    };
+    let o = run(spec, &no_leases(), &jobs, &mut Dally::new(cfg(true)));
+    assert_jcts!(o, "H" => 10.0, "Z" => 180.0);
+    assert_eq!(o.jobs[3].widest, Locality::Rack);
+    let o = run(spec, &no_leases(), &jobs, &mut Dally::new(cfg(false)));
+    assert_jcts!(o, "Z" => 1090.0);
+}
