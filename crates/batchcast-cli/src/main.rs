@@ -40,6 +40,8 @@ enum Command {
     Runs(cmd::runs::RunsArgs),
     /// Serve a web dashboard over the run store (local only by default).
     Ui(cmd::ui::UiArgs),
+    /// Simulate GPU-cluster scheduling policies over a trace and compare them.
+    Sim(cmd::sim::SimArgs),
     /// One consumer process of the bench (internal).
     #[command(hide = true)]
     BenchConsumer(cmd::bench::BenchConsumerArgs),
@@ -61,6 +63,7 @@ fn main() {
         Command::Runs(a) => cmd::runs::run(a).map(|()| 0),
         Command::Run(a) => cmd::run::run(a),
         Command::Ui(a) => cmd::ui::run(a).map(|()| 0),
+        Command::Sim(a) => cmd::sim::run(a).map(|()| 0),
     };
     match result {
         Ok(code) => std::process::exit(code),

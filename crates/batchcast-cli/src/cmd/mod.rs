@@ -6,6 +6,7 @@ pub mod demo;
 pub mod run;
 pub mod runs;
 pub mod serve;
+pub mod sim;
 pub mod status;
 pub mod trainer;
 pub mod ui;

@@ -1,0 +1,237 @@
+//! `batchcast sim`: run scheduling policies over a trace on a simulated
+//! GPU cluster and compare them (the simulator is batchcast-sim).
+
+use std::io::{IsTerminal, Read};
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use batchcast_sim::trace::{read_file, Format};
+use batchcast_sim::{
+    by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, synthetic,
+    utilisation_svg, ClusterSpec, DataSharing, SimConfig, Summary, SynthConfig,
+};
+use clap::Args;
+use indicatif::{ProgressBar, ProgressStyle};
+
+/// Largest cluster file read, bytes.
+const MAX_CLUSTER_FILE: u64 = 64 * 1024;
+
+#[derive(Args)]
+pub struct SimArgs {
+    /// Trace file; without it a seeded synthetic trace is generated.
+    #[arg(long)]
+    trace: Option<PathBuf>,
+    /// Trace format: dally (the delay-scheduling simulator's JSON), helios
+    /// (cluster_log.csv) or philly (cluster_job_log).
+    #[arg(long, default_value = "dally")]
+    format: String,
+    /// Policies to compare, comma-separated: fifo, sjf, srsf, tiresias, gandiva, dally.
+    #[arg(long, default_value = "dally,tiresias,gandiva,srsf,fifo")]
+    policy: String,
+    /// Cluster shape as JSON ({"racks":..,"machines_per_rack":..,"gpus_per_machine":..,"gpus_per_slot":..,"cpu_cores":..}).
+    #[arg(long)]
+    cluster: Option<PathBuf>,
+    #[arg(long, default_value_t = 8)]
+    racks: u32,
+    #[arg(long, default_value_t = 8)]
+    machines_per_rack: u32,
+    #[arg(long, default_value_t = 8)]
+    gpus_per_machine: u32,
+    /// GPUs per slot inside a machine (0: the machine is one slot).
+    #[arg(long, default_value_t = 0)]
+    gpus_per_slot: u32,
+    /// CPU cores per machine for data loading.
+    #[arg(long, default_value_t = 64.0)]
+    cpu_cores: f64,
+    /// Lease length, seconds (preemptive policies decide at its multiples).
+    #[arg(long, default_value_t = 360.0)]
+    lease: f64,
+    /// Seconds a preempted job loses to checkpoint and restart.
+    #[arg(long, default_value_t = 30.0)]
+    restart_cost: f64,
+    /// Congestion per extra job on a rack's cross-machine links.
+    #[arg(long, default_value_t = 0.02)]
+    rack_congestion: f64,
+    /// Congestion per extra job on the cross-rack links.
+    #[arg(long, default_value_t = 0.01)]
+    core_congestion: f64,
+    /// Data loading: off (a pipeline per job), share (one per dataset and
+    /// machine), place (share, and place same-dataset jobs together).
+    #[arg(long, default_value = "off")]
+    data_sharing: String,
+    /// Synthetic trace: jobs.
+    #[arg(long, default_value_t = 5000)]
+    jobs: usize,
+    /// Synthetic trace: seed.
+    #[arg(long, default_value_t = 1)]
+    seed: u64,
+    /// Synthetic trace: mean seconds between arrivals.
+    #[arg(long, default_value_t = 30.0)]
+    interarrival: f64,
+    /// Synthetic trace: median ideal job duration, seconds.
+    #[arg(long, default_value_t = 1800.0)]
+    median_duration: f64,
+    /// Synthetic trace: log-normal sigma of durations (tail weight).
+    #[arg(long, default_value_t = 1.0)]
+    duration_sigma: f64,
+    /// Synthetic trace: share of communication-heavy jobs.
+    #[arg(long, default_value_t = 0.3)]
+    heavy_share: f64,
+    /// Synthetic trace: CPU cores of loading per GPU.
+    #[arg(long, default_value_t = 4.0)]
+    cpu_per_gpu: f64,
+    /// Synthetic trace: distinct datasets (Zipf popularity).
+    #[arg(long, default_value_t = 20)]
+    datasets: usize,
+    /// Directory for per-job CSVs, summary.json and SVG charts.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// Print the summaries as JSON instead of a table.
+    #[arg(long)]
+    json: bool,
+}
+
+fn cluster(a: &SimArgs) -> Result<ClusterSpec> {
+    let spec = match &a.cluster {
+        Some(p) => {
+            let f = std::fs::File::open(p)
+                .with_context(|| format!("cannot open cluster file {}", p.display()))?;
+            let mut s = String::new();
+            f.take(MAX_CLUSTER_FILE + 1).read_to_string(&mut s)?;
+            if s.len() as u64 > MAX_CLUSTER_FILE {
+                bail!("{}: larger than {MAX_CLUSTER_FILE} bytes; a cluster file is a small JSON object", p.display());
+            }
+            serde_json::from_str(&s).with_context(|| {
+                format!("{}: expected {{\"racks\", \"machines_per_rack\", \"gpus_per_machine\", \"cpu_cores\"}}", p.display())
+            })?
+        }
+        None => ClusterSpec {
+            gpus_per_slot: a.gpus_per_slot,
+            ..ClusterSpec::new(
+                a.racks,
+                a.machines_per_rack,
+                a.gpus_per_machine,
+                a.cpu_cores,
+            )
+        },
+    };
+    spec.validate()?;
+    Ok(spec)
+}
+
+pub fn run(a: SimArgs) -> Result<()> {
+    let spec = cluster(&a)?;
+    let data_sharing = match a.data_sharing.as_str() {
+        "off" => DataSharing::Off,
+        "share" => DataSharing::Share,
+        "place" => DataSharing::SharePlace,
+        o => bail!("unknown --data-sharing {o:?}; pick off, share or place"),
+    };
+    let cfg = SimConfig {
+        lease: a.lease,
+        restart_cost: a.restart_cost,
+        rack_congestion: a.rack_congestion,
+        core_congestion: a.core_congestion,
+        data_sharing,
+    };
+    let jobs = match &a.trace {
+        Some(p) => {
+            let t = read_file(p, Format::by_name(&a.format)?)?;
+            if t.skipped > 0 {
+                eprintln!(
+                    "{}: skipped {} records without GPUs or run time",
+                    p.display(),
+                    t.skipped
+                );
+            }
+            t.jobs
+        }
+        None => {
+            let sc = SynthConfig {
+                jobs: a.jobs,
+                seed: a.seed,
+                mean_interarrival: a.interarrival,
+                heavy_share: a.heavy_share,
+                median_duration: a.median_duration,
+                duration_sigma: a.duration_sigma,
+                cpu_per_gpu: a.cpu_per_gpu,
+                datasets: a.datasets,
+                ..SynthConfig::default()
+            };
+            synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?
+        }
+    };
+    let names: Vec<&str> = a
+        .policy
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .collect();
+    let mut policies = Vec::new();
+    for n in &names {
+        policies.push(by_name(n)?);
+    }
+    if policies.is_empty() {
+        bail!("--policy names no policy; give e.g. dally,tiresias,gandiva,srsf,fifo");
+    }
+    let show = std::io::stderr().is_terminal();
+    let mut outcomes = Vec::new();
+    for p in &mut policies {
+        let bar = show.then(|| {
+            let b = ProgressBar::new(jobs.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b.set_prefix(p.name().to_string());
+            b
+        });
+        let o = simulate(&spec, &cfg, &jobs, p.as_mut(), &mut |done, _| {
+            if let Some(b) = &bar {
+                b.set_position(done as u64);
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        outcomes.push(o);
+    }
+    let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
+    if a.json {
+        println!("{}", serde_json::to_string_pretty(&summaries)?);
+    } else {
+        println!(
+            "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",
+            jobs.len(),
+            spec.total_gpus(),
+            spec.racks,
+            spec.machines_per_rack,
+            spec.gpus_per_machine,
+            spec.cpu_cores,
+            a.data_sharing
+        );
+        print!("{}", comparison_table(&summaries));
+    }
+    if let Some(dir) = &a.out {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+        let write = |name: &str, body: &str| {
+            let p = dir.join(name);
+            std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
+        };
+        for o in &outcomes {
+            write(&format!("{}.jobs.csv", o.policy), &jobs_csv(o))?;
+        }
+        write("summary.json", &serde_json::to_string_pretty(&summaries)?)?;
+        write("jct_cdf.svg", &jct_cdf_svg(&outcomes)?)?;
+        write("utilisation.svg", &utilisation_svg(&outcomes)?)?;
+        write("queue.svg", &queue_svg(&outcomes)?)?;
+        eprintln!(
+            "wrote per-job CSVs, summary.json and three SVG charts to {}",
+            dir.display()
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,392 @@
+//! The event loop: arrivals, finishes, lease rounds and timer wake-ups, in
+//! time order; the policy decides at each instant something happened.
+//!
+//! Invariants: a GPU has at most one owner (asserted in `Cluster`); a job's
+//! progress is accounted only while it holds GPUs; every job finishes (a
+//! pass that leaves jobs pending on an idle cluster with nothing to wake it
+//! is reported as an error, not looped on).
+
+use std::cmp::Ordering;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use crate::cluster::{Cluster, ClusterSpec};
+use crate::config::SimConfig;
+use crate::error::SimError;
+use crate::job::JobSpec;
+use crate::network::{multipliers, Running};
+use crate::policy::Policy;
+use crate::sched::Sched;
+use crate::state::{JobState, Status};
+pub use crate::validate::validate;
+
+/// Cluster occupancy after one decision instant.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize)]
+pub struct Sample {
+    /// Time, seconds.
+    pub t: f64,
+    /// GPUs held.
+    pub busy: u64,
+    /// Jobs waiting.
+    pub pending: usize,
+}
+
+/// Everything a finished simulation produced.
+#[derive(Clone, Debug)]
+pub struct Outcome {
+    /// The policy's name.
+    pub policy: String,
+    /// Final state of every job, in trace order.
+    pub jobs: Vec<JobState>,
+    /// Occupancy over time (one sample per change).
+    pub timeline: Vec<Sample>,
+    /// GPUs in the cluster.
+    pub total_gpus: u64,
+    /// Events processed.
+    pub events: u64,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum Kind {
+    Finish(u32, u32),
+    Lease,
+    Wake,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Event {
+    t: f64,
+    seq: u64,
+    kind: Kind,
+}
+
+impl PartialEq for Event {
+    fn eq(&self, o: &Self) -> bool {
+        self.cmp(o) == Ordering::Equal
+    }
+}
+impl Eq for Event {}
+impl PartialOrd for Event {
+    fn partial_cmp(&self, o: &Self) -> Option<Ordering> {
+        Some(self.cmp(o))
+    }
+}
+impl Ord for Event {
+    fn cmp(&self, o: &Self) -> Ordering {
+        // Reversed: BinaryHeap is a max-heap; earliest (then first pushed) first.
+        o.t.total_cmp(&self.t).then(o.seq.cmp(&self.seq))
+    }
+}
+
+/// Mutable simulation state the policy acts on through `Sched`.
+pub(crate) struct Core {
+    pub cfg: SimConfig,
+    pub cluster: Cluster,
+    pub jobs: Vec<JobState>,
+    /// Waiting jobs in (arrival, index) order; may hold up to `stale`
+    /// entries that already started (skipped by readers, compacted lazily).
+    pub pending: std::collections::VecDeque<u32>,
+    pub running: Vec<u32>,
+    pub now: f64,
+    heap: BinaryHeap<Event>,
+    seq: u64,
+    wakes: HashSet<u64>,
+    pub dirty: bool,
+    pub fresh: Vec<u32>,
+    /// Pending jobs per GPU demand (the smallest says whether anything fits).
+    pub demands: std::collections::BTreeMap<u32, u32>,
+    /// Entries of `pending` that are no longer pending.
+    pub stale: usize,
+    /// Per machine: (dataset, jobs of it there).
+    pub datasets: Vec<Vec<(u32, u32)>>,
+}
+
+impl Core {
+    pub(crate) fn push(&mut self, t: f64, kind: Kind) {
+        self.seq += 1;
+        self.heap.push(Event {
+            t,
+            seq: self.seq,
+            kind,
+        });
+    }
+
+    pub(crate) fn wake_at(&mut self, t: f64) {
+        if t > self.now && self.wakes.insert(t.to_bits()) {
+            self.push(t, Kind::Wake);
+        }
+    }
+
+    /// Re-queues `i` keeping `pending` in (arrival, index) order.
+    pub(crate) fn enqueue(&mut self, i: u32) {
+        if let Some(p) = self.pending.iter().position(|&j| j == i) {
+            self.pending.remove(p);
+            self.stale -= 1;
+        }
+        let key = |j: u32| (self.jobs[j as usize].spec.arrival, j);
+        let k = key(i);
+        let pos = self
+            .pending
+            .partition_point(|&j| key(j).0.total_cmp(&k.0).then(j.cmp(&k.1)).is_lt());
+        self.pending.insert(pos, i);
+        self.add_demand(i);
+    }
+
+    pub(crate) fn add_demand(&mut self, i: u32) {
+        *self
+            .demands
+            .entry(self.jobs[i as usize].spec.gpus)
+            .or_insert(0) += 1;
+    }
+
+    pub(crate) fn remove_demand(&mut self, i: u32) {
+        let g = self.jobs[i as usize].spec.gpus;
+        if let Some(n) = self.demands.get_mut(&g) {
+            *n -= 1;
+            if *n == 0 {
+                self.demands.remove(&g);
+            }
+        }
+    }
+
+    fn complete(&mut self, i: u32) {
+        let now = self.now;
+        let j = &mut self.jobs[i as usize];
+        j.advance(now);
+        j.done = j.spec.iterations;
+        j.finish = Some(now);
+        j.status = Status::Done;
+        j.version += 1;
+        self.unhost(i);
+        self.running.retain(|&r| r != i);
+        self.dirty = true;
+    }
+
+    /// Releases `i`'s GPUs and dataset marks.
+    pub(crate) fn unhost(&mut self, i: u32) {
+        let j = &mut self.jobs[i as usize];
+        let gpus = std::mem::take(&mut j.gpus);
+        let machines = std::mem::take(&mut j.machines);
+        let ds = j.dataset;
+        self.cluster.release(i, &gpus);
+        for (m, _) in machines {
+            let list = &mut self.datasets[m];
+            if let Some(p) = list.iter().position(|e| e.0 == ds) {
+                list[p].1 -= 1;
+                if list[p].1 == 0 {
+                    list.swap_remove(p);
+                }
+            }
+        }
+    }
+
+    /// Recomputes multipliers after placements changed; reschedules the
+    /// finishes that moved.
+    fn refresh(&mut self) {
+        let now = self.now;
+        for i in std::mem::take(&mut self.fresh) {
+            let j = &mut self.jobs[i as usize];
+            if j.status == Status::Running {
+                j.net = 0.0; // forces a finish event below
+            }
+        }
+        let view: Vec<Running<'_>> = self
+            .running
+            .iter()
+            .map(|&i| {
+                let j = &self.jobs[i as usize];
+                Running {
+                    spec: &j.spec,
+                    dataset: j.dataset,
+                    level: j.level,
+                    machines: &j.machines,
+                }
+            })
+            .collect();
+        let mults = multipliers(&self.cluster.spec, &self.cfg, &view);
+        drop(view);
+        for (k, (net, cpu)) in mults.into_iter().enumerate() {
+            let i = self.running[k];
+            let j = &mut self.jobs[i as usize];
+            if j.net == net && j.cpu == cpu {
+                continue;
+            }
+            j.advance(now);
+            j.net = net;
+            j.cpu = cpu;
+            j.version += 1;
+            let (t, v) = (j.finish_at(now), j.version);
+            self.push(t, Kind::Finish(i, v));
+        }
+        self.dirty = false;
+    }
+}
+
+/// Simulates `jobs` on `spec` under `policy`; `progress(done, total)` is
+/// called now and then.
+pub fn simulate(
+    spec: &ClusterSpec,
+    cfg: &SimConfig,
+    jobs: &[JobSpec],
+    policy: &mut dyn Policy,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Outcome, SimError> {
+    validate(spec, jobs)?;
+    if !(cfg.lease.is_finite()
+        && cfg.lease > 0.0
+        && cfg.restart_cost.is_finite()
+        && cfg.restart_cost >= 0.0)
+    {
+        return Err(SimError::Config(
+            "lease must be > 0 and restart cost >= 0 seconds".into(),
+        ));
+    }
+    let mut names: HashMap<&str, u32> = HashMap::new();
+    let states: Vec<JobState> = jobs
+        .iter()
+        .map(|j| {
+            let n = names.len() as u32;
+            let id = *names.entry(j.dataset.as_str()).or_insert(n);
+            JobState::new(j.clone(), id)
+        })
+        .collect();
+    let mut order: Vec<u32> = (0..jobs.len() as u32).collect();
+    order.sort_by(|&a, &b| {
+        jobs[a as usize]
+            .arrival
+            .total_cmp(&jobs[b as usize].arrival)
+            .then(a.cmp(&b))
+    });
+    let mut core = Core {
+        cfg: cfg.clone(),
+        cluster: Cluster::new(*spec),
+        jobs: states,
+        pending: std::collections::VecDeque::new(),
+        running: Vec::new(),
+        now: 0.0,
+        heap: BinaryHeap::new(),
+        seq: 0,
+        wakes: HashSet::new(),
+        dirty: false,
+        fresh: Vec::new(),
+        demands: std::collections::BTreeMap::new(),
+        stale: 0,
+        datasets: vec![Vec::new(); spec.machines()],
+    };
+    if policy.preemptive() {
+        core.push(cfg.lease, Kind::Lease);
+    }
+    let total = jobs.len();
+    let (mut next, mut finished, mut events) = (0usize, 0usize, 0u64);
+    let mut timeline: Vec<Sample> = Vec::new();
+    while finished < total {
+        let ta = order.get(next).map(|&i| jobs[i as usize].arrival);
+        let th = core.heap.peek().map(|e| e.t);
+        let now = match (ta, th) {
+            (Some(a), Some(h)) => a.min(h),
+            (Some(a), None) => a,
+            (None, Some(h)) => h,
+            (None, None) => {
+                return Err(SimError::Config(format!(
+                    "policy {} left {} jobs pending on an idle cluster at t={:.0}s (a policy bug)",
+                    policy.name(),
+                    core.pending.len() - core.stale,
+                    core.now
+                )))
+            }
+        };
+        core.now = now;
+        let mut lease = false;
+        while next < order.len() && jobs[order[next] as usize].arrival <= now {
+            let i = order[next];
+            let j = &mut core.jobs[i as usize];
+            j.status = Status::Pending;
+            j.wait_since = j.spec.arrival;
+            core.pending.push_back(i);
+            core.add_demand(i);
+            policy.arrived(i, &core.jobs[i as usize]);
+            next += 1;
+            events += 1;
+        }
+        while core.heap.peek().is_some_and(|e| e.t <= now) {
+            let Some(e) = core.heap.pop() else { break };
+            events += 1;
+            match e.kind {
+                Kind::Finish(i, v) => {
+                    let j = &core.jobs[i as usize];
+                    if j.version == v && j.status == Status::Running {
+                        core.complete(i);
+                        finished += 1;
+                        if finished % 1000 == 0 {
+                            progress(finished, total);
+                        }
+                    }
+                }
+                Kind::Lease => lease = true,
+                Kind::Wake => {
+                    core.wakes.remove(&e.t.to_bits());
+                }
+            }
+        }
+        if lease && finished < total {
+            core.push(now + cfg.lease, Kind::Lease);
+        }
+        // Outside lease rounds a pass can only start jobs: skip it when not
+        // even the smallest waiting job fits in the free GPUs.
+        let smallest = core.demands.keys().next().copied();
+        if lease || smallest.is_some_and(|g| g as u64 <= core.cluster.free_total()) {
+            let mut s = Sched::new(&mut core, lease);
+            policy.schedule(&mut s);
+        }
+        while core.stale > 0
+            && core
+                .pending
+                .front()
+                .is_some_and(|&i| core.jobs[i as usize].status != Status::Pending)
+        {
+            core.pending.pop_front();
+            core.stale -= 1;
+        }
+        if core.stale > 64 + core.pending.len() / 4 {
+            core.pending
+                .retain(|&i| core.jobs[i as usize].status == Status::Pending);
+            core.stale = 0;
+        }
+        if core.dirty {
+            core.refresh();
+        }
+        // Drop stale finish events once they dominate the heap.
+        if core.heap.len() > 64 + 8 * core.running.len() {
+            let jobs = &core.jobs;
+            let live: Vec<Event> = std::mem::take(&mut core.heap)
+                .into_vec()
+                .into_iter()
+                .filter(|e| match e.kind {
+                    Kind::Finish(i, v) => {
+                        jobs[i as usize].version == v && jobs[i as usize].status == Status::Running
+                    }
+                    _ => true,
+                })
+                .collect();
+            core.heap = BinaryHeap::from(live);
+        }
+        let sample = Sample {
+            t: now,
+            busy: spec.total_gpus() - core.cluster.free_total(),
+            pending: core.pending.len() - core.stale,
+        };
+        if timeline
+            .last()
+            .is_none_or(|l| (l.busy, l.pending) != (sample.busy, sample.pending))
+        {
+            timeline.push(sample);
+        }
+    }
+    progress(finished, total);
+    Ok(Outcome {
+        policy: policy.name().to_string(),
+        jobs: core.jobs,
+        timeline,
+        total_gpus: spec.total_gpus(),
+        events,
+    })
+}

@@ -1,0 +1,48 @@
+//! batchcast-sim: a trace-driven, event-driven GPU-cluster scheduling
+//! simulator.
+//!
+//! A cluster is racks x machines x GPUs (optionally slots inside a
+//! machine) with CPU cores per machine. Jobs (from a trace or the seeded
+//! generator) arrive, wait, are placed by a `Policy` (FIFO, SJF, SRSF,
+//! Tiresias, Gandiva-style packing, Dally) and run at an iteration time set
+//! by the network model (widest span level and link congestion) and the CPU
+//! model (data loading per machine, optionally shared by same-dataset jobs
+//! as batchcast does); see `network`. Preemptive policies decide at lease
+//! boundaries and preempted jobs pay a restart cost.
+//!
+//! Invariants: no GPU is held by two jobs (asserted on every assignment);
+//! time only moves forward between events, never by ticking; every job
+//! finishes or `simulate` returns an error; results depend only on the
+//! inputs (no clocks, hash-order or thread effects).
+//!
+//! The core does no I/O: `trace` reads trace files (bounded in size),
+//! `chart` renders SVG into strings.
+
+mod chart;
+mod cluster;
+mod config;
+mod engine;
+mod error;
+mod job;
+mod network;
+mod placement;
+pub mod policy;
+mod report;
+mod sched;
+mod state;
+mod synth;
+pub mod trace;
+mod validate;
+
+pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
+pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
+pub use config::{DataSharing, SimConfig};
+pub use engine::{simulate, validate, Outcome, Sample};
+pub use error::SimError;
+pub use job::{JobSpec, Locality, Slowdown};
+pub use network::{multipliers, Running};
+pub use policy::{by_name, Policy};
+pub use report::{comparison_table, jobs_csv, Summary};
+pub use sched::Sched;
+pub use state::{JobState, Status};
+pub use synth::{synthetic, SynthConfig};

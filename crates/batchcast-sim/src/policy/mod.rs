@@ -1,0 +1,152 @@
+//! Scheduling policies, one per file, behind the `Policy` trait.
+//!
+//! A policy is asked to decide at every instant something happened
+//! (arrival, finish, lease boundary, a timer it asked for). It starts
+//! pending jobs with `Sched::try_start` and, at lease boundaries, may
+//! preempt running ones with `Sched::preempt`.
+
+mod dally;
+mod fifo;
+mod gandiva;
+mod sjf;
+mod srsf;
+mod tiresias;
+mod tuner;
+
+pub use dally::{Dally, DallyConfig};
+pub use fifo::Fifo;
+pub use gandiva::Gandiva;
+pub use sjf::Sjf;
+pub use srsf::Srsf;
+pub use tiresias::Tiresias;
+pub use tuner::Tuner;
+
+use crate::error::SimError;
+use crate::job::Locality;
+use crate::sched::Sched;
+
+/// A scheduling policy.
+pub trait Policy {
+    /// Its name in tables (`fifo`, `dally`, ...).
+    fn name(&self) -> &str;
+    /// Whether it preempts (and so needs lease rounds).
+    fn preemptive(&self) -> bool {
+        false
+    }
+    /// Job `i` was submitted (called before the instant's decision).
+    fn arrived(&mut self, _i: u32, _job: &crate::state::JobState) {}
+    /// Decides at one instant.
+    fn schedule(&mut self, s: &mut Sched<'_>);
+}
+
+/// The policies `by_name` knows.
+pub const NAMES: [&str; 6] = ["fifo", "sjf", "srsf", "tiresias", "gandiva", "dally"];
+
+/// A policy with default parameters by name.
+pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
+    Ok(match name {
+        "fifo" => Box::new(Fifo),
+        "sjf" => Box::new(Sjf::default()),
+        "srsf" => Box::new(Srsf),
+        "tiresias" => Box::new(Tiresias::default()),
+        "gandiva" => Box::new(Gandiva),
+        "dally" => Box::new(Dally::new(DallyConfig::default())),
+        other => {
+            return Err(SimError::Config(format!(
+                "unknown policy {other:?}; pick from {}",
+                NAMES.join(", ")
+            )))
+        }
+    })
+}
+
+/// Starts waiting jobs in arrival order without copying the queue;
+/// `strict` stops at the first that does not fit.
+pub(crate) fn greedy_arrival(s: &mut Sched<'_>, strict: bool) {
+    for k in 0..s.pending_len() {
+        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
+            return;
+        }
+        let i = s.pending_at(k);
+        if s.job(i).status == crate::state::Status::Pending
+            && s.try_start(i, Locality::Cluster).is_none()
+            && strict
+        {
+            return;
+        }
+    }
+}
+
+/// Lease-round preemption: keeps the best-ranked jobs (pending and running,
+/// `ranked` best first) whose GPU demands fit in the cluster together, and
+/// preempts running jobs outside that set. Returns the preempted jobs.
+pub(crate) fn preempt_outside(s: &mut Sched<'_>, ranked: &[u32]) -> Vec<u32> {
+    let mut room = s.spec().total_gpus();
+    let mut out = Vec::new();
+    for &i in ranked {
+        let g = s.job(i).spec.gpus as u64;
+        if g <= room {
+            room -= g;
+        } else if s.preempt(i) {
+            out.push(i);
+        }
+    }
+    out
+}
+
+/// Sorts `jobs` by `key` (ties by index, so deterministic).
+pub(crate) fn rank_by(jobs: &mut [u32], key: impl Fn(u32) -> (f64, f64)) {
+    let mut keyed: Vec<((f64, f64), u32)> = jobs.iter().map(|&i| (key(i), i)).collect();
+    keyed.sort_by(|a, b| {
+        a.0 .0
+            .total_cmp(&b.0 .0)
+            .then(a.0 .1.total_cmp(&b.0 .1))
+            .then(a.1.cmp(&b.1))
+    });
+    for (slot, (_, i)) in jobs.iter_mut().zip(keyed) {
+        *slot = i;
+    }
+}
+
+/// Walks `jobs` best-first by `key`, calling `visit` on each until the free
+/// GPUs cannot hold the smallest waiting job. Only the best few are sorted
+/// (at most a few per free GPU can start); the rest is sorted only if the
+/// walk gets that far, so the order visited is exactly the full ranking's.
+pub(crate) fn walk_ranked(
+    s: &mut Sched<'_>,
+    jobs: Vec<u32>,
+    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
+    mut visit: impl FnMut(&mut Sched<'_>, u32),
+) {
+    let cmp = |a: &((f64, f64), u32), b: &((f64, f64), u32)| {
+        a.0 .0
+            .total_cmp(&b.0 .0)
+            .then(a.0 .1.total_cmp(&b.0 .1))
+            .then(a.1.cmp(&b.1))
+    };
+    let mut keyed: Vec<((f64, f64), u32)> = jobs.into_iter().map(|i| (key(s, i), i)).collect();
+    let head = (4 * s.free_gpus() as usize + 64).min(keyed.len());
+    if head < keyed.len() && head > 0 {
+        keyed.select_nth_unstable_by(head - 1, cmp);
+    }
+    keyed[..head].sort_unstable_by(cmp);
+    let mut sorted_tail = false;
+    for k in 0..keyed.len() {
+        if k == head && !sorted_tail {
+            keyed[head..].sort_unstable_by(cmp);
+            sorted_tail = true;
+        }
+        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
+            return;
+        }
+        visit(s, keyed[k].1);
+    }
+}
+
+/// Pending then running jobs, ranked by `key`.
+pub(crate) fn all_ranked(s: &Sched<'_>, key: impl Fn(u32) -> (f64, f64)) -> Vec<u32> {
+    let mut all = s.pending();
+    all.extend(s.running());
+    rank_by(&mut all, key);
+    all
+}

@@ -1,0 +1,54 @@
+//! Tiresias: discretised two-dimensional least-attained-service (2D-LAS).
+//! A job's attained service is GPUs x seconds held; thresholds split jobs
+//! into priority queues (lower queue first, FIFO by arrival inside one).
+//! Decisions are revisited at lease boundaries, preempting running jobs
+//! outside the set the queues admit. Placement takes whatever is free,
+//! tightest first, without waiting.
+
+use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use crate::job::Locality;
+use crate::sched::Sched;
+
+/// 2D-LAS with discretised queues.
+pub struct Tiresias {
+    /// Queue thresholds on attained GPU-seconds, ascending.
+    pub thresholds: Vec<f64>,
+}
+
+impl Default for Tiresias {
+    fn default() -> Self {
+        Tiresias {
+            thresholds: vec![3_600.0, 36_000.0],
+        }
+    }
+}
+
+/// The queue index of attained service `a` under `thresholds`.
+pub(crate) fn queue(thresholds: &[f64], a: f64) -> f64 {
+    thresholds.iter().filter(|&&t| a >= t).count() as f64
+}
+
+impl Policy for Tiresias {
+    fn name(&self) -> &str {
+        "tiresias"
+    }
+
+    fn preemptive(&self) -> bool {
+        true
+    }
+
+    fn schedule(&mut self, s: &mut Sched<'_>) {
+        let th = &self.thresholds;
+        let key = |s: &Sched<'_>, i: u32| (queue(th, s.attained_now(i)), s.job(i).spec.arrival);
+        let mut out = Vec::new();
+        if s.lease_boundary() {
+            let ranked = all_ranked(s, |i| key(s, i));
+            out = preempt_outside(s, &ranked);
+        }
+        let mut order = s.pending_fitting();
+        order.retain(|i| !out.contains(i));
+        walk_ranked(s, order, key, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
+    }
+}

@@ -1,0 +1,182 @@
+//! Each trace format parsed from a small sample written by the test, and
+//! malformed records refused with file, record and field named.
+
+use std::path::Path;
+
+use batchcast_sim::trace::{parse_datetime, read_file, Format};
+use batchcast_sim::SimError;
+
+fn write(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, body).unwrap();
+    p
+}
+
+fn parse_err(e: SimError) -> (String, usize, String) {
+    match e {
+        SimError::Parse {
+            file,
+            record,
+            field,
+            ..
+        } => (file, record, field),
+        other => panic!("expected a parse error, got {other}"),
+    }
+}
+
+#[test]
+fn dally_json_job_list() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "jobs.json",
+        r#"[
+ {"job_id": 0, "job_group_id": 0, "arrival_time": 100, "total_iterations": 1000, "time_per_iteration": 0.5,
+  "max_parallelism": 4, "cross_slot_slowdown": 1.0, "cross_machine_slowdown": 1.4, "cross_rack_slowdown": 2.2},
+ {"job_id": "h1", "start_time": 160, "total_iterations": 10, "time_per_iteration": 3, "max_parallelism": 8,
+  "cross_slot_slowdown": 1.1, "cross_machine_slowdown": 1.5, "cross_rack_slowdown": 1.9,
+  "dataset": "imagenet", "model": "resnet50", "gpu_util": 80, "cpu_num": 12, "duration": 30, "submit_time": 160}
+]"#,
+    );
+    let t = read_file(&p, Format::Dally).unwrap();
+    assert_eq!(t.jobs.len(), 2);
+    let (a, b) = (&t.jobs[0], &t.jobs[1]);
+    assert_eq!(
+        (a.id.as_str(), a.arrival, a.gpus, a.iterations, a.iter_time),
+        ("0", 0.0, 4, 1000.0, 0.5)
+    );
+    assert_eq!(
+        (a.slowdown.cross_machine, a.slowdown.cross_rack),
+        (1.4, 2.2)
+    );
+    assert_eq!(
+        (b.id.as_str(), b.arrival, b.gpus, b.cpu),
+        ("h1", 60.0, 8, 12.0)
+    );
+    assert_eq!(
+        (b.dataset.as_str(), b.model.as_str()),
+        ("imagenet", "resnet50")
+    );
+
+    let bad = write(
+        dir.path(),
+        "bad.json",
+        r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2},
+        {"job_id": 2, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 1.5}]"#,
+    );
+    let (file, record, field) = parse_err(read_file(&bad, Format::Dally).unwrap_err());
+    assert!(file.ends_with("bad.json"));
+    assert_eq!((record, field.as_str()), (2, "max_parallelism"));
+    let bad = write(
+        dir.path(),
+        "slow.json",
+        r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2, "cross_rack_slowdown": 0.5}]"#,
+    );
+    assert_eq!(
+        parse_err(read_file(&bad, Format::Dally).unwrap_err()).2,
+        "cross_rack_slowdown"
+    );
+    let bad = write(dir.path(), "broken.json", "[{");
+    assert_eq!(
+        parse_err(read_file(&bad, Format::Dally).unwrap_err()).2,
+        "(json)"
+    );
+}
+
+#[test]
+fn helios_cluster_log_csv() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "cluster_log.csv",
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
+         j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:00:12,2020-04-01 01:00:12,3600,2\n\
+         j2,u2,vc1,0,4,1,COMPLETED,2020-04-01 00:00:20,2020-04-01 00:00:20,2020-04-01 00:01:20,60,0\n\
+         j3,u1,vc2,16,96,2,FAILED,2020-04-01 00:01:10,2020-04-01 00:02:00,2020-04-01 00:12:00,,50\n",
+    );
+    let t = read_file(&p, Format::Helios).unwrap();
+    assert_eq!((t.jobs.len(), t.skipped), (2, 1));
+    assert_eq!(
+        (
+            t.jobs[0].id.as_str(),
+            t.jobs[0].gpus,
+            t.jobs[0].iterations,
+            t.jobs[0].cpu
+        ),
+        ("j1", 8, 3600.0, 48.0)
+    );
+    assert_eq!(
+        (t.jobs[1].arrival, t.jobs[1].gpus, t.jobs[1].iterations),
+        (60.0, 16, 600.0)
+    );
+
+    let bad = write(
+        dir.path(),
+        "bad.csv",
+        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
+         j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,,,3600,2\n\
+         j2,u1,vc1,8,48,1,COMPLETED,yesterday,,,3600,2\n",
+    );
+    let (_, record, field) = parse_err(read_file(&bad, Format::Helios).unwrap_err());
+    assert_eq!((record, field.as_str()), (2, "submit_time"));
+    let bad = write(dir.path(), "nocol.csv", "job_id,user\nj1,u1\n");
+    assert_eq!(
+        parse_err(read_file(&bad, Format::Helios).unwrap_err()).2,
+        "gpu_num"
+    );
+}
+
+#[test]
+fn philly_cluster_job_log_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let p = write(
+        dir.path(),
+        "cluster_job_log",
+        r#"[
+ {"status": "Pass", "vc": "vc1", "jobid": "application_1", "user": "u1", "submitted_time": "2017-10-03 08:00:00",
+  "attempts": [
+   {"start_time": "2017-10-03 08:01:00", "end_time": "2017-10-03 08:11:00", "detail": [{"ip": "m1", "gpus": ["gpu0"]}]},
+   {"start_time": "2017-10-03 09:00:00", "end_time": "2017-10-03 10:00:00",
+    "detail": [{"ip": "m1", "gpus": ["gpu0", "gpu1"]}, {"ip": "m2", "gpus": ["gpu0", "gpu1"]}]}]},
+ {"status": "Killed", "vc": "vc1", "jobid": "application_2", "user": "u2", "submitted_time": "2017-10-03 08:30:00", "attempts": []},
+ {"status": "Pass", "vc": "vc2", "jobid": "application_3", "user": "u2", "submitted_time": "2017-10-03 08:10:00",
+  "attempts": [{"start_time": "2017-10-03 08:10:00", "end_time": "None", "detail": [{"ip": "m3", "gpus": ["gpu3"]}]},
+               {"start_time": "2017-10-03 08:20:00", "end_time": "2017-10-03 08:30:00", "detail": [{"ip": "m3", "gpus": ["gpu3"]}]}]}
+]"#,
+    );
+    let t = read_file(&p, Format::Philly).unwrap();
+    assert_eq!((t.jobs.len(), t.skipped), (2, 1));
+    let (a, c) = (&t.jobs[0], &t.jobs[1]);
+    assert_eq!(
+        (a.id.as_str(), a.arrival, a.gpus, a.iterations),
+        ("application_1", 0.0, 4, 4200.0)
+    );
+    assert_eq!((c.arrival, c.gpus, c.iterations), (600.0, 1, 600.0));
+
+    let bad = write(
+        dir.path(),
+        "bad_log",
+        r#"[{"jobid": "a", "submitted_time": "2017-10-03 08:00:00",
+        "attempts": [{"start_time": "2017-10-03 08:01:00", "end_time": "2017-10-03 08:02:00", "detail": [{"ip": "m1", "gpus": 3}]}]}]"#,
+    );
+    let (_, record, field) = parse_err(read_file(&bad, Format::Philly).unwrap_err());
+    assert_eq!((record, field.as_str()), (1, "attempts[0].detail.gpus"));
+}
+
+#[test]
+fn timestamps_and_missing_files() {
+    assert_eq!(parse_datetime("1970-01-02 00:00:01"), Some(86_401.0));
+    assert_eq!(
+        parse_datetime("2020-03-01 00:00:00").map(|s| s as i64),
+        Some(1_583_020_800)
+    );
+    assert_eq!(parse_datetime("12.5"), Some(12.5));
+    assert_eq!(parse_datetime("2020-13-01 00:00:00"), None);
+    let e = read_file(Path::new("/nonexistent/trace.json"), Format::Dally)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("/nonexistent/trace.json") && e.contains("cannot read"),
+        "{e}"
+    );
+}
