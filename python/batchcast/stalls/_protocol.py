@@ -15,6 +15,10 @@ WARMUP = "BATCHCAST_STALLS_WARMUP"
 STEPS = "BATCHCAST_STALLS_STEPS"
 SECONDS = "BATCHCAST_STALLS_SECONDS"
 SHARED = "BATCHCAST_STALLS_SHARED"
+#: ``DIR:N``: N copies run together; each waits after its warm-up until all
+#: N have warmed up, so that their measured windows overlap.
+BARRIER = "BATCHCAST_STALLS_BARRIER"
+BARRIER_TIMEOUT_S = 120.0
 
 #: Modes a script can be run in. ``producer``/``consumer`` are the shared
 #: pipeline of ``--validate``: one copy serves its loader, the others read it.
@@ -33,6 +37,7 @@ class Config:
     steps: Optional[int]
     seconds: Optional[float]
     shared: Optional[str]
+    barrier: Optional[str]
 
     @staticmethod
     def from_env() -> Optional["Config"]:
@@ -53,6 +58,7 @@ class Config:
             steps=int(steps) if steps else None,
             seconds=float(seconds) if seconds else None,
             shared=os.environ.get(SHARED) or None,
+            barrier=os.environ.get(BARRIER) or None,
         )
 
 

@@ -56,6 +56,9 @@ class Recorder:
             self._steps.append(got - (self._last if self._last is not None else asked))
             self._samples += batch_len(batch)
         self._last = got
+        if self._seen == self._c.warmup and self._c.barrier:
+            _wait_for_all(self._c.barrier)
+            self._last = now()
         if self._start is not None and self._done(got):
             self.finish(got)
 
@@ -88,6 +91,19 @@ class Recorder:
             json.dump(result, f)
         os.replace(tmp, path)
         raise SystemExit(0)
+
+
+def _wait_for_all(spec: str) -> None:
+    """The file barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: polls (with a
+    deadline) until N copies have announced their end of warm-up."""
+    where, _, count = spec.rpartition(":")
+    n = int(count)
+    open(os.path.join(where, f"ready-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + _protocol.BARRIER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if sum(1 for f in os.listdir(where) if f.startswith("ready-")) >= n:
+            return
+        time.sleep(0.005)
 
 
 def now() -> float:

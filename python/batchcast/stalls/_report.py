@@ -28,13 +28,14 @@ def table(report: dict) -> str:
         lines.append(f"{s['name']:<15}{_ms(s['per_step_s']):>10}{epoch:>11}{s['share']:>8.0%}")
     if report["predictions"]:
         lines.append("")
-        lines.append(f"{'jobs':<6}{'own loaders':>13}{'one producer':>14}{'speedup':>9}   (aggregate samples/s; predicted [measured])")
+        lines.append("aggregate samples/s of N copies: predicted [measured]")
+        lines.append(f"{'jobs':<6}{'own loaders':>16}{'one producer':>16}{'speedup':>18}")
         for p in report["predictions"]:
             m = p.get("measured")
             own = f"{p['independent']:.0f}" + (f" [{m['independent']:.0f}]" if m else "")
             sh = f"{p['shared']:.0f}" + (f" [{m['shared']:.0f}]" if m else "")
             sp = f"{p['speedup']:.2f}x" + (f" [{m['shared'] / m['independent']:.2f}x]" if m and m["independent"] else "")
-            lines.append(f"{p['jobs']:<6}{own:>13}{sh:>14}{sp:>9}")
+            lines.append(f"{p['jobs']:<6}{own:>16}{sh:>16}{sp:>18}")
     for n in report["notes"]:
         lines.append(f"note: {n}")
     lines.append("")

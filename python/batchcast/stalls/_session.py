@@ -98,13 +98,19 @@ def analyse(opts: Options) -> dict:
     return _report(opts, raw, comm_step, base, settings, notes, cache_info)
 
 
+def _together(base: str, name: str, settings: Dict[str, str], jobs: int) -> Dict[str, str]:
+    where = tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base)
+    return dict(settings, **{_protocol.BARRIER: f"{where}:{jobs}"})
+
+
 def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> Dict[str, float]:
     _say(opts, f"validating: {jobs} copies with their own loaders")
-    own = [make_job(f"own{i}", opts.command, "warm", base, settings) for i in range(jobs)]
+    own_settings = _together(base, f"own{jobs}", settings, jobs)
+    own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
     got = run_all(own, opts.timeout * 2)
     independent = sum(_analysis.figures(r[0]).samples_per_s for r in got.values())
     _say(opts, f"validating: {jobs} copies reading one shared producer")
-    shared_settings = dict(settings)
+    shared_settings = _together(base, f"shared{jobs}", settings, jobs)
     shared_settings[_protocol.SHARED] = f"stalls-{uuid.uuid4().hex[:12]}"
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
     readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
