@@ -81,6 +81,13 @@ def test_prediction_of_a_prep_bound_job():
     assert p4.speedup == pytest.approx(2.5)
 
 
+def test_free_cores_leave_out_what_other_processes_use():
+    busy = dict(_result("warm", 10, 2.0, [0.0], cpu=1.0), others_cpu_seconds=1.0)  # half a core
+    quiet = dict(_result("synthetic", 10, 2.0, [0.0], cpu=1.0), others_cpu_seconds=0.4)
+    assert _analysis.free_cores(2, [_analysis.figures(busy), _analysis.figures(quiet)]) == pytest.approx(1.8)
+    assert _analysis.free_cores(1, [_analysis.figures(busy)]) == 1.0
+
+
 def test_verdicts_in_plain_words():
     prep = _analysis.stalls(_modes(0.1, 0.4, 0.4))
     pred = [_analysis.Prediction(4, 100.0, 310.0)]

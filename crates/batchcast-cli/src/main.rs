@@ -38,6 +38,9 @@ enum Command {
     Run(cmd::run::RunArgs),
     /// Read the run store: compare runs and workloads.
     Runs(cmd::runs::RunsArgs),
+    /// Find a training script's data stalls (fetch, prep, communication)
+    /// and what one shared pipeline would buy: -- python train.py ARGS
+    Stalls(cmd::stalls::StallsArgs),
     /// One consumer process of the bench (internal).
     #[command(hide = true)]
     BenchConsumer(cmd::bench::BenchConsumerArgs),
@@ -58,6 +61,7 @@ fn main() {
         Command::Status(a) => cmd::status::run(a).map(|()| 0),
         Command::Runs(a) => cmd::runs::run(a).map(|()| 0),
         Command::Run(a) => cmd::run::run(a),
+        Command::Stalls(a) => cmd::stalls::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

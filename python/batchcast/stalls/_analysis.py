@@ -44,6 +44,7 @@ class ModeFigures:
     batch_size: float
     epoch_steps: Optional[int]
     num_workers: int
+    others_cores: float  # cores busy with other processes during the window
 
 
 def figures(result: dict) -> ModeFigures:
@@ -67,6 +68,7 @@ def figures(result: dict) -> ModeFigures:
         batch_size=samples / max(steps, 1),
         epoch_steps=result.get("len"),
         num_workers=int(result.get("num_workers", 0) or 0),
+        others_cores=float(result.get("others_cpu_seconds", 0.0)) / seconds,
     )
 
 
@@ -121,8 +123,16 @@ class Prediction:
         return self.shared / self.independent if self.independent > 0 else 0.0
 
 
-def predict(syn: ModeFigures, warm: ModeFigures, cores: int, jobs: int) -> Prediction:
-    """Aggregate throughput of ``jobs`` collocated copies on ``cores`` cores.
+def free_cores(cores: int, modes: Sequence[ModeFigures]) -> float:
+    """The cores left to the script: all of them less what other processes
+    used while the modes ran (the least seen), at least one."""
+    busy = min((m.others_cores for m in modes), default=0.0)
+    return max(1.0, cores - busy)
+
+
+def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Prediction:
+    """Aggregate throughput of ``jobs`` collocated copies on ``cores`` cores
+    (the free ones, :func:`free_cores`).
 
     Each copy alone runs at the warm rate and uses the warm CPU per sample;
     together they cannot use more than ``cores``. With one shared producer,

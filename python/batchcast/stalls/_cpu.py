@@ -60,3 +60,18 @@ def tree_cpu_seconds() -> float:
         total += _proc_cpu(pid)
         stack.extend(table.get(pid, []))
     return total
+
+
+def machine_busy_seconds() -> float:
+    """CPU seconds all cores of the machine have been busy (``/proc/stat``):
+    what other processes use is this minus the tree's own."""
+    try:
+        with open("/proc/stat", "rb") as f:
+            fields = f.readline().split()[1:]
+    except OSError:
+        return 0.0
+    ticks = [int(x) for x in fields[:8]]
+    if len(ticks) < 8:
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = ticks
+    return (user + nice + system + irq + softirq + steal) / _TICK

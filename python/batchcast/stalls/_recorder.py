@@ -13,7 +13,7 @@ import time
 from typing import Any, List, Optional
 
 from . import _protocol
-from ._cpu import tree_cpu_seconds
+from ._cpu import machine_busy_seconds, tree_cpu_seconds
 
 
 def batch_len(batch: Any) -> int:
@@ -39,6 +39,7 @@ class Recorder:
         self._last: Optional[float] = None
         self._start: Optional[float] = None
         self._cpu0 = 0.0
+        self._busy0 = 0.0
         self._waits: List[float] = []
         self._steps: List[float] = []
         self._samples = 0
@@ -51,6 +52,7 @@ class Recorder:
             # Measurement starts where the warm-up's last step ended.
             self._start = self._last if self._last is not None else asked
             self._cpu0 = tree_cpu_seconds()
+            self._busy0 = machine_busy_seconds()
         if self._start is not None:
             self._waits.append(got - asked)
             self._steps.append(got - (self._last if self._last is not None else asked))
@@ -70,6 +72,7 @@ class Recorder:
 
     def finish(self, now: float) -> None:
         cpu = tree_cpu_seconds() - self._cpu0
+        busy = machine_busy_seconds() - self._busy0
         assert self._start is not None
         elapsed = max(now - self._start, 1e-9)
         result = dict(self._info)
@@ -81,6 +84,7 @@ class Recorder:
             samples=self._samples,
             seconds=elapsed,
             cpu_seconds=cpu,
+            others_cpu_seconds=max(0.0, busy - cpu),
             waits=self._waits,
             step_times=self._steps,
             epochs=self.epochs,

@@ -125,7 +125,8 @@ def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:
     kind = _analysis.classify(stall_list)
     cores = int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
     real = modes.get("warm") or modes["cold"]
-    predictions = [_analysis.predict(modes["synthetic"], real, cores, n) for n in opts.jobs]
+    free = _analysis.free_cores(cores, list(modes.values()))
+    predictions = [_analysis.predict(modes["synthetic"], real, free, n) for n in opts.jobs]
     measured: Dict[int, dict] = {}
     if opts.validate:
         for n in opts.jobs:
@@ -136,6 +137,7 @@ def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:
     return {
         "command": list(opts.command),
         "cores": cores,
+        "free_cores": free,
         "verdict": _analysis.verdict(kind, stall_list, predictions, speedups, cpu_saved),
         "regime": kind,
         "modes": {m: vars(f) for m, f in modes.items()},

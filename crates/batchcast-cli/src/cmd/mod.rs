@@ -6,5 +6,6 @@ pub mod demo;
 pub mod run;
 pub mod runs;
 pub mod serve;
+pub mod stalls;
 pub mod status;
 pub mod trainer;
