@@ -88,6 +88,12 @@ def test_free_cores_leave_out_what_other_processes_use():
     assert _analysis.free_cores(1, [_analysis.figures(busy)]) == 1.0
 
 
+def test_background_cores_of_copies_measured_together():
+    # Two copies, each 0.8 core, while the machine was busy 2.0 cores: 0.4 core is someone else's.
+    copies = [dict(_result("warm", 10, 1.0, [0.0], cpu=0.8), others_cpu_seconds=1.2)] * 2
+    assert _analysis.background_cores(copies) == pytest.approx(0.4)
+
+
 def test_verdicts_in_plain_words():
     prep = _analysis.stalls(_modes(0.1, 0.4, 0.4))
     pred = [_analysis.Prediction(4, 100.0, 310.0)]
@@ -197,3 +203,30 @@ def test_prediction_against_validate(tmp_path):
         for side in ("independent", "shared"):
             assert abs(p[side] - m[side]) <= 0.25 * m[side], (p["jobs"], side, proc.stdout)
     assert "one shared pipeline for 4 jobs" in r["verdict"] and "measured" in r["verdict"]
+
+
+def _batchcast_bin():
+    for cand in (os.environ.get("BATCHCAST_BIN"), ROOT / "target" / "release" / "batchcast",
+                 ROOT / "target" / "debug" / "batchcast"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return str(cand)
+    pytest.skip("no batchcast binary: cargo build -p batchcast-cli (scripts/test.sh builds it first)")
+
+
+@pytest.mark.stalls
+def test_the_cli_face_prints_json_and_records_into_the_run_store(tmp_path):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    cmd = [_batchcast_bin(), "stalls", "--steps", "10", "--warmup", "2", "--json", "--store", str(store), "--",
+           sys.executable, str(TRAIN), "--data", str(tmp_path / "data"), "--images", "32", "--size", "32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report["modes"]) == {"synthetic", "cold", "warm"}
+    assert "recorded as run" in proc.stderr
+    with sqlite3.connect(store) as db:
+        (status,) = db.execute("SELECT status FROM runs").fetchone()
+        keys = {k for (k,) in db.execute("SELECT DISTINCT key FROM metrics")}
+    assert status == "FINISHED"
+    assert {"stalls/warm/samples_per_s", "stalls/prep/share"} <= keys

@@ -117,6 +117,7 @@ class Prediction:
     jobs: int
     independent: float  # aggregate samples/s of N jobs, N loaders
     shared: float  # aggregate samples/s of N jobs reading one producer
+    cores: float = 0.0  # the free cores it was predicted for
 
     @property
     def speedup(self) -> float:
@@ -128,6 +129,19 @@ def free_cores(cores: int, modes: Sequence[ModeFigures]) -> float:
     used while the modes ran (the least seen), at least one."""
     busy = min((m.others_cores for m in modes), default=0.0)
     return max(1.0, cores - busy)
+
+
+def background_cores(copies: Sequence[dict]) -> float:
+    """Cores used by processes other than ``copies`` (raw results of copies
+    measured together): the machine's busy rate less the copies' own."""
+    if not copies:
+        return 0.0
+    busy = sorted(
+        (float(r.get("others_cpu_seconds", 0.0)) + float(r["cpu_seconds"])) / max(float(r["seconds"]), 1e-9)
+        for r in copies
+    )[len(copies) // 2]
+    own = sum(float(r["cpu_seconds"]) / max(float(r["seconds"]), 1e-9) for r in copies)
+    return max(0.0, busy - own)
 
 
 def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Prediction:
@@ -152,7 +166,7 @@ def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Pre
         jobs * producer_rate,
         cores / per_sample if per_sample > 0 else float("inf"),
     )
-    return Prediction(jobs, independent, shared)
+    return Prediction(jobs, independent, shared, cores)
 
 
 def classify(stall_list: List[Stall], data_threshold: float = 0.2) -> str:

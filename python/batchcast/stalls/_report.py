@@ -29,13 +29,13 @@ def table(report: dict) -> str:
     if report["predictions"]:
         lines.append("")
         lines.append("aggregate samples/s of N copies: predicted [measured]")
-        lines.append(f"{'jobs':<6}{'own loaders':>16}{'one producer':>16}{'speedup':>18}")
+        lines.append(f"{'jobs':<6}{'free cores':>11}{'own loaders':>16}{'one producer':>16}{'speedup':>18}")
         for p in report["predictions"]:
             m = p.get("measured")
             own = f"{p['independent']:.0f}" + (f" [{m['independent']:.0f}]" if m else "")
             sh = f"{p['shared']:.0f}" + (f" [{m['shared']:.0f}]" if m else "")
             sp = f"{p['speedup']:.2f}x" + (f" [{m['shared'] / m['independent']:.2f}x]" if m and m["independent"] else "")
-            lines.append(f"{p['jobs']:<6}{own:>16}{sh:>16}{sp:>18}")
+            lines.append(f"{p['jobs']:<6}{p['cores']:>11.1f}{own:>16}{sh:>16}{sp:>18}")
     for n in report["notes"]:
         lines.append(f"note: {n}")
     lines.append("")
