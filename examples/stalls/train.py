@@ -29,15 +29,16 @@ import batchcast.stalls
 
 
 def make_data(root: str, n: int, size: int) -> None:
-    stamp = os.path.join(root, f".made-{n}-{size}")
-    if os.path.exists(stamp):
+    stamp, made = os.path.join(root, ".made"), f"{n} {size}"
+    if os.path.exists(stamp) and open(stamp).read() == made:
         return
     os.makedirs(root, exist_ok=True)
     rng = np.random.default_rng(0)
     for i in range(n):
         pixels = rng.integers(0, 256, (size, size, 3), dtype=np.uint8)
         Image.fromarray(pixels).save(os.path.join(root, f"{i:06d}.jpg"), quality=90)
-    open(stamp, "w").close()
+    with open(stamp, "w") as f:
+        f.write(made)
 
 
 def is_cached(fd: int) -> bool:
