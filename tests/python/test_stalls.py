@@ -163,7 +163,8 @@ def test_fetch_bound_with_slow_storage_for_evicted_files(tmp_path):
     proc, r = _analyse(tmp_path, "--images", "400", "--prep", "1", "--size", "32", "--compute", "1",
                        "--slow-storage-ms", "15")
     assert proc.returncode == 0, proc.stderr
-    assert r["cache"]["files"] >= 400 and r["cache"]["cached_after_evict"] == 0.0
+    # Eviction is best effort (a page under writeback stays): nearly all must go.
+    assert r["cache"]["files"] >= 400 and r["cache"]["cached_after_evict"] < 0.1
     assert r["regime"] == "fetch-bound", proc.stdout
 
 
