@@ -7,6 +7,7 @@ N copies with their own loaders, and N copies reading one shared producer.
 """
 
 import os
+import shutil
 import sys
 import tempfile
 import uuid
@@ -53,6 +54,13 @@ def analyse(opts: Options) -> dict:
     if opts.seconds is not None:
         settings[_protocol.SECONDS] = str(opts.seconds)
     base = tempfile.mkdtemp(prefix="batchcast-stalls-")
+    try:
+        return _analyse_in(opts, base, settings)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
     raw: Dict[str, dict] = {}
     notes: List[str] = []
 

@@ -92,22 +92,37 @@ pub fn run(a: StallsArgs) -> Result<i32> {
     if a.json {
         cmd.arg("--json");
     }
-    let report = tempfile_path();
-    if a.store.is_some() {
-        cmd.arg("--json-out").arg(&report);
+    let report = match &a.store {
+        Some(_) => Some(new_report_file()?),
+        None => None,
+    };
+    if let Some(r) = &report {
+        cmd.arg("--json-out").arg(r);
     }
     cmd.arg("--").args(&a.command);
-    let status = cmd.status().with_context(|| {
+    let result = finish(&py, cmd.status(), a.store.as_deref(), report.as_deref());
+    if let Some(r) = &report {
+        let _ = std::fs::remove_file(r);
+    }
+    result
+}
+
+fn finish(
+    py: &str,
+    status: std::io::Result<std::process::ExitStatus>,
+    store: Option<&std::path::Path>,
+    report: Option<&std::path::Path>,
+) -> Result<i32> {
+    let status = status.with_context(|| {
         format!("cannot run {py}: the analysis runs in the Python that runs the script; set BATCHCAST_PYTHON")
     })?;
     let code = status.code().unwrap_or(1);
     if code != 0 {
         return Ok(code);
     }
-    if let Some(store) = a.store {
-        let run = batchcast_runs::stalls::record_file(&store, &report)
+    if let (Some(store), Some(r)) = (store, report) {
+        let run = batchcast_runs::stalls::record_file(store, r)
             .with_context(|| format!("recording the analysis in {}", store.display()))?;
-        let _ = std::fs::remove_file(&report);
         eprintln!(
             "batchcast stalls: recorded as run {run} in {}",
             store.display()
@@ -116,6 +131,24 @@ pub fn run(a: StallsArgs) -> Result<i32> {
     Ok(0)
 }
 
-fn tempfile_path() -> PathBuf {
-    std::env::temp_dir().join(format!("batchcast-stalls-{}.json", std::process::id()))
+/// A new, empty file (created exclusively, mode 0600) for the JSON analysis.
+fn new_report_file() -> Result<PathBuf> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let path = std::env::temp_dir().join(format!(
+        "batchcast-stalls-{}-{}.json",
+        std::process::id(),
+        batchcast_runs::now_ms()
+    ));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .open(&path)
+        .with_context(|| {
+            format!(
+                "cannot create {}; set TMPDIR to a writable directory",
+                path.display()
+            )
+        })?;
+    Ok(path)
 }
