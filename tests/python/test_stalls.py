@@ -231,3 +231,39 @@ def test_the_cli_face_prints_json_and_records_into_the_run_store(tmp_path):
         keys = {k for (k,) in db.execute("SELECT DISTINCT key FROM metrics")}
     assert status == "FINISHED"
     assert {"stalls/warm/samples_per_s", "stalls/prep/share"} <= keys
+
+
+CONSUMER_SCRIPT = """
+import sys, numpy as np, batchcast, batchcast.stalls
+loader = batchcast.stalls.mark(batchcast.Consumer(sys.argv[1], batch_size=8, connect_timeout=30))
+for epoch in range(1000):
+    for batch in loader:
+        np.linalg.norm(np.asarray(batch['x'], dtype=np.float64))
+"""
+
+PRODUCER_SCRIPT = """
+import sys, numpy as np, batchcast
+batches = [{'x': np.full((8, 64), i, dtype=np.float32)} for i in range(4)]
+batchcast.Producer(batches, name=sys.argv[1], samples_per_epoch=32).run(forever=True)
+"""
+
+
+@pytest.mark.stalls
+def test_a_marked_consumer_is_analysed(tmp_path):
+    name = f"stalls-test-{os.getpid()}"
+    script = tmp_path / "consumer_train.py"
+    script.write_text(CONSUMER_SCRIPT)
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER_SCRIPT, name])
+    try:
+        out = tmp_path / "a.json"
+        cmd = [sys.executable, "-m", "batchcast.stalls", "--steps", "20", "--warmup", "2", "--json-out", str(out),
+               "--", sys.executable, str(script), name]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(out.read_text())
+        assert r["modes"]["synthetic"]["epoch_steps"] == 4
+        assert r["epochs"]["synthetic"] == [4] * 5 and r["epochs"]["warm"] == [4] * 5
+        assert any("no dataset files" in n for n in r["notes"])
+    finally:
+        producer.terminate()
+        producer.wait(30)
