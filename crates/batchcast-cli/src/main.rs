@@ -42,6 +42,9 @@ enum Command {
     Ui(cmd::ui::UiArgs),
     /// Simulate GPU-cluster scheduling policies over a trace and compare them.
     Sim(cmd::sim::SimArgs),
+    /// Find a training script's data stalls (fetch, prep, communication)
+    /// and what one shared pipeline would buy: -- python train.py ARGS
+    Stalls(cmd::stalls::StallsArgs),
     /// One consumer process of the bench (internal).
     #[command(hide = true)]
     BenchConsumer(cmd::bench::BenchConsumerArgs),
@@ -64,6 +67,7 @@ fn main() {
         Command::Run(a) => cmd::run::run(a),
         Command::Ui(a) => cmd::ui::run(a).map(|()| 0),
         Command::Sim(a) => cmd::sim::run(a).map(|()| 0),
+        Command::Stalls(a) => cmd::stalls::run(a),
     };
     match result {
         Ok(code) => std::process::exit(code),

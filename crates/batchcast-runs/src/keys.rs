@@ -60,3 +60,20 @@ pub fn gpu(index: u32, field: &str) -> String {
 /// The DCGM field that says how busy a GPU's SMs really are; the
 /// collocation summary reports it as "GPU activity".
 pub const DCGM_SM_ACTIVE: &str = "DCGM_FI_PROF_SM_ACTIVE";
+
+/// `batchcast stalls` records its analysis as one run whose metrics are
+/// `stalls/<mode>/<figure>` (mode: synthetic, cold, warm, ddp; figure: one
+/// of [`STALLS_MODE_FIGURES`]), `stalls/<stall>/per_step_s` and
+/// `stalls/<stall>/share` (stall: fetch, prep, fetch+prep, communication)
+/// and `stalls/jobs_<N>/<predicted|measured>_<independent|shared>_samples_per_s`.
+pub const STALLS_PREFIX: &str = "stalls";
+/// The figures of one mode, in the JSON analysis's own field names.
+pub const STALLS_MODE_FIGURES: [&str; 7] = [
+    "steps_per_s",
+    "samples_per_s",
+    "step_s",
+    "wait_mean",
+    "wait_p50",
+    "wait_p95",
+    "cpu_per_1000",
+];

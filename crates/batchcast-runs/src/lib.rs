@@ -26,6 +26,7 @@ pub mod mlflow;
 pub mod plan;
 pub mod plot;
 pub mod runner;
+pub mod stalls;
 mod store;
 
 pub use error::{Result, StoreError};

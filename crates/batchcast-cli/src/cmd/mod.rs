@@ -7,6 +7,7 @@ pub mod run;
 pub mod runs;
 pub mod serve;
 pub mod sim;
+pub mod stalls;
 pub mod status;
 pub mod trainer;
 pub mod ui;

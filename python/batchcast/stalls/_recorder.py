@@ -1,0 +1,114 @@
+"""Per-step timing inside a marked script, written as JSON when done.
+
+A step is the time between two batches handed to the training loop; its
+data wait is the part spent blocked in the loader's ``next()``. The first
+``warmup`` steps are not measured; after ``steps`` measured steps (or
+``seconds``) the recorder writes its result and ends the script with
+``SystemExit(0)``.
+"""
+
+import json
+import os
+import time
+from typing import Any, List, Optional
+
+from . import _protocol
+from ._cpu import machine_busy_seconds, tree_cpu_seconds
+
+
+def batch_len(batch: Any) -> int:
+    """Samples in a batch: the first dimension of its first array leaf."""
+    if hasattr(batch, "shape") and len(getattr(batch, "shape", ())) > 0:
+        return int(batch.shape[0])
+    if isinstance(batch, dict):
+        for v in batch.values():
+            return batch_len(v)
+    if isinstance(batch, (list, tuple)) and batch:
+        first = batch[0]
+        if hasattr(first, "shape") or isinstance(first, (list, tuple, dict)):
+            return batch_len(first)
+        return len(batch)
+    return 1
+
+
+class Recorder:
+    def __init__(self, config: "_protocol.Config", info: dict) -> None:
+        self._c = config
+        self._info = info
+        self._seen = 0
+        self._last: Optional[float] = None
+        self._start: Optional[float] = None
+        self._cpu0 = 0.0
+        self._busy0 = 0.0
+        self._waits: List[float] = []
+        self._steps: List[float] = []
+        self._samples = 0
+        self.epochs: List[int] = []
+
+    def step(self, asked: float, got: float, batch: Any) -> None:
+        """One batch: ``next()`` was called at ``asked`` and returned at ``got``."""
+        self._seen += 1
+        if self._seen == self._c.warmup + 1 or (self._c.warmup == 0 and self._start is None):
+            # Measurement starts where the warm-up's last step ended.
+            self._start = self._last if self._last is not None else asked
+            self._cpu0 = tree_cpu_seconds()
+            self._busy0 = machine_busy_seconds()
+        if self._start is not None:
+            self._waits.append(got - asked)
+            self._steps.append(got - (self._last if self._last is not None else asked))
+            self._samples += batch_len(batch)
+        self._last = got
+        if self._seen == self._c.warmup and self._c.barrier:
+            _wait_for_all(self._c.barrier)
+            self._last = now()
+        if self._start is not None and self._done(got):
+            self.finish(got)
+
+    def _done(self, now: float) -> bool:
+        if self._c.steps is not None and len(self._steps) >= self._c.steps:
+            return True
+        assert self._start is not None
+        return self._c.seconds is not None and now - self._start >= self._c.seconds
+
+    def finish(self, now: float) -> None:
+        cpu = tree_cpu_seconds() - self._cpu0
+        busy = machine_busy_seconds() - self._busy0
+        assert self._start is not None
+        elapsed = max(now - self._start, 1e-9)
+        result = dict(self._info)
+        result.update(
+            mode=self._c.mode,
+            rank=_protocol.rank(),
+            world_size=int(os.environ.get("WORLD_SIZE", "1") or 1),
+            steps=len(self._steps),
+            samples=self._samples,
+            seconds=elapsed,
+            cpu_seconds=cpu,
+            others_cpu_seconds=max(0.0, busy - cpu),
+            waits=self._waits,
+            step_times=self._steps,
+            epochs=self.epochs,
+        )
+        path = os.path.join(self._c.out, _protocol.RESULT_FILE.format(rank=_protocol.rank()))
+        tmp = f"{path}.tmp{os.getpid()}"
+        with open(tmp, "w") as f:
+            json.dump(result, f)
+        os.replace(tmp, path)
+        raise SystemExit(0)
+
+
+def _wait_for_all(spec: str) -> None:
+    """The file barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: polls (with a
+    deadline) until N copies have announced their end of warm-up."""
+    where, _, count = spec.rpartition(":")
+    n = int(count)
+    open(os.path.join(where, f"ready-{os.getpid()}"), "w").close()
+    deadline = time.monotonic() + _protocol.BARRIER_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if sum(1 for f in os.listdir(where) if f.startswith("ready-")) >= n:
+            return
+        time.sleep(0.005)
+
+
+def now() -> float:
+    return time.perf_counter()

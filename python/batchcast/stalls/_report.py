@@ -1,0 +1,43 @@
+"""The human-readable table of a ``batchcast stalls`` analysis."""
+
+from typing import List
+
+
+def _ms(s: float) -> str:
+    return f"{s * 1000:.1f} ms"
+
+
+def table(report: dict) -> str:
+    lines: List[str] = []
+    lines.append(f"batchcast stalls: {' '.join(report['command'])}  ({report['cores']} cores, {report['free_cores']:.1f} free)")
+    lines.append("")
+    head = f"{'mode':<11}{'steps/s':>9}{'samples/s':>11}{'wait mean':>11}{'wait p50':>10}{'wait p95':>10}{'CPU s/1000':>12}"
+    lines.append(head)
+    rows = dict(report["modes"])
+    if report.get("ddp"):
+        rows[f"ddp x{report['ddp']['processes']}"] = report["ddp"]
+    for name, m in rows.items():
+        lines.append(
+            f"{name:<11}{m['steps_per_s']:>9.1f}{m['samples_per_s']:>11.1f}{_ms(m['wait_mean']):>11}"
+            f"{_ms(m['wait_p50']):>10}{_ms(m['wait_p95']):>10}{m['cpu_per_1000']:>12.2f}"
+        )
+    lines.append("")
+    lines.append(f"{'stall':<15}{'per step':>10}{'per epoch':>11}{'share':>8}")
+    for s in report["stalls"]:
+        epoch = f"{s['per_epoch_s']:.2f} s" if s["per_epoch_s"] is not None else "-"
+        lines.append(f"{s['name']:<15}{_ms(s['per_step_s']):>10}{epoch:>11}{s['share']:>8.0%}")
+    if report["predictions"]:
+        lines.append("")
+        lines.append("aggregate samples/s of N copies: predicted [measured]")
+        lines.append(f"{'jobs':<6}{'free cores':>11}{'own loaders':>16}{'one producer':>16}{'speedup':>18}")
+        for p in report["predictions"]:
+            m = p.get("measured")
+            own = f"{p['independent']:.0f}" + (f" [{m['independent']:.0f}]" if m else "")
+            sh = f"{p['shared']:.0f}" + (f" [{m['shared']:.0f}]" if m else "")
+            sp = f"{p['speedup']:.2f}x" + (f" [{m['shared'] / m['independent']:.2f}x]" if m and m["independent"] else "")
+            lines.append(f"{p['jobs']:<6}{p['cores']:>11.1f}{own:>16}{sh:>16}{sp:>18}")
+    for n in report["notes"]:
+        lines.append(f"note: {n}")
+    lines.append("")
+    lines.append(f"verdict: {report['verdict']}")
+    return "\n".join(lines)

@@ -1,0 +1,150 @@
+"""Runs the script in one mode, in fresh processes, bounded in time.
+
+Each run gets its own result directory; the marked script writes
+``marked-PID.json`` when it creates its loader and ``result-RANK.json`` when
+it has measured its steps. A run that ends without a result, or outlives its
+timeout, is a :class:`StallsError` naming the mode and the script's last
+output.
+"""
+
+import glob
+import json
+import os
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from . import _protocol
+
+MAX_RESULT_BYTES = 64 << 20
+TAIL_LINES = 15
+
+
+class StallsError(RuntimeError):
+    """A mode could not be measured; the message says why and what to do."""
+
+
+@dataclass
+class Job:
+    """One process (tree) of a run: the command, its mode and its files."""
+
+    label: str
+    command: Sequence[str]
+    mode: str
+    out: str
+    env: Dict[str, str] = field(default_factory=dict)
+    expect_result: bool = True
+    ranks: int = 1
+    proc: Optional["subprocess.Popen[bytes]"] = None
+    log: str = ""
+
+
+def tail(path: str, lines: int = TAIL_LINES) -> str:
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 16384))
+            text = f.read().decode("utf-8", "replace")
+    except OSError:
+        return "(no output)"
+    kept = text.splitlines()[-lines:]
+    return "\n".join("    " + line for line in kept) if kept else "    (no output)"
+
+
+def make_job(label: str, command: Sequence[str], mode: str, base: str, settings: Dict[str, str], ranks: int = 1) -> Job:
+    out = tempfile.mkdtemp(prefix=f"{label}-", dir=base)
+    env = dict(settings)
+    env[_protocol.MODE] = mode
+    env[_protocol.OUT] = out
+    return Job(label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks)
+
+
+def start(job: Job) -> None:
+    job.log = os.path.join(job.out, "output.log")
+    env = dict(os.environ)
+    env.update(job.env)
+    with open(job.log, "wb") as log:
+        try:
+            job.proc = subprocess.Popen(
+                list(job.command), env=env, stdout=log, stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL, start_new_session=True,
+            )
+        except OSError as e:
+            raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {e.strerror}") from e
+
+
+def _kill(job: Job) -> None:
+    if job.proc is None or job.proc.poll() is not None:
+        return
+    try:
+        os.killpg(job.proc.pid, signal.SIGTERM)
+        job.proc.wait(5)
+    except (OSError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(job.proc.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        job.proc.wait()
+
+
+def results_of(job: Job) -> List[dict]:
+    found = []
+    for path in sorted(glob.glob(os.path.join(job.out, "result-*.json"))):
+        if os.path.getsize(path) > MAX_RESULT_BYTES:
+            raise StallsError(f"{job.label}: {path} is larger than {MAX_RESULT_BYTES} bytes")
+        with open(path) as f:
+            found.append(json.load(f))
+    return found
+
+
+def _failure(job: Job, why: str) -> StallsError:
+    marked = glob.glob(os.path.join(job.out, "marked-*.json"))
+    hint = "" if marked else (
+        "\n  the script never created its marked loader: wrap it once with"
+        " `loader = batchcast.stalls.mark(loader)`"
+    )
+    return StallsError(f"mode {job.mode} ({job.label}): {why}{hint}\n  last output of the script:\n{tail(job.log)}")
+
+
+def run_all(jobs: List[Job], timeout: float, grace: float = 20.0) -> Dict[str, List[dict]]:
+    """Starts the jobs together and waits for every result (all ranks);
+    processes still alive ``grace`` seconds after their results are stopped."""
+    for j in jobs:
+        start(j)
+    deadline = time.monotonic() + timeout
+    done: Dict[str, List[dict]] = {}
+    done_at: Dict[str, float] = {}
+    try:
+        while True:
+            for j in jobs:
+                assert j.proc is not None
+                if not j.expect_result or j.label in done:
+                    continue
+                res = results_of(j)
+                if len(res) >= j.ranks:
+                    done[j.label] = res
+                    done_at[j.label] = time.monotonic()
+                elif j.proc.poll() is not None:
+                    res = results_of(j)  # written just before it exited
+                    if len(res) >= j.ranks:
+                        done[j.label] = res
+                        continue
+                    raise _failure(j, f"the script exited with status {j.proc.returncode} before its measured steps ended")
+            waiting = [j for j in jobs if j.expect_result and j.label not in done]
+            if not waiting:
+                break
+            if time.monotonic() > deadline:
+                raise _failure(waiting[0], f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)")
+            time.sleep(0.05)
+        # Let them exit by themselves (the recorder ends the script), then stop.
+        end = time.monotonic() + grace
+        while time.monotonic() < end and any(j.proc is not None and j.proc.poll() is None for j in jobs):
+            time.sleep(0.05)
+    finally:
+        for j in jobs:
+            _kill(j)
+    return done

@@ -1,0 +1,167 @@
+"""One ``batchcast stalls`` analysis: the modes in order, then the arithmetic.
+
+Order: synthetic (which also shows which files the loader opens), cold (the
+dataset's files evicted first), warm (every file read first), then the
+K-process synthetic run under torchrun (``nproc``), then ``--validate``:
+N copies with their own loaders, and N copies reading one shared producer.
+"""
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from . import _analysis, _cache, _protocol
+from ._runner import StallsError, make_job, run_all
+
+
+@dataclass
+class Options:
+    command: Sequence[str]
+    steps: Optional[int] = 30
+    seconds: Optional[float] = None
+    warmup: int = 5
+    jobs: List[int] = field(default_factory=list)
+    nproc: int = 0
+    validate: bool = False
+    data: List[str] = field(default_factory=list)
+    timeout: float = 300.0
+    log: bool = True
+
+
+def _say(opts: Options, msg: str) -> None:
+    if opts.log:
+        print(f"batchcast stalls: {msg}", file=sys.stderr, flush=True)
+
+
+def _torchrun(command: Sequence[str], nproc: int) -> List[str]:
+    if not command or not os.path.basename(command[0]).startswith("python"):
+        raise StallsError(
+            f"--nproc runs the script under torchrun, which needs the command to start with python (got {command[0]!r})"
+        )
+    return [command[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command[1:]]
+
+
+def analyse(opts: Options) -> dict:
+    if not opts.command:
+        raise StallsError("no command: give the training command after --, e.g. -- python train.py")
+    settings = {_protocol.WARMUP: str(opts.warmup)}
+    if opts.steps is not None:
+        settings[_protocol.STEPS] = str(opts.steps)
+    if opts.seconds is not None:
+        settings[_protocol.SECONDS] = str(opts.seconds)
+    base = tempfile.mkdtemp(prefix="batchcast-stalls-")
+    try:
+        return _analyse_in(opts, base, settings)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
+    raw: Dict[str, dict] = {}
+    notes: List[str] = []
+
+    def one(mode: str) -> dict:
+        _say(opts, f"running the {mode} mode")
+        job = make_job(mode, opts.command, mode, base, settings)
+        res = run_all([job], opts.timeout)[mode][0]
+        res["opened"] = _cache.read_opened(os.path.join(job.out, _protocol.OPENED_FILE))
+        return res
+
+    raw["synthetic"] = one("synthetic")
+    files = _cache.files_under(opts.data) if opts.data else []
+    if not files:
+        files = _cache.files_under(_cache.dataset_roots(raw["synthetic"]["opened"]))
+    size = _cache.total_bytes(files)
+    cache_info = {"files": len(files), "bytes": size, "roots": opts.data or _cache.dataset_roots(raw["synthetic"]["opened"])}
+    if not files:
+        notes.append("no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data")
+        raw["warm"] = one("warm")
+    else:
+        evicted, failed = _cache.evict(files)
+        share = _cache.cached_share(files)
+        cache_info.update(evicted=evicted, cached_after_evict=share)
+        if failed:
+            notes.append(f"could not evict every file ({failed})")
+        if share is None:
+            notes.append("cannot verify the eviction on this kernel (no RWF_NOWAIT)")
+        elif share > 0.5:
+            notes.append(f"eviction did not work: {share:.0%} of the files stay cached (tmpfs? mapped elsewhere?)")
+        raw["cold"] = one("cold")
+        if size <= _cache.available_bytes() // 2:
+            _cache.warm(files)
+            raw["warm"] = one("warm")
+        else:
+            notes.append(f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped")
+    comm_step = None
+    if opts.nproc > 1:
+        _say(opts, f"running the synthetic mode with {opts.nproc} processes (torchrun)")
+        job = make_job("ddp", _torchrun(opts.command, opts.nproc), "synthetic", base, settings, ranks=opts.nproc)
+        ranks = run_all([job], opts.timeout)["ddp"]
+        raw["ddp"] = _analysis.merge_ranks(ranks)
+        comm_step = _analysis.figures(raw["ddp"]).step_s
+    return _report(opts, raw, comm_step, base, settings, notes, cache_info)
+
+
+def _together(base: str, name: str, settings: Dict[str, str], jobs: int) -> Dict[str, str]:
+    where = tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base)
+    return dict(settings, **{_protocol.BARRIER: f"{where}:{jobs}"})
+
+
+def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> Dict[str, float]:
+    _say(opts, f"validating: {jobs} copies with their own loaders")
+    own_settings = _together(base, f"own{jobs}", settings, jobs)
+    own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
+    got = run_all(own, opts.timeout * 2)
+    independent = sum(_analysis.figures(r[0]).samples_per_s for r in got.values())
+    background = _analysis.background_cores([r[0] for r in got.values()])
+    _say(opts, f"validating: {jobs} copies reading one shared producer")
+    shared_settings = _together(base, f"shared{jobs}", settings, jobs)
+    shared_settings[_protocol.SHARED] = f"stalls-{uuid.uuid4().hex[:12]}"
+    producer = make_job("producer", opts.command, "producer", base, shared_settings)
+    readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
+    got = run_all([producer] + readers, opts.timeout * 2)
+    shared = sum(_analysis.figures(r[0]).samples_per_s for r in got.values())
+    return {"independent": independent, "shared": shared, "background_cores": background}
+
+
+def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:
+    modes = {m: _analysis.figures(raw[m]) for m in ("synthetic", "cold", "warm") if m in raw}
+    stall_list = _analysis.stalls(modes, comm_step)
+    kind = _analysis.classify(stall_list)
+    cores = int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
+    real = modes.get("warm") or modes["cold"]
+    free = _analysis.free_cores(cores, list(modes.values()))
+    predictions = [_analysis.predict(modes["synthetic"], real, free, n) for n in opts.jobs]
+    measured: Dict[int, dict] = {}
+    if opts.validate:
+        for i, n in enumerate(opts.jobs):
+            measured[n] = _validate(opts, n, base, settings)
+            # Checked against the cores other processes left free while the
+            # copies ran (a build beside them changes the machine, not the model).
+            at = max(1.0, cores - measured[n]["background_cores"])
+            predictions[i] = _analysis.predict(modes["synthetic"], real, at, n)
+    speedups = {n: m["shared"] / m["independent"] for n, m in measured.items() if m["independent"] > 0}
+    cpu_saved = max(0.0, 1 - modes["synthetic"].cpu_per_1000 / real.cpu_per_1000) if real.cpu_per_1000 > 0 else 0.0
+    epochs = {m: raw[m].get("epochs", []) for m in modes}
+    return {
+        "command": list(opts.command),
+        "cores": cores,
+        "free_cores": free,
+        "verdict": _analysis.verdict(kind, stall_list, predictions, speedups, cpu_saved),
+        "regime": kind,
+        "modes": {m: vars(f) for m, f in modes.items()},
+        "ddp": (vars(_analysis.figures(raw["ddp"])) | {"processes": opts.nproc}) if "ddp" in raw else None,
+        "stalls": [vars(s) for s in stall_list],
+        "predictions": [
+            {"jobs": p.jobs, "cores": p.cores, "independent": p.independent, "shared": p.shared, "speedup": p.speedup,
+             "measured": measured.get(p.jobs)}
+            for p in predictions
+        ],
+        "epochs": epochs,
+        "cache": cache_info,
+        "notes": notes,
+    }

@@ -1,0 +1,276 @@
+"""`batchcast stalls`: the stall arithmetic (unit) and the analysis of real
+training processes (examples/stalls/train.py) in each regime.
+
+The process tests carry the `stalls` marker (about three minutes on two
+cores); deselect them with -m 'not stalls'.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from batchcast import stalls
+from batchcast.stalls import _analysis, _cache
+
+ROOT = Path(__file__).resolve().parents[2]
+TRAIN = ROOT / "examples" / "stalls" / "train.py"
+
+
+def _result(mode, steps, seconds, waits, cpu, samples=None, len_=10, workers=0):
+    return {"mode": mode, "steps": steps, "samples": samples if samples is not None else steps * 10,
+            "seconds": seconds, "waits": waits, "cpu_seconds": cpu, "len": len_, "num_workers": workers}
+
+
+# ---- the arithmetic -------------------------------------------------------
+
+
+def test_percentile_interpolates():
+    assert _analysis.percentile([], 50) == 0.0
+    assert _analysis.percentile([3.0, 1.0, 2.0], 50) == 2.0
+    assert _analysis.percentile([0.0, 10.0], 95) == pytest.approx(9.5)
+
+
+def test_figures_of_one_mode():
+    f = _analysis.figures(_result("warm", 10, 2.0, [0.1] * 5 + [0.3] * 5, cpu=1.0))
+    assert f.steps_per_s == 5.0 and f.samples_per_s == 50.0 and f.step_s == 0.2
+    assert f.wait_mean == pytest.approx(0.2) and f.wait_p50 == pytest.approx(0.2)
+    assert f.cpu_per_1000 == pytest.approx(10.0)  # 1 CPU-s for 100 samples
+
+
+def _modes(syn_s, warm_s, cold_s):
+    return {m: _analysis.figures(_result(m, 10, 10 * s, [0.0], cpu=1.0))
+            for m, s in (("synthetic", syn_s), ("warm", warm_s), ("cold", cold_s))}
+
+
+def test_fetch_and_prep_stalls_are_differences_of_step_times():
+    st = {s.name: s for s in _analysis.stalls(_modes(0.1, 0.3, 0.5))}
+    assert st["fetch"].per_step_s == pytest.approx(0.2) and st["fetch"].share == pytest.approx(0.4)
+    assert st["prep"].per_step_s == pytest.approx(0.2) and st["prep"].per_epoch_s == pytest.approx(2.0)
+    # A mode measured faster than the one below it is noise, not a negative stall.
+    assert {s.name: s.per_step_s for s in _analysis.stalls(_modes(0.1, 0.3, 0.29))}["fetch"] == 0.0
+
+
+def test_communication_stall_against_the_single_process_step():
+    st = {s.name: s for s in _analysis.stalls(_modes(0.1, 0.1, 0.1), comm_step_s=0.25)}
+    assert st["communication"].per_step_s == pytest.approx(0.15)
+    assert st["communication"].share == pytest.approx(0.6)
+
+
+@pytest.mark.parametrize("times,kind", [((0.1, 0.11, 0.12), "compute-bound"),
+                                        ((0.1, 0.5, 0.55), "prep-bound"),
+                                        ((0.1, 0.12, 0.5), "fetch-bound")])
+def test_classify(times, kind):
+    assert _analysis.classify(_analysis.stalls(_modes(*times))) == kind
+
+
+def test_prediction_of_a_prep_bound_job():
+    # Alone: 100 samples/s using 1 CPU-s per 100 samples, 0.2 of it the model.
+    syn = _analysis.figures(_result("synthetic", 100, 2.0, [0.0], cpu=2.0, samples=1000))
+    warm = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=10.0, samples=1000))
+    p2 = _analysis.predict(syn, warm, cores=2, jobs=2)
+    assert p2.independent == pytest.approx(200.0)  # two cores, one each
+    # Shared: per sample 0.002 CPU-s model + 0.008/2 prep; the one-worker producer caps at 125/s each.
+    assert p2.shared == pytest.approx(250.0)
+    p4 = _analysis.predict(syn, warm, cores=2, jobs=4)
+    assert p4.independent == pytest.approx(200.0)  # still two cores
+    assert p4.shared == pytest.approx(2 / (0.002 + 0.002))
+    assert p4.speedup == pytest.approx(2.5)
+
+
+def test_free_cores_leave_out_what_other_processes_use():
+    busy = dict(_result("warm", 10, 2.0, [0.0], cpu=1.0), others_cpu_seconds=1.0)  # half a core
+    quiet = dict(_result("synthetic", 10, 2.0, [0.0], cpu=1.0), others_cpu_seconds=0.4)
+    assert _analysis.free_cores(2, [_analysis.figures(busy), _analysis.figures(quiet)]) == pytest.approx(1.8)
+    assert _analysis.free_cores(1, [_analysis.figures(busy)]) == 1.0
+
+
+def test_background_cores_of_copies_measured_together():
+    # Two copies, each 0.8 core, while the machine was busy 2.0 cores: 0.4 core is someone else's.
+    copies = [dict(_result("warm", 10, 1.0, [0.0], cpu=0.8), others_cpu_seconds=1.2)] * 2
+    assert _analysis.background_cores(copies) == pytest.approx(0.4)
+
+
+def test_verdicts_in_plain_words():
+    prep = _analysis.stalls(_modes(0.1, 0.4, 0.4))
+    pred = [_analysis.Prediction(4, 100.0, 310.0)]
+    text = _analysis.verdict("prep-bound", prep, pred, {4: 2.9}, 0.7)
+    assert text == "prep-bound: 75% of each step waits for data; one shared pipeline for 4 jobs: 3.1x predicted, 2.9x measured"
+    comp = _analysis.stalls(_modes(0.1, 0.1, 0.1))
+    text = _analysis.verdict("compute-bound", comp, [_analysis.Prediction(2, 100.0, 102.0)], {}, 0.1)
+    assert text.startswith("compute-bound") and "sharing saves CPU (10% per sample per extra job) but not time" in text
+
+
+def test_mark_is_a_pass_through_outside_batchcast_stalls(monkeypatch):
+    monkeypatch.delenv("BATCHCAST_STALLS_MODE", raising=False)
+    loader = [1, 2, 3]
+    assert stalls.mark(loader) is loader
+
+
+def test_eviction_drops_files_from_the_page_cache(tmp_path):
+    files = []
+    for i in range(8):
+        p = tmp_path / f"f{i}"
+        p.write_bytes(os.urandom(64 << 10))
+        files.append(str(p))
+    _cache.warm(files)
+    assert _cache.cached_share(files) == 1.0
+    evicted, failed = _cache.evict(files)
+    assert evicted == 8 and failed is None
+    assert _cache.cached_share(files) == 0.0
+    assert _cache.dataset_roots(files) == [str(tmp_path)]
+
+
+# ---- real training processes ---------------------------------------------
+
+
+def _analyse(tmp_path, *script_args, extra=(), timeout=300):
+    out = tmp_path / "a.json"
+    cmd = [sys.executable, "-m", "batchcast.stalls", "--steps", "20", "--warmup", "3", "--json-out", str(out),
+           *extra, "--", sys.executable, str(TRAIN), "--data", str(tmp_path / "data"), *script_args]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    return proc, (json.loads(out.read_text()) if out.exists() else None)
+
+
+@pytest.mark.stalls
+def test_prep_bound_and_synthetic_len_is_exact(tmp_path):
+    # 64 images in batches of 16: 4 steps an epoch, 23 steps run, so 5 whole epochs.
+    proc, r = _analyse(tmp_path, "--images", "64", "--prep", "6", "--compute", "1")
+    assert proc.returncode == 0, proc.stderr
+    assert r["regime"] == "prep-bound", proc.stdout
+    assert r["verdict"].startswith("prep-bound")
+    assert r["modes"]["synthetic"]["epoch_steps"] == 4
+    assert r["epochs"]["synthetic"] == [4] * 5
+    assert r["epochs"]["warm"] == [4] * 5
+    assert r["modes"]["warm"]["wait_p50"] > 5 * r["modes"]["synthetic"]["wait_p50"]
+    assert "prep" in proc.stdout and "verdict: prep-bound" in proc.stdout
+
+
+@pytest.mark.stalls
+def test_compute_bound(tmp_path):
+    proc, r = _analyse(tmp_path, "--images", "64", "--prep", "1", "--size", "32", "--compute", "25")
+    assert proc.returncode == 0, proc.stderr
+    assert r["regime"] == "compute-bound", proc.stdout
+
+
+@pytest.mark.stalls
+def test_fetch_bound_with_slow_storage_for_evicted_files(tmp_path):
+    # This VM's disk answers in microseconds: the script sleeps 15 ms for a
+    # file that the kernel says is not cached, which only cold reads see.
+    proc, r = _analyse(tmp_path, "--images", "400", "--prep", "1", "--size", "32", "--compute", "1",
+                       "--slow-storage-ms", "15")
+    assert proc.returncode == 0, proc.stderr
+    # Eviction is best effort (a page under writeback stays): nearly all must go.
+    assert r["cache"]["files"] >= 400 and r["cache"]["cached_after_evict"] < 0.1
+    assert r["regime"] == "fetch-bound", proc.stdout
+
+
+@pytest.mark.stalls
+def test_ddp_with_two_gloo_processes_has_a_communication_share(tmp_path):
+    proc, r = _analyse(tmp_path, "--images", "64", "--prep", "1", "--size", "32", "--compute", "1",
+                       extra=["--nproc", "2"])
+    assert proc.returncode == 0, proc.stderr
+    comm = {s["name"]: s for s in r["stalls"]}["communication"]
+    assert r["ddp"]["processes"] == 2
+    assert comm["share"] > 0.0 and comm["per_step_s"] > 0.0
+    assert "ddp x2" in proc.stdout
+
+
+@pytest.mark.stalls
+@pytest.mark.parametrize("flag,says", [("--crash", "exited with status 1"),
+                                       ("--no-mark", "never created its marked loader"),
+                                       ("--hang", "no result after 15 s")])
+def test_a_broken_script_gets_a_clear_error(tmp_path, flag, says):
+    proc, r = _analyse(tmp_path, "--images", "16", flag, extra=["--timeout", "15"], timeout=120)
+    assert proc.returncode == 1 and r is None
+    assert "mode synthetic" in proc.stderr and says in proc.stderr, proc.stderr
+    assert "last output of the script" in proc.stderr
+    # An unmarked script trains on until the timeout: its tail is its epochs.
+    assert ("epoch" if flag == "--no-mark" else "training on 16 images") in proc.stderr
+    if flag == "--crash":
+        assert "crashes on purpose" in proc.stderr
+
+
+@pytest.mark.stalls
+def test_prediction_against_validate(tmp_path):
+    proc, r = _analyse(tmp_path, "--images", "256", "--prep", "4", "--compute", "1",
+                       extra=["--jobs", "2,4", "--validate"], timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    for p in r["predictions"]:
+        m = p["measured"]
+        # Sharing is predicted, and measured, to beat own loaders.
+        assert p["shared"] > p["independent"] and m["shared"] > m["independent"], proc.stdout
+        if m.get("background_cores", 0.0) > 0.25:
+            # Other jobs took cores while the copies ran: the figure the
+            # prediction is for (this machine's free cores) did not hold, so
+            # the 25 % bound is not a fair test here; the ordering above is.
+            continue
+        for side in ("independent", "shared"):
+            assert abs(p[side] - m[side]) <= 0.25 * m[side], (p["jobs"], side, proc.stdout)
+    assert "one shared pipeline for 4 jobs" in r["verdict"] and "measured" in r["verdict"]
+
+
+def _batchcast_bin():
+    for cand in (os.environ.get("BATCHCAST_BIN"), ROOT / "target" / "release" / "batchcast",
+                 ROOT / "target" / "debug" / "batchcast"):
+        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
+            return str(cand)
+    pytest.skip("no batchcast binary: cargo build -p batchcast-cli (scripts/test.sh builds it first)")
+
+
+@pytest.mark.stalls
+def test_the_cli_face_prints_json_and_records_into_the_run_store(tmp_path):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    cmd = [_batchcast_bin(), "stalls", "--steps", "10", "--warmup", "2", "--json", "--store", str(store), "--",
+           sys.executable, str(TRAIN), "--data", str(tmp_path / "data"), "--images", "32", "--size", "32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert set(report["modes"]) == {"synthetic", "cold", "warm"}
+    assert "recorded as run" in proc.stderr
+    with sqlite3.connect(store) as db:
+        (status,) = db.execute("SELECT status FROM runs").fetchone()
+        keys = {k for (k,) in db.execute("SELECT DISTINCT key FROM metrics")}
+    assert status == "FINISHED"
+    assert {"stalls/warm/samples_per_s", "stalls/prep/share"} <= keys
+
+
+CONSUMER_SCRIPT = """
+import sys, numpy as np, batchcast, batchcast.stalls
+loader = batchcast.stalls.mark(batchcast.Consumer(sys.argv[1], batch_size=8, connect_timeout=30))
+for epoch in range(1000):
+    for batch in loader:
+        np.linalg.norm(np.asarray(batch['x'], dtype=np.float64))
+"""
+
+PRODUCER_SCRIPT = """
+import sys, numpy as np, batchcast
+batches = [{'x': np.full((8, 64), i, dtype=np.float32)} for i in range(4)]
+batchcast.Producer(batches, name=sys.argv[1], samples_per_epoch=32).run(forever=True)
+"""
+
+
+@pytest.mark.stalls
+def test_a_marked_consumer_is_analysed(tmp_path):
+    name = f"stalls-test-{os.getpid()}"
+    script = tmp_path / "consumer_train.py"
+    script.write_text(CONSUMER_SCRIPT)
+    producer = subprocess.Popen([sys.executable, "-c", PRODUCER_SCRIPT, name])
+    try:
+        out = tmp_path / "a.json"
+        cmd = [sys.executable, "-m", "batchcast.stalls", "--steps", "20", "--warmup", "2", "--json-out", str(out),
+               "--", sys.executable, str(script), name]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=200, cwd=ROOT)
+        assert proc.returncode == 0, proc.stderr
+        r = json.loads(out.read_text())
+        assert r["modes"]["synthetic"]["epoch_steps"] == 4
+        assert r["epochs"]["synthetic"] == [4] * 5 and r["epochs"]["warm"] == [4] * 5
+        assert any("no dataset files" in n for n in r["notes"])
+    finally:
+        producer.terminate()
+        producer.wait(30)
