@@ -40,6 +40,22 @@ fn text(o: &Value, k: &str) -> Option<String> {
 }
 
 /// The records of a JSON list (top-level array or `jobs` array).
+/// `text` as JSON, or an error naming the file and where the JSON breaks.
+pub(crate) fn parse_json(file: &str, text: &str) -> Result<Value, SimError> {
+    serde_json::from_str(text).map_err(|e| {
+        bad(
+            file,
+            0,
+            "(json)",
+            format!(
+                "not valid JSON at line {} column {}: {e}",
+                e.line(),
+                e.column()
+            ),
+        )
+    })
+}
+
 pub(crate) fn records<'a>(file: &str, v: &'a Value) -> Result<&'a Vec<Value>, SimError> {
     let list = match v {
         Value::Array(a) => a,
@@ -62,18 +78,7 @@ pub(crate) fn records<'a>(file: &str, v: &'a Value) -> Result<&'a Vec<Value>, Si
 
 /// Parses a delay-scheduling simulator job list.
 pub fn parse_dally(file: &str, text_in: &str) -> Result<Parsed, SimError> {
-    let v: Value = serde_json::from_str(text_in).map_err(|e| {
-        bad(
-            file,
-            0,
-            "(json)",
-            format!(
-                "not valid JSON at line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        )
-    })?;
+    let v = parse_json(file, text_in)?;
     let mut out = Parsed::default();
     for (k, o) in records(file, &v)?.iter().enumerate() {
         let r = k + 1;

@@ -6,25 +6,14 @@
 
 use serde_json::Value;
 
-use super::dally::{num, records};
+use super::dally::{num, parse_json, records};
 use super::{bad, Parsed};
 use crate::error::SimError;
 use crate::job::{JobSpec, Slowdown};
 
 /// Parses a Philly job log.
 pub fn parse_philly(file: &str, text: &str) -> Result<Parsed, SimError> {
-    let v: Value = serde_json::from_str(text).map_err(|e| {
-        bad(
-            file,
-            0,
-            "(json)",
-            format!(
-                "not valid JSON at line {} column {}: {e}",
-                e.line(),
-                e.column()
-            ),
-        )
-    })?;
+    let v = parse_json(file, text)?;
     let mut out = Parsed::default();
     for (k, o) in records(file, &v)?.iter().enumerate() {
         let r = k + 1;
