@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Iterator, NamedTuple, Optional, Union
 
 from . import _native
@@ -156,6 +157,16 @@ class Consumer:
             random one, so every consumer crops differently); a fixed seed
             reproduces the same crops.
         transform_threads: native threads that run ``transform``.
+        transform_prefetch: with ``transform``, augment the next batch while
+            the loop works on this one: when the loop takes batch k and
+            batch k+1 has already arrived, its augmentation starts at once
+            on a background thread (the native work releases the GIL), so
+            the next ``next()`` waits only for what is left of it. Events
+            keep their order; an augmentation error is raised when that
+            batch is asked for; a ``break`` drops the prefetched batch with
+            the rest of the epoch. Costs one batch of augmented memory and
+            holds one more producer batch. False: each batch is augmented
+            when it is asked for.
     """
 
     def __init__(
@@ -176,6 +187,7 @@ class Consumer:
         transform: Any = None,
         seed: Optional[int] = None,
         transform_threads: int = 2,
+        transform_prefetch: bool = True,
     ) -> None:
         if name is None:
             # `batchcast run` gives every job of a workload with a shared
@@ -197,6 +209,11 @@ class Consumer:
         self._format = _resolve_format(format, "cpu" if device is None else str(device))
         self._device = _resolve_device(device)
         self._augment = None
+        #: The event taken ahead of the loop (see transform_prefetch): the
+        #: next one every reader of events takes, before next_event().
+        self._pending: Optional[_Pending] = None
+        self._prefetch = bool(transform_prefetch) and transform is not None
+        self._executor: Optional[ThreadPoolExecutor] = None
         if transform is not None:
             self._augment = _Augment(transform, seed, transform_threads, self._format, self._device)
             self._device = None  # batches move after augmenting, which reads them on the CPU
@@ -297,8 +314,14 @@ class Consumer:
 
     def stats(self) -> dict:
         """``{"batches": handed out so far, "wait_seconds": time spent
-        waiting for data, "lag": batches received but not yet handed out}``."""
-        return self._native.stats()
+        waiting for data, "lag": batches received but not yet handed out}``
+        (a batch being prefetched counts as not yet handed out)."""
+        stats = self._native.stats()
+        pending = self._pending
+        if pending is not None and pending.event is not None and pending.event[0] == "batch":
+            stats["batches"] -= 1
+            stats["lag"] += 1
+        return stats
 
     # -- the DataLoader surface -------------------------------------------
     #
@@ -441,7 +464,7 @@ class Consumer:
         if self._finished is not None:
             raise self._finished_error()
         while not self._in_epoch:
-            event = native.next_event()
+            event = self._next_event().event_or_raise()
             if event[0] == "start":
                 self._start(event)
             elif event[0] == "finished":
@@ -453,20 +476,22 @@ class Consumer:
         self._check_current(generation)
         self._claim()
         self._owner = generation
-        native = self._native
         try:
             while True:
                 self._check_current(generation)
-                event = native.next_event()
+                item = self._next_event()
+                event = item.event_or_raise()
                 kind = event[0]
                 if kind == "batch":
-                    batch = unflatten(event[3], event[4], self._convert)
-                    if self._augment is not None:
-                        assert self._current is not None
-                        batch = self._augment(batch, event[1], event[2] * self._current.batch_size, self.name)
+                    if item.future is not None:
+                        batch = item.future.result()  # raises what augmenting raised
+                    else:
+                        batch = self._build(event)
                     if self._expect_arrays is not None:
                         expect, self._expect_arrays = self._expect_arrays, None
                         check_arrays(arrays_of_batch(batch), expect, self.name)
+                    if self._prefetch:
+                        self._prefetch_next()
                     yield batch
                 elif kind == "end":
                     self._in_epoch = False
@@ -490,7 +515,10 @@ class Consumer:
         (its batches that could not be built included)."""
         while self._in_epoch:
             try:
-                event = self._native.next_event()
+                item = self._next_event()
+                if item.future is not None:
+                    item.future.cancel()  # a prefetched batch: dropped, finished or not
+                event = item.event_or_raise()
             except _native.InvalidBatch:
                 continue
             if event[0] == "end":
@@ -502,6 +530,54 @@ class Consumer:
                 self._in_epoch = False
                 self._start(event)
                 return
+
+    def _next_event(self) -> "_Pending":
+        """The next event of the stream: the one taken ahead, if any, else
+        the native consumer's next (waiting for it)."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            return pending
+        return _Pending(self._native.next_event(), None, None)
+
+    def _build(self, event: tuple) -> Any:
+        """A batch event's batch, augmented with ``transform=`` if given."""
+        batch = unflatten(event[3], event[4], self._convert)
+        if self._augment is not None:
+            assert self._current is not None
+            batch = self._augment(batch, event[1], event[2] * self._current.batch_size, self.name)
+        return batch
+
+    def _prefetch_next(self) -> None:
+        """Takes the next event now if it has arrived (never waits for it)
+        and starts augmenting it if it is a batch; it stays pending for the
+        next reader of events. The native consumer stays on this thread."""
+        if self._pending is not None:
+            return
+        try:
+            event = self._native.poll_event()
+        except Exception as e:  # raised in order, when this event is read
+            self._pending = _Pending(None, None, e)
+            return
+        if event is None:
+            return
+        future: Optional[Future] = None
+        if event[0] == "batch":
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(1, thread_name_prefix="batchcast-prefetch")
+            try:
+                views = unflatten(event[3], event[4], self._convert)
+            except Exception as e:
+                self._pending = _Pending(None, None, e)
+                return
+            assert self._augment is not None and self._current is not None
+            first_key = event[2] * self._current.batch_size
+            future = self._executor.submit(self._augment, views, event[1], first_key, self.name)
+        self._pending = _Pending(event, future, None)
+
+    def _drop_pending(self) -> None:
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.future is not None:
+            pending.future.cancel()
 
     def _start(self, event: tuple) -> None:
         _, epoch, samples, batches, batch_size, partial = event
@@ -550,6 +626,12 @@ class Consumer:
 
     def close(self) -> None:
         """Disconnects. Tensors still alive keep their memory valid."""
+        self._drop_pending()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            # Never waits: the thread only ever augments a batch already
+            # received (it never waits for the producer), and exits after.
+            executor.shutdown(wait=False, cancel_futures=True)
         self._native.close()
 
     def __enter__(self) -> "Consumer":
@@ -561,6 +643,23 @@ class Consumer:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"epoch {self.epoch}"
         return f"<batchcast.Consumer of {self.name!r} ({state})>"
+
+
+class _Pending(NamedTuple):
+    """An event taken from the native consumer ahead of the loop."""
+
+    #: The event (None when taking it raised).
+    event: Optional[tuple]
+    #: A batch event's augmentation, running on the prefetch thread.
+    future: Optional[Future]
+    #: What taking the event raised, re-raised in its turn.
+    error: Optional[BaseException]
+
+    def event_or_raise(self) -> tuple:
+        if self.error is not None:
+            raise self.error
+        assert self.event is not None
+        return self.event
 
 
 class _Augment:

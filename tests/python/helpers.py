@@ -460,6 +460,69 @@ def consume_training(o: Dict[str, Any]) -> None:
     say("saved")
 
 
+# -- decoded streams (decode once, augment per trainer) -------------------
+
+
+def produce_decoded(o: Dict[str, Any]) -> None:
+    """A decoded stream as `batchcast serve --decode-only` sends it: batches
+    of (uint8 (n, side, side, 3) images, int64 labels), `batches` per epoch,
+    made once (so that the producer is never what a consumer waits for)."""
+    import batchcast
+
+    rng = np.random.default_rng(0)
+    n, side, count = o.get("batch_size", 32), o.get("side", 256), o.get("batches", 12)
+    batches = [
+        (rng.integers(0, 256, (n, side, side, 3), dtype=np.uint8), np.arange(k * n, (k + 1) * n, dtype=np.int64))
+        for k in range(count)
+    ]
+    p = batchcast.Producer(batches, o["name"], batch_size=n, samples_per_epoch=n * count,
+                           wait_for_consumers=o.get("consumers", 1))
+    say("ready")
+    p.run(epochs=o.get("epochs", 1))
+    say("done")
+
+
+def consume_timed(o: Dict[str, Any]) -> None:
+    """A slow training loop: per step, `work_ms` of CPU work (matrix
+    products, one thread) on the augmented batch. Reports the time each
+    next() took (the first of each epoch left out: nothing can be ready
+    before it) as `timed {json}`."""
+    import torch
+
+    import batchcast
+    from batchcast import transforms as T
+
+    torch.set_num_threads(1)
+    c = batchcast.Consumer(
+        o["name"], connect_timeout=30, seed=1, transform_threads=1,
+        transform_prefetch=o["prefetch"],
+        transform=T.Compose([T.RandomResizedCrop(o.get("size", 224)), T.RandomHorizontalFlip(),
+                             T.Normalize((0.485, 0.456, 0.406), (0.229, 0.224, 0.225))]),
+    )
+    a = torch.randn(128, 128)
+    waits: List[float] = []
+    samples = 0
+    for _ in range(o.get("epochs", 1)):
+        it = iter(c)
+        first = True
+        while True:
+            t0 = time.perf_counter()
+            try:
+                images, labels = next(it)
+            except StopIteration:
+                break
+            if not first:
+                waits.append(time.perf_counter() - t0)
+            first = False
+            samples += len(labels)
+            w0 = time.thread_time()
+            x = images.mean()  # the work reads the batch
+            while time.thread_time() - w0 < o.get("work_ms", 25) / 1000:
+                x = x + (a @ a).sum() * 0
+    say("timed", json.dumps({"waits": waits, "samples": samples, "stats": c.stats()}))
+    c.close()
+
+
 def main() -> None:
     # Behave like a process started from a terminal: a shell that runs us in
     # the background (as CI may) leaves SIGINT ignored, and Python keeps an

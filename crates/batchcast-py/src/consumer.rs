@@ -419,39 +419,25 @@ impl PyConsumer {
             (Err(_), Some(w)) => return Err(w),
             (event, _) => event?,
         };
-        match event {
-            Event::EpochStart(info) => PyTuple::new(
-                py,
-                [
-                    "start".into_pyobject(py)?.into_any(),
-                    info.epoch.into_pyobject(py)?.into_any(),
-                    info.samples.into_pyobject(py)?.into_any(),
-                    info.batches.into_pyobject(py)?.into_any(),
-                    info.batch_size.into_pyobject(py)?.into_any(),
-                    PyBool::new(py, info.partial).to_owned().into_any(),
-                ],
-            ),
-            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker),
-            Event::EpochEnd { epoch, samples } => PyTuple::new(
-                py,
-                [
-                    "end".into_pyobject(py)?.into_any(),
-                    epoch.into_pyobject(py)?.into_any(),
-                    samples.into_pyobject(py)?.into_any(),
-                ],
-            ),
-            Event::Finished(reason) => {
-                let (kind, message) = reason_to_py(&reason);
-                PyTuple::new(
-                    py,
-                    [
-                        "finished".into_pyobject(py)?.into_any(),
-                        kind.into_pyobject(py)?.into_any(),
-                        message.into_pyobject(py)?.into_any(),
-                    ],
-                )
+        self.event_to_py(py, event)
+    }
+
+    /// The next event if it has already arrived (as `next_event` would
+    /// return it at once), else None; never waits. The events and their
+    /// order are those of `next_event`.
+    fn poll_event<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let name = &self.name;
+        let event = self.inner.call(py, |a, _| {
+            if a.gone {
+                return Err(Error::ProducerGone { name: name.clone() });
             }
-        }
+            let result = a.consumer.try_next_event();
+            if matches!(result, Err(Error::ProducerGone { .. })) {
+                a.gone = true;
+            }
+            result
+        })?;
+        event.map(|e| self.event_to_py(py, e)).transpose()
     }
 
     /// This consumer's figures: `batches` handed out, `wait_seconds` spent
@@ -490,5 +476,44 @@ impl PyConsumer {
                 ""
             }
         )
+    }
+}
+
+impl PyConsumer {
+    /// A core event as the tuple `next_event` returns.
+    fn event_to_py<'py>(&self, py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTuple>> {
+        match event {
+            Event::EpochStart(info) => PyTuple::new(
+                py,
+                [
+                    "start".into_pyobject(py)?.into_any(),
+                    info.epoch.into_pyobject(py)?.into_any(),
+                    info.samples.into_pyobject(py)?.into_any(),
+                    info.batches.into_pyobject(py)?.into_any(),
+                    info.batch_size.into_pyobject(py)?.into_any(),
+                    PyBool::new(py, info.partial).to_owned().into_any(),
+                ],
+            ),
+            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker),
+            Event::EpochEnd { epoch, samples } => PyTuple::new(
+                py,
+                [
+                    "end".into_pyobject(py)?.into_any(),
+                    epoch.into_pyobject(py)?.into_any(),
+                    samples.into_pyobject(py)?.into_any(),
+                ],
+            ),
+            Event::Finished(reason) => {
+                let (kind, message) = reason_to_py(&reason);
+                PyTuple::new(
+                    py,
+                    [
+                        "finished".into_pyobject(py)?.into_any(),
+                        kind.into_pyobject(py)?.into_any(),
+                        message.into_pyobject(py)?.into_any(),
+                    ],
+                )
+            }
+        }
     }
 }

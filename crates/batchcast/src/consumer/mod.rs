@@ -332,6 +332,31 @@ impl Consumer {
             // Read the wake word before looking for work: a change after
             // this point makes the sleep below return at once.
             let seen = self.link.board.wake_word();
+            if let Some(event) = self.try_next_event()? {
+                return Ok(event);
+            }
+            let t0 = Instant::now();
+            let woken = self.link.board.sleep(seen, TICK);
+            self.link
+                .waited_ns
+                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
+            self.link.record();
+            if woken == Woken::TimedOut && interrupt() {
+                return Err(Error::Interrupted);
+            }
+        }
+    }
+
+    /// The next event if it is there now (what the producer has sent and
+    /// published so far makes it), else None; never waits. The events and
+    /// their order are those of [`next_event`](Self::next_event), which
+    /// waits for this to return one.
+    ///
+    /// # Errors
+    /// As [`next_event`](Self::next_event), but never
+    /// [`Error::Interrupted`].
+    pub fn try_next_event(&mut self) -> Result<Option<Event>> {
+        loop {
             if let Some((epoch, behind, budget)) = self.fell_behind {
                 return Err(Error::FellBehind {
                     name: self.name.clone(),
@@ -350,20 +375,12 @@ impl Consumer {
                     self.link.delivered.fetch_add(1, Ordering::Relaxed);
                     self.link.record();
                 }
-                return Ok(event);
+                return Ok(Some(event));
             }
             if let Some(reason) = &self.finished {
-                return Ok(Event::Finished(reason.clone()));
+                return Ok(Some(Event::Finished(reason.clone())));
             }
-            let t0 = Instant::now();
-            let woken = self.link.board.sleep(seen, TICK);
-            self.link
-                .waited_ns
-                .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
-            self.link.record();
-            if woken == Woken::TimedOut && interrupt() {
-                return Err(Error::Interrupted);
-            }
+            return Ok(None);
         }
     }
 
