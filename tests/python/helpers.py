@@ -523,6 +523,49 @@ def consume_timed(o: Dict[str, Any]) -> None:
     c.close()
 
 
+def consume_augmented(o: Dict[str, Any]) -> None:
+    """A trainer of a decoded stream with its own transform and seed. Says
+    `epoch {json}` per epoch: labels, and a digest of each augmented batch.
+    With `fail_at=k`, its step k fails: `fail="raise"` applies a torchvision
+    crop larger than its images (progressive resizing gone wrong), which
+    raises out of the loop; `fail="hold"` says `holding` and waits, keeping
+    its batch, to be killed."""
+    import hashlib
+
+    import torch
+
+    import batchcast
+    from batchcast import transforms as T
+
+    c = batchcast.Consumer(
+        o["name"], connect_timeout=30, seed=o["seed"], batch_size=o.get("batch_size"),
+        transform=T.Compose([T.RandomResizedCrop(o.get("size", 24), scale=(0.3, 1.0)),
+                             T.RandomHorizontalFlip()]),
+    )
+    say("connected")
+    step = 0
+    try:
+        for _ in range(o.get("epochs", 1)):
+            labels: List[int] = []
+            digests: List[str] = []
+            for images, y in c:
+                if step == o.get("fail_at"):
+                    if o["fail"] == "raise":
+                        import torchvision.transforms.v2 as tv
+
+                        tv.RandomCrop(2 * images.shape[-1])(images)  # raises ValueError
+                    say("holding")
+                    sys.stdin.read()  # until killed
+                step += 1
+                labels.extend(int(v) for v in y)
+                digests.append(hashlib.sha256(images.contiguous().numpy().tobytes()).hexdigest())
+                assert images.dtype == torch.uint8
+            say("epoch", json.dumps({"epoch": c.epoch, "labels": labels, "digests": digests}))
+        say("done")
+    except batchcast.ProducerFinished as e:
+        say("finished", e.reason)
+
+
 def main() -> None:
     # Behave like a process started from a terminal: a shell that runs us in
     # the background (as CI may) leaves SIGINT ignored, and Python keeps an
