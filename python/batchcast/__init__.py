@@ -15,6 +15,8 @@ for their DataLoader::
             ...
 
 Batches are read-only views of shared memory; see :class:`Consumer`.
+A decoded stream (``batchcast serve --decode-only``) from a Python dataset:
+:class:`DecodedImages`; consumers augment it with ``transform=``.
 Under ``batchcast run``, :func:`log_metrics` and :func:`log_params` record
 a script's own values in its run.
 Every error derives from :class:`BatchcastError`.
@@ -40,6 +42,7 @@ from ._native import (
     __version__,
 )
 from ._consumer import Consumer, EpochInfo
+from ._decoded import DecodedImages, store_image
 from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
@@ -48,6 +51,8 @@ __all__ = [
     "Producer",
     "Consumer",
     "EpochInfo",
+    "DecodedImages",
+    "store_image",
     "log_metric",
     "log_metrics",
     "log_param",

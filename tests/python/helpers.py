@@ -566,6 +566,22 @@ def consume_augmented(o: Dict[str, Any]) -> None:
         say("finished", e.reason)
 
 
+def produce_decoded_images(o: Dict[str, Any]) -> None:
+    """A decoded stream from Python: an ImageFolder (PIL images) through
+    batchcast.DecodedImages and a DataLoader with worker processes."""
+    import torch
+    import torchvision
+
+    import batchcast
+
+    ds = batchcast.DecodedImages(torchvision.datasets.ImageFolder(o["root"]), size=o["size"])
+    loader = torch.utils.data.DataLoader(ds, batch_size=o["batch_size"], num_workers=o.get("workers", 2))
+    p = batchcast.Producer(loader, o["name"], wait_for_consumers=o.get("consumers", 1))
+    say("ready")
+    p.run(epochs=o.get("epochs", 1))
+    say("done")
+
+
 def main() -> None:
     # Behave like a process started from a terminal: a shell that runs us in
     # the background (as CI may) leaves SIGINT ignored, and Python keeps an

@@ -24,6 +24,9 @@ def test_the_stub_matches_the_extension_module():
             public = {m for m in vars(runtime) if not m.startswith("_")}
             attrs = {t.target.id for t in node.body if isinstance(t, ast.AnnAssign)}
             assert public <= members | attrs, f"{node.name}: {public - members - attrs} missing"
+        elif isinstance(node, ast.FunctionDef):
+            stub_names.add(node.name)
+            assert callable(getattr(_native, node.name, None)), f"{node.name}() is in the stub only"
         elif isinstance(node, ast.AnnAssign):
             stub_names.add(node.target.id)
             assert hasattr(_native, node.target.id), f"{node.target.id} is in the stub only"

@@ -9,6 +9,9 @@
 //!   read-only arena);
 //! - `augment::PyAugmenter` (`_native.Augmenter`) augments a decoded
 //!   batch into the consumer's own memory on native threads;
+//! - `stored::store_image` (`_native.store_image`) stores one decoded
+//!   image as `batchcast serve --decode-only` does, for a decoded stream
+//!   built from a Python dataset;
 //! - `errors` defines the exception classes and maps every core error.
 //!
 //! Every blocking core call goes through `run_detached`: arguments are
@@ -30,6 +33,7 @@ mod consumer;
 mod dlpack;
 mod errors;
 mod producer;
+mod stored;
 mod stream;
 
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -247,6 +251,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<dlpack::ArrayView>()?;
     m.add_class::<augment::PyAugmenter>()?;
+    m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;
     errors::register(m)?;
     Ok(())
 }
