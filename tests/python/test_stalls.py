@@ -110,6 +110,49 @@ def test_mark_is_a_pass_through_outside_batchcast_stalls(monkeypatch):
     assert stalls.mark(loader) is loader
 
 
+def _recorder(tmp_path, monkeypatch, backlog=None, warmup=2, steps=3):
+    from batchcast.stalls import _protocol, _recorder
+
+    monkeypatch.setenv(_protocol.MODE, "consumer")
+    monkeypatch.setenv(_protocol.OUT, str(tmp_path))
+    monkeypatch.setenv(_protocol.WARMUP, str(warmup))
+    monkeypatch.setenv(_protocol.STEPS, str(steps))
+    return _recorder.Recorder(_protocol.Config.from_env(), {}, backlog=backlog)
+
+
+def _feed(rec, gaps):
+    """Steps of the given lengths (seconds, on a made-up clock); the result."""
+    t = 0.0
+    with pytest.raises(SystemExit):
+        for g in gaps:
+            rec.step(t, t + g, [0] * 4)
+            t += g
+    return json.loads((Path(rec._c.out) / "result-0.json").read_text())
+
+
+def test_a_shared_reader_is_measured_once_it_has_caught_up(tmp_path, monkeypatch):
+    # The producer ran ahead while the copy waited: 4 batches come at once
+    # (backlog 4, 3, 2, 1), then one every 0.5 s. Only the latter count.
+    backlog = iter([4, 3, 2, 1, 1, 1, 1, 1])
+    rec = _recorder(tmp_path, monkeypatch, backlog=lambda: next(backlog))
+    r = _feed(rec, [0.1, 0.1, 0.01, 0.01, 0.01, 0.5, 0.5, 0.5, 0.5])
+    assert r["caught_up_after"] == 4 and r["steps"] == 3
+    assert r["step_times"] == pytest.approx([0.5, 0.5, 0.5])
+
+
+def test_a_reader_that_never_catches_up_is_measured_after_the_drain_limit(tmp_path, monkeypatch):
+    from batchcast.stalls import _recorder as mod
+
+    rec = _recorder(tmp_path, monkeypatch, backlog=lambda: 8, warmup=1, steps=2)
+    r = _feed(rec, [0.1] * (1 + mod.DRAIN_MAX_STEPS + 2))
+    assert r["caught_up_after"] == mod.DRAIN_MAX_STEPS and r["steps"] == 2
+
+
+def test_an_own_loader_is_measured_right_after_the_warm_up(tmp_path, monkeypatch):
+    r = _feed(_recorder(tmp_path, monkeypatch), [0.1, 0.1, 0.2, 0.3, 0.4])
+    assert r["caught_up_after"] == 0 and r["step_times"] == pytest.approx([0.2, 0.3, 0.4])
+
+
 def test_eviction_drops_files_from_the_page_cache(tmp_path):
     files = []
     for i in range(8):
