@@ -297,7 +297,9 @@ class Consumer:
 
     def stats(self) -> dict:
         """``{"batches": handed out so far, "wait_seconds": time spent
-        waiting for data, "lag": batches received but not yet handed out}``."""
+        waiting for data, "lag": batches received but not yet handed out,
+        "behind": batches of this epoch the producer has published that
+        this consumer has not read yet}``."""
         return self._native.stats()
 
     # -- the DataLoader surface -------------------------------------------
