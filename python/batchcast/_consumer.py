@@ -314,8 +314,10 @@ class Consumer:
 
     def stats(self) -> dict:
         """``{"batches": handed out so far, "wait_seconds": time spent
-        waiting for data, "lag": batches received but not yet handed out}``
-        (a batch being prefetched counts as not yet handed out)."""
+        waiting for data, "lag": batches received but not yet handed out,
+        "behind": batches of this epoch the producer has published that
+        this consumer has not read yet}`` (a batch being prefetched counts
+        as not yet handed out)."""
         stats = self._native.stats()
         pending = self._pending
         if pending is not None and pending.event is not None and pending.event[0] == "batch":

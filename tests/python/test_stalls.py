@@ -73,12 +73,20 @@ def test_prediction_of_a_prep_bound_job():
     warm = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=10.0, samples=1000))
     p2 = _analysis.predict(syn, warm, cores=2, jobs=2)
     assert p2.independent == pytest.approx(200.0)  # two cores, one each
-    # Shared: per sample 0.002 CPU-s model + 0.008/2 prep; the one-worker producer caps at 125/s each.
-    assert p2.shared == pytest.approx(250.0)
+    # Shared: the one-worker producer needs 0.008 CPU-s a sample. The two
+    # copies wake together for each batch: one finds the idle core, the
+    # other's step (0.002 CPU-s a sample) lands on either core, a quarter of
+    # the copies' step CPU on the producer's: 1 / (0.008 + 2 x 0.25 x 0.002)
+    # = 111.1 samples/s each.
+    assert p2.shared == pytest.approx(2 / 0.009)
     p4 = _analysis.predict(syn, warm, cores=2, jobs=4)
     assert p4.independent == pytest.approx(200.0)  # still two cores
-    assert p4.shared == pytest.approx(2 / (0.002 + 0.002))
-    assert p4.speedup == pytest.approx(2.5)
+    # Three of four copies beyond the idle core: 3/8 of their step CPU lands on the producer's.
+    assert p4.shared == pytest.approx(4 / (0.008 + 4 * 0.375 * 0.002))
+    # With cores to spare (8), every copy finds an idle core.
+    p4_wide = _analysis.predict(syn, warm, cores=8, jobs=4)
+    assert p4_wide.independent == pytest.approx(400.0)  # 4 copies at their own rate
+    assert p4_wide.shared == pytest.approx(4 * 125.0)
 
 
 def test_free_cores_leave_out_what_other_processes_use():
@@ -108,6 +116,49 @@ def test_mark_is_a_pass_through_outside_batchcast_stalls(monkeypatch):
     monkeypatch.delenv("BATCHCAST_STALLS_MODE", raising=False)
     loader = [1, 2, 3]
     assert stalls.mark(loader) is loader
+
+
+def _recorder(tmp_path, monkeypatch, backlog=None, warmup=2, steps=3):
+    from batchcast.stalls import _protocol, _recorder
+
+    monkeypatch.setenv(_protocol.MODE, "consumer")
+    monkeypatch.setenv(_protocol.OUT, str(tmp_path))
+    monkeypatch.setenv(_protocol.WARMUP, str(warmup))
+    monkeypatch.setenv(_protocol.STEPS, str(steps))
+    return _recorder.Recorder(_protocol.Config.from_env(), {}, backlog=backlog)
+
+
+def _feed(rec, gaps):
+    """Steps of the given lengths (seconds, on a made-up clock); the result."""
+    t = 0.0
+    with pytest.raises(SystemExit):
+        for g in gaps:
+            rec.step(t, t + g, [0] * 4)
+            t += g
+    return json.loads((Path(rec._c.out) / "result-0.json").read_text())
+
+
+def test_a_shared_reader_is_measured_once_it_has_caught_up(tmp_path, monkeypatch):
+    # The producer ran ahead while the copy waited: 4 batches come at once
+    # (backlog 4, 3, 2, 1), then one every 0.5 s. Only the latter count.
+    backlog = iter([4, 3, 2, 1, 1, 1, 1, 1])
+    rec = _recorder(tmp_path, monkeypatch, backlog=lambda: next(backlog))
+    r = _feed(rec, [0.1, 0.1, 0.01, 0.01, 0.01, 0.5, 0.5, 0.5, 0.5])
+    assert r["caught_up_after"] == 4 and r["steps"] == 3
+    assert r["step_times"] == pytest.approx([0.5, 0.5, 0.5])
+
+
+def test_a_reader_that_never_catches_up_is_measured_after_the_drain_limit(tmp_path, monkeypatch):
+    from batchcast.stalls import _recorder as mod
+
+    rec = _recorder(tmp_path, monkeypatch, backlog=lambda: 8, warmup=1, steps=2)
+    r = _feed(rec, [0.1] * (1 + mod.DRAIN_MAX_STEPS + 2))
+    assert r["caught_up_after"] == mod.DRAIN_MAX_STEPS and r["steps"] == 2
+
+
+def test_an_own_loader_is_measured_right_after_the_warm_up(tmp_path, monkeypatch):
+    r = _feed(_recorder(tmp_path, monkeypatch), [0.1, 0.1, 0.2, 0.3, 0.4])
+    assert r["caught_up_after"] == 0 and r["step_times"] == pytest.approx([0.2, 0.3, 0.4])
 
 
 def test_eviction_drops_files_from_the_page_cache(tmp_path):
@@ -196,23 +247,27 @@ def test_a_broken_script_gets_a_clear_error(tmp_path, flag, says):
 
 @pytest.mark.stalls
 def test_prediction_against_validate(tmp_path):
+    # 60 measured steps a mode: the prediction's inputs (rates, CPU per
+    # sample) from windows of a few seconds, not a noisy half second.
     proc, r = _analyse(tmp_path, "--images", "256", "--prep", "4", "--compute", "1",
-                       extra=["--jobs", "2,4", "--validate"], timeout=600)
+                       extra=["--steps", "60", "--jobs", "2,4", "--validate"], timeout=900)
     assert proc.returncode == 0, proc.stderr
     for p in r["predictions"]:
         m = p["measured"]
-        # Sharing is predicted, and measured, to beat own loaders.
-        assert p["shared"] > p["independent"] and m["shared"] > m["independent"], proc.stdout
+        # Sharing is predicted to beat own loaders, and measured to where it
+        # is predicted to win clearly (two copies on two cores gain ~1.2x,
+        # within this machine's noise of a tie).
+        assert p["shared"] > p["independent"], proc.stdout
+        if p["speedup"] >= 1.5:
+            assert m["shared"] > m["independent"], proc.stdout
         if m.get("background_cores", 0.0) > 0.25:
             # Other jobs took cores while the copies ran: the figure the
             # prediction is for (this machine's free cores) did not hold, so
             # the 25 % bound is not a fair test here; the ordering above is.
             continue
         for side in ("independent", "shared"):
-            if abs(p[side] - m[side]) > 0.25 * m[side]:
-                # Issue 13's acceptance figure, not met yet (README, "Finding
-                # data stalls"): reported as a known gap, not hidden.
-                pytest.xfail(f"{p['jobs']} jobs, {side}: predicted {p[side]:.0f}, measured {m[side]:.0f} samples/s")
+            assert abs(p[side] - m[side]) <= 0.25 * m[side], (
+                f"{p['jobs']} jobs, {side}: predicted {p[side]:.0f}, measured {m[side]:.0f} samples/s\n{proc.stdout}")
     assert "one shared pipeline for 4 jobs" in r["verdict"] and "measured" in r["verdict"]
 
 

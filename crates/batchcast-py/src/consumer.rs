@@ -441,13 +441,15 @@ impl PyConsumer {
     }
 
     /// This consumer's figures: `batches` handed out, `wait_seconds` spent
-    /// waiting for data, `lag` (batches received and not yet handed out).
+    /// waiting for data, `lag` (batches received and not yet handed out),
+    /// `behind` (batches of this epoch published and not yet read).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.call(py, |a, _| Ok(a.consumer.stats()))?;
         let d = PyDict::new(py);
         d.set_item("batches", s.batches)?;
         d.set_item("wait_seconds", s.wait_secs)?;
         d.set_item("lag", s.lag)?;
+        d.set_item("behind", s.behind)?;
         Ok(d)
     }
 

@@ -234,3 +234,59 @@ fn the_pages_own_script_and_style_are_served() {
         assert!(r.body.len() > 1000);
     }
 }
+
+#[test]
+fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let report = serde_json::json!({
+        "command": ["python", "train.py", "--prep", "4"],
+        "regime": "prep-bound",
+        "verdict": "prep-bound: 80% of each step waits for data; one shared pipeline for 2 jobs: 1.9x predicted, 1.8x measured",
+        "modes": {
+            "synthetic": {"steps_per_s": 200.0, "samples_per_s": 3200.0, "step_s": 0.005, "wait_mean": 0.0,
+                          "wait_p50": 0.0, "wait_p95": 0.0, "cpu_per_1000": 0.25},
+            "warm": {"steps_per_s": 25.0, "samples_per_s": 400.0, "step_s": 0.04, "wait_mean": 0.0352,
+                     "wait_p50": 0.035, "wait_p95": 0.0461, "cpu_per_1000": 1.65}
+        },
+        "ddp": null,
+        "stalls": [{"name": "prep", "per_step_s": 0.035, "share": 0.8}],
+        "predictions": [
+            {"jobs": 4, "independent": 800.0, "shared": 2000.0, "measured": null},
+            {"jobs": 2, "independent": 760.0, "shared": 1444.0,
+             "measured": {"independent": 740.0, "shared": 1332.0}}
+        ]
+    });
+    let id = {
+        let mut s = batchcast_runs::Store::open(&path).unwrap();
+        batchcast_runs::stalls::record(&mut s, &report).unwrap()
+    };
+    let addr = serve(&path);
+    let html = get(addr, &format!("/runs/{id}")).text();
+    let at = html.find("<h2>Data stalls</h2>").expect("a stalls section");
+    let section = &html[at..];
+    assert!(
+        section.contains("1.9x predicted, 1.8x measured"),
+        "{section}"
+    );
+    assert!(
+        section.contains("<tr><th>warm</th><td>25.0</td><td>400.0</td><td>35.2 ms</td><td>35.0 ms</td><td>46.1 ms</td><td>1.65</td></tr>"),
+        "{section}"
+    );
+    assert!(
+        section.contains("<tr><th>prep</th><td>35.0 ms</td><td>80%</td></tr>"),
+        "{section}"
+    );
+    // jobs in numeric order; measured beside predicted where measured
+    let two = section
+        .find("<tr><th>2</th><td>760 [740]</td><td>1444 [1332]</td><td>1.90x [1.80x]</td></tr>")
+        .expect("2 jobs");
+    let four = section
+        .find("<tr><th>4</th><td>800</td><td>2000</td><td>2.50x</td></tr>")
+        .expect("4 jobs");
+    assert!(two < four);
+    // a run that is no analysis has no such section
+    let plain = get(addr, &format!("/runs/{}", m.runs[0])).text();
+    assert!(!plain.contains("Data stalls"));
+}

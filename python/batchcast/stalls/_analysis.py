@@ -148,18 +148,28 @@ def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Pre
     """Aggregate throughput of ``jobs`` collocated copies on ``cores`` cores
     (the free ones, :func:`free_cores`).
 
-    Each copy alone runs at the warm rate and uses the warm CPU per sample;
-    together they cannot use more than ``cores``. With one shared producer,
-    each sample is prepared once for all copies (prep CPU = warm - synthetic
-    CPU per sample, spread over the copies), each copy runs at most at its
-    synthetic rate, and the producer's loader at most ``max(1, workers)``
-    samples per prep-CPU-second.
+    Own loaders: each copy alone runs at the warm rate and uses the warm CPU
+    per sample; together they cannot use more than ``cores``.
+
+    One shared producer: each sample is prepared once for all copies (prep
+    CPU = warm - synthetic CPU per sample), each copy runs at most at its
+    synthetic rate, and all of it together cannot use more than ``cores``.
+    The producer's ``workers = max(1, num_workers)`` processes prepare on
+    cores they share with the copies' training steps, and the copies wake
+    together (they all wait for the same batch): the first ``cores -
+    workers`` of them find an idle core, the rest spread over every core, so
+    a share ``f = max(0, jobs - (cores - workers)) / (jobs x cores)`` of
+    the copies' step CPU lands on each producer core, and each copy gets
+    ``workers / (prep CPU + workers x jobs x f x synthetic CPU)`` samples/s.
     """
     k_warm = warm.cpu_per_1000 / 1000.0
     k_syn = syn.cpu_per_1000 / 1000.0
     k_prep = max(0.0, k_warm - k_syn)
     independent = min(jobs * warm.samples_per_s, cores / k_warm if k_warm > 0 else float("inf"))
-    producer_rate = max(1, warm.num_workers) / k_prep if k_prep > 0 else float("inf")
+    workers = max(1, warm.num_workers)
+    landing = max(0.0, jobs - (cores - workers)) / (jobs * cores) if jobs > 0 and cores > 0 else 0.0
+    busy = k_prep + workers * jobs * min(landing, 1.0 / cores) * k_syn
+    producer_rate = workers / busy if busy > 0 else float("inf")
     per_sample = k_syn + k_prep / jobs
     shared = min(
         jobs * syn.samples_per_s,

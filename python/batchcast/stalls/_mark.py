@@ -47,8 +47,15 @@ def mark(loader: Any, *, batch_size: Optional[int] = None) -> Any:
 
         size = info["batch_size"]
         inner = Consumer(config.shared, batch_size=size, connect_timeout=60)
-        return Marked(inner, Recorder(config, info), synthetic=False)
+        return Marked(inner, Recorder(config, info, backlog=lambda: _available(inner)), synthetic=False)
     return Marked(loader, Recorder(config, info), synthetic=config.mode == "synthetic")
+
+
+def _available(consumer: Any) -> int:
+    """Batches a shared reader can take without waiting: published and not
+    read yet, plus the one it holds ready."""
+    s = consumer.stats()
+    return int(s["behind"]) + int(s["lag"])
 
 
 def _serve(loader: Any, config: "_protocol.Config") -> None:
@@ -58,7 +65,7 @@ def _serve(loader: Any, config: "_protocol.Config") -> None:
 
     if isinstance(loader, Consumer):
         raise SystemExit("batchcast stalls: this script already reads a shared producer (a Consumer)")
-    with Producer(loader, name=config.shared) as producer:
+    with Producer(loader, name=config.shared, window=_protocol.SHARED_WINDOW) as producer:
         producer.run()
     raise SystemExit(0)
 

@@ -19,6 +19,9 @@ SHARED = "BATCHCAST_STALLS_SHARED"
 #: N have warmed up, so that their measured windows overlap.
 BARRIER = "BATCHCAST_STALLS_BARRIER"
 BARRIER_TIMEOUT_S = 120.0
+#: The window (batches in flight) of the shared producer of ``--validate``:
+#: batchcast.Producer's default.
+SHARED_WINDOW = 8
 
 #: Modes a script can be run in. ``producer``/``consumer`` are the shared
 #: pipeline of ``--validate``: one copy serves its loader, the others read it.

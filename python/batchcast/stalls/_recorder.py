@@ -10,10 +10,14 @@ data wait is the part spent blocked in the loader's ``next()``. The first
 import json
 import os
 import time
-from typing import Any, List, Optional
+from typing import Any, Callable, List, Optional
 
 from . import _protocol
 from ._cpu import machine_busy_seconds, tree_cpu_seconds
+
+#: At most this many steps past the warm-up are spent catching up with a
+#: shared producer (three windows of the producer :mod:`_mark` starts).
+DRAIN_MAX_STEPS = 3 * _protocol.SHARED_WINDOW
 
 
 def batch_len(batch: Any) -> int:
@@ -32,9 +36,20 @@ def batch_len(batch: Any) -> int:
 
 
 class Recorder:
-    def __init__(self, config: "_protocol.Config", info: dict) -> None:
+    """Times the steps of one marked loader.
+
+    ``backlog``, for a reader of a shared producer, tells how many published
+    batches wait unread: while the copies wait at the barrier the producer
+    runs ahead by up to its window, and those batches would be read at the
+    consumer's own speed, not the producer's. The measurement starts once the
+    copy has caught up (a backlog of at most one batch) or after
+    :data:`DRAIN_MAX_STEPS` steps past the warm-up, whichever comes first.
+    """
+
+    def __init__(self, config: "_protocol.Config", info: dict, backlog: Optional[Callable[[], int]] = None) -> None:
         self._c = config
         self._info = info
+        self._backlog = backlog
         self._seen = 0
         self._last: Optional[float] = None
         self._start: Optional[float] = None
@@ -43,16 +58,28 @@ class Recorder:
         self._waits: List[float] = []
         self._steps: List[float] = []
         self._samples = 0
+        self._drained = 0
         self.epochs: List[int] = []
+
+    def _begin(self, at: float) -> None:
+        self._start = at
+        self._cpu0 = tree_cpu_seconds()
+        self._busy0 = machine_busy_seconds()
+
+    def _settled(self) -> bool:
+        """Past the warm-up, and (for a shared reader) caught up."""
+        if self._seen < self._c.warmup:
+            return False
+        if self._backlog is None or self._drained >= DRAIN_MAX_STEPS:
+            return True
+        self._drained += 1
+        return self._backlog() <= 1
 
     def step(self, asked: float, got: float, batch: Any) -> None:
         """One batch: ``next()`` was called at ``asked`` and returned at ``got``."""
         self._seen += 1
-        if self._seen == self._c.warmup + 1 or (self._c.warmup == 0 and self._start is None):
-            # Measurement starts where the warm-up's last step ended.
-            self._start = self._last if self._last is not None else asked
-            self._cpu0 = tree_cpu_seconds()
-            self._busy0 = machine_busy_seconds()
+        if self._start is None and self._c.warmup == 0 and self._seen == 1 and self._backlog is None:
+            self._begin(asked)  # no warm-up: the first step is measured too
         if self._start is not None:
             self._waits.append(got - asked)
             self._steps.append(got - (self._last if self._last is not None else asked))
@@ -61,7 +88,11 @@ class Recorder:
         if self._seen == self._c.warmup and self._c.barrier:
             _wait_for_all(self._c.barrier)
             self._last = now()
-        if self._start is not None and self._done(got):
+        if self._start is None:
+            if self._settled():
+                # Measurement starts where the last unmeasured step ended.
+                self._begin(self._last)
+        elif self._done(got):
             self.finish(got)
 
     def _done(self, now: float) -> bool:
@@ -88,6 +119,7 @@ class Recorder:
             waits=self._waits,
             step_times=self._steps,
             epochs=self.epochs,
+            caught_up_after=self._drained,
         )
         path = os.path.join(self._c.out, _protocol.RESULT_FILE.format(rank=_protocol.rank()))
         tmp = f"{path}.tmp{os.getpid()}"

@@ -106,9 +106,19 @@ def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
     return _report(opts, raw, comm_step, base, settings, notes, cache_info)
 
 
+#: How long the copies of ``--validate`` are measured (unless ``--seconds``
+#: says otherwise): a time window rather than a step count, so that the
+#: copies, started together at a barrier, also stop together (a copy that
+#: stopped early would leave the others more of the machine) and the window
+#: is long enough for this machine's noise.
+VALIDATE_SECONDS = 4.0
+
+
 def _together(base: str, name: str, settings: Dict[str, str], jobs: int) -> Dict[str, str]:
     where = tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base)
-    return dict(settings, **{_protocol.BARRIER: f"{where}:{jobs}"})
+    together = {k: v for k, v in settings.items() if k != _protocol.STEPS}
+    together.setdefault(_protocol.SECONDS, str(VALIDATE_SECONDS))
+    return dict(together, **{_protocol.BARRIER: f"{where}:{jobs}"})
 
 
 def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> Dict[str, float]:
@@ -123,9 +133,15 @@ def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> 
     shared_settings[_protocol.SHARED] = f"stalls-{uuid.uuid4().hex[:12]}"
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
     readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
-    got = run_all([producer] + readers, opts.timeout * 2)
-    shared = sum(_analysis.figures(r[0]).samples_per_s for r in got.values())
-    return {"independent": independent, "shared": shared, "background_cores": background}
+    got_shared = run_all([producer] + readers, opts.timeout * 2)
+    shared = sum(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())
+    copies = {
+        side: [{"samples_per_s": _analysis.figures(r[0]).samples_per_s,
+                "cpu_per_1000": _analysis.figures(r[0]).cpu_per_1000,
+                "caught_up_after": r[0].get("caught_up_after", 0)} for r in runs.values()]
+        for side, runs in (("independent", got), ("shared", got_shared))
+    }
+    return {"independent": independent, "shared": shared, "background_cores": background, "copies": copies}
 
 
 def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:

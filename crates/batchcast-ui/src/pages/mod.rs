@@ -9,6 +9,7 @@ pub(crate) mod compare;
 pub(crate) mod experiment;
 pub(crate) mod experiments;
 pub(crate) mod run;
+mod stalls;
 pub(crate) mod workload;
 
 use std::collections::BTreeSet;

@@ -74,6 +74,7 @@ pub(crate) async fn show(
             body.push_str("<h2>Environment</h2>");
             body.push_str(&env_table(&r.env));
             body.push_str("</section></div>");
+            body.push_str(&super::stalls::section(store, id)?);
             let events = store.events(id)?;
             if !events.is_empty() {
                 body.push_str("<h2>Events</h2><ul class=\"events\">");

@@ -134,6 +134,10 @@ pub struct ConsumerStats {
     pub wait_secs: f64,
     /// Batches received and ready but not yet handed out.
     pub lag: u64,
+    /// Batches of the epoch being read that the producer has published and
+    /// this consumer has not read yet: how far the producer is ahead (at
+    /// most its window; 0 between epochs).
+    pub behind: u64,
 }
 
 /// Where this consumer reads the board in the epoch it follows.
@@ -321,6 +325,12 @@ impl Consumer {
                 .iter()
                 .filter(|e| matches!(e, Ok(Event::Batch(_))))
                 .count() as u64,
+            behind: self.cursor.map_or(0, |c| {
+                let published = self.link.board.published();
+                c.end
+                    .map_or(published, |end| end.min(published))
+                    .saturating_sub(c.next)
+            }),
         }
     }
 
