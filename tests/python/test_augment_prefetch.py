@@ -222,3 +222,19 @@ def test_a_slow_training_loop_waits_less_for_its_batches_with_prefetch(spawn):
     assert med_on < 0.5 * med_off, (
         f"median next() {med_on * 1e3:.1f} ms with prefetch, {med_off * 1e3:.1f} ms without"
     )
+
+
+def test_stats_say_how_far_the_producer_is_ahead(serve, batchcast_bin):
+    # `behind` (+ `lag`): batches of this epoch published and not yet read,
+    # what `batchcast stalls --validate` waits out before measuring a reader.
+    p = serve("ahead", consumers=1, epochs=1)
+    (c,) = connect(dict(name="ahead"))
+    wait_published(batchcast_bin, p, "ahead", SAMPLES // BATCH)  # the whole epoch
+    it = iter(c)
+    next(it)
+    s = c.stats()
+    assert s["behind"] + s["lag"] == SAMPLES // BATCH - 1, s
+    assert len(list(it)) == SAMPLES // BATCH - 1
+    s = c.stats()
+    assert s["behind"] == 0 and s["lag"] == 0, s
+    c.close()
