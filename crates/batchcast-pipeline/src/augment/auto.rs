@@ -120,7 +120,10 @@ fn make(kind: usize, value: f64) -> Op {
 }
 
 /// `torch.linspace(start, end, steps)[i]` in `f32`: `start + step * i` in
-/// the first half, `end - step * (steps - 1 - i)` in the second.
+/// the first half, `end - step * (steps - 1 - i)` in the second, each a
+/// fused multiply-add (one rounding), as torch's CPU kernel computes the
+/// short tables here (checked against torch: `linspace(0, 32, 31)[15]` is
+/// `15.999999`, whose `int()` is 15).
 pub(crate) fn linspace(start: f64, end: f64, steps: u32, i: u32) -> f32 {
     let (start, end) = (start as f32, end as f32);
     if steps <= 1 {
@@ -128,9 +131,9 @@ pub(crate) fn linspace(start: f64, end: f64, steps: u32, i: u32) -> f32 {
     }
     let step = (end - start) / (steps - 1) as f32;
     if i < steps / 2 {
-        start + step * i as f32
+        step.mul_add(i as f32, start)
     } else {
-        end - step * (steps - 1 - i) as f32
+        (-step).mul_add((steps - 1 - i) as f32, end)
     }
 }
 
@@ -173,6 +176,15 @@ mod tests {
         assert_eq!(linspace(255.0, 0.0, 31, 0), 255.0);
         assert_eq!(linspace(255.0, 0.0, 31, 30), 0.0);
         assert_eq!(linspace(0.0, 32.0, 31, 30), 32.0);
+        // torch.linspace(0, 32, 31)[15:19] on the CPU.
+        let want = [
+            15.999_999_046_325_684,
+            17.066_665_649_414_062,
+            18.133_333_206_176_758,
+        ];
+        for (k, w) in want.into_iter().enumerate() {
+            assert_eq!(linspace(0.0, 32.0, 31, 15 + k as u32), w as f32);
+        }
     }
 
     #[test]
