@@ -174,6 +174,9 @@ impl PyAugmenter {
             u32::try_from(w).map_err(|_| too_big())?,
         );
         let (addr, len) = (img.addr, img.nbytes);
+        if len == 0 {
+            return Ok(()); // an empty image: nothing to change (and maybe no pointer)
+        }
         let result = py.detach(move || {
             // SAFETY: the capsule held in `img` for this whole call keeps the
             // array alive and unmoved; `import` checked that it is a

@@ -51,6 +51,9 @@ impl Affine {
 /// Writes `src` (RGB8 HWC, `width` x `height`) warped by `affine` into
 /// `dst` (same size), nearest neighbour, 0 outside.
 pub(crate) fn warp(src: &[u8], dst: &mut [u8], width: usize, height: usize, affine: &Affine) {
+    if width == 0 || height == 0 {
+        return;
+    }
     let m = affine.inverse_matrix().map(|v| v as f32);
     let (hw, hh) = ((0.5 * width as f64) as f32, (0.5 * height as f64) as f32);
     let (ax, bx, cx) = (m[0] / hw, m[1] / hw, m[2] / hw);
@@ -133,6 +136,16 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn empty_images_are_left_alone() {
+        let rot = Affine {
+            angle: 30.0,
+            ..Affine::IDENTITY
+        };
+        assert!(warped(&[], 0, 4, rot).is_empty());
+        assert!(warped(&[], 4, 0, rot).is_empty());
     }
 
     #[test]
