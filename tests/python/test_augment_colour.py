@@ -24,14 +24,18 @@ apply_op = _native.Augmenter.apply_op
 
 
 def images():
-    """Four random 48x40 images, an odd-sized 37x29 one and a photo-like
-    smooth one (HWC uint8)."""
+    """Four random 48x40 images, an odd-sized 37x29 one and two photo-like
+    smooth ones (HWC uint8)."""
     rng = np.random.default_rng(0)
     out = [rng.integers(0, 256, (48, 40, 3), dtype=np.uint8) for _ in range(4)]
     out.append(rng.integers(0, 256, (37, 29, 3), dtype=np.uint8))
     y, x = np.mgrid[0:48, 0:40].astype(np.float64)
     smooth = np.stack([128 + 100 * np.sin(x / 7) * np.cos(y / 9), 40 + 4 * x, 30 + 3 * y + 2 * x], -1)
     out.append(np.clip(smooth, 0, 255).astype(np.uint8))
+    # A bright one whose red spans 145..254: autocontrast's top value lands
+    # on 254.99998 in torch (scale = reciprocal * 255, rounded twice).
+    bright = np.stack([145 + x * 109 // 39, 200 + y, 250 + 0 * x], -1)
+    out.append(bright.astype(np.uint8))
     return out
 
 

@@ -23,7 +23,9 @@ pub(crate) fn solarize(image: &mut [u8], threshold: f64) {
 }
 
 /// `autocontrast(img)`: per channel, `(x - min) * (255 / (max - min))` in
-/// `f32`, clamped and truncated; a flat channel is left alone.
+/// `f32`, clamped and truncated; a flat channel is left alone. torch
+/// computes `255 / t` as `t.reciprocal() * 255` (`Tensor.__rtruediv__`),
+/// which rounds twice: `109 * (255 / 109)` is 254.99998, not 255.00002.
 pub(crate) fn autocontrast(image: &mut [u8]) {
     for c in 0..3 {
         let channel = image.iter().skip(c).step_by(3);
@@ -31,7 +33,10 @@ pub(crate) fn autocontrast(image: &mut [u8]) {
         if lo >= hi {
             continue; // scale = 255 / 0 is not finite: min 0, scale 1.
         }
-        let (min, scale) = (f32::from(lo), 255.0f32 / (f32::from(hi) - f32::from(lo)));
+        let (min, scale) = (
+            f32::from(lo),
+            (1.0 / (f32::from(hi) - f32::from(lo))) * 255.0,
+        );
         for v in image.iter_mut().skip(c).step_by(3) {
             *v = ((f32::from(*v) - min) * scale).clamp(0.0, 255.0) as u8;
         }
@@ -148,6 +153,11 @@ mod tests {
         let mut x = vec![50, 7, 0, 100, 7, 0, 150, 7, 0];
         autocontrast(&mut x);
         assert_eq!(x, [0, 7, 0, 127, 7, 0, 255, 7, 0]);
+        // torch's scale is reciprocal-then-multiply: the top of 145..=254
+        // lands on 254.99998, truncated to 254.
+        let mut x = vec![145, 0, 0, 254, 0, 0];
+        autocontrast(&mut x);
+        assert_eq!(x, [0, 0, 0, 254, 0, 0]);
         // Equalize of two equal halves: step = 2 // 255 = 0 leaves it.
         let mut x = vec![10, 10, 10, 20, 20, 20];
         equalize(&mut x);
