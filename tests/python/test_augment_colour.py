@@ -24,8 +24,8 @@ apply_op = _native.Augmenter.apply_op
 
 
 def images():
-    """Four random 48x40 images, an odd-sized 37x29 one and two photo-like
-    smooth ones (HWC uint8)."""
+    """Four random 48x40 images, an odd-sized 37x29 one and three
+    photo-like smooth ones, one of them 320x300 (HWC uint8)."""
     rng = np.random.default_rng(0)
     out = [rng.integers(0, 256, (48, 40, 3), dtype=np.uint8) for _ in range(4)]
     out.append(rng.integers(0, 256, (37, 29, 3), dtype=np.uint8))
@@ -36,6 +36,10 @@ def images():
     # on 254.99998 in torch (scale = reciprocal * 255, rounded twice).
     bright = np.stack([145 + x * 109 // 39, 200 + y, 250 + 0 * x], -1)
     out.append(bright.astype(np.uint8))
+    # A large smooth one (contrast's mean over 96000 pixels).
+    y, x = np.mgrid[0:320, 0:300].astype(np.float64)
+    large = np.stack([200 + 55 * np.sin(x / 17), 150 + 90 * np.cos(y / 13), 120 + 0.3 * x + 0.2 * y], -1)
+    out.append(np.clip(large, 0, 255).astype(np.uint8))
     return out
 
 
