@@ -177,15 +177,15 @@ impl PyAugmenter {
         if len == 0 {
             return Ok(()); // an empty image: nothing to change (and maybe no pointer)
         }
-        let result = py.detach(move || {
-            // SAFETY: the capsule held in `img` for this whole call keeps the
-            // array alive and unmoved; `import` checked that it is a
-            // C-contiguous CPU array of exactly `len` bytes. The caller gives
-            // the array to be changed in place; Python code cannot run
-            // meanwhile on this array's behalf (the op is synchronous).
-            let data = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
-            apply_op(&op, data, w, h)
-        });
+        // One image, in place: the GIL stays held, so no Python thread
+        // touches the array meanwhile.
+        // SAFETY: the capsule held in `img` for this whole call keeps the
+        // array alive and unmoved; `import` checked that it is a C-contiguous
+        // CPU array of exactly `len` (> 0) bytes, not marked read-only. The
+        // caller gives it to be changed in place, and with the GIL held no
+        // other Python code reads or writes it until this returns.
+        let data = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+        let result = apply_op(&op, data, w, h);
         drop(img);
         result.map_err(|e| invalid(py, e.to_string()))
     }

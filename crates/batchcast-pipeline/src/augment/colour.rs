@@ -71,8 +71,10 @@ pub(crate) fn saturation(image: &mut [u8], factor: f64) {
 /// `factor` turns.
 pub(crate) fn hue(image: &mut [u8], factor: f64) {
     let shift = factor as f32;
+    // `x / 255` of every uint8 value, the same f32 division, done once.
+    let unit: [f32; 256] = std::array::from_fn(|v| v as f32 / 255.0);
     for px in image.chunks_exact_mut(3) {
-        let rgb = [0, 1, 2].map(|c| f32::from(px[c]) / 255.0);
+        let rgb = [0, 1, 2].map(|c| unit[usize::from(px[c])]);
         let [h, s, v] = rgb_to_hsv(rgb);
         let h = rem_one(h + shift);
         let out = hsv_to_rgb([h, s, v]);
@@ -83,13 +85,17 @@ pub(crate) fn hue(image: &mut [u8], factor: f64) {
     }
 }
 
-/// torch's `x % 1.0` on floats: `fmod`, moved into [0, 1) when negative.
+/// torch's `x % 1.0` on floats (`fmod`, moved into [0, 1) when negative)
+/// for `x` in (-1, 2), without a libm call: `x - 1` is exact for x in
+/// [1, 2) (Sterbenz), which is what `fmod` returns; a negative `x` is
+/// its own `fmod`, plus 1 (rounded, as torch adds it).
 fn rem_one(x: f32) -> f32 {
-    let m = x % 1.0;
-    if m < 0.0 {
-        m + 1.0
+    if x >= 1.0 {
+        x - 1.0
+    } else if x < 0.0 {
+        x + 1.0
     } else {
-        m
+        x
     }
 }
 
@@ -116,13 +122,15 @@ fn rgb_to_hsv([r, g, b]: [f32; 3]) -> [f32; 3] {
         0.0
     };
     let h = hr + hg + hb;
-    let h = (h / 6.0 + 1.0) % 1.0;
+    // torch.fmod(h / 6 + 1, 1) of a value in (5/6, 2).
+    let h = rem_one(h / 6.0 + 1.0);
     [h, s, maxc]
 }
 
 /// `_hsv2rgb`, term for term.
 fn hsv_to_rgb([h, s, v]: [f32; 3]) -> [f32; 3] {
-    let i = (h * 6.0).floor();
+    // floor(h * 6) for h in [0, 1]: truncation, without a libm call.
+    let i = ((h * 6.0) as i32) as f32;
     let f = h * 6.0 - i;
     let p = (v * (1.0 - s)).clamp(0.0, 1.0);
     let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
@@ -186,6 +194,22 @@ mod tests {
         let mut x = vec![0, 255, 0];
         hue(&mut x, -1.0 / 3.0);
         assert_eq!(x, [255, 0, 0]);
+    }
+
+    #[test]
+    fn rem_one_is_fmod_moved_into_the_unit_interval() {
+        let mut r = crate::rng::Rng::derive(&[9]);
+        for _ in 0..10_000 {
+            let x = r.uniform(-0.99, 1.99) as f32;
+            let m = x % 1.0;
+            let want = if m < 0.0 { m + 1.0 } else { m };
+            assert_eq!(rem_one(x).to_bits(), want.to_bits(), "{x}");
+        }
+        for x in [0.0f32, -0.0, 1.0, 0.5, -0.5, 1.5, 1.0 - f32::EPSILON / 2.0] {
+            let m = x % 1.0;
+            let want = if m < 0.0 { m + 1.0 } else { m };
+            assert_eq!(rem_one(x).to_bits(), want.to_bits(), "{x}");
+        }
     }
 
     #[test]

@@ -9,6 +9,8 @@
 //! padding_mode="zeros", align_corners=False)`: `((g + 1) * size - 1) / 2`
 //! rounded half to even, 0 outside the image. All of it in `f32`.
 
+use super::round_half_even;
+
 /// `F.affine`'s parameters; `center` is relative to the image centre
 /// (torchvision's `center_f`), angles in degrees.
 #[derive(Debug, Clone, Copy)]
@@ -71,7 +73,7 @@ pub(crate) fn warp(src: &[u8], dst: &mut [u8], width: usize, height: usize, affi
             // grid_sample's unnormalise (align_corners=False), then nearest.
             let ix = ((gx + 1.0) * wf - 1.0) / 2.0;
             let iy = ((gy + 1.0) * hf - 1.0) / 2.0;
-            let (ix, iy) = (ix.round_ties_even(), iy.round_ties_even());
+            let (ix, iy) = (round_half_even(ix), round_half_even(iy));
             if ix >= 0.0 && ix < wf && iy >= 0.0 && iy < hf {
                 let at = (iy as usize * width + ix as usize) * 3;
                 out.copy_from_slice(&src[at..at + 3]);

@@ -45,6 +45,20 @@ use crate::resample::{self, ImageView};
 use crate::rng::{Rng, STREAM_COLOUR};
 use crate::{OutputFormat, PipelineError, Transform};
 
+/// `x` rounded half to even (torch's `round` and grid_sample's nearest),
+/// without the libm call `round_ties_even` is on baseline x86-64: adding
+/// and taking away 1.5 * 2^23 rounds to an integer in the default rounding
+/// mode, exactly, for |x| < 2^22.
+#[inline]
+fn round_half_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    if x.abs() < 4_194_304.0 {
+        (x + MAGIC) - MAGIC
+    } else {
+        x.round_ties_even()
+    }
+}
+
 /// One thread's working memory: the resizer, the resampled image, the
 /// drawn ops and a copy for the ops that read the image they write.
 #[derive(Default)]
@@ -277,5 +291,34 @@ impl Augmenter {
             self.writer.write(rgb, dst);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_half_even;
+
+    #[test]
+    fn round_half_even_is_round_ties_even() {
+        let mut r = crate::rng::Rng::derive(&[11]);
+        let special = [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            -2.5,
+            0.0,
+            -0.0,
+            4_194_303.5,
+            5e6,
+            -7e9,
+            0.49999997,
+        ];
+        let random = (0..20_000).map(|_| r.uniform(-3000.0, 3000.0) as f32);
+        for x in special.into_iter().chain(random) {
+            assert_eq!(round_half_even(x), x.round_ties_even(), "{x}");
+        }
+        assert!(round_half_even(f32::NAN).is_nan());
     }
 }

@@ -2,6 +2,8 @@
 //! (`posterize`, `solarize`, `autocontrast`, `equalize`,
 //! `adjust_sharpness`), on an RGB8 HWC buffer, with torch's arithmetic.
 
+use super::round_half_even;
+
 /// `posterize(img, bits)`: keeps the `bits` high bits of every value
 /// (`img & -(2 ** (8 - bits))` on `uint8`; 0 bits is black, 8 the image).
 pub(crate) fn posterize(image: &mut [u8], bits: u8) {
@@ -102,7 +104,7 @@ pub(crate) fn sharpness(
                         acc += k * at(dy, dx);
                     }
                 }
-                blurred[y * row + x * 3 + c] = acc.round_ties_even().clamp(0.0, 255.0) as u8;
+                blurred[y * row + x * 3 + c] = round_half_even(acc).clamp(0.0, 255.0) as u8;
             }
         }
     }
