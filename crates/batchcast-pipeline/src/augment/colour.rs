@@ -31,12 +31,18 @@ pub(crate) fn gray(px: &[u8]) -> u8 {
     (0.2989f32 * f32::from(px[0]) + 0.587f32 * f32::from(px[1]) + 0.114f32 * f32::from(px[2])) as u8
 }
 
+/// Maps every value through `f`, evaluated once per possible value.
+fn map_values(image: &mut [u8], f: impl Fn(u8) -> u8) {
+    let lut: [u8; 256] = std::array::from_fn(|v| f(v as u8));
+    for v in image.iter_mut() {
+        *v = lut[usize::from(*v)];
+    }
+}
+
 /// `adjust_brightness(img, factor)`: a blend with black.
 pub(crate) fn brightness(image: &mut [u8], factor: f64) {
     let w = weights(factor);
-    for v in image.iter_mut() {
-        *v = blend(*v, 0.0, w);
-    }
+    map_values(image, |v| blend(v, 0.0, w));
 }
 
 /// `adjust_contrast(img, factor)`: a blend with the mean of the grayscale
@@ -51,9 +57,7 @@ pub(crate) fn contrast(image: &mut [u8], factor: f64) {
     // (every image up to 256 x 256); the division is in f32.
     let mean = sum as f32 / pixels as f32;
     let w = weights(factor);
-    for v in image.iter_mut() {
-        *v = blend(*v, mean, w);
-    }
+    map_values(image, |v| blend(v, mean, w));
 }
 
 /// `adjust_saturation(img, factor)`: a blend with the grayscale image.

@@ -92,20 +92,23 @@ pub(crate) fn sharpness(
     let (side, centre) = (1.0f32 / 13.0, 5.0f32 / 13.0);
     let row = width * 3;
     for y in 1..height - 1 {
-        for x in 1..width - 1 {
-            for c in 0..3 {
-                let at = |dy: usize, dx: usize| {
-                    f32::from(image[(y + dy - 1) * row + (x + dx - 1) * 3 + c])
-                };
-                let mut acc = 0.0f32;
-                for dy in 0..3 {
-                    for dx in 0..3 {
-                        let k = if (dy, dx) == (1, 1) { centre } else { side };
-                        acc += k * at(dy, dx);
-                    }
+        let rows = [
+            &image[(y - 1) * row..y * row],
+            &image[y * row..(y + 1) * row],
+            &image[(y + 1) * row..(y + 2) * row],
+        ];
+        let out = &mut blurred[y * row..(y + 1) * row];
+        for i in 3..row - 3 {
+            // The nine taps in row-major order, as torch's convolution
+            // accumulates them here (bit-identical in the parity tests).
+            let mut acc = 0.0f32;
+            for (dy, r) in rows.iter().enumerate() {
+                for dx in 0..3 {
+                    let k = if dy == 1 && dx == 1 { centre } else { side };
+                    acc += k * f32::from(r[i + dx * 3 - 3]);
                 }
-                blurred[y * row + x * 3 + c] = round_half_even(acc).clamp(0.0, 255.0) as u8;
             }
+            out[i] = round_half_even(acc).clamp(0.0, 255.0) as u8;
         }
     }
     let (ratio, other) = (factor as f32, (1.0 - factor) as f32);
