@@ -15,25 +15,42 @@ use crate::PipelineError;
 /// take `adjust_*`'s factor. Geometric ops use nearest interpolation and
 /// fill 0.
 #[derive(Debug, Clone, Copy, PartialEq)]
-#[allow(missing_docs)]
 pub enum Op {
+    /// The image unchanged.
     Identity,
+    /// Horizontal shear by `atan(m)` about the top-left corner.
     ShearX(f64),
+    /// Vertical shear by `atan(m)` about the top-left corner.
     ShearY(f64),
+    /// Move right by `int(m)` pixels.
     TranslateX(f64),
+    /// Move down by `int(m)` pixels.
     TranslateY(f64),
+    /// Turn `m` degrees counter-clockwise about the centre.
     Rotate(f64),
+    /// `adjust_brightness(1 + m)`.
     Brightness(f64),
+    /// `adjust_saturation(1 + m)`.
     Color(f64),
+    /// `adjust_contrast(1 + m)`.
     Contrast(f64),
+    /// `adjust_sharpness(1 + m)`.
     Sharpness(f64),
+    /// `posterize(int(m))`: keep `int(m)` bits.
     Posterize(f64),
+    /// `solarize(m)`: invert values `>= m`.
     Solarize(f64),
+    /// `autocontrast`: stretch each channel to 0..=255.
     AutoContrast,
+    /// `equalize`: each channel's histogram equalised.
     Equalize,
+    /// `adjust_brightness(f)`.
     AdjustBrightness(f64),
+    /// `adjust_contrast(f)`.
     AdjustContrast(f64),
+    /// `adjust_saturation(f)`.
     AdjustSaturation(f64),
+    /// `adjust_hue(f)`, `f` in [-0.5, 0.5].
     AdjustHue(f64),
 }
 
