@@ -78,7 +78,7 @@ mod sampler;
 mod transform;
 mod worker;
 
-pub use augment::Augmenter;
+pub use augment::{apply_op, Augmenter, AutoAugment, ColorJitter, Op, NUM_AUTO_OPS, OP_NAMES};
 pub use dataset::{Dataset, DatasetKind, WebDatasetWriter};
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;

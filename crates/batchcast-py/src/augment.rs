@@ -5,8 +5,14 @@
 //! Arrays come in through DLPack (NumPy arrays, torch tensors): the decoded
 //! batch `(n, h, w, 3)` `uint8`, and an output array the Python side has
 //! just made for this call, of `n` augmented images.
+//!
+//! After the flip it may run an auto-augment policy (`auto=`) and then
+//! `ColorJitter` (`jitter=`), natively; `Augmenter.apply_op` applies one
+//! op with given parameters to an image, for parity tests.
 
-use batchcast_pipeline::{Augmenter, DType, Layout, OutputFormat, Transform};
+use batchcast_pipeline::{
+    apply_op, Augmenter, AutoAugment, ColorJitter, DType, Layout, Op, OutputFormat, Transform,
+};
 use pyo3::prelude::*;
 
 use crate::dlpack::import;
@@ -25,11 +31,16 @@ fn invalid(py: Python<'_>, msg: String) -> PyErr {
 #[pymethods]
 impl PyAugmenter {
     /// `RandomResizedCrop(size, scale, ratio)` + `RandomHorizontalFlip(hflip_p)`,
-    /// written as `layout` (`"nchw"`/`"nhwc"`) `uint8`, or `float32`
-    /// normalised with `mean` and `std` when they are given.
+    /// then `auto` (`"trivialaugmentwide"`, or `"randaugment"` with
+    /// `num_ops` and `magnitude`; `num_magnitude_bins` for both), then
+    /// `ColorJitter` with `jitter` = the (min, max) factor ranges of
+    /// brightness, contrast, saturation and hue (`None` for an adjustment
+    /// left out), written as `layout` (`"nchw"`/`"nhwc"`) `uint8`, or
+    /// `float32` normalised with `mean` and `std` when they are given.
     #[new]
     #[pyo3(signature = (size, *, scale=(0.08, 1.0), ratio=(0.75, 4.0 / 3.0), hflip_p=0.5,
-                        layout="nchw", mean=None, std=None, threads=2, seed=0))]
+                        layout="nchw", mean=None, std=None, threads=2, seed=0, jitter=None,
+                        auto=None, num_ops=2, magnitude=9, num_magnitude_bins=31))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -42,6 +53,11 @@ impl PyAugmenter {
         std: Option<[f32; 3]>,
         threads: usize,
         seed: u64,
+        jitter: Option<[Option<(f64, f64)>; 4]>,
+        auto: Option<&str>,
+        num_ops: u32,
+        magnitude: u32,
+        num_magnitude_bins: u32,
     ) -> PyResult<PyAugmenter> {
         let layout = match layout {
             "nchw" => Layout::Nchw,
@@ -69,10 +85,109 @@ impl PyAugmenter {
             ratio,
             hflip_p,
         };
-        let inner = Augmenter::new(transform, OutputFormat { layout, dtype }, threads)
+        let mut inner = Augmenter::new(transform, OutputFormat { layout, dtype }, threads)
             .map_err(|e| invalid(py, e.to_string()))?
             .with_seed(seed);
+        let policy = match auto {
+            None => None,
+            Some("trivialaugmentwide") => {
+                Some(AutoAugment::TrivialAugmentWide { num_magnitude_bins })
+            }
+            Some("randaugment") => Some(AutoAugment::RandAugment {
+                num_ops,
+                magnitude,
+                num_magnitude_bins,
+            }),
+            Some(other) => {
+                return Err(invalid(
+                    py,
+                    format!("auto {other:?}: use \"trivialaugmentwide\" or \"randaugment\""),
+                ))
+            }
+        };
+        if let Some(policy) = policy {
+            inner = inner
+                .with_auto(policy)
+                .map_err(|e| invalid(py, e.to_string()))?;
+        }
+        if let Some([brightness, contrast, saturation, hue]) = jitter {
+            let jitter = ColorJitter {
+                brightness,
+                contrast,
+                saturation,
+                hue,
+            };
+            inner = inner
+                .with_jitter(jitter)
+                .map_err(|e| invalid(py, e.to_string()))?;
+        }
         Ok(PyAugmenter { inner })
+    }
+
+    /// The ops sample `key` of `epoch` gets after its crop, in order, as
+    /// `(name, parameter)` pairs that `apply_op` takes.
+    fn draws(&self, epoch: u64, key: u64) -> Vec<(&'static str, f64)> {
+        self.inner
+            .draws(epoch, key)
+            .iter()
+            .map(|op| (op.name(), op.value()))
+            .collect()
+    }
+
+    /// Applies one op, torchvision's name and parameter (`_apply_op`'s
+    /// magnitude, or `adjust_*`'s factor), to `image`, a `uint8` array of
+    /// shape `(height, width, 3)`, in place.
+    #[staticmethod]
+    #[pyo3(signature = (name, image, magnitude=0.0))]
+    fn apply_op(
+        py: Python<'_>,
+        name: &str,
+        image: &Bound<'_, PyAny>,
+        magnitude: f64,
+    ) -> PyResult<()> {
+        let op = Op::parse(name, magnitude).map_err(|e| invalid(py, e.to_string()))?;
+        let img = import(image, "image")?;
+        let (h, w) = match img.shape.as_slice() {
+            [h, w, 3] if img.dtype == batchcast::DType::U8 => (*h, *w),
+            _ => {
+                return Err(invalid(
+                    py,
+                    format!(
+                        "image must be uint8 of shape (height, width, 3); got {} {:?}",
+                        img.dtype.name(),
+                        img.shape
+                    ),
+                ))
+            }
+        };
+        if img.read_only {
+            return Err(invalid(
+                py,
+                "image is read-only; apply_op changes it in place, give a writable copy \
+                 (numpy.array(image))"
+                    .into(),
+            ));
+        }
+        let too_big = || invalid(py, "image too large".into());
+        let (h, w) = (
+            u32::try_from(h).map_err(|_| too_big())?,
+            u32::try_from(w).map_err(|_| too_big())?,
+        );
+        let (addr, len) = (img.addr, img.nbytes);
+        if len == 0 {
+            return Ok(()); // an empty image: nothing to change (and maybe no pointer)
+        }
+        // One image, in place: the GIL stays held, so no Python thread
+        // touches the array meanwhile.
+        // SAFETY: the capsule held in `img` for this whole call keeps the
+        // array alive and unmoved; `import` checked that it is a C-contiguous
+        // CPU array of exactly `len` (> 0) bytes, not marked read-only. The
+        // caller gives it to be changed in place, and with the GIL held no
+        // other Python code reads or writes it until this returns.
+        let data = unsafe { std::slice::from_raw_parts_mut(addr as *mut u8, len) };
+        let result = apply_op(&op, data, w, h);
+        drop(img);
+        result.map_err(|e| invalid(py, e.to_string()))
     }
 
     /// Shape of one augmented image, in the output layout.

@@ -510,6 +510,8 @@ pub(crate) struct Imported<'py> {
     pub dtype: DType,
     /// Shape.
     pub shape: Vec<u64>,
+    /// The exporter marked the array read-only (DLPack 1.0's flag).
+    pub read_only: bool,
 }
 
 /// Exports `obj` (a NumPy array, a PyTorch tensor, anything with
@@ -528,6 +530,7 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Impor
     let capsule = exported.cast_into::<PyCapsule>().map_err(|_| {
         PyTypeError::new_err(format!("{what}: __dlpack__ did not return a capsule"))
     })?;
+    let mut read_only = false;
     let tensor: *const DLTensor = if capsule.is_valid_checked(Some(CAPSULE_VERSIONED)) {
         let m = capsule.pointer_checked(Some(CAPSULE_VERSIONED))?;
         let m = m.as_ptr().cast::<DLManagedTensorVersioned>();
@@ -539,6 +542,8 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Impor
                 "{what}: DLPack version {major} is not supported"
             )));
         }
+        // SAFETY: as above.
+        read_only = unsafe { (*m).flags } & FLAG_READ_ONLY != 0;
         // SAFETY: as above.
         unsafe { &raw const (*m).dl_tensor }
     } else if capsule.is_valid_checked(Some(CAPSULE)) {
@@ -614,5 +619,6 @@ pub(crate) fn import<'py>(obj: &Bound<'py, PyAny>, what: &str) -> PyResult<Impor
         nbytes,
         dtype,
         shape,
+        read_only,
     })
 }

@@ -2,7 +2,8 @@
 //! images, per consumer seed, independent of the thread count.
 
 use batchcast_pipeline::{
-    Augmenter, DType, Dataset, Layout, OnError, OutputFormat, Pipeline, Transform,
+    apply_op, Augmenter, AutoAugment, ColorJitter, DType, Dataset, Layout, OnError, Op,
+    OutputFormat, Pipeline, Transform,
 };
 
 use crate::common::{pattern, rgb_png, run, write_tree};
@@ -121,4 +122,118 @@ fn short_buffers_and_empty_images_are_refused() {
     assert!(e.to_string().contains("out"), "{e}");
     assert!(aug.augment(0, &[], 0, 4, &[0], &mut out).is_err());
     assert!(Augmenter::new(Transform::train(8), OutputFormat::u8_nhwc(), 0).is_err());
+}
+
+fn jitter() -> ColorJitter {
+    ColorJitter {
+        brightness: Some((0.6, 1.4)),
+        contrast: Some((0.6, 1.4)),
+        saturation: Some((0.6, 1.4)),
+        hue: Some((-0.1, 0.1)),
+    }
+}
+
+#[test]
+fn colour_and_auto_augment_depend_on_the_seed_not_the_threads() {
+    let (dir, _) = square_dataset();
+    let idx: Vec<usize> = (0..12).collect();
+    let stream = decoded(dir.path(), &idx);
+    let keys: Vec<u64> = (100..112).collect();
+    let policies = [
+        AutoAugment::TrivialAugmentWide {
+            num_magnitude_bins: 31,
+        },
+        AutoAugment::RandAugment {
+            num_ops: 2,
+            magnitude: 9,
+            num_magnitude_bins: 31,
+        },
+    ];
+    for auto in policies {
+        let make = |seed: u64, threads: usize| {
+            Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), threads)
+                .unwrap()
+                .with_seed(seed)
+                .with_auto(auto)
+                .unwrap()
+                .with_jitter(jitter())
+                .unwrap()
+        };
+        let out = |seed: u64, threads: usize| {
+            let aug = make(seed, threads);
+            let mut v = vec![0u8; 12 * aug.image_bytes()];
+            aug.augment(0, &stream, S, S, &keys, &mut v).unwrap();
+            v
+        };
+        let a = out(1, 1);
+        assert_eq!(a, out(1, 3), "{auto:?}: three threads draw what one does");
+        assert_eq!(a, out(1, 1), "{auto:?}: a fixed seed reproduces");
+        let b = out(2, 2);
+        let row = 16 * 16 * 3;
+        let differing = a
+            .chunks(row)
+            .zip(b.chunks(row))
+            .filter(|(x, y)| x != y)
+            .count();
+        assert!(differing >= 10, "{auto:?}: {differing} of 12 differ");
+        // The ops drawn are the ops applied: the same crop without them,
+        // then the drawn ops one by one, gives the augmented image.
+        let plain = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), 1)
+            .unwrap()
+            .with_seed(1);
+        let mut base = vec![0u8; 12 * row];
+        plain.augment(0, &stream, S, S, &keys, &mut base).unwrap();
+        let aug = make(1, 1);
+        for (i, (img, want)) in base.chunks_mut(row).zip(a.chunks(row)).enumerate() {
+            let ops = aug.draws(0, keys[i]);
+            assert!(
+                ops.len() >= 4,
+                "jitter's four adjustments at least: {ops:?}"
+            );
+            for op in &ops {
+                apply_op(op, img, 16, 16).unwrap();
+            }
+            assert_eq!(img, want, "sample {i}: {ops:?}");
+        }
+    }
+}
+
+#[test]
+fn colour_ops_keep_the_crops_and_bad_parameters_are_refused() {
+    let (dir, _) = square_dataset();
+    let idx: Vec<usize> = (0..4).collect();
+    let stream = decoded(dir.path(), &idx);
+    let keys: Vec<u64> = (0..4).collect();
+    // Jitter of factor exactly 1 (and no hue) leaves the crops as they were.
+    let neutral = ColorJitter {
+        brightness: Some((1.0, 1.0)),
+        contrast: Some((1.0, 1.0)),
+        saturation: Some((1.0, 1.0)),
+        hue: None,
+    };
+    let run_with = |j: Option<ColorJitter>| {
+        let mut aug = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), 1)
+            .unwrap()
+            .with_seed(4);
+        if let Some(j) = j {
+            aug = aug.with_jitter(j).unwrap();
+        }
+        let mut v = vec![0u8; 4 * aug.image_bytes()];
+        aug.augment(0, &stream, S, S, &keys, &mut v).unwrap();
+        v
+    };
+    assert_eq!(run_with(None), run_with(Some(neutral)));
+    let aug = || Augmenter::new(Transform::train(8), OutputFormat::u8_nhwc(), 1).unwrap();
+    let bad_hue = ColorJitter {
+        hue: Some((0.0, 0.9)),
+        ..ColorJitter::default()
+    };
+    assert!(aug().with_jitter(bad_hue).is_err());
+    let bad_bin = AutoAugment::RandAugment {
+        num_ops: 2,
+        magnitude: 40,
+        num_magnitude_bins: 31,
+    };
+    assert!(aug().with_auto(bad_bin).is_err());
+    assert!(Op::parse("Blur", 0.0).is_err());
 }

@@ -15,18 +15,62 @@
 //! the caller's sample key (its position in the epoch): results do not
 //! depend on the number of threads, and two consumers with different seeds
 //! draw different crops.
+//!
+//! After the crop, resize and flip, and before the output writer, an
+//! augmenter may apply torchvision's [`AutoAugment`] policies
+//! (`TrivialAugmentWide`, `RandAugment`) and then [`ColorJitter`], to the
+//! `uint8` RGB image, with torchvision's arithmetic ([`Op`] lists the ops;
+//! [`apply_op`] applies one with given parameters). Their draws come from
+//! their own stream of `(seed, epoch, key)`, so adding them does not change
+//! the crops.
+
+mod auto;
+mod colour;
+mod geometry;
+mod jitter;
+mod op;
+mod tone;
 
 use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 use rayon::prelude::*;
 
+pub use auto::{AutoAugment, NUM_AUTO_OPS};
+pub use jitter::ColorJitter;
+pub use op::{apply_op, Op, OP_NAMES};
+
 use crate::output::Writer;
 use crate::resample::{self, ImageView};
+use crate::rng::{Rng, STREAM_COLOUR};
 use crate::{OutputFormat, PipelineError, Transform};
 
+/// `x` rounded half to even (torch's `round` and grid_sample's nearest),
+/// without the libm call `round_ties_even` is on baseline x86-64: adding
+/// and taking away 1.5 * 2^23 rounds to an integer in the default rounding
+/// mode, exactly, for |x| < 2^22.
+#[inline]
+fn round_half_even(x: f32) -> f32 {
+    const MAGIC: f32 = 12_582_912.0;
+    if x.abs() < 4_194_304.0 {
+        (x + MAGIC) - MAGIC
+    } else {
+        x.round_ties_even()
+    }
+}
+
+/// One thread's working memory: the resizer, the resampled image, the
+/// drawn ops and a copy for the ops that read the image they write.
+#[derive(Default)]
+struct Scratch {
+    resizer: Resizer,
+    rgb: Vec<u8>,
+    ops: Vec<Op>,
+    copy: Vec<u8>,
+}
+
 thread_local! {
-    static SCRATCH: RefCell<(Resizer, Vec<u8>)> = RefCell::new((Resizer::new(), Vec::new()));
+    static SCRATCH: RefCell<Scratch> = RefCell::new(Scratch::default());
 }
 
 /// Augments batches of decoded RGB8 HWC images on its own thread pool.
@@ -35,6 +79,8 @@ pub struct Augmenter {
     output: OutputFormat,
     writer: Writer,
     seed: u64,
+    auto: Option<AutoAugment>,
+    jitter: Option<ColorJitter>,
     pool: rayon::ThreadPool,
 }
 
@@ -44,6 +90,8 @@ impl std::fmt::Debug for Augmenter {
             .field("transform", &self.transform)
             .field("output", &self.output)
             .field("seed", &self.seed)
+            .field("auto", &self.auto)
+            .field("jitter", &self.jitter)
             .field("threads", &self.pool.current_num_threads())
             .finish()
     }
@@ -81,8 +129,55 @@ impl Augmenter {
             output,
             writer,
             seed: 0,
+            auto: None,
+            jitter: None,
             pool,
         })
+    }
+
+    /// The same augmenter applying `auto` (after the flip, before any
+    /// jitter).
+    ///
+    /// # Errors
+    /// [`PipelineError::InvalidConfig`] for bad parameters.
+    pub fn with_auto(mut self, auto: AutoAugment) -> Result<Augmenter, PipelineError> {
+        auto.validate()?;
+        self.auto = Some(auto);
+        Ok(self)
+    }
+
+    /// The same augmenter applying `jitter` (last, before the output).
+    ///
+    /// # Errors
+    /// [`PipelineError::InvalidConfig`] for bad ranges.
+    pub fn with_jitter(mut self, jitter: ColorJitter) -> Result<Augmenter, PipelineError> {
+        jitter.validate()?;
+        self.jitter = Some(jitter);
+        Ok(self)
+    }
+
+    /// The ops sample `key` of `epoch` gets after its crop, in order (the
+    /// auto-augment ops, then the jitter's): what [`augment`](Self::augment)
+    /// applies, for tests and inspection.
+    pub fn draws(&self, epoch: u64, key: u64) -> Vec<Op> {
+        let mut ops = Vec::new();
+        self.draw(epoch, key, &mut ops);
+        ops
+    }
+
+    fn draw(&self, epoch: u64, key: u64, ops: &mut Vec<Op>) {
+        ops.clear();
+        if self.auto.is_none() && self.jitter.is_none() {
+            return;
+        }
+        let mut rng = Rng::derive(&[STREAM_COLOUR, self.seed, epoch, key]);
+        let (w, h) = self.transform.output_size();
+        if let Some(auto) = &self.auto {
+            auto.draw(&mut rng, w, h, ops);
+        }
+        if let Some(jitter) = &self.jitter {
+            jitter.draw(&mut rng, ops);
+        }
     }
 
     /// The same augmenter drawing from `seed` (one per consumer).
@@ -173,14 +268,57 @@ impl Augmenter {
             let mut scratch = cell
                 .try_borrow_mut()
                 .map_err(|_| "re-entered".to_string())?;
-            let (resizer, rgb) = &mut *scratch;
+            let Scratch {
+                resizer,
+                rgb,
+                ops,
+                copy,
+            } = &mut *scratch;
+            self.draw(epoch, key, ops);
+            let (w, h) = (plan.out_width as usize, plan.out_height as usize);
             if raw {
-                return resample::apply(&plan, src, resizer, dst);
+                resample::apply(&plan, src, resizer, dst)?;
+                for op in ops.iter() {
+                    op.apply(dst, w, h, copy);
+                }
+                return Ok(());
             }
-            rgb.resize(plan.out_width as usize * plan.out_height as usize * 3, 0);
+            rgb.resize(w * h * 3, 0);
             resample::apply(&plan, src, resizer, rgb)?;
+            for op in ops.iter() {
+                op.apply(rgb, w, h, copy);
+            }
             self.writer.write(rgb, dst);
             Ok(())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::round_half_even;
+
+    #[test]
+    fn round_half_even_is_round_ties_even() {
+        let mut r = crate::rng::Rng::derive(&[11]);
+        let special = [
+            0.5f32,
+            1.5,
+            2.5,
+            -0.5,
+            -1.5,
+            -2.5,
+            0.0,
+            -0.0,
+            4_194_303.5,
+            5e6,
+            -7e9,
+            0.49999997,
+        ];
+        let random = (0..20_000).map(|_| r.uniform(-3000.0, 3000.0) as f32);
+        for x in special.into_iter().chain(random) {
+            assert_eq!(round_half_even(x), x.round_ties_even(), "{x}");
+        }
+        assert!(round_half_even(f32::NAN).is_nan());
     }
 }
