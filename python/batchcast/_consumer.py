@@ -697,16 +697,18 @@ class _Augment:
                 f"--decode-only` sends; producer {name!r} sends {type(batch).__name__}"
             )
         images, labels = batch
-        shape = (int(images.shape[0]), *self._native.image_shape())
+        # Into the augmenter's own reused memory (no page faults of a fresh
+        # batch); it is reused only once every array viewing it is freed.
+        view = self._native.augment_pooled(images, epoch, first_key)
         if self._format == "torch":
             import torch
 
-            out = torch.empty(shape, dtype=getattr(torch, self._dtype))
+            out = torch.from_dlpack(view)
         else:
             import numpy
 
-            out = numpy.empty(shape, dtype=self._dtype)
-        self._native.augment(images, epoch, first_key, out)
+            out = numpy.from_dlpack(view)
+        del view
         if self._device is not None:
             out = out.to(self._device, non_blocking=True)
             labels = labels.to(self._device, non_blocking=True)

@@ -157,3 +157,53 @@ def test_a_transform_on_a_stream_that_is_not_decoded_says_what_to_serve(bc_dir, 
         p.kill()
         p.wait()
         p.stderr.close()
+
+
+def test_pooled_output_is_reused_only_once_nothing_views_it():
+    # A consumer augments into the augmenter's own reused memory (fresh
+    # float32 batches cost their page faults); a buffer is reused only when
+    # every array made from it is gone.
+    torch = pytest.importorskip("torch")
+    from batchcast import transforms as T
+
+    images = torch.from_numpy(np.random.default_rng(1).integers(0, 256, (4, S, S, 3), dtype=np.uint8))
+    tf = T.Compose([T.RandomResizedCrop(16), T.Normalize((0.5, 0.5, 0.5), (0.25, 0.25, 0.25))])
+    aug = tf.native(1, 5)
+
+    def pooled(epoch):
+        return torch.from_dlpack(aug.augment_pooled(images, epoch, 0))
+
+    a = pooled(0)
+    expect = torch.empty((4, 3, 16, 16), dtype=torch.float32)
+    aug.augment(images, 0, 0, expect)
+    assert torch.equal(a, expect), "the same pixels as into a fresh array"
+    a_ptr = a.data_ptr()
+    row = a[1]  # a view keeps the buffer in use after `a` is gone
+    del a
+    b = pooled(1)
+    assert b.data_ptr() != a_ptr, "a buffer still viewed is not reused"
+    assert torch.equal(row, expect[1]), "and what the view shows is unchanged"
+    del row
+    c = pooled(0)
+    assert c.data_ptr() == a_ptr, "a buffer nothing views is reused"
+    assert torch.equal(c, expect)
+    c[0] = 0  # the caller's own memory: writable
+    import numpy
+
+    n = numpy.from_dlpack(aug.augment_pooled(images, 0, 0))
+    assert n.dtype == numpy.float32 and n.shape == (4, 3, 16, 16) and n.flags.writeable
+    numpy.testing.assert_array_equal(n, expect.numpy())
+
+
+def test_a_decoded_batch_takes_the_memory_computed_for_it(serve):
+    # n stored squares of S x S x 3 bytes and n int64 labels; the producer's
+    # slots (its shared memory: window x slot size) hold that and a little
+    # more for the batch's layout, nothing like a float32 batch's 4x.
+    serve("mem", consumers=1)
+    with batchcast.Consumer("mem", connect_timeout=30) as c:
+        slot = c.welcome()["slot_size"]
+        x, y = next(iter(c))
+        images, labels = x.numel() * x.element_size(), y.numel() * y.element_size()
+        assert (images, labels) == (BATCH * S * S * 3, BATCH * 8)
+        assert images + labels <= slot <= images + labels + 64 * 1024, (slot, images, labels)
+        del x, y

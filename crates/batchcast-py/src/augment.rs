@@ -13,15 +13,28 @@
 use batchcast_pipeline::{
     apply_op, Augmenter, AutoAugment, ColorJitter, DType, Layout, Op, OutputFormat, Transform,
 };
+use std::sync::Arc;
+
 use pyo3::prelude::*;
 
-use crate::dlpack::import;
+use crate::dlpack::{import, ArrayView, LeaseTracker};
 use crate::errors::Exc;
+use crate::outpool::OutPool;
+
+/// Output buffers an augmenter keeps for reuse (a loop holds one or two
+/// batches at a time, a prefetch one more).
+const POOLED_BATCHES: usize = 4;
 
 /// Per-consumer augmentation on native threads.
 #[pyclass(name = "Augmenter", module = "batchcast._native", frozen)]
 pub(crate) struct PyAugmenter {
     inner: Augmenter,
+    pool: Arc<OutPool>,
+    /// Normalised float32 output (else uint8).
+    float: bool,
+    /// Counts nothing (pooled batches are no lease on shared memory); the
+    /// array views want one.
+    untracked: Arc<LeaseTracker>,
 }
 
 fn invalid(py: Python<'_>, msg: String) -> PyErr {
@@ -79,6 +92,7 @@ impl PyAugmenter {
                 ))
             }
         };
+        let float = !matches!(dtype, DType::U8);
         let transform = Transform::Train {
             size,
             scale,
@@ -121,7 +135,12 @@ impl PyAugmenter {
                 .with_jitter(jitter)
                 .map_err(|e| invalid(py, e.to_string()))?;
         }
-        Ok(PyAugmenter { inner })
+        Ok(PyAugmenter {
+            inner,
+            float,
+            pool: OutPool::new(POOLED_BATCHES),
+            untracked: Arc::default(),
+        })
     }
 
     /// The ops sample `key` of `epoch` gets after its crop, in order, as
@@ -207,8 +226,84 @@ impl PyAugmenter {
         first_key: u64,
         out: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
-        let src = import(images, "images")?;
         let dst = import(out, "out")?;
+        let (addr, nbytes) = (dst.addr, dst.nbytes);
+        let result = self.run(py, images, epoch, first_key, addr, nbytes);
+        drop(dst);
+        result
+    }
+
+    /// As `augment`, into memory of the augmenter's own pool: returns an
+    /// array view (`n` images of `image_shape()`, `dtype`) for
+    /// `torch.from_dlpack` / `numpy.from_dlpack`. Its memory goes back to
+    /// the pool when the last array made from it is freed, and is then
+    /// reused without the page faults of fresh memory.
+    fn augment_pooled(
+        &self,
+        py: Python<'_>,
+        images: &Bound<'_, PyAny>,
+        epoch: u64,
+        first_key: u64,
+    ) -> PyResult<ArrayView> {
+        let n = batch_len(py, images)?;
+        let bytes = n.saturating_mul(self.inner.image_bytes());
+        let mut lent = self.pool.take(bytes);
+        let dst = lent.bytes_mut();
+        self.run(
+            py,
+            images,
+            epoch,
+            first_key,
+            dst.as_mut_ptr() as usize,
+            dst.len(),
+        )?;
+        let [a, b, c] = self.inner.image_shape();
+        let shape = [n as u64, a as u64, b as u64, c as u64];
+        let dtype = if self.float {
+            batchcast::DType::F32
+        } else {
+            batchcast::DType::U8
+        };
+        let addr = lent.bytes().as_ptr() as usize;
+        let keep = lent.into_keepalive();
+        // SAFETY: the keepalive owns the buffer from here on, and a Vec's
+        // heap memory does not move when the Vec does, so these `bytes`
+        // bytes at `addr` stay valid while `keep` (held by the view) lives.
+        let data = unsafe { std::slice::from_raw_parts(addr as *const u8, bytes) };
+        ArrayView::new(keep, data, dtype, &shape, false, &self.untracked)
+    }
+}
+
+/// Images in a decoded batch (its first dimension), checked as `run` does.
+fn batch_len(py: Python<'_>, images: &Bound<'_, PyAny>) -> PyResult<usize> {
+    let src = import(images, "images")?;
+    match src.shape.as_slice() {
+        [n, _, _, 3] => usize::try_from(*n).map_err(|_| invalid(py, "batch too large".into())),
+        _ => Err(invalid(
+            py,
+            format!(
+                "images must be a decoded batch, uint8 of shape (n, height, width, 3) \
+                 (serve it with `batchcast serve --decode-only`); got {} {:?}",
+                src.dtype.name(),
+                src.shape
+            ),
+        )),
+    }
+}
+
+impl PyAugmenter {
+    /// Checks `images` and the destination (`dst_len` bytes at `dst_addr`,
+    /// memory that only this call writes) and augments, GIL released.
+    fn run(
+        &self,
+        py: Python<'_>,
+        images: &Bound<'_, PyAny>,
+        epoch: u64,
+        first_key: u64,
+        dst_addr: usize,
+        dst_len: usize,
+    ) -> PyResult<()> {
+        let src = import(images, "images")?;
         let (n, h, w) = match src.shape.as_slice() {
             [n, h, w, 3] if src.dtype == batchcast::DType::U8 => (*n, *h, *w),
             _ => {
@@ -229,30 +324,28 @@ impl PyAugmenter {
             u32::try_from(w).map_err(|_| invalid(py, "image too wide".into()))?,
         );
         let needed = n.saturating_mul(self.inner.image_bytes());
-        if dst.nbytes != needed {
+        if dst_len != needed {
             return Err(invalid(
                 py,
-                format!(
-                    "out holds {} bytes; {n} augmented images take {needed}",
-                    dst.nbytes
-                ),
+                format!("out holds {dst_len} bytes; {n} augmented images take {needed}"),
             ));
         }
-        if src.addr < dst.addr.saturating_add(dst.nbytes)
-            && dst.addr < src.addr.saturating_add(src.nbytes)
+        if src.addr < dst_addr.saturating_add(dst_len)
+            && dst_addr < src.addr.saturating_add(src.nbytes)
         {
             return Err(invalid(py, "out overlaps images; give a new array".into()));
         }
         let keys: Vec<u64> = (0..n as u64).map(|i| first_key.wrapping_add(i)).collect();
-        let (src_addr, src_len, dst_addr, dst_len) = (src.addr, src.nbytes, dst.addr, dst.nbytes);
+        let (src_addr, src_len) = (src.addr, src.nbytes);
         let inner = &self.inner;
         let result = py.detach(move || {
-            // SAFETY: both capsules (held in `src` and `dst` for this whole
-            // call) keep their arrays alive and unmoved; `import` checked
-            // that each is a C-contiguous CPU array of exactly these many
-            // bytes. `out` is the private array the Python side made for
-            // this call, so nothing else writes it meanwhile, and it does
-            // not overlap `images`, a batch received from the producer.
+            // SAFETY: the capsule held in `src` for this whole call keeps the
+            // batch alive and unmoved, and `import` checked that it is a
+            // C-contiguous CPU array of exactly `src_len` bytes. The
+            // destination is memory the caller keeps alive for this call and
+            // that nothing else writes meanwhile (a private array made for
+            // it, or a pooled buffer no array views), of `dst_len` bytes,
+            // and it does not overlap `images`, a batch from the producer.
             let (images, out) = unsafe {
                 (
                     std::slice::from_raw_parts(src_addr as *const u8, src_len),
@@ -261,7 +354,7 @@ impl PyAugmenter {
             };
             inner.augment(epoch, images, w, h, &keys, out)
         });
-        drop((src, dst));
+        drop(src);
         result.map_err(|e| invalid(py, e.to_string()))
     }
 }

@@ -32,6 +32,7 @@ mod augment;
 mod consumer;
 mod dlpack;
 mod errors;
+mod outpool;
 mod producer;
 mod stored;
 mod stream;
