@@ -24,7 +24,8 @@ process on ``threads`` native threads with the GIL released; results do
 not depend on the thread count, and each consumer's ``seed`` gives it its
 own random crops (a fixed seed reproduces them).
 
-Supported, in this order: ``RandomResizedCrop`` (required, first), then
+Supported, in this order: ``RandomResizedCrop`` (or, for an evaluation
+loader, ``Resize(r)`` then ``CenterCrop(c)``, without a flip) first, then
 optionally ``RandomHorizontalFlip``, one of ``TrivialAugmentWide`` /
 ``RandAugment``, ``ColorJitter``, and ``Normalize``. Other ops: apply them
 to the output with torchvision (which also works on GPU tensors).
@@ -62,6 +63,8 @@ from . import _native
 __all__ = [
     "Compose",
     "RandomResizedCrop",
+    "Resize",
+    "CenterCrop",
     "RandomHorizontalFlip",
     "TrivialAugmentWide",
     "RandAugment",
@@ -70,8 +73,9 @@ __all__ = [
 ]
 
 _ORDER = (
-    "RandomResizedCrop, then optionally RandomHorizontalFlip, one of TrivialAugmentWide / "
-    "RandAugment, ColorJitter and Normalize, in that order"
+    "RandomResizedCrop (or Resize then CenterCrop), then optionally RandomHorizontalFlip (not "
+    "after CenterCrop), one of TrivialAugmentWide / RandAugment, ColorJitter and Normalize, in "
+    "that order"
 )
 
 
@@ -107,6 +111,45 @@ class RandomResizedCrop:
 
     def __repr__(self) -> str:
         return f"RandomResizedCrop(size={self.size}, scale={self.scale}, ratio={self.ratio})"
+
+
+def _side(size: Any, what: str) -> int:
+    if isinstance(size, (tuple, list)):
+        if len(size) == 1:
+            size = size[0]
+        elif len(size) == 2 and size[0] == size[1] and what == "CenterCrop":
+            size = size[0]
+        else:
+            raise _native.InvalidArgument(
+                f"{what} size {size!r}: only "
+                + ("an int (the shorter side) is supported" if what == "Resize" else "square crops are supported")
+            )
+    if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 16384:
+        raise _native.InvalidArgument(f"{what} size must be an int in 1..16384, not {size!r}")
+    return size
+
+
+class Resize:
+    """torchvision's ``Resize(size)`` for an int ``size``: the shorter side
+    to ``size`` (bilinear, antialiased), the aspect kept. Natively only as
+    ``Resize(r)`` then ``CenterCrop(c)``, an evaluation loader's geometry."""
+
+    def __init__(self, size: int) -> None:
+        self.size = _side(size, "Resize")
+
+    def __repr__(self) -> str:
+        return f"Resize(size={self.size})"
+
+
+class CenterCrop:
+    """torchvision's ``CenterCrop(size)``: the central ``size`` x ``size``
+    square (at most the resized shorter side)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = _side(size, "CenterCrop")
+
+    def __repr__(self) -> str:
+        return f"CenterCrop(size={self.size})"
 
 
 class RandomHorizontalFlip:
@@ -274,20 +317,29 @@ class Compose:
 
     def _parse(self) -> tuple:
         ops = list(self.transforms)
-        if not ops or not isinstance(ops[0], RandomResizedCrop):
+        if not ops:
+            raise _native.InvalidArgument("an empty Compose: give at least RandomResizedCrop")
+        if isinstance(ops[0], RandomResizedCrop):
+            crop = ops.pop(0)
+        elif isinstance(ops[0], Resize) and len(ops) > 1 and isinstance(ops[1], CenterCrop):
+            crop = (ops.pop(0), ops.pop(0))
+            if ops and isinstance(ops[0], RandomHorizontalFlip):
+                raise _native.InvalidArgument(
+                    "Resize + CenterCrop takes no RandomHorizontalFlip here: use RandomResizedCrop "
+                    "for random crops and flips, or flip the output with torchvision"
+                )
+        else:
             raise _native.InvalidArgument(
-                "a native transform starts with batchcast.transforms.RandomResizedCrop "
-                f"(got {ops[0]!r}); the order is {_ORDER}"
-                if ops
-                else "an empty Compose: give at least RandomResizedCrop"
+                "a native transform starts with batchcast.transforms.RandomResizedCrop, or "
+                f"Resize then CenterCrop (got {ops[0]!r}); the order is {_ORDER}"
             )
-        crop = ops.pop(0)
         flip = ops.pop(0) if ops and isinstance(ops[0], RandomHorizontalFlip) else None
         auto = ops.pop(0) if ops and isinstance(ops[0], (TrivialAugmentWide, RandAugment)) else None
         jitter = ops.pop(0) if ops and isinstance(ops[0], ColorJitter) else None
         normalize = ops.pop(0) if ops and isinstance(ops[0], Normalize) else None
         if ops:
-            known = (RandomResizedCrop, RandomHorizontalFlip, TrivialAugmentWide, RandAugment, ColorJitter, Normalize)
+            known = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, TrivialAugmentWide, RandAugment,
+                     ColorJitter, Normalize)
             if isinstance(ops[0], known):
                 raise _native.InvalidArgument(
                     f"{ops[0]!r} is not supported here, out of order (or repeated): batchcast "
@@ -308,6 +360,10 @@ class Compose:
             kwargs.update(self.auto.native_kwargs())
         if self.jitter is not None:
             kwargs["jitter"] = self.jitter.ranges()
+        if isinstance(self.crop, tuple):  # Resize, CenterCrop
+            resize, centre = self.crop
+            kwargs.update(resize=resize.size, hflip_p=0.0)
+            return _native.Augmenter(centre.size, layout=self.layout, threads=threads, seed=seed, **kwargs)
         return _native.Augmenter(
             self.crop.size,
             scale=self.crop.scale,

@@ -207,3 +207,31 @@ def test_a_decoded_batch_takes_the_memory_computed_for_it(serve):
         assert (images, labels) == (BATCH * S * S * 3, BATCH * 8)
         assert images + labels <= slot <= images + labels + 64 * 1024, (slot, images, labels)
         del x, y
+
+
+def test_resize_and_center_crop_match_torchvision_and_bad_uses_are_refused():
+    # An evaluation loader's geometry: Resize(r) (shorter side, antialiased
+    # bilinear) then CenterCrop(c), natively, as torchvision computes it.
+    rng = np.random.default_rng(2)
+    images = torch.from_numpy(rng.integers(0, 256, (3, S, S, 3), dtype=np.uint8))
+    mean, std = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)
+    tf = T.Compose([T.Resize(40), T.CenterCrop(32), T.Normalize(mean, std)])
+    aug = tf.native(2, 0)
+    got = torch.from_dlpack(aug.augment_pooled(images, 0, 0))
+    chw = images.permute(0, 3, 1, 2)
+    want = tvf.center_crop(tvf.resize(chw, 40, interpolation=tvf.InterpolationMode.BILINEAR, antialias=True), 32)
+    want = tvf.normalize(want.float() / 255, mean, std)
+    assert tuple(got.shape) == (3, 3, 32, 32)
+    assert (got - want).abs().max().item() <= 1 / 255 / min(std) + 1e-6
+    # the same for every seed: nothing random in it
+    assert torch.equal(got, torch.from_dlpack(tf.native(1, 99).augment_pooled(images, 3, 7)))
+    for bad, says in [
+        (lambda: T.Compose([T.Resize(40), T.CenterCrop(32), T.RandomHorizontalFlip()]), "no RandomHorizontalFlip"),
+        (lambda: T.Compose([T.Resize(40)]), "Resize then CenterCrop"),
+        (lambda: T.Compose([T.CenterCrop(32)]), "Resize then CenterCrop"),
+        (lambda: T.Resize((40, 50)), "only an int"),
+        (lambda: T.CenterCrop((32, 30)), "square"),
+        (lambda: T.Compose([T.Resize(30), T.CenterCrop(32)]).native(1, 0), "crop <= resize"),
+    ]:
+        with pytest.raises(batchcast.InvalidArgument, match=says):
+            bad()

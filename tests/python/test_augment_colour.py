@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from collections import Counter
 
+import re
+
 import numpy as np
 import pytest
 
@@ -264,7 +266,7 @@ def test_compose_takes_the_new_ops_in_order_and_refuses_other_orders():
     assert out.shape == (4, 3, 16, 16) and np.isfinite(out).all()
     T.Compose([T.RandomResizedCrop(16), T.RandAugment(), T.Normalize((0, 0, 0), (1, 1, 1))])
     T.Compose([T.RandomResizedCrop(16), T.ColorJitter(brightness=0.2)])
-    order = "RandomResizedCrop, then optionally RandomHorizontalFlip, one of TrivialAugmentWide"
+    order = "then optionally RandomHorizontalFlip (not after CenterCrop), one of TrivialAugmentWide"
     for wrong in (
         [T.RandomResizedCrop(16), T.ColorJitter(0.2), T.TrivialAugmentWide()],
         [T.RandomResizedCrop(16), T.Normalize((0, 0, 0), (1, 1, 1)), T.ColorJitter(0.2)],
@@ -274,7 +276,7 @@ def test_compose_takes_the_new_ops_in_order_and_refuses_other_orders():
         with pytest.raises(batchcast.InvalidArgument, match="out of order") as e:
             T.Compose(wrong)
         assert order in str(e.value)
-    with pytest.raises(batchcast.InvalidArgument, match=order):
+    with pytest.raises(batchcast.InvalidArgument, match=re.escape(order)):
         T.Compose([T.ColorJitter(0.2), T.RandomResizedCrop(16)])
 
 

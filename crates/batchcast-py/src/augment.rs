@@ -51,9 +51,12 @@ impl PyAugmenter {
     /// left out), written as `layout` (`"nchw"`/`"nhwc"`) `uint8`, or
     /// `float32` normalised with `mean` and `std` when they are given.
     #[new]
+    ///
+    /// With `resize`, the geometry is `Resize(resize)` + `CenterCrop(size)`
+    /// instead (no random crop, no flip): an evaluation loader's.
     #[pyo3(signature = (size, *, scale=(0.08, 1.0), ratio=(0.75, 4.0 / 3.0), hflip_p=0.5,
                         layout="nchw", mean=None, std=None, threads=2, seed=0, jitter=None,
-                        auto=None, num_ops=2, magnitude=9, num_magnitude_bins=31))]
+                        auto=None, num_ops=2, magnitude=9, num_magnitude_bins=31, resize=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -71,6 +74,7 @@ impl PyAugmenter {
         num_ops: u32,
         magnitude: u32,
         num_magnitude_bins: u32,
+        resize: Option<u32>,
     ) -> PyResult<PyAugmenter> {
         let layout = match layout {
             "nchw" => Layout::Nchw,
@@ -93,11 +97,22 @@ impl PyAugmenter {
             }
         };
         let float = !matches!(dtype, DType::U8);
-        let transform = Transform::Train {
-            size,
-            scale,
-            ratio,
-            hflip_p,
+        let transform = match resize {
+            None => Transform::Train {
+                size,
+                scale,
+                ratio,
+                hflip_p,
+            },
+            Some(_) if hflip_p > 0.0 => {
+                return Err(invalid(
+                    py,
+                    "Resize + CenterCrop takes no flip (hflip_p must be 0); use \
+                     RandomResizedCrop for random crops and flips"
+                        .into(),
+                ))
+            }
+            Some(resize) => Transform::Eval { resize, crop: size },
         };
         let mut inner = Augmenter::new(transform, OutputFormat { layout, dtype }, threads)
             .map_err(|e| invalid(py, e.to_string()))?
