@@ -17,7 +17,7 @@ use std::sync::Arc;
 
 use pyo3::prelude::*;
 
-use crate::dlpack::{import, ArrayView, LeaseTracker};
+use crate::dlpack::{import, ArrayView, Imported, LeaseTracker};
 use crate::errors::Exc;
 use crate::outpool::OutPool;
 
@@ -289,21 +289,33 @@ impl PyAugmenter {
     }
 }
 
-/// Images in a decoded batch (its first dimension), checked as `run` does.
+/// Images in a decoded batch (its first dimension).
 fn batch_len(py: Python<'_>, images: &Bound<'_, PyAny>) -> PyResult<usize> {
     let src = import(images, "images")?;
-    match src.shape.as_slice() {
-        [n, _, _, 3] => usize::try_from(*n).map_err(|_| invalid(py, "batch too large".into())),
-        _ => Err(invalid(
-            py,
-            format!(
-                "images must be a decoded batch, uint8 of shape (n, height, width, 3) \
-                 (serve it with `batchcast serve --decode-only`); got {} {:?}",
-                src.dtype.name(),
-                src.shape
-            ),
-        )),
-    }
+    decoded_dims(py, &src).map(|(n, _, _)| n)
+}
+
+/// `(n, height, width)` of a decoded batch, `uint8` `(n, h, w, 3)`.
+fn decoded_dims(py: Python<'_>, src: &Imported<'_>) -> PyResult<(usize, u32, u32)> {
+    let (n, h, w) = match src.shape.as_slice() {
+        [n, h, w, 3] if src.dtype == batchcast::DType::U8 => (*n, *h, *w),
+        _ => {
+            return Err(invalid(
+                py,
+                format!(
+                    "images must be a decoded batch, uint8 of shape (n, height, width, 3) \
+                     (serve it with `batchcast serve --decode-only`); got {} {:?}",
+                    src.dtype.name(),
+                    src.shape
+                ),
+            ))
+        }
+    };
+    Ok((
+        usize::try_from(n).map_err(|_| invalid(py, "batch too large".into()))?,
+        u32::try_from(h).map_err(|_| invalid(py, "image too tall".into()))?,
+        u32::try_from(w).map_err(|_| invalid(py, "image too wide".into()))?,
+    ))
 }
 
 impl PyAugmenter {
@@ -319,25 +331,7 @@ impl PyAugmenter {
         dst_len: usize,
     ) -> PyResult<()> {
         let src = import(images, "images")?;
-        let (n, h, w) = match src.shape.as_slice() {
-            [n, h, w, 3] if src.dtype == batchcast::DType::U8 => (*n, *h, *w),
-            _ => {
-                return Err(invalid(
-                    py,
-                    format!(
-                        "images must be a decoded batch, uint8 of shape (n, height, width, 3) \
-                         (serve it with `batchcast serve --decode-only`); got {} {:?}",
-                        src.dtype.name(),
-                        src.shape
-                    ),
-                ))
-            }
-        };
-        let (n, h, w) = (
-            usize::try_from(n).map_err(|_| invalid(py, "batch too large".into()))?,
-            u32::try_from(h).map_err(|_| invalid(py, "image too tall".into()))?,
-            u32::try_from(w).map_err(|_| invalid(py, "image too wide".into()))?,
-        );
+        let (n, h, w) = decoded_dims(py, &src)?;
         let needed = n.saturating_mul(self.inner.image_bytes());
         if dst_len != needed {
             return Err(invalid(
