@@ -126,7 +126,6 @@ def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> 
     own_settings = _together(base, f"own{jobs}", settings, jobs)
     own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
     got = run_all(own, opts.timeout * 2)
-    independent = sum(_analysis.figures(r[0]).samples_per_s for r in got.values())
     background = _analysis.background_cores([r[0] for r in got.values()])
     _say(opts, f"validating: {jobs} copies reading one shared producer")
     shared_settings = _together(base, f"shared{jobs}", settings, jobs)
@@ -134,14 +133,16 @@ def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> 
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
     readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
     got_shared = run_all([producer] + readers, opts.timeout * 2)
-    shared = sum(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())
-    copies = {
-        side: [{"samples_per_s": _analysis.figures(r[0]).samples_per_s,
-                "cpu_per_1000": _analysis.figures(r[0]).cpu_per_1000,
-                "caught_up_after": r[0].get("caught_up_after", 0)} for r in runs.values()]
-        for side, runs in (("independent", got), ("shared", got_shared))
-    }
-    return {"independent": independent, "shared": shared, "background_cores": background, "copies": copies}
+    copies = {}
+    for side, runs in (("independent", got), ("shared", got_shared)):
+        copies[side] = []
+        for r in runs.values():
+            f = _analysis.figures(r[0])
+            copies[side].append({"samples_per_s": f.samples_per_s, "cpu_per_1000": f.cpu_per_1000,
+                                 "caught_up_after": r[0].get("caught_up_after", 0)})
+    total = {side: sum(c["samples_per_s"] for c in cs) for side, cs in copies.items()}
+    return {"independent": total["independent"], "shared": total["shared"], "background_cores": background,
+            "copies": copies}
 
 
 def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:

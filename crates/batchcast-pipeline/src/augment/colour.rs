@@ -13,13 +13,13 @@
 
 /// `_blend`'s two weights as torch uses them: `ratio` and `1.0 - ratio`
 /// (computed in `f64`), each rounded to `f32`.
-fn weights(ratio: f64) -> (f32, f32) {
+pub(super) fn weights(ratio: f64) -> (f32, f32) {
     (ratio as f32, (1.0 - ratio) as f32)
 }
 
 /// One `_blend` value: `ratio * a + other * b`, clamped and truncated.
 #[inline]
-fn blend(a: u8, b: f32, (ratio, other): (f32, f32)) -> u8 {
+pub(super) fn blend(a: u8, b: f32, (ratio, other): (f32, f32)) -> u8 {
     // `as u8` truncates toward zero (and saturates), like `.to(torch.uint8)`
     // on values already clamped to [0, 255].
     (ratio * f32::from(a) + other * b).clamp(0.0, 255.0) as u8
@@ -152,11 +152,7 @@ fn hsv_to_rgb([h, s, v]: [f32; 3]) -> [f32; 3] {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut r = crate::rng::Rng::derive(&[seed]);
-        (0..n * 3).map(|_| r.below(256) as u8).collect()
-    }
+    use crate::augment::noise;
 
     #[test]
     fn factor_one_and_hue_zero_leave_the_image() {

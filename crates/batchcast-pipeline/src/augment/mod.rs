@@ -294,6 +294,13 @@ impl Augmenter {
     }
 }
 
+/// `n` random RGB8 pixels, for the ops' unit tests.
+#[cfg(test)]
+fn noise(n: usize, seed: u64) -> Vec<u8> {
+    let mut r = crate::rng::Rng::derive(&[seed]);
+    (0..n * 3).map(|_| r.below(256) as u8).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::round_half_even;

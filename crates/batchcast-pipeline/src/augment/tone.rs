@@ -2,6 +2,7 @@
 //! (`posterize`, `solarize`, `autocontrast`, `equalize`,
 //! `adjust_sharpness`), on an RGB8 HWC buffer, with torch's arithmetic.
 
+use super::colour::{blend, weights};
 use super::round_half_even;
 
 /// `posterize(img, bits)`: keeps the `bits` high bits of every value
@@ -111,20 +112,16 @@ pub(crate) fn sharpness(
             out[i] = round_half_even(acc).clamp(0.0, 255.0) as u8;
         }
     }
-    let (ratio, other) = (factor as f32, (1.0 - factor) as f32);
+    let w = weights(factor);
     for (v, &b) in image.iter_mut().zip(blurred.iter()) {
-        *v = (ratio * f32::from(*v) + other * f32::from(b)).clamp(0.0, 255.0) as u8;
+        *v = blend(*v, f32::from(b), w);
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn noise(n: usize, seed: u64) -> Vec<u8> {
-        let mut r = crate::rng::Rng::derive(&[seed]);
-        (0..n * 3).map(|_| r.below(256) as u8).collect()
-    }
+    use crate::augment::noise;
 
     #[test]
     fn identities() {

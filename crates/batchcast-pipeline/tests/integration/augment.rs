@@ -46,6 +46,21 @@ fn decoded(dir: &std::path::Path, idx: &[usize]) -> Vec<u8> {
     run(&p, 0, idx).unwrap().1
 }
 
+/// The augmenter's output for `keys` (epoch 0) of the `S` x `S` stream.
+fn augment_all(aug: &Augmenter, stream: &[u8], keys: &[u64]) -> Vec<u8> {
+    let mut v = vec![0u8; keys.len() * aug.image_bytes()];
+    aug.augment(0, stream, S, S, keys, &mut v).unwrap();
+    v
+}
+
+/// How many images of `row` bytes differ between `a` and `b`.
+fn images_differing(a: &[u8], b: &[u8], row: usize) -> usize {
+    a.chunks(row)
+        .zip(b.chunks(row))
+        .filter(|(x, y)| x != y)
+        .count()
+}
+
 #[test]
 fn augmenting_decoded_images_equals_the_pipeline_on_the_files() {
     let (dir, _) = square_dataset();
@@ -88,20 +103,12 @@ fn seeds_give_each_consumer_its_own_crops_and_threads_change_nothing() {
         let aug = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), threads)
             .unwrap()
             .with_seed(seed);
-        let mut v = vec![0u8; 12 * aug.image_bytes()];
-        aug.augment(0, &stream, S, S, &keys, &mut v).unwrap();
-        v
+        augment_all(&aug, &stream, &keys)
     };
     let a = out(1, 1);
     assert_eq!(a, out(1, 3), "three threads draw what one does");
     assert_eq!(a, out(1, 1), "a fixed seed reproduces");
-    let b = out(2, 1);
-    let row = 16 * 16 * 3;
-    let differing = a
-        .chunks(row)
-        .zip(b.chunks(row))
-        .filter(|(x, y)| x != y)
-        .count();
+    let differing = images_differing(&a, &out(2, 1), 16 * 16 * 3);
     assert!(
         differing >= 10,
         "another seed, other crops: {differing} of 12 differ"
@@ -159,30 +166,19 @@ fn colour_and_auto_augment_depend_on_the_seed_not_the_threads() {
                 .with_jitter(jitter())
                 .unwrap()
         };
-        let out = |seed: u64, threads: usize| {
-            let aug = make(seed, threads);
-            let mut v = vec![0u8; 12 * aug.image_bytes()];
-            aug.augment(0, &stream, S, S, &keys, &mut v).unwrap();
-            v
-        };
+        let out = |seed: u64, threads: usize| augment_all(&make(seed, threads), &stream, &keys);
         let a = out(1, 1);
         assert_eq!(a, out(1, 3), "{auto:?}: three threads draw what one does");
         assert_eq!(a, out(1, 1), "{auto:?}: a fixed seed reproduces");
-        let b = out(2, 2);
         let row = 16 * 16 * 3;
-        let differing = a
-            .chunks(row)
-            .zip(b.chunks(row))
-            .filter(|(x, y)| x != y)
-            .count();
+        let differing = images_differing(&a, &out(2, 2), row);
         assert!(differing >= 10, "{auto:?}: {differing} of 12 differ");
         // The ops drawn are the ops applied: the same crop without them,
         // then the drawn ops one by one, gives the augmented image.
         let plain = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), 1)
             .unwrap()
             .with_seed(1);
-        let mut base = vec![0u8; 12 * row];
-        plain.augment(0, &stream, S, S, &keys, &mut base).unwrap();
+        let mut base = augment_all(&plain, &stream, &keys);
         let aug = make(1, 1);
         for (i, (img, want)) in base.chunks_mut(row).zip(a.chunks(row)).enumerate() {
             let ops = aug.draws(0, keys[i]);
