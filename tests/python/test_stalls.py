@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from batchcast import stalls
-from batchcast.stalls import _analysis, _cache
+from batchcast.stalls import _analysis, _cache, _runner
 
 ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "stalls" / "train.py"
@@ -87,6 +87,50 @@ def test_prediction_of_a_prep_bound_job():
     p4_wide = _analysis.predict(syn, warm, cores=8, jobs=4)
     assert p4_wide.independent == pytest.approx(400.0)  # 4 copies at their own rate
     assert p4_wide.shared == pytest.approx(4 * 125.0)
+
+
+def test_more_copies_than_cores_pay_the_measured_cost_of_time_sharing():
+    syn = _analysis.figures(_result("synthetic", 100, 2.0, [0.0], cpu=2.0, samples=1000))
+    warm = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=10.0, samples=1000))  # 0.01 CPU-s a sample
+    # Two copies on one core used 0.0125 CPU-s a sample: a quarter more.
+    ts = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=12.5, samples=1000))
+    # Up to a copy per core nothing changes.
+    assert _analysis.predict(syn, warm, 2, 2, ts).independent == pytest.approx(200.0)
+    # Three copies on two cores: one core of two time-shared.
+    assert _analysis.timeshared_cpu(0.01, 0.0125, 2, 3) == pytest.approx(0.01125)
+    assert _analysis.predict(syn, warm, 2, 3, ts).independent == pytest.approx(2 / 0.01125)
+    # Two copies a core or more: every core time-shared.
+    assert _analysis.predict(syn, warm, 2, 4, ts).independent == pytest.approx(2 / 0.0125)
+    assert _analysis.predict(syn, warm, 2, 9, ts).independent == pytest.approx(2 / 0.0125)
+    # Not measured (no way to pin here): the cost alone.
+    assert _analysis.predict(syn, warm, 2, 4).independent == pytest.approx(200.0)
+    # The shared side is the model of one producer, whatever the cost of time-sharing.
+    assert _analysis.predict(syn, warm, 2, 4, ts).shared == _analysis.predict(syn, warm, 2, 4).shared
+
+
+@pytest.mark.skipif(not _runner.can_pin(), reason="no sched_setaffinity on this platform")
+def test_a_pinned_job_and_its_children_run_on_their_cpus_only(tmp_path):
+    core = max(os.sched_getaffinity(0))
+    script = ("import os, subprocess, sys; print(sorted(os.sched_getaffinity(0))); sys.stdout.flush(); "
+              "subprocess.run([sys.executable, '-c', 'import os; print(sorted(os.sched_getaffinity(0)))'])")
+    job = _runner.make_job("pinned", [sys.executable, "-c", script], "warm", str(tmp_path), {},
+                           cpus=frozenset({core}))
+    _runner.start(job)
+    assert job.proc is not None and job.proc.wait(60) == 0
+    assert Path(job.log).read_text().split("\n")[:2] == [f"[{core}]", f"[{core}]"]
+
+
+def test_rounds_are_reduced_to_their_medians():
+    runs = [_result("warm", 10, s, [0.0], cpu=1.0) for s in (1.0, 4.0, 2.0)]  # 100, 25, 50 samples/s
+    assert _analysis.median_run(runs)["seconds"] == 2.0
+    assert _analysis.median_run(runs[:2])["seconds"] == 4.0  # the lower median of two
+    rounds = [{"independent": i, "shared": s, "background_cores": b, "copies": {"i": i}}
+              for i, s, b in ((900.0, 2000.0, 0.0), (1100.0, 1500.0, 0.5), (1000.0, 2500.0, 0.1))]
+    m = _analysis.median_measured(rounds)
+    assert (m["independent"], m["shared"], m["background_cores"]) == (1000.0, 2000.0, 0.1)
+    assert m["copies"] == {"i": 1000.0} and len(m["rounds"]) == 3
+    with pytest.raises(ValueError):
+        _analysis.median_run([])
 
 
 def test_free_cores_leave_out_what_other_processes_use():
@@ -248,10 +292,13 @@ def test_a_broken_script_gets_a_clear_error(tmp_path, flag, says):
 @pytest.mark.stalls
 def test_prediction_against_validate(tmp_path):
     # 60 measured steps a mode: the prediction's inputs (rates, CPU per
-    # sample) from windows of a few seconds, not a noisy half second.
+    # sample) from windows of a few seconds, not a noisy half second; three
+    # rounds, medians: this VM's speed drifts by tens of percent over
+    # seconds (README, "Finding data stalls").
     proc, r = _analyse(tmp_path, "--images", "256", "--prep", "4", "--compute", "1",
-                       extra=["--steps", "60", "--jobs", "2,4", "--validate"], timeout=900)
+                       extra=["--steps", "60", "--repeats", "3", "--jobs", "2,4", "--validate"], timeout=1500)
     assert proc.returncode == 0, proc.stderr
+    print(proc.stdout)  # the figures, in the log of a passing run too (pytest -s)
     for p in r["predictions"]:
         m = p["measured"]
         # Sharing is predicted to beat own loaders, and measured to where it
@@ -266,13 +313,13 @@ def test_prediction_against_validate(tmp_path):
             # the 25 % bound is not a fair test here; the ordering above is.
             continue
         for side in ("independent", "shared"):
-            if abs(p[side] - m[side]) > 0.25 * m[side]:
-                # Issue 13's acceptance figure, not met on every run yet: own
-                # loaders with more copies than cores run slower per sample
-                # than the model (README, "Finding data stalls"). Reported as
-                # a known gap with its figures, not hidden.
-                pytest.xfail(f"{p['jobs']} jobs, {side}: predicted {p[side]:.0f}, measured {m[side]:.0f} samples/s")
+            assert abs(p[side] - m[side]) <= 0.25 * m[side], (
+                f"{p['jobs']} jobs, {side}: predicted {p[side]:.0f}, measured {m[side]:.0f} samples/s\n{proc.stdout}")
     assert "one shared pipeline for 4 jobs" in r["verdict"] and "measured" in r["verdict"]
+    # More copies than cores: the cost of time-sharing was measured, on one core.
+    if 4 > r["free_cores"]:
+        assert r["timeshare"]["samples"] > 0 and r["timeshare"]["core"] in os.sched_getaffinity(0)
+        assert "timeshared" in proc.stdout
 
 
 def _batchcast_bin():

@@ -42,6 +42,9 @@ pub fn metrics(report: &Value) -> Vec<(String, f64)> {
     if report["ddp"].is_object() {
         modes.push(("ddp".into(), &report["ddp"]));
     }
+    if report["timeshare"].is_object() {
+        modes.push(("timeshared".into(), &report["timeshare"]));
+    }
     for (mode, figures) in modes {
         for f in STALLS_MODE_FIGURES {
             if let Some(v) = figures[f].as_f64() {
@@ -132,6 +135,7 @@ mod tests {
             "modes": {"synthetic": {"samples_per_s": 100.0, "step_s": 0.01},
                       "warm": {"samples_per_s": 20.0, "step_s": 0.05}},
             "ddp": null,
+            "timeshare": {"samples_per_s": 15.0, "cpu_per_1000": 60.0, "core": 1},
             "stalls": [{"name": "prep", "per_step_s": 0.04, "share": 0.8}],
             "predictions": [{"jobs": 2, "independent": 40.0, "shared": 80.0,
                              "measured": {"independent": 38.0, "shared": 75.0}}]
@@ -145,6 +149,7 @@ mod tests {
         assert_eq!(get("stalls/synthetic/samples_per_s"), Some(100.0));
         assert_eq!(get("stalls/warm/step_s"), Some(0.05));
         assert_eq!(get("stalls/prep/share"), Some(0.8));
+        assert_eq!(get("stalls/timeshared/cpu_per_1000"), Some(60.0));
         assert_eq!(
             get("stalls/jobs_2/measured_shared_samples_per_s"),
             Some(75.0)

@@ -251,6 +251,8 @@ fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
                      "wait_p50": 0.035, "wait_p95": 0.0461, "cpu_per_1000": 1.65}
         },
         "ddp": null,
+        "timeshare": {"steps_per_s": 22.0, "samples_per_s": 352.0, "step_s": 0.045, "wait_mean": 0.05,
+                      "wait_p50": 0.05, "wait_p95": 0.06, "cpu_per_1000": 1.81, "core": 1},
         "stalls": [{"name": "prep", "per_step_s": 0.035, "share": 0.8}],
         "predictions": [
             {"jobs": 4, "independent": 800.0, "shared": 2000.0, "measured": null},
@@ -272,6 +274,11 @@ fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
     );
     assert!(
         section.contains("<tr><th>warm</th><td>25.0</td><td>400.0</td><td>35.2 ms</td><td>35.0 ms</td><td>46.1 ms</td><td>1.65</td></tr>"),
+        "{section}"
+    );
+    // the two copies on one core, after the modes
+    assert!(
+        section.contains("<tr><th>timeshared</th><td>22.0</td><td>352.0</td><td>50.0 ms</td><td>50.0 ms</td><td>60.0 ms</td><td>1.81</td></tr>"),
         "{section}"
     );
     assert!(

@@ -32,6 +32,9 @@ def main(argv: Optional[List[str]] = None) -> int:
     g.add_argument("--steps", type=int, help="measured steps per mode, after the warm-up (default 30)")
     g.add_argument("--seconds", type=float, help="measure each mode for this long instead")
     p.add_argument("--warmup", type=int, default=5, help="steps run before measuring (default 5)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="run every measurement this many rounds, interleaved, and report medians (default 1;"
+                        " 3 on a busy or virtual machine, whose speed drifts by tens of percent)")
     p.add_argument("--jobs", type=_jobs, default=[], help="predict N collocated copies, e.g. 2,4")
     p.add_argument("--nproc", type=int, default=0, help="also run K data-parallel processes under torchrun")
     p.add_argument("--validate", action="store_true", help="run the --jobs copies and print measured beside predicted")
@@ -45,6 +48,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for name, v in (("--steps", a.steps), ("--nproc", a.nproc), ("--warmup", a.warmup)):
         if v is not None and v < 0 or (name == "--steps" and v == 0):
             p.error(f"{name} must be positive")
+    if not 1 <= a.repeats <= 9:
+        p.error(f"--repeats must be 1..9 (got {a.repeats})")
     if a.validate and not a.jobs:
         p.error("--validate checks the prediction for --jobs N: give --jobs too")
     opts = Options(
@@ -52,6 +57,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         steps=a.steps if a.steps is not None else (None if a.seconds else 30),
         seconds=a.seconds,
         warmup=a.warmup,
+        repeats=a.repeats,
         jobs=a.jobs,
         nproc=a.nproc,
         validate=a.validate,

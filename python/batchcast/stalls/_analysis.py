@@ -72,6 +72,37 @@ def figures(result: dict) -> ModeFigures:
     )
 
 
+def median_run(runs: Sequence[dict]) -> dict:
+    """Of several raw results of one mode, the run with the median
+    samples/s (the lower median for an even count): one whole run, so that
+    its figures (rate, waits, CPU) stay consistent with each other."""
+    if not runs:
+        raise ValueError("median_run of no runs")
+    ranked = sorted(runs, key=lambda r: int(r["samples"]) / max(float(r["seconds"]), 1e-9))
+    return ranked[(len(ranked) - 1) // 2]
+
+
+def median_measured(rounds: Sequence[dict]) -> dict:
+    """Of several rounds of ``--validate`` for one job count, the median of
+    each aggregate (own loaders, shared, background cores); the copies'
+    figures are the median own-loaders round's, and every round is kept."""
+    if not rounds:
+        raise ValueError("median_measured of no rounds")
+
+    def med(key: str) -> float:
+        xs = sorted(float(r[key]) for r in rounds)
+        return xs[(len(xs) - 1) // 2]
+
+    middle = sorted(rounds, key=lambda r: float(r["independent"]))[(len(rounds) - 1) // 2]
+    return {
+        "independent": med("independent"),
+        "shared": med("shared"),
+        "background_cores": med("background_cores"),
+        "copies": middle["copies"],
+        "rounds": [{k: r[k] for k in ("independent", "shared", "background_cores")} for r in rounds],
+    }
+
+
 def merge_ranks(results: List[dict]) -> dict:
     """One result for K data-parallel ranks: the slowest rank's time (the
     step waits for it), samples and CPU summed over ranks."""
@@ -144,12 +175,33 @@ def background_cores(copies: Sequence[dict]) -> float:
     return max(0.0, busy - own)
 
 
-def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Prediction:
+def timeshared_cpu(k_alone: float, k_timeshared: Optional[float], cores: float, jobs: int) -> float:
+    """CPU seconds per sample of one of ``jobs`` copies on ``cores`` cores.
+
+    Up to one copy per core, what a copy alone uses (``k_alone``). With more
+    copies than cores, the cores switch between copies, which costs cache
+    refills and leaves no idle core for the kernel's side work: a share
+    ``min(1, (jobs - cores) / cores)`` of the cores runs two copies or more,
+    and a copy there uses ``k_timeshared``, measured by running two copies
+    on one core (:func:`batchcast.stalls` does, when ``jobs`` > ``cores``).
+    Without that measurement, ``k_alone``.
+    """
+    if k_timeshared is None or cores <= 0 or jobs <= cores:
+        return k_alone
+    shared = min(1.0, (jobs - cores) / cores)
+    return k_alone + (k_timeshared - k_alone) * shared
+
+
+def predict(
+    syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int, timeshared: Optional[ModeFigures] = None
+) -> Prediction:
     """Aggregate throughput of ``jobs`` collocated copies on ``cores`` cores
     (the free ones, :func:`free_cores`).
 
     Own loaders: each copy alone runs at the warm rate and uses the warm CPU
-    per sample; together they cannot use more than ``cores``.
+    per sample, or with more copies than cores what :func:`timeshared_cpu`
+    says (``timeshared``: the warm mode of two copies on one core);
+    together they cannot use more than ``cores``.
 
     One shared producer: each sample is prepared once for all copies (prep
     CPU = warm - synthetic CPU per sample), each copy runs at most at its
@@ -165,7 +217,8 @@ def predict(syn: ModeFigures, warm: ModeFigures, cores: float, jobs: int) -> Pre
     k_warm = warm.cpu_per_1000 / 1000.0
     k_syn = syn.cpu_per_1000 / 1000.0
     k_prep = max(0.0, k_warm - k_syn)
-    independent = min(jobs * warm.samples_per_s, cores / k_warm if k_warm > 0 else float("inf"))
+    k_own = timeshared_cpu(k_warm, timeshared.cpu_per_1000 / 1000.0 if timeshared else None, cores, jobs)
+    independent = min(jobs * warm.samples_per_s, cores / k_own if k_own > 0 else float("inf"))
     workers = max(1, warm.num_workers)
     landing = max(0.0, jobs - (cores - workers)) / (jobs * cores) if jobs > 0 and cores > 0 else 0.0
     busy = k_prep + workers * jobs * min(landing, 1.0 / cores) * k_syn

@@ -16,11 +16,22 @@ def table(report: dict) -> str:
     rows = dict(report["modes"])
     if report.get("ddp"):
         rows[f"ddp x{report['ddp']['processes']}"] = report["ddp"]
+    ts = report.get("timeshare")
+    if ts:
+        rows["timeshared"] = ts
     for name, m in rows.items():
         lines.append(
             f"{name:<11}{m['steps_per_s']:>9.1f}{m['samples_per_s']:>11.1f}{_ms(m['wait_mean']):>11}"
             f"{_ms(m['wait_p50']):>10}{_ms(m['wait_p95']):>10}{m['cpu_per_1000']:>12.2f}"
         )
+    if ts:
+        alone = (report["modes"].get("warm") or report["modes"]["cold"])["cpu_per_1000"]
+        extra = ts["cpu_per_1000"] / alone - 1 if alone > 0 else 0.0
+        lines.append(f"timeshared: 2 copies held to core {ts['core']}, together (a sample costs {extra:+.0%}"
+                     " CPU when cores switch between copies)")
+    if report.get("repeats", 1) > 1:
+        ranges = ", ".join(f"{m} {min(v):.0f}-{max(v):.0f}" for m, v in report["spread"].items())
+        lines.append(f"each figure: the median of {report['repeats']} rounds (samples/s ranged {ranges})")
     lines.append("")
     lines.append(f"{'stall':<15}{'per step':>10}{'per epoch':>11}{'share':>8}")
     for s in report["stalls"]:

@@ -15,7 +15,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, FrozenSet, List, Optional, Sequence
 
 from . import _protocol
 
@@ -40,6 +40,8 @@ class Job:
     ranks: int = 1
     proc: Optional["subprocess.Popen[bytes]"] = None
     log: str = ""
+    #: Run on these CPUs only (Linux ``sched_setaffinity``); None: anywhere.
+    cpus: Optional[FrozenSet[int]] = None
 
 
 def tail(path: str, lines: int = TAIL_LINES) -> str:
@@ -55,26 +57,44 @@ def tail(path: str, lines: int = TAIL_LINES) -> str:
     return "\n".join("    " + line for line in kept) if kept else "    (no output)"
 
 
-def make_job(label: str, command: Sequence[str], mode: str, base: str, settings: Dict[str, str], ranks: int = 1) -> Job:
+def make_job(
+    label: str,
+    command: Sequence[str],
+    mode: str,
+    base: str,
+    settings: Dict[str, str],
+    ranks: int = 1,
+    cpus: Optional[FrozenSet[int]] = None,
+) -> Job:
     out = tempfile.mkdtemp(prefix=f"{label}-", dir=base)
     env = dict(settings)
     env[_protocol.MODE] = mode
     env[_protocol.OUT] = out
-    return Job(label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks)
+    return Job(label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks, cpus=cpus)
+
+
+def can_pin() -> bool:
+    """Whether jobs can be held to chosen CPUs here (Linux)."""
+    return hasattr(os, "sched_setaffinity") and hasattr(os, "sched_getaffinity")
 
 
 def start(job: Job) -> None:
     job.log = os.path.join(job.out, "output.log")
     env = dict(os.environ)
     env.update(job.env)
+    cpus = job.cpus
+    # The child holds itself to its CPUs before it runs the script, so that
+    # everything it starts (data-loader workers too) inherits them.
+    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None
     with open(job.log, "wb") as log:
         try:
             job.proc = subprocess.Popen(
                 list(job.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True,
+                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin,
             )
-        except OSError as e:
-            raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {e.strerror}") from e
+        except (OSError, subprocess.SubprocessError) as e:
+            why = e.strerror if isinstance(e, OSError) else str(e)
+            raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {why}") from e
 
 
 def _kill(job: Job) -> None:

@@ -12,10 +12,10 @@ import sys
 import tempfile
 import uuid
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from . import _analysis, _cache, _protocol
-from ._runner import StallsError, make_job, run_all
+from ._runner import StallsError, can_pin, make_job, run_all
 
 
 @dataclass
@@ -24,6 +24,9 @@ class Options:
     steps: Optional[int] = 30
     seconds: Optional[float] = None
     warmup: int = 5
+    #: Rounds of every measurement (modes, time-sharing, --validate); each
+    #: figure is the median of its rounds.
+    repeats: int = 1
     jobs: List[int] = field(default_factory=list)
     nproc: int = 0
     validate: bool = False
@@ -60,9 +63,32 @@ def analyse(opts: Options) -> dict:
         shutil.rmtree(base, ignore_errors=True)
 
 
+def _note(notes: List[str], text: str) -> None:
+    if text not in notes:
+        notes.append(text)
+
+
 def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
-    raw: Dict[str, dict] = {}
     notes: List[str] = []
+    rounds: List[Dict[str, Any]] = []
+    cache_info: Dict[str, Any] = {}
+    for r in range(opts.repeats):
+        if opts.repeats > 1:
+            _say(opts, f"round {r + 1} of {opts.repeats}")
+        raw, cache_info = _modes(opts, base, settings, notes)
+        _compare(opts, raw, base, settings, notes)
+        rounds.append(raw)
+    ddp = None
+    if opts.nproc > 1:
+        _say(opts, f"running the synthetic mode with {opts.nproc} processes (torchrun)")
+        job = make_job("ddp", _torchrun(opts.command, opts.nproc), "synthetic", base, settings, ranks=opts.nproc)
+        ddp = _analysis.merge_ranks(run_all([job], opts.timeout)["ddp"])
+    return _report(opts, rounds, ddp, notes, cache_info)
+
+
+def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str]) -> Tuple[Dict[str, Any], dict]:
+    """One round of the single-process modes: synthetic, cold, warm."""
+    raw: Dict[str, Any] = {}
 
     def one(mode: str) -> dict:
         _say(opts, f"running the {mode} mode")
@@ -78,32 +104,50 @@ def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
     size = _cache.total_bytes(files)
     cache_info = {"files": len(files), "bytes": size, "roots": opts.data or _cache.dataset_roots(raw["synthetic"]["opened"])}
     if not files:
-        notes.append("no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data")
+        _note(notes, "no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data")
         raw["warm"] = one("warm")
-    else:
+        return raw, cache_info
+    evicted, failed = _cache.evict(files)
+    share = _cache.cached_share(files)
+    if share is not None and share > 0.5:
+        # DONTNEED skips pages that are locked at that moment (I/O in
+        # flight, a process of the last round still closing): once more.
         evicted, failed = _cache.evict(files)
         share = _cache.cached_share(files)
-        cache_info.update(evicted=evicted, cached_after_evict=share)
-        if failed:
-            notes.append(f"could not evict every file ({failed})")
-        if share is None:
-            notes.append("cannot verify the eviction on this kernel (no RWF_NOWAIT)")
-        elif share > 0.5:
-            notes.append(f"eviction did not work: {share:.0%} of the files stay cached (tmpfs? mapped elsewhere?)")
-        raw["cold"] = one("cold")
-        if size <= _cache.available_bytes() // 2:
-            _cache.warm(files)
-            raw["warm"] = one("warm")
+    cache_info.update(evicted=evicted, cached_after_evict=share)
+    if failed:
+        _note(notes, f"could not evict every file ({failed})")
+    if share is None:
+        _note(notes, "cannot verify the eviction on this kernel (no RWF_NOWAIT)")
+    elif share > 0.5:
+        _note(notes, f"eviction did not work: {share:.0%} of the files stay cached (tmpfs? mapped elsewhere?)")
+    raw["cold"] = one("cold")
+    if size <= _cache.available_bytes() // 2:
+        _cache.warm(files)
+        raw["warm"] = one("warm")
+    else:
+        _note(notes, f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped")
+    return raw, cache_info
+
+
+def _cores(raw: Dict[str, Any]) -> int:
+    return int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
+
+
+def _compare(opts: Options, raw: Dict[str, Any], base: str, settings: Dict[str, str], notes: List[str]) -> None:
+    """After one round of modes: the cost of time-sharing a core (when some
+    ``--jobs`` exceeds the free cores) and, with ``--validate``, the copies."""
+    modes = [_analysis.figures(raw[m]) for m in ("synthetic", "cold", "warm") if m in raw]
+    free = _analysis.free_cores(_cores(raw), modes)
+    if any(n > free for n in opts.jobs):
+        got = _timeshare(opts, "warm" if "warm" in raw else "cold", base, settings)
+        if got is None:
+            _note(notes, "cannot hold processes to a core here: the cost of more copies than cores is not measured,"
+                         " so own loaders may be predicted too fast for those")
         else:
-            notes.append(f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped")
-    comm_step = None
-    if opts.nproc > 1:
-        _say(opts, f"running the synthetic mode with {opts.nproc} processes (torchrun)")
-        job = make_job("ddp", _torchrun(opts.command, opts.nproc), "synthetic", base, settings, ranks=opts.nproc)
-        ranks = run_all([job], opts.timeout)["ddp"]
-        raw["ddp"] = _analysis.merge_ranks(ranks)
-        comm_step = _analysis.figures(raw["ddp"]).step_s
-    return _report(opts, raw, comm_step, base, settings, notes, cache_info)
+            raw["timeshare"] = got
+    if opts.validate:
+        raw["validate"] = {n: _validate(opts, n, base, settings) for n in opts.jobs}
 
 
 #: How long the copies of ``--validate`` are measured (unless ``--seconds``
@@ -119,6 +163,28 @@ def _together(base: str, name: str, settings: Dict[str, str], jobs: int) -> Dict
     together = {k: v for k, v in settings.items() if k != _protocol.STEPS}
     together.setdefault(_protocol.SECONDS, str(VALIDATE_SECONDS))
     return dict(together, **{_protocol.BARRIER: f"{where}:{jobs}"})
+
+
+def _timeshare(opts: Options, mode: str, base: str, settings: Dict[str, str]) -> Optional[dict]:
+    """The ``mode`` (warm, or cold when warm was skipped) of two copies held
+    to one core, measured together: what a copy's sample costs when a core
+    switches between copies (:func:`_analysis.timeshared_cpu`). None where
+    processes cannot be held to a core."""
+    if not can_pin():
+        return None
+    core = max(os.sched_getaffinity(0))
+    _say(opts, f"measuring the cost of time-sharing: 2 copies on core {core}")
+    together = _together(base, "timeshare", settings, 2)
+    jobs = [make_job(f"timeshare{i}", opts.command, mode, base, together, cpus=frozenset({core})) for i in range(2)]
+    got = [r[0] for r in run_all(jobs, opts.timeout * 2).values()]
+    merged = dict(got[0])
+    merged["mode"] = "timeshare"
+    merged["samples"] = sum(int(r["samples"]) for r in got)
+    merged["steps"] = sum(int(r["steps"]) for r in got)
+    merged["cpu_seconds"] = sum(float(r["cpu_seconds"]) for r in got)
+    merged["seconds"] = max(float(r["seconds"]) for r in got)
+    merged["core"] = core
+    return merged
 
 
 def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> Dict[str, float]:
@@ -145,40 +211,55 @@ def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> 
             "copies": copies}
 
 
-def _report(opts, raw, comm_step, base, settings, notes, cache_info) -> dict:
-    modes = {m: _analysis.figures(raw[m]) for m in ("synthetic", "cold", "warm") if m in raw}
+def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], notes: List[str], cache_info: dict) -> dict:
+    """The analysis from the rounds' medians (each mode's median run, each
+    measured aggregate's median)."""
+    first = rounds[0]
+    modes = {
+        m: _analysis.figures(_analysis.median_run([r[m] for r in rounds]))
+        for m in ("synthetic", "cold", "warm") if m in first
+    }
+    comm_step = _analysis.figures(ddp).step_s if ddp else None
     stall_list = _analysis.stalls(modes, comm_step)
     kind = _analysis.classify(stall_list)
-    cores = int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
+    cores = _cores(first)
     real = modes.get("warm") or modes["cold"]
     free = _analysis.free_cores(cores, list(modes.values()))
-    predictions = [_analysis.predict(modes["synthetic"], real, free, n) for n in opts.jobs]
+    ts_runs = [r["timeshare"] for r in rounds if "timeshare" in r]
+    timeshare = _analysis.median_run(ts_runs) if ts_runs else None
+    timeshared = _analysis.figures(timeshare) if timeshare else None
+    predictions = [_analysis.predict(modes["synthetic"], real, free, n, timeshared) for n in opts.jobs]
     measured: Dict[int, dict] = {}
     if opts.validate:
         for i, n in enumerate(opts.jobs):
-            measured[n] = _validate(opts, n, base, settings)
+            measured[n] = _analysis.median_measured([r["validate"][n] for r in rounds])
             # Checked against the cores other processes left free while the
             # copies ran (a build beside them changes the machine, not the model).
             at = max(1.0, cores - measured[n]["background_cores"])
-            predictions[i] = _analysis.predict(modes["synthetic"], real, at, n)
+            predictions[i] = _analysis.predict(modes["synthetic"], real, at, n, timeshared)
     speedups = {n: m["shared"] / m["independent"] for n, m in measured.items() if m["independent"] > 0}
     cpu_saved = max(0.0, 1 - modes["synthetic"].cpu_per_1000 / real.cpu_per_1000) if real.cpu_per_1000 > 0 else 0.0
-    epochs = {m: raw[m].get("epochs", []) for m in modes}
+    spread = {
+        m: [_analysis.figures(r[m]).samples_per_s for r in rounds] for m in ("synthetic", "cold", "warm") if m in first
+    }
     return {
         "command": list(opts.command),
         "cores": cores,
         "free_cores": free,
+        "repeats": len(rounds),
         "verdict": _analysis.verdict(kind, stall_list, predictions, speedups, cpu_saved),
         "regime": kind,
         "modes": {m: vars(f) for m, f in modes.items()},
-        "ddp": (vars(_analysis.figures(raw["ddp"])) | {"processes": opts.nproc}) if "ddp" in raw else None,
+        "spread": spread,
+        "ddp": (vars(_analysis.figures(ddp)) | {"processes": opts.nproc}) if ddp else None,
+        "timeshare": (vars(timeshared) | {"core": timeshare["core"]}) if timeshare and timeshared else None,
         "stalls": [vars(s) for s in stall_list],
         "predictions": [
             {"jobs": p.jobs, "cores": p.cores, "independent": p.independent, "shared": p.shared, "speedup": p.speedup,
              "measured": measured.get(p.jobs)}
             for p in predictions
         ],
-        "epochs": epochs,
+        "epochs": {m: first[m].get("epochs", []) for m in modes},
         "cache": cache_info,
         "notes": notes,
     }

@@ -23,6 +23,10 @@ pub struct StallsArgs {
     /// Steps run before measuring.
     #[arg(long, default_value_t = 5)]
     warmup: u64,
+    /// Run every measurement this many rounds, interleaved, and report
+    /// medians (3 on a busy or virtual machine, whose speed drifts).
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=9))]
+    repeats: u32,
     /// Predict N collocated copies (several: 2,4).
     #[arg(long)]
     jobs: Option<String>,
@@ -76,6 +80,7 @@ pub fn run(a: StallsArgs) -> Result<i32> {
         cmd.arg(format!("--seconds={s}"));
     }
     cmd.arg(format!("--warmup={}", a.warmup));
+    cmd.arg(format!("--repeats={}", a.repeats));
     if let Some(j) = &a.jobs {
         cmd.arg(format!("--jobs={j}"));
     }

@@ -16,7 +16,8 @@ use crate::html::esc;
 
 /// Most `stalls/` keys read for one run (an analysis has about 60).
 const MAX_KEYS: usize = 400;
-const MODES: [&str; 4] = ["synthetic", "cold", "warm", "ddp"];
+/// The modes, then the DDP run and the two copies on one core (`timeshared`).
+const MODES: [&str; 5] = ["synthetic", "cold", "warm", "ddp", "timeshared"];
 const STALLS: [&str; 4] = ["fetch", "prep", "fetch+prep", "communication"];
 
 /// The section's HTML, or an empty string for a run that is no analysis.
