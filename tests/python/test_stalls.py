@@ -156,6 +156,15 @@ def test_verdicts_in_plain_words():
     assert text.startswith("compute-bound") and "sharing saves CPU (10% per sample per extra job) but not time" in text
 
 
+@pytest.mark.parametrize("args,says", [(["--repeats", "0"], "--repeats must be 1..9"),
+                                       (["--validate"], "--validate checks the prediction for --jobs N"),
+                                       (["--jobs", "2,x"], "--jobs takes numbers separated by commas")])
+def test_bad_options_are_named_before_anything_runs(args, says):
+    proc = subprocess.run([sys.executable, "-m", "batchcast.stalls", *args, "--", "python", "train.py"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and says in proc.stderr, proc.stderr
+
+
 def test_mark_is_a_pass_through_outside_batchcast_stalls(monkeypatch):
     monkeypatch.delenv("BATCHCAST_STALLS_MODE", raising=False)
     loader = [1, 2, 3]
