@@ -37,6 +37,21 @@ pub(crate) fn apply(
     resizer: &mut Resizer,
     dst: &mut [u8],
 ) -> Result<(), String> {
+    resample(plan, src, resizer, dst)?;
+    if plan.flip {
+        hflip(dst, plan.out_width as usize);
+    }
+    Ok(())
+}
+
+/// [`apply`] but for the flip, which the caller does (the output writer
+/// mirrors as it writes).
+pub(crate) fn resample(
+    plan: &Plan,
+    src: ImageView<'_>,
+    resizer: &mut Resizer,
+    dst: &mut [u8],
+) -> Result<(), String> {
     let (ow, oh) = (plan.out_width, plan.out_height);
     let src_view = ImageRef::new(src.width, src.height, src.data, PixelType::U8x3)
         .map_err(|e| format!("decoded image buffer: {e}"))?;
@@ -68,9 +83,6 @@ pub(crate) fn apply(
                 .resize(&src_view, &mut out, &options)
                 .map_err(|e| format!("resize: {e}"))?;
         }
-    }
-    if plan.flip {
-        hflip(dst, ow as usize);
     }
     Ok(())
 }
@@ -107,13 +119,17 @@ pub(crate) fn hflip(image: &mut [u8], width: usize) {
         return;
     }
     for row in image.chunks_exact_mut(width * 3) {
-        let (mut a, mut b) = (0, width - 1);
-        while a < b {
-            for c in 0..3 {
-                row.swap(a * 3 + c, b * 3 + c);
-            }
-            a += 1;
-            b -= 1;
+        // The left half against the right half read backwards (the middle
+        // pixel of an odd row stays).
+        let (left, right) = row.split_at_mut(width / 2 * 3);
+        let right = &mut right[width % 2 * 3..];
+        for (a, b) in left
+            .chunks_exact_mut(3)
+            .zip(right.chunks_exact_mut(3).rev())
+        {
+            let t = [a[0], a[1], a[2]];
+            a.copy_from_slice(b);
+            b.copy_from_slice(&t);
         }
     }
 }
@@ -142,6 +158,12 @@ mod tests {
         let mut img = vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6];
         hflip(&mut img, 3);
         assert_eq!(img, [3, 3, 3, 2, 2, 2, 1, 1, 1, 6, 6, 6, 5, 5, 5, 4, 4, 4]);
+        let mut even = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        hflip(&mut even, 2);
+        assert_eq!(even, [4, 5, 6, 1, 2, 3, 10, 11, 12, 7, 8, 9]);
+        let mut one = vec![1, 2, 3, 4, 5, 6];
+        hflip(&mut one, 1);
+        assert_eq!(one, [1, 2, 3, 4, 5, 6]);
     }
 
     #[test]

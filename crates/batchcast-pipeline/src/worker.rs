@@ -8,7 +8,7 @@ use fast_image_resize::Resizer;
 
 use crate::decode::{decode_rgb_rows_into, RgbImage};
 use crate::limits::DecodeLimits;
-use crate::output::Writer;
+use crate::writer::Writer;
 use crate::{resample, Dataset, Transform};
 
 /// Scratch buffers larger than this are released after use, so one huge
@@ -92,8 +92,10 @@ impl Job<'_> {
         }
         let bytes = plan.out_width as usize * plan.out_height as usize * 3;
         s.resized.resize(bytes, 0);
-        resample::apply(&plan, s.image.view(), &mut s.resizer, &mut s.resized)?;
-        self.writer.write(&s.resized, out);
+        resample::resample(&plan, s.image.view(), &mut s.resizer, &mut s.resized)?;
+        // The writer mirrors as it writes.
+        let width = plan.out_width as usize;
+        self.writer.write(&s.resized, width, plan.flip, out);
         Ok(())
     }
 }
