@@ -137,7 +137,7 @@ pub(crate) fn hflip(image: &mut [u8], width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transform::CropBox;
+    use crate::transform::{CropBox, Transform};
 
     fn ramp(w: u32, h: u32) -> RgbImage {
         let mut data = Vec::new();
@@ -217,5 +217,74 @@ mod tests {
         let mut dst = vec![0u8; 27];
         apply(&plan, src.view(), &mut Resizer::new(), &mut dst).unwrap();
         assert!(dst.iter().all(|&v| v == 255), "{dst:?}");
+    }
+    /// `src` with every pixel outside `plan.source_area` set to `junk`.
+    fn outside_spoilt(plan: &Plan, src: &RgbImage, junk: u8) -> RgbImage {
+        let area = plan.source_area(src.width, src.height);
+        let mut out = src.clone();
+        for (y, row) in out
+            .data
+            .chunks_exact_mut(src.width as usize * 3)
+            .enumerate()
+        {
+            for (x, px) in row.chunks_exact_mut(3).enumerate() {
+                if !area.rows.contains(&(y as u32)) || !area.cols.contains(&(x as u32)) {
+                    px.fill(junk);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn resampling_reads_nothing_outside_the_plans_source_area() {
+        let transforms = [
+            Transform::Eval {
+                resize: 256,
+                crop: 256,
+            },
+            Transform::Eval {
+                resize: 256,
+                crop: 224,
+            },
+            Transform::Eval {
+                resize: 37,
+                crop: 30,
+            },
+            Transform::Eval {
+                resize: 600,
+                crop: 500,
+            },
+            Transform::train(64),
+        ];
+        let mut resizer = Resizer::new();
+        for (w, h) in [
+            (500, 375),
+            (375, 500),
+            (333, 257),
+            (256, 300),
+            (90, 61),
+            (41, 97),
+        ] {
+            let src = RgbImage {
+                width: w,
+                height: h,
+                data: crate::augment::noise((w * h) as usize, u64::from(w * h)),
+            };
+            for t in &transforms {
+                for index in 0..4 {
+                    let plan = t.plan(w, h, 3, 0, index);
+                    let bytes = (plan.out_width * plan.out_height * 3) as usize;
+                    let mut want = vec![0u8; bytes];
+                    apply(&plan, src.view(), &mut resizer, &mut want).unwrap();
+                    for junk in [0, 255] {
+                        let spoilt = outside_spoilt(&plan, &src, junk);
+                        let mut got = vec![0u8; bytes];
+                        apply(&plan, spoilt.view(), &mut resizer, &mut got).unwrap();
+                        assert!(got == want, "{t:?} of {w}x{h}, sample {index}");
+                    }
+                }
+            }
+        }
     }
 }

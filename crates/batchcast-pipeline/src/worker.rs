@@ -6,7 +6,7 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
-use crate::decode::{decode_rgb_rows_into, RgbImage};
+use crate::decode::{decode_rgb_area_into, RgbImage};
 use crate::limits::DecodeLimits;
 use crate::writer::Writer;
 use crate::{resample, Dataset, Transform};
@@ -81,9 +81,9 @@ impl Job<'_> {
             self.transform
                 .plan(w, h, self.seed, self.epoch, index as u64)
         };
-        // Only the rows the plan reads are decoded.
-        decode_rgb_rows_into(&s.encoded, &mut s.image, self.limits, |w, h| {
-            plan_for(w, h).source_rows(h)
+        // Only the part the plan reads is decoded.
+        decode_rgb_area_into(&s.encoded, &mut s.image, self.limits, |w, h| {
+            plan_for(w, h).source_area(w, h)
         })
         .map_err(|e| e.to_string())?;
         let plan = plan_for(s.image.width, s.image.height);
