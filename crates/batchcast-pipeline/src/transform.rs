@@ -219,14 +219,14 @@ pub struct Plan {
 
 impl Plan {
     /// The part of a `width` x `height` source image that resampling
-    /// reads: the crop's rows, or the window widened by the bilinear filter's
+    /// reads: the crop, or the window widened by the bilinear filter's
     /// reach on each side (its pixels outside the window contribute at the
     /// edges) and one pixel more.
     pub(crate) fn source_area(&self, width: u32, height: u32) -> Area {
         match self.region {
             Region::Crop(c) => Area {
                 rows: c.top..c.top.saturating_add(c.height).min(height),
-                cols: 0..width,
+                cols: c.left..c.left.saturating_add(c.width).min(width),
             },
             Region::Window {
                 left,
