@@ -2,12 +2,15 @@
 //! as `bench/augment.py`'s variant (c) spends it: the producer (JPEG decode,
 //! then `Eval { resize: S, crop: S }` to the stored `u8` NHWC square) and
 //! four trainers (`RandomResizedCrop` 128/160/192/224 + flip to `f32` NCHW,
-//! as `ToTensor`), each on one thread.
+//! as `ToTensor`), each on one thread; and, for comparison, variant (b):
+//! four native pipelines doing those four augmentations from the files.
 //!
 //! `augment-profile --dir DIR [--images N] [--runs R] [--store S]
-//! [--stage all|decode|producer|trainers]`; prints the median over the runs
-//! of microseconds per image of each stage. Files are read into memory
-//! first, so no stage includes I/O.
+//! [--stage all|decode|producer|trainers|native]`; prints the median over
+//! the runs of microseconds per image of each stage, and the ratio of the
+//! CPU per sample of the native pipelines to the decoded stream's. The
+//! decode stage reads files from memory; the pipelines read them from the
+//! file system (the page cache, warm).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -101,6 +104,10 @@ fn run(a: &Args) -> Result<(), String> {
         .with_shuffle(false)
         .batches(0)
         .collect();
+    let f32_nchw = OutputFormat {
+        layout: Layout::Nchw,
+        dtype: DType::to_tensor(),
+    };
     let trainers: Vec<Augmenter> = TRAINERS
         .iter()
         .enumerate()
@@ -111,11 +118,7 @@ fn run(a: &Args) -> Result<(), String> {
                 ratio: (3.0 / 4.0, 4.0 / 3.0),
                 hflip_p: 0.5,
             };
-            let out = OutputFormat {
-                layout: Layout::Nchw,
-                dtype: DType::to_tensor(),
-            };
-            Augmenter::new(t, out, 1).map(|g| g.with_seed(i as u64 + 1))
+            Augmenter::new(t, f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
         })
         .collect::<Result<_, _>>()
         .map_err(err)?;
@@ -123,6 +126,22 @@ fn run(a: &Args) -> Result<(), String> {
     let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
     let (mut dec, mut prod) = (Vec::new(), Vec::new());
     let mut train = vec![Vec::new(); TRAINERS.len()];
+    let mut native = vec![Vec::new(); TRAINERS.len()];
+    let pipelines: Vec<Pipeline> = TRAINERS
+        .iter()
+        .enumerate()
+        .map(|(i, &(size, scale))| {
+            let t = Transform::Train {
+                size,
+                scale,
+                ratio: (3.0 / 4.0, 4.0 / 3.0),
+                hflip_p: 0.5,
+            };
+            Pipeline::new(producer.dataset().clone(), t, f32_nchw, 1, OnError::Fail)
+                .map(|p| p.with_seed(i as u64 + 1))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
     let stage = a.stage.as_str();
     // Stored images are needed by the trainers whatever the stage.
     let fill = |stored: &mut [u8], labels: &mut [i64]| -> Result<(), String> {
@@ -162,6 +181,17 @@ fn run(a: &Args) -> Result<(), String> {
                 times.push(us(t));
             }
         }
+        if stage == "all" || stage == "native" {
+            for (p, times) in pipelines.iter().zip(&mut native) {
+                let mut out = vec![0u8; BATCH * p.image_bytes()];
+                let t = Instant::now();
+                for batch in &batches {
+                    p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])
+                        .map_err(err)?;
+                }
+                times.push(us(t));
+            }
+        }
     }
     println!(
         "{n} images, stored {side}x{side}, median of {} runs, us/image:",
@@ -170,9 +200,11 @@ fn run(a: &Args) -> Result<(), String> {
     if !dec.is_empty() {
         println!("  decode only            {:8.1}", median(dec));
     }
-    if !prod.is_empty() {
-        println!("  producer (read+decode+resize) {:8.1}", median(prod));
+    let producer_us = (!prod.is_empty()).then(|| median(prod));
+    if let Some(m) = producer_us {
+        println!("  producer (read+decode+resize) {m:8.1}");
     }
+    let (mut trainers_us, mut native_us) = (None, None);
     if !train[0].is_empty() {
         let mut total = 0.0;
         for ((size, _), times) in TRAINERS.iter().zip(train) {
@@ -181,6 +213,25 @@ fn run(a: &Args) -> Result<(), String> {
             println!("  trainer {size}            {m:8.1}");
         }
         println!("  trainers, all four     {total:8.1}");
+        trainers_us = Some(total);
+    }
+    if !native[0].is_empty() {
+        let mut total = 0.0;
+        for ((size, _), times) in TRAINERS.iter().zip(native) {
+            let m = median(times);
+            total += m;
+            println!("  native pipeline {size}    {m:8.1}");
+        }
+        println!("  native, all four       {total:8.1}");
+        native_us = Some(total);
+    }
+    if let (Some(p), Some(t), Some(b)) = (producer_us, trainers_us, native_us) {
+        // Per sample: (c) one decode for four trainers, (b) one each.
+        let (c, b) = ((p + t) / 4.0, b / 4.0);
+        println!(
+            "  CPU per sample: (b) {b:.1} us, (c) {c:.1} us, (b)/(c) {:.3}",
+            b / c
+        );
     }
     Ok(())
 }
