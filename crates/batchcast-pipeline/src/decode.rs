@@ -118,28 +118,47 @@ pub fn decode_rgb_into(
     out: &mut RgbImage,
     limits: &DecodeLimits,
 ) -> Result<(), DecodeError> {
-    decode_rgb_rows_into(bytes, out, limits, |_, height| 0..height)
+    decode_rgb_area_into(bytes, out, limits, Area::all)
 }
 
-/// [`decode_rgb_into`] for a caller that needs only some rows: `rows` gets
-/// the image's `(width, height)` and returns the rows it will read. Only
-/// those are guaranteed; the others are unspecified. (The JPEG decoder then
-/// stops entropy decoding after the last one, and skips the inverse DCT and
-/// colour conversion of the others.)
+/// The part of an image a caller reads: rows and columns, half-open.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Area {
+    /// Rows, top to bottom.
+    pub(crate) rows: Range<u32>,
+    /// Columns, left to right.
+    pub(crate) cols: Range<u32>,
+}
+
+impl Area {
+    /// The whole of a `width` x `height` image.
+    pub(crate) fn all(width: u32, height: u32) -> Area {
+        Area {
+            rows: 0..height,
+            cols: 0..width,
+        }
+    }
+}
+
+/// [`decode_rgb_into`] for a caller that reads only part of the image:
+/// `area` gets the image's `(width, height)` and returns the [`Area`] it
+/// will read. Only those pixels are guaranteed; the others are
+/// unspecified. (The JPEG decoder then stops entropy decoding after the
+/// last row, and skips the inverse DCT and colour conversion of the rest.)
 ///
 /// # Errors
 /// As [`decode_rgb_into`].
-pub(crate) fn decode_rgb_rows_into(
+pub(crate) fn decode_rgb_area_into(
     bytes: &[u8],
     out: &mut RgbImage,
     limits: &DecodeLimits,
-    rows: impl FnOnce(u32, u32) -> Range<u32>,
+    area: impl FnOnce(u32, u32) -> Area,
 ) -> Result<(), DecodeError> {
     // A decoder bug must not take the whole batch down: turn a panic on
     // hostile input into an error for this one file.
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         if bytes.starts_with(&[0xff, 0xd8]) {
-            decode_jpeg(bytes, out, limits, rows)
+            decode_jpeg(bytes, out, limits, area)
         } else if bytes.starts_with(&PNG_MAGIC) {
             decode_png(bytes, out, limits)
         } else {
@@ -162,10 +181,10 @@ fn decode_jpeg(
     bytes: &[u8],
     out: &mut RgbImage,
     limits: &DecodeLimits,
-    rows: impl FnOnce(u32, u32) -> Range<u32>,
+    area: impl FnOnce(u32, u32) -> Area,
 ) -> Result<(), DecodeError> {
     crate::jpeg::check_limits(bytes, limits)?;
-    if crate::jpeg::decode(bytes, out, rows)? == Outcome::Decoded {
+    if crate::jpeg::decode(bytes, out, area)? == Outcome::Decoded {
         return Ok(());
     }
     let jerr = |e: zune_jpeg::errors::DecodeErrors| DecodeError::Jpeg(e.to_string());

@@ -77,6 +77,7 @@ mod rng;
 mod sampler;
 mod transform;
 mod worker;
+mod writer;
 
 pub use augment::{apply_op, Augmenter, AutoAugment, ColorJitter, Op, NUM_AUTO_OPS, OP_NAMES};
 pub use dataset::{Dataset, DatasetKind, WebDatasetWriter};

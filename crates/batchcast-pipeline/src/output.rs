@@ -7,6 +7,7 @@
 //! in native byte order; a row of a batch starts `image_bytes` after the
 //! previous one, with no padding.
 
+use crate::writer::Writer;
 use crate::PipelineError;
 
 /// Order of the axes of one image.
@@ -138,48 +139,7 @@ impl OutputFormat {
                 std::array::from_fn(|v| (v as f32 / 255.0 - mean[c]) / std[c])
             })),
         };
-        Writer {
-            layout: self.layout,
-            lut,
-        }
-    }
-}
-
-/// Converts RGB8 HWC pixels to an [`OutputFormat`]; holds the per-channel
-/// lookup table of normalised values.
-pub(crate) struct Writer {
-    layout: Layout,
-    lut: Option<[[f32; 256]; 3]>,
-}
-
-impl Writer {
-    /// Writes `src` (RGB8 HWC, `pixels * 3` bytes) to `dst` (exactly the
-    /// format's `image_bytes`).
-    pub(crate) fn write(&self, src: &[u8], dst: &mut [u8]) {
-        let pixels = src.len() / 3;
-        match (&self.lut, self.layout) {
-            (None, Layout::Nhwc) => dst[..src.len()].copy_from_slice(src),
-            (None, Layout::Nchw) => {
-                for (c, plane) in dst.chunks_exact_mut(pixels).take(3).enumerate() {
-                    for (o, px) in plane.iter_mut().zip(src.chunks_exact(3)) {
-                        *o = px[c];
-                    }
-                }
-            }
-            (Some(lut), Layout::Nhwc) => {
-                for (i, o) in dst.chunks_exact_mut(4).take(src.len()).enumerate() {
-                    o.copy_from_slice(&lut[i % 3][usize::from(src[i])].to_ne_bytes());
-                }
-            }
-            (Some(lut), Layout::Nchw) => {
-                for (c, plane) in dst.chunks_exact_mut(pixels * 4).take(3).enumerate() {
-                    let table = &lut[c];
-                    for (o, px) in plane.chunks_exact_mut(4).zip(src.chunks_exact(3)) {
-                        o.copy_from_slice(&table[usize::from(px[c])].to_ne_bytes());
-                    }
-                }
-            }
-        }
+        Writer::new(self.layout, lut)
     }
 }
 
@@ -203,7 +163,7 @@ mod tests {
             dtype: DType::U8,
         }
         .writer()
-        .write(&src, &mut nchw);
+        .write(&src, 3, false, &mut nchw);
         for p in 0..6 {
             for c in 0..3 {
                 assert_eq!(nchw[c * 6 + p], src[p * 3 + c]);
@@ -219,7 +179,7 @@ mod tests {
             dtype: DType::imagenet(),
         };
         let mut dst = vec![0u8; fmt.image_bytes(1, 1)];
-        fmt.writer().write(&src, &mut dst);
+        fmt.writer().write(&src, 1, false, &mut dst);
         let got = f32s(&dst);
         let expect = [
             (0.0f32 / 255.0 - 0.485) / 0.229,

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::limits::DecodeLimits;
-use crate::output::Writer;
 use crate::worker::Job;
+use crate::writer::Writer;
 use crate::{Dataset, OutputFormat, PipelineError, Transform};
 
 /// What to do with a sample that cannot be read or decoded.

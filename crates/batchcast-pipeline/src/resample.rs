@@ -37,6 +37,21 @@ pub(crate) fn apply(
     resizer: &mut Resizer,
     dst: &mut [u8],
 ) -> Result<(), String> {
+    resample(plan, src, resizer, dst)?;
+    if plan.flip {
+        hflip(dst, plan.out_width as usize);
+    }
+    Ok(())
+}
+
+/// [`apply`] but for the flip, which the caller does (the output writer
+/// mirrors as it writes).
+pub(crate) fn resample(
+    plan: &Plan,
+    src: ImageView<'_>,
+    resizer: &mut Resizer,
+    dst: &mut [u8],
+) -> Result<(), String> {
     let (ow, oh) = (plan.out_width, plan.out_height);
     let src_view = ImageRef::new(src.width, src.height, src.data, PixelType::U8x3)
         .map_err(|e| format!("decoded image buffer: {e}"))?;
@@ -68,9 +83,6 @@ pub(crate) fn apply(
                 .resize(&src_view, &mut out, &options)
                 .map_err(|e| format!("resize: {e}"))?;
         }
-    }
-    if plan.flip {
-        hflip(dst, ow as usize);
     }
     Ok(())
 }
@@ -107,13 +119,17 @@ pub(crate) fn hflip(image: &mut [u8], width: usize) {
         return;
     }
     for row in image.chunks_exact_mut(width * 3) {
-        let (mut a, mut b) = (0, width - 1);
-        while a < b {
-            for c in 0..3 {
-                row.swap(a * 3 + c, b * 3 + c);
-            }
-            a += 1;
-            b -= 1;
+        // The left half against the right half read backwards (the middle
+        // pixel of an odd row stays).
+        let (left, right) = row.split_at_mut(width / 2 * 3);
+        let right = &mut right[width % 2 * 3..];
+        for (a, b) in left
+            .chunks_exact_mut(3)
+            .zip(right.chunks_exact_mut(3).rev())
+        {
+            let t = [a[0], a[1], a[2]];
+            a.copy_from_slice(b);
+            b.copy_from_slice(&t);
         }
     }
 }
@@ -121,7 +137,7 @@ pub(crate) fn hflip(image: &mut [u8], width: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::transform::CropBox;
+    use crate::transform::{CropBox, Transform};
 
     fn ramp(w: u32, h: u32) -> RgbImage {
         let mut data = Vec::new();
@@ -142,6 +158,12 @@ mod tests {
         let mut img = vec![1, 1, 1, 2, 2, 2, 3, 3, 3, 4, 4, 4, 5, 5, 5, 6, 6, 6];
         hflip(&mut img, 3);
         assert_eq!(img, [3, 3, 3, 2, 2, 2, 1, 1, 1, 6, 6, 6, 5, 5, 5, 4, 4, 4]);
+        let mut even = vec![1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12];
+        hflip(&mut even, 2);
+        assert_eq!(even, [4, 5, 6, 1, 2, 3, 10, 11, 12, 7, 8, 9]);
+        let mut one = vec![1, 2, 3, 4, 5, 6];
+        hflip(&mut one, 1);
+        assert_eq!(one, [1, 2, 3, 4, 5, 6]);
     }
 
     #[test]
@@ -195,5 +217,74 @@ mod tests {
         let mut dst = vec![0u8; 27];
         apply(&plan, src.view(), &mut Resizer::new(), &mut dst).unwrap();
         assert!(dst.iter().all(|&v| v == 255), "{dst:?}");
+    }
+    /// `src` with every pixel outside `plan.source_area` set to `junk`.
+    fn outside_spoilt(plan: &Plan, src: &RgbImage, junk: u8) -> RgbImage {
+        let area = plan.source_area(src.width, src.height);
+        let mut out = src.clone();
+        for (y, row) in out
+            .data
+            .chunks_exact_mut(src.width as usize * 3)
+            .enumerate()
+        {
+            for (x, px) in row.chunks_exact_mut(3).enumerate() {
+                if !area.rows.contains(&(y as u32)) || !area.cols.contains(&(x as u32)) {
+                    px.fill(junk);
+                }
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn resampling_reads_nothing_outside_the_plans_source_area() {
+        let transforms = [
+            Transform::Eval {
+                resize: 256,
+                crop: 256,
+            },
+            Transform::Eval {
+                resize: 256,
+                crop: 224,
+            },
+            Transform::Eval {
+                resize: 37,
+                crop: 30,
+            },
+            Transform::Eval {
+                resize: 600,
+                crop: 500,
+            },
+            Transform::train(64),
+        ];
+        let mut resizer = Resizer::new();
+        for (w, h) in [
+            (500, 375),
+            (375, 500),
+            (333, 257),
+            (256, 300),
+            (90, 61),
+            (41, 97),
+        ] {
+            let src = RgbImage {
+                width: w,
+                height: h,
+                data: crate::augment::noise((w * h) as usize, u64::from(w * h)),
+            };
+            for t in &transforms {
+                for index in 0..4 {
+                    let plan = t.plan(w, h, 3, 0, index);
+                    let bytes = (plan.out_width * plan.out_height * 3) as usize;
+                    let mut want = vec![0u8; bytes];
+                    apply(&plan, src.view(), &mut resizer, &mut want).unwrap();
+                    for junk in [0, 255] {
+                        let spoilt = outside_spoilt(&plan, &src, junk);
+                        let mut got = vec![0u8; bytes];
+                        apply(&plan, spoilt.view(), &mut resizer, &mut got).unwrap();
+                        assert!(got == want, "{t:?} of {w}x{h}, sample {index}");
+                    }
+                }
+            }
+        }
     }
 }

@@ -12,6 +12,7 @@
 //! `(seed, epoch, sample index)`, so a sample gets the same crop whichever
 //! thread runs it.
 
+use crate::decode::Area;
 use crate::rng::{Rng, STREAM_SAMPLE};
 use crate::PipelineError;
 
@@ -217,15 +218,38 @@ pub struct Plan {
 }
 
 impl Plan {
-    /// The rows of a source image `height` rows tall that resampling reads:
-    /// those of the crop, or all of them for a window (its filter reaches
-    /// outside it).
-    pub(crate) fn source_rows(&self, height: u32) -> std::ops::Range<u32> {
+    /// The part of a `width` x `height` source image that resampling
+    /// reads: the crop, or the window widened by the bilinear filter's
+    /// reach on each side (its pixels outside the window contribute at the
+    /// edges) and one pixel more.
+    pub(crate) fn source_area(&self, width: u32, height: u32) -> Area {
         match self.region {
-            Region::Crop(c) => c.top..c.top.saturating_add(c.height).min(height),
-            Region::Window { .. } => 0..height,
+            Region::Crop(c) => Area {
+                rows: c.top..c.top.saturating_add(c.height).min(height),
+                cols: c.left..c.left.saturating_add(c.width).min(width),
+            },
+            Region::Window {
+                left,
+                top,
+                width: w,
+                height: h,
+            } => Area {
+                rows: reach(top, h, self.out_height, height),
+                cols: reach(left, w, self.out_width, width),
+            },
         }
     }
+}
+
+/// The source pixels `[start, start + len)` resampled to `out` pixels
+/// read, of `size`: fast_image_resize's bounds (filter radius 1 for
+/// bilinear, times the scale when it is over 1) and one pixel more.
+fn reach(start: f64, len: f64, out: u32, size: u32) -> std::ops::Range<u32> {
+    let radius = (len / f64::from(out.max(1))).max(1.0);
+    let first = (start - radius).floor() - 1.0;
+    let end = (start + len + radius).ceil() + 1.0;
+    let clamp = |x: f64| x.clamp(0.0, f64::from(size)) as u32;
+    clamp(first)..clamp(end)
 }
 
 /// Python's `int(round(x))` (round half to even) for non-negative `x`.

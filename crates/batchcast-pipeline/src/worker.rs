@@ -6,9 +6,9 @@ use std::cell::RefCell;
 
 use fast_image_resize::Resizer;
 
-use crate::decode::{decode_rgb_rows_into, RgbImage};
+use crate::decode::{decode_rgb_area_into, RgbImage};
 use crate::limits::DecodeLimits;
-use crate::output::Writer;
+use crate::writer::Writer;
 use crate::{resample, Dataset, Transform};
 
 /// Scratch buffers larger than this are released after use, so one huge
@@ -81,9 +81,9 @@ impl Job<'_> {
             self.transform
                 .plan(w, h, self.seed, self.epoch, index as u64)
         };
-        // Only the rows the plan reads are decoded.
-        decode_rgb_rows_into(&s.encoded, &mut s.image, self.limits, |w, h| {
-            plan_for(w, h).source_rows(h)
+        // Only the part the plan reads is decoded.
+        decode_rgb_area_into(&s.encoded, &mut s.image, self.limits, |w, h| {
+            plan_for(w, h).source_area(w, h)
         })
         .map_err(|e| e.to_string())?;
         let plan = plan_for(s.image.width, s.image.height);
@@ -92,8 +92,10 @@ impl Job<'_> {
         }
         let bytes = plan.out_width as usize * plan.out_height as usize * 3;
         s.resized.resize(bytes, 0);
-        resample::apply(&plan, s.image.view(), &mut s.resizer, &mut s.resized)?;
-        self.writer.write(&s.resized, out);
+        resample::resample(&plan, s.image.view(), &mut s.resizer, &mut s.resized)?;
+        // The writer mirrors as it writes.
+        let width = plan.out_width as usize;
+        self.writer.write(&s.resized, width, plan.flip, out);
         Ok(())
     }
 }

@@ -40,9 +40,9 @@ pub use auto::{AutoAugment, NUM_AUTO_OPS};
 pub use jitter::ColorJitter;
 pub use op::{apply_op, Op, OP_NAMES};
 
-use crate::output::Writer;
 use crate::resample::{self, ImageView};
 use crate::rng::{Rng, STREAM_COLOUR};
+use crate::writer::Writer;
 use crate::{OutputFormat, PipelineError, Transform};
 
 /// `x` rounded half to even (torch's `round` and grid_sample's nearest),
@@ -284,11 +284,18 @@ impl Augmenter {
                 return Ok(());
             }
             rgb.resize(w * h * 3, 0);
+            if ops.is_empty() {
+                // The writer mirrors as it writes.
+                resample::resample(&plan, src, resizer, rgb)?;
+                self.writer.write(rgb, w, plan.flip, dst);
+                return Ok(());
+            }
+            // The ops see the flipped image (some of them move pixels).
             resample::apply(&plan, src, resizer, rgb)?;
             for op in ops.iter() {
                 op.apply(rgb, w, h, copy);
             }
-            self.writer.write(rgb, dst);
+            self.writer.write(rgb, w, false, dst);
             Ok(())
         })
     }
@@ -296,7 +303,7 @@ impl Augmenter {
 
 /// `n` random RGB8 pixels, for the ops' unit tests.
 #[cfg(test)]
-fn noise(n: usize, seed: u64) -> Vec<u8> {
+pub(crate) fn noise(n: usize, seed: u64) -> Vec<u8> {
     let mut r = crate::rng::Rng::derive(&[seed]);
     (0..n * 3).map(|_| r.below(256) as u8).collect()
 }

@@ -17,7 +17,7 @@ mod idct;
 use std::cell::RefCell;
 use std::ops::Range;
 
-use crate::decode::{check_size, DecodeError, RgbImage};
+use crate::decode::{check_size, Area, DecodeError, RgbImage};
 pub(crate) use bound::check as check_limits;
 use header::{Frame, Parsed};
 use huffman::BitReader;
@@ -49,15 +49,15 @@ thread_local! {
 const KEEP_BYTES: usize = 64 << 20;
 
 /// Decodes a JPEG to RGB into `out` if it is of a kind this decoder
-/// handles. Only the rows `rows(width, height)` are guaranteed; see
-/// [`crate::decode::decode_rgb_rows_into`].
+/// handles. Only the pixels of `area(width, height)` are guaranteed; see
+/// [`crate::decode::decode_rgb_area_into`].
 ///
 /// # Errors
 /// Corrupt or truncated data.
 pub(crate) fn decode(
     bytes: &[u8],
     out: &mut RgbImage,
-    rows: impl FnOnce(u32, u32) -> Range<u32>,
+    area: impl FnOnce(u32, u32) -> Area,
 ) -> Result<Outcome, DecodeError> {
     let frame = match header::parse(bytes).map_err(DecodeError::Jpeg)? {
         Parsed::Baseline(frame) => frame,
@@ -66,13 +66,19 @@ pub(crate) fn decode(
     let (width, height) = check_size(frame.width, frame.height)?;
     out.width = width;
     out.height = height;
-    let wanted = rows(width, height);
-    let (y0, y1) = (wanted.start.min(height), wanted.end.min(height));
-    // An empty range asks for nothing useful: decode everything.
-    let rows = if y0 < y1 {
-        y0 as usize..y1 as usize
-    } else {
-        0..height as usize
+    let wanted = area(width, height);
+    // An empty range asks for nothing useful: decode all of that axis.
+    let clip = |r: Range<u32>, size: u32| {
+        let (a, b) = (r.start.min(size), r.end.min(size));
+        if a < b {
+            a as usize..b as usize
+        } else {
+            0..size as usize
+        }
+    };
+    let rows = Wanted {
+        rows: clip(wanted.rows, height),
+        cols: clip(wanted.cols, width),
     };
     SCRATCH
         .with(|cell| match cell.try_borrow_mut() {
@@ -91,13 +97,16 @@ pub(crate) fn decode(
     Ok(Outcome::Decoded)
 }
 
-/// The rows of the image to produce.
-type Rows = Range<usize>;
+/// The pixels of the image to produce: non-empty ranges inside it.
+struct Wanted {
+    rows: Range<usize>,
+    cols: Range<usize>,
+}
 
 fn dispatch(
     f: &Frame,
     bytes: &[u8],
-    rows: &Rows,
+    rows: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
 ) -> Result<(), String> {
@@ -117,7 +126,7 @@ fn dispatch(
 unsafe fn decode_avx2(
     f: &Frame,
     bytes: &[u8],
-    rows: &Rows,
+    rows: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
 ) -> Result<(), String> {
@@ -128,27 +137,31 @@ unsafe fn decode_avx2(
 fn decode_frame(
     f: &Frame,
     bytes: &[u8],
-    wanted: &Rows,
+    wanted: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
 ) -> Result<(), String> {
     let (w, h) = (f.width, f.height);
     let luma = &f.components[0];
     let (cw, ch) = (w.div_ceil(luma.h), h.div_ceil(luma.v));
-    let mcu_rows = needed_mcu_rows(f, wanted, ch, bytes.ends_with(&[0xff, 0xd9]));
-    decode_scan(f, bytes, mcu_rows, s)?;
+    let mcu_rows = needed_mcu_rows(f, &wanted.rows, ch, bytes.ends_with(&[0xff, 0xd9]));
+    let xs = wanted.cols.clone();
+    let chroma = chroma_cols(&xs, luma.h, cw);
+    let mcu_cols = needed_mcu_cols(f, &xs, &chroma);
+    decode_scan(f, bytes, mcu_rows, mcu_cols, s)?;
     out.data.resize(w * h * 3, 0);
     let rows = out
         .data
         .chunks_exact_mut(w * 3)
+        .map(|row| &mut row[xs.start * 3..xs.end * 3])
         .enumerate()
-        .skip(wanted.start)
-        .take(wanted.len());
+        .skip(wanted.rows.start)
+        .take(wanted.rows.len());
     let stride = |c: &header::Component| f.width.div_ceil(8 * luma.h) * c.h * 8;
     let ys = stride(luma);
     if f.components.len() == 1 {
         for (y, row) in rows {
-            colour::gray_to_rgb_row(&s.planes[0][y * ys..y * ys + w], row);
+            colour::gray_to_rgb_row(&s.planes[0][y * ys + xs.start..y * ys + xs.end], row);
         }
         return Ok(());
     }
@@ -161,12 +174,16 @@ fn decode_frame(
     } = s;
     up_cb.resize(2 * cw, 0);
     up_cr.resize(2 * cw, 0);
-    fn plane_row(plane: &[u8], stride: usize, r: usize, len: usize) -> &[u8] {
-        &plane[r * stride..r * stride + len]
+    // Chroma upsampled from the columns `chroma`: pixel `x` is at
+    // `x - 2 * chroma.start` of `up_cb` / `up_cr`.
+    let off = if luma.h == 2 { 2 * chroma.start } else { 0 };
+    let up = xs.start - off..xs.end - off;
+    fn plane_row<'a>(plane: &'a [u8], stride: usize, r: usize, cols: &Range<usize>) -> &'a [u8] {
+        &plane[r * stride + cols.start..r * stride + cols.end]
     }
-    let crow = |p, r| plane_row(p, cs, r, cw);
+    let crow = |p, r| plane_row(p, cs, r, &chroma);
     for (y, row) in rows {
-        let yrow = &yp[y * ys..y * ys + w];
+        let yrow = &yp[y * ys + xs.start..y * ys + xs.end];
         match (luma.h, luma.v) {
             (2, 1) => {
                 colour::upsample_h2v1(crow(cbp, y), up_cb);
@@ -183,13 +200,42 @@ fn decode_frame(
                 colour::upsample_h2v2(crow(crp, near), crow(crp, far), colsum, up_cr);
             }
             _ => {
+                // No upsampling: `chroma` is `xs`.
                 colour::ycc_to_rgb_row(yrow, crow(cbp, y), crow(crp, y), row);
                 continue;
             }
         }
-        colour::ycc_to_rgb_row(yrow, up_cb, up_cr, row);
+        colour::ycc_to_rgb_row(yrow, &up_cb[up.clone()], &up_cr[up.clone()], row);
     }
     Ok(())
+}
+
+/// The chroma columns (of `cw`) that the pixel columns `xs` need, chroma
+/// being `h` times narrower: those under them, and for `h` = 2 one more
+/// each side (the triangle filter's neighbours; their own upsampled values,
+/// taken as an edge, are not used). Upsampling treats the ends of the range
+/// as edges, which they are only at the image's own: a range of fewer than
+/// 3 columns (box-upsampled) is widened to the whole row.
+fn chroma_cols(xs: &Range<usize>, h: usize, cw: usize) -> Range<usize> {
+    if h == 1 {
+        return xs.clone();
+    }
+    let cols = (xs.start / 2).saturating_sub(1)..((xs.end - 1) / 2 + 2).min(cw);
+    if cols.len() < 3 {
+        0..cw
+    } else {
+        cols
+    }
+}
+
+/// The MCU columns holding the pixel columns `xs` and the chroma columns
+/// `chroma`.
+fn needed_mcu_cols(f: &Frame, xs: &Range<usize>, chroma: &Range<usize>) -> Range<usize> {
+    let h = f.components[0].h;
+    let mcu_w = 8 * h;
+    let first = (xs.start / mcu_w).min(chroma.start * h / mcu_w);
+    let last = ((xs.end - 1) / mcu_w).max((chroma.end * h - 1) / mcu_w);
+    first..last + 1
 }
 
 /// The MCU rows to inverse-transform for the `wanted` image rows (`ch`:
@@ -198,7 +244,7 @@ fn decode_frame(
 /// neighbours). Entropy decoding can stop after the last one only when the
 /// file is `complete` (ends with EOI): otherwise the whole scan is read, so
 /// a truncated file is refused whatever rows are wanted.
-fn needed_mcu_rows(f: &Frame, wanted: &Rows, ch: usize, complete: bool) -> Range<usize> {
+fn needed_mcu_rows(f: &Frame, wanted: &Range<usize>, ch: usize, complete: bool) -> Range<usize> {
     let luma = &f.components[0];
     let chroma = if luma.v == 2 {
         (wanted.start / 2).saturating_sub(1)..((wanted.end - 1) / 2 + 2).min(ch)
@@ -212,13 +258,15 @@ fn needed_mcu_rows(f: &Frame, wanted: &Rows, ch: usize, complete: bool) -> Range
 }
 
 /// Entropy-decodes the scan up to the end of MCU row `mcu_rows.end` (or
-/// the whole scan), and inverse-transforms the blocks of `mcu_rows` into
-/// `s.planes` (whole blocks, so planes are padded to the MCU grid).
+/// the whole scan), and inverse-transforms the blocks of the MCUs in
+/// `mcu_rows` and `mcu_cols` into `s.planes` (whole blocks, so planes are
+/// padded to the MCU grid).
 #[inline(always)]
 fn decode_scan(
     f: &Frame,
     bytes: &[u8],
     mcu_rows: Range<usize>,
+    mcu_cols: Range<usize>,
     s: &mut Scratch,
 ) -> Result<(), String> {
     let luma = &f.components[0];
@@ -240,8 +288,9 @@ fn decode_scan(
         if reader.overran() {
             return Err("truncated JPEG data".into());
         }
-        let transform = mcu_rows.contains(&my);
+        let row_wanted = mcu_rows.contains(&my);
         for mx in 0..mcux {
+            let transform = row_wanted && mcu_cols.contains(&mx);
             if f.restart_interval > 0 {
                 if until_restart == 0 {
                     reader.restart()?;
@@ -279,7 +328,9 @@ fn decode_scan(
 
 #[cfg(test)]
 mod tests {
-    use crate::decode::{decode_rgb, decode_rgb_rows_into, RgbImage};
+    use std::ops::Range;
+
+    use crate::decode::{decode_rgb, decode_rgb_area_into, Area, RgbImage};
     use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 
     fn jpeg(w: u16, h: u16, sampling: SamplingFactor, gray: bool, restart: u16) -> Vec<u8> {
@@ -305,40 +356,69 @@ mod tests {
         out
     }
 
+    /// Decodes `rows` x `cols` of `bytes` into a buffer of garbage.
+    fn decode_area(bytes: &[u8], rows: Range<u32>, cols: Range<u32>) -> RgbImage {
+        let mut part = RgbImage {
+            data: vec![0x5a; 1 << 16],
+            ..RgbImage::default()
+        };
+        decode_rgb_area_into(bytes, &mut part, &Default::default(), |_, _| Area {
+            rows,
+            cols,
+        })
+        .unwrap();
+        part
+    }
+
     #[test]
-    fn decoding_some_rows_gives_those_rows_of_the_full_decode() {
+    fn decoding_an_area_gives_those_pixels_of_the_full_decode() {
         use SamplingFactor::{F_1_1, F_2_1, F_2_2};
         let cases = [
             jpeg(61, 75, F_2_2, false, 0),
             jpeg(61, 75, F_2_2, false, 3),
+            jpeg(150, 40, F_2_2, false, 0),
             jpeg(40, 50, F_2_1, false, 0),
+            jpeg(101, 20, F_2_1, false, 2),
             jpeg(40, 50, F_1_1, false, 0),
             jpeg(33, 41, F_1_1, true, 0),
+            jpeg(3, 5, F_2_2, false, 0),
         ];
         for bytes in &cases {
             let full = decode_rgb(bytes).unwrap();
             let (w, h) = (full.width as usize, full.height as usize);
-            for (a, b) in [
+            let spans = |n: usize| {
+                let mut v = vec![(0, 1), (0, n), (n - 1, n), (n / 2, n / 2 + 1)];
+                for a in [1, 2, 3, 5, 7, 15, 16, 17, 31, 33, 47] {
+                    for len in [1, 2, 3, 4, 9, 20] {
+                        if a + len <= n {
+                            v.push((a, a + len));
+                        }
+                    }
+                }
+                v
+            };
+            let rows = [
                 (0, 1),
                 (0, 17),
                 (15, 16),
                 (16, 17),
-                (17, 40),
-                (31, h),
+                (17, 19),
                 (h - 1, h),
-            ] {
-                let mut part = RgbImage::default();
-                decode_rgb_rows_into(bytes, &mut part, &Default::default(), |_, _| {
-                    a as u32..b as u32
-                })
-                .unwrap();
-                assert_eq!((part.width, part.height), (full.width, full.height));
-                let rows = a * w * 3..b * w * 3;
-                assert_eq!(
-                    part.data[rows.clone()],
-                    full.data[rows],
-                    "rows {a}..{b} of {w}x{h}"
-                );
+                (0, h),
+            ];
+            for (a, b) in rows.into_iter().filter(|&(_, b)| b <= h) {
+                for (c, d) in spans(w) {
+                    let part = decode_area(bytes, a as u32..b as u32, c as u32..d as u32);
+                    assert_eq!((part.width, part.height), (full.width, full.height));
+                    for y in a..b {
+                        let px = (y * w + c) * 3..(y * w + d) * 3;
+                        assert_eq!(
+                            part.data[px.clone()],
+                            full.data[px],
+                            "rows {a}..{b} cols {c}..{d} of {w}x{h}, row {y}"
+                        );
+                    }
+                }
             }
         }
     }
@@ -348,6 +428,10 @@ mod tests {
         let bytes = jpeg(64, 64, SamplingFactor::F_2_2, false, 0);
         let cut = &bytes[..bytes.len() - 200];
         let mut out = RgbImage::default();
-        assert!(decode_rgb_rows_into(cut, &mut out, &Default::default(), |_, _| 0..8).is_err());
+        let head = |w, _| Area {
+            rows: 0..8,
+            cols: 0..w,
+        };
+        assert!(decode_rgb_area_into(cut, &mut out, &Default::default(), head).is_err());
     }
 }

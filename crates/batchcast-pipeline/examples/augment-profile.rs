@@ -1,0 +1,237 @@
+//! `augment-profile`: where the CPU of a decoded stream goes, on one core,
+//! as `bench/augment.py`'s variant (c) spends it: the producer (JPEG decode,
+//! then `Eval { resize: S, crop: S }` to the stored `u8` NHWC square) and
+//! four trainers (`RandomResizedCrop` 128/160/192/224 + flip to `f32` NCHW,
+//! as `ToTensor`), each on one thread; and, for comparison, variant (b):
+//! four native pipelines doing those four augmentations from the files.
+//!
+//! `augment-profile --dir DIR [--images N] [--runs R] [--store S]
+//! [--stage all|decode|producer|trainers|native]`; prints the median over
+//! the runs of microseconds per image of each stage, and the ratio of the
+//! CPU per sample of the native pipelines to the decoded stream's. The
+//! decode stage reads files from memory; the pipelines read them from the
+//! file system (the page cache, warm).
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+use batchcast_pipeline::{
+    decode_rgb_into, Augmenter, DType, Dataset, Layout, OnError, OutputFormat, Pipeline, RgbImage,
+    Sampler, Transform,
+};
+
+/// The trainers of `bench/augment.py`: output side and crop scale range.
+const TRAINERS: [(u32, (f32, f32)); 4] = [
+    (128, (0.25, 1.0)),
+    (160, (0.2, 1.0)),
+    (192, (0.15, 1.0)),
+    (224, (0.08, 1.0)),
+];
+const BATCH: usize = 64;
+
+struct Args {
+    dir: PathBuf,
+    images: usize,
+    runs: usize,
+    store: u32,
+    stage: String,
+}
+
+fn parse_args() -> Result<Args, String> {
+    let mut a = Args {
+        dir: PathBuf::from("/tmp/batchcast-augment-bench"),
+        images: 1000,
+        runs: 5,
+        store: 256,
+        stage: "all".into(),
+    };
+    let mut it = std::env::args().skip(1);
+    while let Some(flag) = it.next() {
+        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: {v:?}"));
+        match flag.as_str() {
+            "--dir" => a.dir = PathBuf::from(value),
+            "--images" => a.images = num(&value)?,
+            "--runs" => a.runs = num(&value)?.max(1),
+            "--store" => a.store = num(&value)? as u32,
+            "--stage" => a.stage = value,
+            _ => return Err(format!("unknown option {flag}")),
+        }
+    }
+    Ok(a)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn main() -> ExitCode {
+    match parse_args().and_then(|a| run(&a)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("augment-profile: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(a: &Args) -> Result<(), String> {
+    let err = |e: batchcast_pipeline::PipelineError| e.to_string();
+    let dataset = Dataset::open(&a.dir).map_err(err)?;
+    let n = a.images.min(dataset.len());
+    let mut files = vec![Vec::new(); n];
+    for (i, f) in files.iter_mut().enumerate() {
+        dataset.read_sample(i, f).map_err(|e| e.to_string())?;
+    }
+    let side = a.store;
+    let producer = Pipeline::new(
+        dataset,
+        Transform::Eval {
+            resize: side,
+            crop: side,
+        },
+        OutputFormat::u8_nhwc(),
+        1,
+        OnError::Fail,
+    )
+    .map_err(err)?;
+    let row = producer.image_bytes();
+    let mut stored = vec![0u8; n * row];
+    let batches: Vec<Vec<usize>> = Sampler::new(n, BATCH)
+        .map_err(err)?
+        .with_shuffle(false)
+        .batches(0)
+        .collect();
+    let f32_nchw = OutputFormat {
+        layout: Layout::Nchw,
+        dtype: DType::to_tensor(),
+    };
+    let trainers: Vec<Augmenter> = TRAINERS
+        .iter()
+        .enumerate()
+        .map(|(i, &(size, scale))| {
+            let t = Transform::Train {
+                size,
+                scale,
+                ratio: (3.0 / 4.0, 4.0 / 3.0),
+                hflip_p: 0.5,
+            };
+            Augmenter::new(t, f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+    let mut labels = vec![0i64; BATCH];
+    let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+    let (mut dec, mut prod) = (Vec::new(), Vec::new());
+    let mut train = vec![Vec::new(); TRAINERS.len()];
+    let mut native = vec![Vec::new(); TRAINERS.len()];
+    let pipelines: Vec<Pipeline> = TRAINERS
+        .iter()
+        .enumerate()
+        .map(|(i, &(size, scale))| {
+            let t = Transform::Train {
+                size,
+                scale,
+                ratio: (3.0 / 4.0, 4.0 / 3.0),
+                hflip_p: 0.5,
+            };
+            Pipeline::new(producer.dataset().clone(), t, f32_nchw, 1, OnError::Fail)
+                .map(|p| p.with_seed(i as u64 + 1))
+        })
+        .collect::<Result<_, _>>()
+        .map_err(err)?;
+    let stage = a.stage.as_str();
+    // Stored images are needed by the trainers whatever the stage.
+    let fill = |stored: &mut [u8], labels: &mut [i64]| -> Result<(), String> {
+        for (b, batch) in batches.iter().enumerate() {
+            let dst = &mut stored[b * BATCH * row..(b * BATCH + batch.len()) * row];
+            producer
+                .fill_batch(0, batch, dst, &mut labels[..batch.len()])
+                .map_err(err)?;
+        }
+        Ok(())
+    };
+    fill(&mut stored, &mut labels)?;
+    for _ in 0..a.runs {
+        if stage == "all" || stage == "decode" {
+            let mut img = RgbImage::default();
+            let t = Instant::now();
+            for f in &files {
+                decode_rgb_into(f, &mut img, producer.limits()).map_err(|e| e.to_string())?;
+            }
+            dec.push(us(t));
+        }
+        if stage == "all" || stage == "producer" {
+            let t = Instant::now();
+            fill(&mut stored, &mut labels)?;
+            prod.push(us(t));
+        }
+        if stage == "all" || stage == "trainers" {
+            for (g, times) in trainers.iter().zip(&mut train) {
+                let mut out = vec![0u8; BATCH * g.image_bytes()];
+                let keys: Vec<u64> = (0..BATCH as u64).collect();
+                let t = Instant::now();
+                for chunk in stored.chunks(BATCH * row) {
+                    let k = chunk.len() / row;
+                    g.augment(0, chunk, side, side, &keys[..k], &mut out)
+                        .map_err(err)?;
+                }
+                times.push(us(t));
+            }
+        }
+        if stage == "all" || stage == "native" {
+            for (p, times) in pipelines.iter().zip(&mut native) {
+                let mut out = vec![0u8; BATCH * p.image_bytes()];
+                let t = Instant::now();
+                for batch in &batches {
+                    p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])
+                        .map_err(err)?;
+                }
+                times.push(us(t));
+            }
+        }
+    }
+    println!(
+        "{n} images, stored {side}x{side}, median of {} runs, us/image:",
+        a.runs
+    );
+    if !dec.is_empty() {
+        println!("  decode only            {:8.1}", median(dec));
+    }
+    let producer_us = (!prod.is_empty()).then(|| median(prod));
+    if let Some(m) = producer_us {
+        println!("  producer (read+decode+resize) {m:8.1}");
+    }
+    let (mut trainers_us, mut native_us) = (None, None);
+    if !train[0].is_empty() {
+        let mut total = 0.0;
+        for ((size, _), times) in TRAINERS.iter().zip(train) {
+            let m = median(times);
+            total += m;
+            println!("  trainer {size}            {m:8.1}");
+        }
+        println!("  trainers, all four     {total:8.1}");
+        trainers_us = Some(total);
+    }
+    if !native[0].is_empty() {
+        let mut total = 0.0;
+        for ((size, _), times) in TRAINERS.iter().zip(native) {
+            let m = median(times);
+            total += m;
+            println!("  native pipeline {size}    {m:8.1}");
+        }
+        println!("  native, all four       {total:8.1}");
+        native_us = Some(total);
+    }
+    if let (Some(p), Some(t), Some(b)) = (producer_us, trainers_us, native_us) {
+        // Per sample: (c) one decode for four trainers, (b) one each.
+        let (c, b) = ((p + t) / 4.0, b / 4.0);
+        println!(
+            "  CPU per sample: (b) {b:.1} us, (c) {c:.1} us, (b)/(c) {:.3}",
+            b / c
+        );
+    }
+    Ok(())
+}
