@@ -1,9 +1,12 @@
 """One ``batchcast stalls`` analysis: the modes in order, then the arithmetic.
 
-Order: synthetic (which also shows which files the loader opens), cold (the
-dataset's files evicted first), warm (every file read first), then the
-K-process synthetic run under torchrun (``nproc``), then ``--validate``:
-N copies with their own loaders, and N copies reading one shared producer.
+A round: synthetic (which also shows which files the loader opens), cold
+(the dataset's files evicted first), warm (every file read first), then,
+when some ``--jobs`` N exceeds the free cores, two copies held to one core
+(the cost of time-sharing), then ``--validate``: N copies with their own
+loaders, and N copies reading one shared producer. ``--repeats`` runs R
+rounds back to back and reports each figure's median; the K-process
+synthetic run under torchrun (``nproc``) runs once, after them.
 """
 
 import os
@@ -177,7 +180,7 @@ def _timeshare(opts: Options, mode: str, base: str, settings: Dict[str, str]) ->
     together = _together(base, "timeshare", settings, 2)
     jobs = [make_job(f"timeshare{i}", opts.command, mode, base, together, cpus=frozenset({core})) for i in range(2)]
     got = [r[0] for r in run_all(jobs, opts.timeout * 2).values()]
-    merged = dict(got[0])
+    merged = dict(got[0])  # the waits are the first copy's
     merged["mode"] = "timeshare"
     merged["samples"] = sum(int(r["samples"]) for r in got)
     merged["steps"] = sum(int(r["steps"]) for r in got)
