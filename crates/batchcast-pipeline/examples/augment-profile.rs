@@ -112,13 +112,7 @@ fn run(a: &Args) -> Result<(), String> {
         .iter()
         .enumerate()
         .map(|(i, &(size, scale))| {
-            let t = Transform::Train {
-                size,
-                scale,
-                ratio: (3.0 / 4.0, 4.0 / 3.0),
-                hflip_p: 0.5,
-            };
-            Augmenter::new(t, f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
+            Augmenter::new(train_crop(size, scale), f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
         })
         .collect::<Result<_, _>>()
         .map_err(err)?;
@@ -131,14 +125,14 @@ fn run(a: &Args) -> Result<(), String> {
         .iter()
         .enumerate()
         .map(|(i, &(size, scale))| {
-            let t = Transform::Train {
-                size,
-                scale,
-                ratio: (3.0 / 4.0, 4.0 / 3.0),
-                hflip_p: 0.5,
-            };
-            Pipeline::new(producer.dataset().clone(), t, f32_nchw, 1, OnError::Fail)
-                .map(|p| p.with_seed(i as u64 + 1))
+            Pipeline::new(
+                producer.dataset().clone(),
+                train_crop(size, scale),
+                f32_nchw,
+                1,
+                OnError::Fail,
+            )
+            .map(|p| p.with_seed(i as u64 + 1))
         })
         .collect::<Result<_, _>>()
         .map_err(err)?;
@@ -234,4 +228,14 @@ fn run(a: &Args) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+/// A trainer's RandomResizedCrop + flip, with torchvision's default ratios.
+fn train_crop(size: u32, scale: (f32, f32)) -> Transform {
+    Transform::Train {
+        size,
+        scale,
+        ratio: (3.0 / 4.0, 4.0 / 3.0),
+        hflip_p: 0.5,
+    }
 }
