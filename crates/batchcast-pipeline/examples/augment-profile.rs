@@ -198,27 +198,8 @@ fn run(a: &Args) -> Result<(), String> {
     if let Some(m) = producer_us {
         println!("  producer (read+decode+resize) {m:8.1}");
     }
-    let (mut trainers_us, mut native_us) = (None, None);
-    if !train[0].is_empty() {
-        let mut total = 0.0;
-        for ((size, _), times) in TRAINERS.iter().zip(train) {
-            let m = median(times);
-            total += m;
-            println!("  trainer {size}            {m:8.1}");
-        }
-        println!("  trainers, all four     {total:8.1}");
-        trainers_us = Some(total);
-    }
-    if !native[0].is_empty() {
-        let mut total = 0.0;
-        for ((size, _), times) in TRAINERS.iter().zip(native) {
-            let m = median(times);
-            total += m;
-            println!("  native pipeline {size}    {m:8.1}");
-        }
-        println!("  native, all four       {total:8.1}");
-        native_us = Some(total);
-    }
+    let trainers_us = per_trainer(train, "trainer", "trainers, all four");
+    let native_us = per_trainer(native, "native pipeline", "native, all four");
     if let (Some(p), Some(t), Some(b)) = (producer_us, trainers_us, native_us) {
         // Per sample: (c) one decode for four trainers, (b) one each.
         let (c, b) = ((p + t) / 4.0, b / 4.0);
@@ -238,4 +219,20 @@ fn train_crop(size: u32, scale: (f32, f32)) -> Transform {
         ratio: (3.0 / 4.0, 4.0 / 3.0),
         hflip_p: 0.5,
     }
+}
+
+/// Prints each trainer's median (microseconds per sample) and their sum;
+/// the sum, or None when this stage was not run.
+fn per_trainer(times: Vec<Vec<f64>>, what: &str, all: &str) -> Option<f64> {
+    if times[0].is_empty() {
+        return None;
+    }
+    let mut total = 0.0;
+    for ((size, _), t) in TRAINERS.iter().zip(times) {
+        let m = median(t);
+        total += m;
+        println!("  {:<22} {m:8.1}", format!("{what} {size}"));
+    }
+    println!("  {all:<22} {total:8.1}");
+    Some(total)
 }
