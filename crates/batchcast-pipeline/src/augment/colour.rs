@@ -8,8 +8,9 @@
 //!   in `f64` (Python) before the rounding;
 //! - `rgb_to_grayscale` = `0.2989 r + 0.587 g + 0.114 b`, truncated;
 //! - `adjust_contrast` blends with the mean of the grayscale image;
-//! - `adjust_hue` goes through `_rgb2hsv` / `_hsv2rgb` in `f32` on
-//!   `x / 255` and back with `* 255.999`, truncated (`convert_image_dtype`).
+//! - `adjust_hue` is in [`super::hue`].
+
+use super::lanes::{map_pixels, truncate_u8, Lanes, PixelMap, LANES};
 
 /// `_blend`'s two weights as torch uses them: `ratio` and `1.0 - ratio`
 /// (computed in `f64`), each rounded to `f32`.
@@ -62,90 +63,32 @@ pub(crate) fn contrast(image: &mut [u8], factor: f64) {
 
 /// `adjust_saturation(img, factor)`: a blend with the grayscale image.
 pub(crate) fn saturation(image: &mut [u8], factor: f64) {
-    let w = weights(factor);
-    for px in image.chunks_exact_mut(3) {
-        let g = f32::from(gray(px));
-        for v in px.iter_mut() {
-            *v = blend(*v, g, w);
+    map_pixels(image, Saturate(weights(factor)));
+}
+
+/// [`saturation`] of eight pixels: [`gray`] and [`blend`] in lanes.
+struct Saturate((f32, f32));
+
+impl PixelMap for Saturate {
+    #[inline(always)]
+    fn map(&self, rgb: [Lanes<u8>; 3]) -> [Lanes<u8>; 3] {
+        let (ratio, other) = self.0;
+        let mut x = [[0f32; LANES]; 3];
+        for c in 0..3 {
+            for i in 0..LANES {
+                x[c][i] = f32::from(rgb[c][i]);
+            }
         }
-    }
-}
-
-/// `adjust_hue(img, factor)`, `factor` in [-0.5, 0.5]: the hue shifted by
-/// `factor` turns.
-pub(crate) fn hue(image: &mut [u8], factor: f64) {
-    let shift = factor as f32;
-    // `x / 255` of every uint8 value, the same f32 division, done once.
-    let unit: [f32; 256] = std::array::from_fn(|v| v as f32 / 255.0);
-    for px in image.chunks_exact_mut(3) {
-        let rgb = [0, 1, 2].map(|c| unit[usize::from(px[c])]);
-        let [h, s, v] = rgb_to_hsv(rgb);
-        let h = rem_one(h + shift);
-        let out = hsv_to_rgb([h, s, v]);
-        for (dst, x) in px.iter_mut().zip(out) {
-            // convert_image_dtype(float -> uint8): `x * 255.999`, truncated.
-            *dst = (x * 255.999f32) as u8;
+        let mut out = [[0u8; LANES]; 3];
+        for i in 0..LANES {
+            // gray(): the weighted sum, in [0, 255), truncated.
+            let g = 0.2989f32 * x[0][i] + 0.587f32 * x[1][i] + 0.114f32 * x[2][i];
+            let g = f32::from(truncate_u8(g));
+            for c in 0..3 {
+                out[c][i] = truncate_u8((ratio * x[c][i] + other * g).clamp(0.0, 255.0));
+            }
         }
-    }
-}
-
-/// torch's `x % 1.0` on floats (`fmod`, moved into [0, 1) when negative)
-/// for `x` in (-1, 2), without a libm call: `x - 1` is exact for x in
-/// [1, 2) (Sterbenz), which is what `fmod` returns; a negative `x` is
-/// its own `fmod`, plus 1 (rounded, as torch adds it).
-fn rem_one(x: f32) -> f32 {
-    if x >= 1.0 {
-        x - 1.0
-    } else if x < 0.0 {
-        x + 1.0
-    } else {
-        x
-    }
-}
-
-/// `_rgb2hsv`, term for term (it follows Pillow's `rgb2hsv`).
-fn rgb_to_hsv([r, g, b]: [f32; 3]) -> [f32; 3] {
-    let maxc = r.max(g).max(b);
-    let minc = r.min(g).min(b);
-    let eqc = maxc == minc;
-    let cr = maxc - minc;
-    let s = cr / if eqc { 1.0 } else { maxc };
-    let div = if eqc { 1.0 } else { cr };
-    let rc = (maxc - r) / div;
-    let gc = (maxc - g) / div;
-    let bc = (maxc - b) / div;
-    let hr = if maxc == r { bc - gc } else { 0.0 };
-    let hg = if maxc == g && maxc != r {
-        2.0 + rc - bc
-    } else {
-        0.0
-    };
-    let hb = if maxc != g && maxc != r {
-        4.0 + gc - rc
-    } else {
-        0.0
-    };
-    let h = hr + hg + hb;
-    // torch.fmod(h / 6 + 1, 1) of a value in (5/6, 2).
-    let h = rem_one(h / 6.0 + 1.0);
-    [h, s, maxc]
-}
-
-/// `_hsv2rgb`, term for term.
-fn hsv_to_rgb([h, s, v]: [f32; 3]) -> [f32; 3] {
-    // floor(h * 6) for h in [0, 1]: truncation, without a libm call.
-    let i = ((h * 6.0) as i32) as f32;
-    let f = h * 6.0 - i;
-    let p = (v * (1.0 - s)).clamp(0.0, 1.0);
-    let q = (v * (1.0 - s * f)).clamp(0.0, 1.0);
-    let t = (v * (1.0 - s * (1.0 - f))).clamp(0.0, 1.0);
-    match (i as i32).rem_euclid(6) {
-        0 => [v, t, p],
-        1 => [q, v, p],
-        2 => [p, v, t],
-        3 => [p, q, v],
-        4 => [t, p, v],
-        _ => [v, p, q],
+        out
     }
 }
 
@@ -165,7 +108,7 @@ mod tests {
         // Hue 0 round-trips through HSV: torch's own arithmetic loses at
         // most one level there (255.999 is not 256).
         let mut x = img.clone();
-        hue(&mut x, 0.0);
+        crate::augment::hue::hue(&mut x, 0.0);
         assert!(x.iter().zip(&img).all(|(a, b)| a.abs_diff(*b) <= 1));
     }
 
@@ -189,37 +132,31 @@ mod tests {
         assert_eq!(x, [14; 6]);
         // Half a turn of hue takes red to cyan.
         let mut x = vec![255, 0, 0];
-        hue(&mut x, 0.5);
+        crate::augment::hue::hue(&mut x, 0.5);
         assert_eq!(x, [0, 255, 255]);
         let mut x = vec![0, 255, 0];
-        hue(&mut x, -1.0 / 3.0);
+        crate::augment::hue::hue(&mut x, -1.0 / 3.0);
         assert_eq!(x, [255, 0, 0]);
     }
 
     #[test]
-    fn rem_one_is_fmod_moved_into_the_unit_interval() {
-        let mut r = crate::rng::Rng::derive(&[9]);
-        for _ in 0..10_000 {
-            let x = r.uniform(-0.99, 1.99) as f32;
-            let m = x % 1.0;
-            let want = if m < 0.0 { m + 1.0 } else { m };
-            assert_eq!(rem_one(x).to_bits(), want.to_bits(), "{x}");
-        }
-        for x in [0.0f32, -0.0, 1.0, 0.5, -0.5, 1.5, 1.0 - f32::EPSILON / 2.0] {
-            let m = x % 1.0;
-            let want = if m < 0.0 { m + 1.0 } else { m };
-            assert_eq!(rem_one(x).to_bits(), want.to_bits(), "{x}");
-        }
-    }
-
-    #[test]
-    fn hsv_round_trips() {
-        for px in noise(500, 2).chunks_exact(3) {
-            let rgb = [0, 1, 2].map(|c| f32::from(px[c]) / 255.0);
-            let back = hsv_to_rgb(rgb_to_hsv(rgb));
-            for (a, b) in rgb.iter().zip(back) {
-                assert!((a - b).abs() < 1e-5, "{px:?}");
+    fn saturation_in_lanes_equals_the_plain_scalar_form() {
+        let img = noise(10_000 + 5, 3);
+        for factor in [0.0, 0.3, 0.6, 1.0, 1.4, 2.5, 7.0] {
+            let w = weights(factor);
+            let mut want = img.clone();
+            for px in want.chunks_exact_mut(3) {
+                let g = f32::from(gray(px));
+                for v in px.iter_mut() {
+                    *v = blend(*v, g, w);
+                }
             }
+            let mut got = img.clone();
+            saturation(&mut got, factor);
+            assert_eq!(got, want, "factor {factor}");
+            let mut portable = img.clone();
+            crate::augment::lanes::map_portable(&mut portable, Saturate(w));
+            assert_eq!(portable, want, "factor {factor}");
         }
     }
 }

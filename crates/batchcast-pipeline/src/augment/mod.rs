@@ -27,7 +27,9 @@
 mod auto;
 mod colour;
 mod geometry;
+mod hue;
 mod jitter;
+mod lanes;
 mod op;
 mod tone;
 

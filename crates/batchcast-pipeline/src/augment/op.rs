@@ -4,7 +4,7 @@
 //! their factor).
 
 use super::geometry::{self, Affine};
-use super::{colour, tone};
+use super::{colour, hue, tone};
 use crate::PipelineError;
 
 /// One op and its parameter. The auto-augment ops take torchvision's
@@ -209,7 +209,7 @@ impl Op {
             Op::AdjustBrightness(f) => return colour::brightness(image, f),
             Op::AdjustContrast(f) => return colour::contrast(image, f),
             Op::AdjustSaturation(f) => return colour::saturation(image, f),
-            Op::AdjustHue(f) => return colour::hue(image, f),
+            Op::AdjustHue(f) => return hue::hue(image, f),
         };
         scratch.clear();
         scratch.extend_from_slice(image);
