@@ -6,8 +6,10 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
+import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Iterator, NamedTuple, Optional, Union
+from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 from . import _native
 from ._pinned import try_pin
@@ -158,15 +160,15 @@ class Consumer:
             reproduces the same crops.
         transform_threads: native threads that run ``transform``.
         transform_prefetch: with ``transform``, augment the next batch while
-            the loop works on this one: when the loop takes batch k and
-            batch k+1 has already arrived, its augmentation starts at once
-            on a background thread (the native work releases the GIL), so
-            the next ``next()`` waits only for what is left of it. Events
-            keep their order; an augmentation error is raised when that
-            batch is asked for; a ``break`` drops the prefetched batch with
-            the rest of the epoch. Costs one batch of augmented memory and
-            holds one more producer batch. False: each batch is augmented
-            when it is asked for.
+            the loop works on this one: when the loop takes batch k, batch
+            k+1 is augmented on a background thread (the native work
+            releases the GIL) at once if it has arrived, else as soon as it
+            arrives, so the next ``next()`` waits only for what is left of
+            it. Events keep their order; an augmentation error is raised
+            when that batch is asked for; a ``break`` drops the prefetched
+            batch with the rest of the epoch. Costs one batch of augmented
+            memory and holds one more producer batch. False: each batch is
+            augmented when it is asked for.
     """
 
     def __init__(
@@ -217,14 +219,10 @@ class Consumer:
         if transform is not None:
             self._augment = _Augment(transform, seed, transform_threads, self._format, self._device)
             self._device = None  # batches move after augmenting, which reads them on the CPU
-        if self._format == "torch":
-            import torch
-
-            self._from_dlpack = torch.from_dlpack
-        else:
-            import numpy
-
-            self._np_from_dlpack = numpy.from_dlpack
+        self._convert = _converter(self._format, self._device, name)
+        #: Seconds the loop waited for a batch a prefetch thread was
+        #: waiting for (its own wait is not the loop's).
+        self._waited = 0.0
         if label is None:
             label = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             # Labels are at most 128 bytes; cut a long script name to fit.
@@ -319,10 +317,10 @@ class Consumer:
         this consumer has not read yet}`` (a batch being prefetched counts
         as not yet handed out)."""
         stats = self._native.stats()
-        pending = self._pending
-        if pending is not None and pending.event is not None and pending.event[0] == "batch":
+        if _holds_a_batch(self._pending):
             stats["batches"] -= 1
             stats["lag"] += 1
+        stats["wait_seconds"] += self._waited
         return stats
 
     # -- the DataLoader surface -------------------------------------------
@@ -537,9 +535,29 @@ class Consumer:
         """The next event of the stream: the one taken ahead, if any, else
         the native consumer's next (waiting for it)."""
         pending, self._pending = self._pending, None
-        if pending is not None:
+        if pending is None:
+            return _Pending(self._native.next_event(), None, None)
+        if not pending.waiting:
             return pending
-        return _Pending(self._native.next_event(), None, None)
+        # A prefetch thread is waiting for it, or has taken it.
+        t0 = time.monotonic()
+        try:
+            event, batch, error = pending.future.result()
+        except KeyboardInterrupt:
+            self._pending = pending  # still the stream's next event
+            raise
+        except BaseException as e:  # taking the event failed: raised in its turn
+            return _Pending(None, None, e)
+        finally:
+            self._waited += time.monotonic() - t0
+        if event[0] != "batch":
+            return _Pending(event, None, None)
+        done: Future = Future()
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(batch)
+        return _Pending(event, done, None)
 
     def _build(self, event: tuple) -> Any:
         """A batch event's batch, augmented with ``transform=`` if given."""
@@ -550,9 +568,11 @@ class Consumer:
         return batch
 
     def _prefetch_next(self) -> None:
-        """Takes the next event now if it has arrived (never waits for it)
-        and starts augmenting it if it is a batch; it stays pending for the
-        next reader of events. The native consumer stays on this thread."""
+        """Takes the next event now if it has arrived and starts augmenting
+        it if it is a batch; if it has not arrived, a prefetch thread waits
+        for it (holding the native consumer only while it looks) and
+        augments it when it comes. Either way it stays pending for the next
+        reader of events, so the stream's order is unchanged."""
         if self._pending is not None:
             return
         try:
@@ -560,12 +580,19 @@ class Consumer:
         except Exception as e:  # raised in order, when this event is read
             self._pending = _Pending(None, None, e)
             return
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="batchcast-prefetch")
         if event is None:
+            assert self._augment is not None and self._current is not None
+            # The task holds what it needs, not this Consumer, so dropping
+            # the Consumer still closes the native one (see __del__).
+            task = self._executor.submit(
+                _take_and_augment, self._native, self._augment, self._convert, self._current.batch_size, self.name
+            )
+            self._pending = _Pending(None, task, None, waiting=True)
             return
         future: Optional[Future] = None
         if event[0] == "batch":
-            if self._executor is None:
-                self._executor = ThreadPoolExecutor(1, thread_name_prefix="batchcast-prefetch")
             try:
                 views = unflatten(event[3], event[4], self._convert)
             except Exception as e:
@@ -588,21 +615,6 @@ class Consumer:
         if not partial:
             self._last_full = info
         self._in_epoch = True
-
-    def _convert(self, view: Any) -> Any:
-        if self._format == "torch":
-            t = self._from_dlpack(view)
-            if self._device is not None:
-                t = t.to(self._device, non_blocking=True)
-            return t
-        if view.dtype == "bf16":
-            raise TypeError(
-                f"the producer {self.name!r} sends a bfloat16 array, which NumPy cannot hold; "
-                'use format="torch"'
-            )
-        a = self._np_from_dlpack(view)
-        a.flags.writeable = False
-        return a
 
     def _finished_error(self) -> BaseException:
         assert self._finished is not None
@@ -636,6 +648,16 @@ class Consumer:
             executor.shutdown(wait=False, cancel_futures=True)
         self._native.close()
 
+    def __del__(self) -> None:
+        # A prefetch thread waiting for the next event holds the native
+        # consumer, not this object: close it, so that thread ends.
+        pending = getattr(self, "_pending", None)
+        if pending is not None and pending.waiting and not pending.future.done():
+            try:
+                self._native.close()
+            except Exception:  # interpreter shutdown; nothing to report to
+                pass
+
     def __enter__(self) -> "Consumer":
         return self
 
@@ -647,15 +669,102 @@ class Consumer:
         return f"<batchcast.Consumer of {self.name!r} ({state})>"
 
 
-class _Pending(NamedTuple):
-    """An event taken from the native consumer ahead of the loop."""
+def _converter(fmt: str, device: Any, name: str) -> Callable[[Any], Any]:
+    """The function that makes a batch's arrays from its DLPack views:
+    torch tensors (moved to ``device``, if any) or read-only NumPy arrays.
+    A plain function, not a method: a prefetch thread holds it without
+    holding the Consumer."""
+    if fmt == "torch":
+        import torch
 
-    #: The event (None when taking it raised).
+        from_dlpack = torch.from_dlpack
+
+        def to_torch(view: Any) -> Any:
+            t = from_dlpack(view)
+            return t if device is None else t.to(device, non_blocking=True)
+
+        return to_torch
+    import numpy
+
+    def to_numpy(view: Any) -> Any:
+        if view.dtype == "bf16":
+            raise TypeError(
+                f"the producer {name!r} sends a bfloat16 array, which NumPy cannot hold; use format=\"torch\""
+            )
+        a = numpy.from_dlpack(view)
+        a.flags.writeable = False
+        return a
+
+    return to_numpy
+
+
+#: Native consumers a prefetch thread is waiting on now.
+_WAITING: "set[Any]" = set()
+
+
+def _take_and_augment(native: Any, augment: Any, convert: Any, batch_size: int, name: str) -> tuple:
+    """A prefetch thread's task when the next event had not arrived: waits
+    for it (``wait_event`` holds the native consumer only while it looks, so
+    the loop's other calls go on), then augments it if it is a batch.
+    Returns ``(event, batch, augmentation error)``; raises what taking the
+    event raised."""
+    _WAITING.add(native)
+    try:
+        event = native.wait_event()
+    finally:
+        _WAITING.discard(native)
+    if event[0] != "batch":
+        return event, None, None
+    try:
+        views = unflatten(event[3], event[4], convert)
+        return event, augment(views, event[1], event[2] * batch_size, name), None
+    except Exception as e:  # raised when this batch is asked for
+        return event, None, e
+
+
+def _close_waiting() -> None:
+    """At interpreter exit, before threads are joined: closes the native
+    consumers that prefetch threads wait on (a producer that sends nothing
+    more would otherwise hold the exit up); each wait ends within 100 ms."""
+    for native in list(_WAITING):
+        try:
+            native.close()
+        except Exception:  # exiting; nothing to report to
+            pass
+
+
+# Registered after concurrent.futures' own hook (imported above), so it runs
+# first: threading calls these in reverse order, then joins the threads.
+_register_atexit = getattr(threading, "_register_atexit", None)
+if _register_atexit is not None:
+    _register_atexit(_close_waiting)
+
+
+def _holds_a_batch(pending: Optional["_Pending"]) -> bool:
+    """Whether ``pending`` is a batch event taken ahead of the loop (one
+    the native consumer counts as handed out)."""
+    if pending is None:
+        return False
+    if not pending.waiting:
+        return pending.event is not None and pending.event[0] == "batch"
+    if not pending.future.done() or pending.future.exception() is not None:
+        return False
+    return pending.future.result()[0][0] == "batch"
+
+
+class _Pending(NamedTuple):
+    """An event taken from the native consumer ahead of the loop, or being
+    waited for by the prefetch thread (``waiting``)."""
+
+    #: The event (None when taking it raised, or while ``waiting``).
     event: Optional[tuple]
-    #: A batch event's augmentation, running on the prefetch thread.
+    #: A batch event's augmentation, running on the prefetch thread; with
+    #: ``waiting``, the prefetch thread's `_take_and_augment`.
     future: Optional[Future]
     #: What taking the event raised, re-raised in its turn.
     error: Optional[BaseException]
+    #: The event had not arrived: ``future`` waits for it.
+    waiting: bool = False
 
     def event_or_raise(self) -> tuple:
         if self.error is not None:

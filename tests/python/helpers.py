@@ -482,6 +482,38 @@ def produce_decoded(o: Dict[str, Any]) -> None:
     say("done")
 
 
+def produce_gated(o: Dict[str, Any]) -> None:
+    """A decoded stream of `batches` small batches (uint8 (8, 48, 48, 3))
+    that publishes its first batch at once and each later one only after a
+    line on stdin: a producer a test can hold between two batches."""
+    import batchcast
+
+    rng = np.random.default_rng(0)
+
+    class Gated:
+        def __iter__(self):
+            for k in range(o.get("batches", 3)):
+                if k and not sys.stdin.readline():
+                    return
+                yield rng.integers(0, 256, (8, 48, 48, 3), dtype=np.uint8), np.arange(8 * k, 8 * k + 8, dtype=np.int64)
+
+    p = batchcast.Producer(Gated(), o["name"], batch_size=8, samples_per_epoch=8 * o.get("batches", 3))
+    say("ready")
+    p.run(epochs=1)
+    say("done")
+
+
+def consume_one_and_leave(o: Dict[str, Any]) -> None:
+    """Takes one augmented batch (its next is not there yet, so a prefetch
+    thread waits for it), says `took`, and ends the script without close()."""
+    import batchcast
+    from batchcast import transforms as T
+
+    c = batchcast.Consumer(o["name"], connect_timeout=30, transform=T.RandomResizedCrop(24), seed=1)
+    next(iter(c))
+    say("took", str(c._pending is not None and c._pending.waiting))
+
+
 def consume_timed(o: Dict[str, Any]) -> None:
     """A slow training loop: per step, `work_ms` of CPU work (matrix
     products, one thread) on the augmented batch. Reports the time each

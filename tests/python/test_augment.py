@@ -41,11 +41,11 @@ def dataset(tmp_path_factory):
 def serve(dataset, bc_dir, batchcast_bin):
     procs = []
 
-    def start(name: str, consumers: int, epochs: int = 1):
+    def start(name: str, consumers: int, epochs: int = 1, extra=()):
         p = subprocess.Popen(
             [batchcast_bin, "serve", "--name", name, "--data", str(dataset), "--decode-only",
              "--store-size", str(S), "--batch-size", str(BATCH), "--epochs", str(epochs),
-             "--consumers", str(consumers), "--no-shuffle", "--idle-timeout", "60"],
+             "--consumers", str(consumers), "--no-shuffle", "--idle-timeout", "60", *extra],
             stderr=subprocess.PIPE,
             text=True,
         )
@@ -83,6 +83,35 @@ def test_the_decoded_stream_holds_each_image_once_as_a_stored_square(serve):
         images, labels = read_epoch(c)
     assert all(tuple(x.shape[1:]) == (S, S, 3) and x.dtype == torch.uint8 for x in images)
     assert Counter(labels) == Counter({k: PER_CLASS for k in range(CLASSES)})
+
+
+def test_dct_scaling_stores_large_images_within_a_few_levels_and_refuses_crops(serve, dataset, batchcast_bin):
+    serve("exact", consumers=1)
+    serve("scaled", consumers=1, extra=["--dct-scale"])
+    with batchcast.Consumer("exact", connect_timeout=30) as c:
+        exact, labels = read_epoch(c)
+    with batchcast.Consumer("scaled", connect_timeout=30) as c:
+        scaled, scaled_labels = read_epoch(c)
+    assert scaled_labels == labels
+    # Images whose shorter side is at least 2 * S are decoded at half size
+    # (the others exactly as before).
+    sides = []
+    for f in sorted(dataset.glob("*/*.jpg")):
+        with Image.open(f) as im:
+            sides.append(min(im.size))
+    a, b = torch.cat(exact).int(), torch.cat(scaled).int()
+    diff = (a - b).abs()
+    changed = [bool(d.any()) for d in diff]
+    assert changed == [s >= 2 * S for s in sides], (sides, changed)
+    # Smooth parts agree within a level or two; a hard edge (the blue
+    # channel's wrap from 255 to 0) is filtered differently.
+    d = diff.flatten().float()
+    assert d.mean() < 1.0 and d.quantile(0.99) <= 6, (d.mean(), d.quantile(0.99), d.max())
+    out = subprocess.run(
+        [batchcast_bin, "serve", "--name", "crops", "--data", str(dataset), "--transform", "train", "--dct-scale"],
+        capture_output=True, text=True, timeout=60,
+    )
+    assert out.returncode != 0 and "--dct-scale applies to a resize" in out.stderr, out.stderr
 
 
 def test_each_consumer_augments_its_own_copy_and_a_seed_reproduces_it(serve):

@@ -238,3 +238,55 @@ def test_stats_say_how_far_the_producer_is_ahead(serve, batchcast_bin):
     s = c.stats()
     assert s["behind"] == 0 and s["lag"] == 0, s
     c.close()
+
+
+def test_a_batch_that_arrives_during_the_step_is_augmented_ahead_and_nothing_waits_on_it(spawn):
+    """The next batch is not there when the loop takes one: the prefetch
+    thread waits for it, holding the native consumer only while it looks
+    (stats() goes on meanwhile), and augments it as it arrives, before the
+    loop asks for it."""
+    producer = spawn("produce_gated", stdin=True, name="gated", batches=3)
+    producer.expect("ready")
+    c = batchcast.Consumer("gated", connect_timeout=30, transform=crop(), seed=1)
+    where = []
+    inner = c._augment
+
+    def record(*args):
+        where.append(threading.current_thread().name)
+        return inner(*args)
+
+    c._augment = record
+    it = iter(c)
+    _, labels = next(it)
+    assert labels.tolist() == list(range(8))
+    assert c._pending is not None and c._pending.waiting, "batch 1 is not published yet"
+    assert not c._pending.future.done()
+    done = threading.Event()
+    stats = threading.Thread(target=lambda: (c.stats(), done.set()))
+    stats.start()
+    assert done.wait(10), "stats() waited for the prefetch thread's wait"
+    producer.popen.stdin.write("go\n")
+    producer.popen.stdin.flush()
+    c._pending.future.result(timeout=30)  # augmented with no next() asked for
+    assert where[-1].startswith("batchcast-prefetch"), where
+    assert c.stats()["batches"] == 1, "a prefetched batch is not counted as handed out"
+    _, labels = next(it)
+    assert labels.tolist() == list(range(8, 16))
+    producer.popen.stdin.write("go\n")
+    producer.popen.stdin.flush()
+    rest = [y.tolist() for _, y in it]
+    assert rest == [list(range(16, 24))]
+    assert len(where) == 3 and where[0] == threading.main_thread().name
+    assert all(w.startswith("batchcast-prefetch") for w in where[1:]), where
+    producer.expect("done")
+    c.close()
+
+
+def test_a_script_that_ends_while_the_prefetch_thread_waits_exits(spawn):
+    """The producer holds its next batch forever (as a stopped one would):
+    the prefetch thread's wait must not hold up the interpreter's exit."""
+    producer = spawn("produce_gated", stdin=True, name="held", batches=3)
+    producer.expect("ready")
+    trainer = spawn("consume_one_and_leave", name="held")
+    assert trainer.expect("took ") == "True", "the prefetch thread waits for batch 1"
+    assert trainer.wait(30) == 0

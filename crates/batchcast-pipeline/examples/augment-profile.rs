@@ -6,7 +6,7 @@
 //! four native pipelines doing those four augmentations from the files.
 //!
 //! `augment-profile --dir DIR [--images N] [--runs R] [--store S]
-//! [--stage all|decode|producer|trainers|native]`; prints the median over
+//! [--stage all|decode|producer|trainers|native] [--dct-scale on|off]`; prints the median over
 //! the runs of microseconds per image of each stage, and the ratio of the
 //! CPU per sample of the native pipelines to the decoded stream's. The
 //! decode stage reads files from memory; the pipelines read them from the
@@ -36,6 +36,7 @@ struct Args {
     runs: usize,
     store: u32,
     stage: String,
+    dct_scale: bool,
 }
 
 fn parse_args() -> Result<Args, String> {
@@ -45,6 +46,7 @@ fn parse_args() -> Result<Args, String> {
         runs: 5,
         store: 256,
         stage: "all".into(),
+        dct_scale: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
@@ -56,6 +58,7 @@ fn parse_args() -> Result<Args, String> {
             "--runs" => a.runs = num(&value)?.max(1),
             "--store" => a.store = num(&value)? as u32,
             "--stage" => a.stage = value,
+            "--dct-scale" => a.dct_scale = value == "on",
             _ => return Err(format!("unknown option {flag}")),
         }
     }
@@ -96,7 +99,8 @@ fn run(a: &Args) -> Result<(), String> {
         1,
         OnError::Fail,
     )
-    .map_err(err)?;
+    .map_err(err)?
+    .with_dct_scaling(a.dct_scale);
     let row = producer.image_bytes();
     let mut stored = vec![0u8; n * row];
     let batches: Vec<Vec<usize>> = Sampler::new(n, BATCH)

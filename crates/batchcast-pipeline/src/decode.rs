@@ -121,23 +121,38 @@ pub fn decode_rgb_into(
     decode_rgb_area_into(bytes, out, limits, Area::all)
 }
 
-/// The part of an image a caller reads: rows and columns, half-open.
+/// The part of an image a caller reads: rows and columns, half-open, of
+/// the image at `scale/8` of its size ([`scaled_size`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Area {
     /// Rows, top to bottom.
     pub(crate) rows: Range<u32>,
     /// Columns, left to right.
     pub(crate) cols: Range<u32>,
+    /// Eighths of the full size to decode at, 1..=8: below 8, a JPEG this
+    /// crate's decoder handles is decoded at reduced size straight from
+    /// its DCT coefficients; any other image comes whole. The decoded
+    /// image's size says which.
+    pub(crate) scale: u8,
 }
 
 impl Area {
-    /// The whole of a `width` x `height` image.
+    /// The whole of a `width` x `height` image, at full size.
     pub(crate) fn all(width: u32, height: u32) -> Area {
         Area {
             rows: 0..height,
             cols: 0..width,
+            scale: 8,
         }
     }
+}
+
+/// The size of a `width` x `height` image decoded at `scale/8` of it
+/// (each side rounded up, as libjpeg's scaled decoding does).
+pub(crate) fn scaled_size(width: u32, height: u32, scale: u8) -> (u32, u32) {
+    let n = u64::from(scale.clamp(1, 8));
+    let side = |x: u32| (u64::from(x) * n).div_ceil(8) as u32;
+    (side(width), side(height))
 }
 
 /// [`decode_rgb_into`] for a caller that reads only part of the image:

@@ -56,6 +56,8 @@ pub struct Pipeline {
     writer: Writer,
     on_error: OnError,
     limits: DecodeLimits,
+    /// Decode JPEGs at a reduced DCT scale where an `Eval` resize allows.
+    dct_scaling: bool,
     seed: u64,
     workers: usize,
     pool: rayon::ThreadPool,
@@ -72,6 +74,7 @@ impl fmt::Debug for Pipeline {
             .field("output", &self.output)
             .field("on_error", &self.on_error)
             .field("max_pixels", &self.limits.max_pixels)
+            .field("dct_scaling", &self.dct_scaling)
             .field("seed", &self.seed)
             .field("workers", &self.workers)
             .finish_non_exhaustive()
@@ -117,6 +120,7 @@ impl Pipeline {
             output,
             on_error,
             limits: DecodeLimits::default(),
+            dct_scaling: false,
             seed: 0,
             workers,
             pool,
@@ -134,6 +138,20 @@ impl Pipeline {
     /// same random crop and flip for the same seed, on any thread.
     pub fn with_seed(mut self, seed: u64) -> Pipeline {
         self.seed = seed;
+        self
+    }
+
+    /// Decodes a JPEG at a reduced size straight from its DCT coefficients
+    /// (`n/8` of it, as libjpeg's `scale_num` and PIL's `draft()` do) when
+    /// the transform is [`Transform::Eval`] and the image is large enough
+    /// that its shorter side stays at least `resize` at that size; the
+    /// resize then starts from the smaller image. Off by default: the
+    /// output then differs from a full decode and resize (what torchvision
+    /// gives) by a level or two on average; in exchange, decoding a photo
+    /// of 1.2x the resize costs about a sixth less, of 2x about half less.
+    /// Crops ([`Transform::Train`]) always decode at full size.
+    pub fn with_dct_scaling(mut self, on: bool) -> Pipeline {
+        self.dct_scaling = on;
         self
     }
 
@@ -253,6 +271,7 @@ impl Pipeline {
             transform: &self.transform,
             writer: &self.writer,
             limits: &self.limits,
+            dct_scaling: self.dct_scaling,
             raw: self.output.is_raw(),
             seed: self.seed,
             epoch,

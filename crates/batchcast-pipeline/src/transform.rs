@@ -227,6 +227,7 @@ impl Plan {
             Region::Crop(c) => Area {
                 rows: c.top..c.top.saturating_add(c.height).min(height),
                 cols: c.left..c.left.saturating_add(c.width).min(width),
+                scale: 8,
             },
             Region::Window {
                 left,
@@ -236,6 +237,7 @@ impl Plan {
             } => Area {
                 rows: reach(top, h, self.out_height, height),
                 cols: reach(left, w, self.out_width, width),
+                scale: 8,
             },
         }
     }

@@ -97,6 +97,9 @@ impl ProducerWatch {
 /// Waits of 100 ms before checking whether kept batches hold the window.
 const WARN_AFTER_TICKS: u32 = 10;
 
+/// How long `wait_event` sleeps between looks when nothing wakes it.
+const WAIT_TICK: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Warns that this process's kept batches hold every slot of the window.
 fn warn_window_full(py: Python<'_>, name: &str, slots: usize) -> PyResult<()> {
     let msg = format!(
@@ -438,6 +441,36 @@ impl PyConsumer {
             result
         })?;
         event.map(|e| self.event_to_py(py, e)).transpose()
+    }
+
+    /// The next event, as `next_event`, but this consumer is held only
+    /// while looking, not while asleep, so calls from other threads
+    /// (`stats`, `close`) go on meanwhile: what a prefetch thread waits
+    /// with, ahead of the loop. Its wait is not counted in `wait_seconds`
+    /// (the loop was not waiting). `close` from another thread makes it
+    /// give up within 100 ms; Ctrl-C stops it only on the main thread.
+    fn wait_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        let waiter = self.inner.call(py, |a, _| Ok(a.consumer.waiter()))?;
+        loop {
+            // Read the wake word before looking: a change after this makes
+            // the sleep below return at once.
+            let seen = waiter.wake_word();
+            if let Some(event) = self.poll_event(py)? {
+                return Ok(event);
+            }
+            let woken = py.detach(|| waiter.sleep(seen, WAIT_TICK));
+            if !woken {
+                // A quiet tick: has the producer died without a word?
+                let died = self.inner.call(py, |a, _| {
+                    Ok(a.watch.as_mut().is_some_and(ProducerWatch::gone))
+                })?;
+                if died {
+                    // next_event reports it, after what was sent before.
+                    return self.next_event(py);
+                }
+            }
+            py.check_signals()?;
+        }
     }
 
     /// This consumer's figures: `batches` handed out, `wait_seconds` spent

@@ -55,7 +55,7 @@ mod stream;
 mod wire;
 
 pub use consumer::{
-    Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Keepalive, Leaf,
+    Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Keepalive, Leaf, Waiter,
 };
 pub use dtype::DType;
 pub use endpoint::{default_dir, list_names, Endpoint};

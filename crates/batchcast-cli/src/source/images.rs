@@ -60,6 +60,14 @@ pub struct ImageArgs {
     /// Side of the stored square with --decode-only (default: --image-size).
     #[arg(long, requires = "decode_only")]
     pub store_size: Option<u32>,
+    /// With --decode-only or --transform eval: decode each JPEG at a
+    /// reduced size straight from its DCT coefficients (n/8 of it, as
+    /// PIL's draft() does) when its shorter side stays at least the resize,
+    /// then resize from there. Faster (about a sixth less decoding for a
+    /// photo of 1.2x the size, half for 2x); pixels differ from a full
+    /// decode and resize by a level or two on average.
+    #[arg(long)]
+    pub dct_scale: bool,
 }
 
 impl Default for ImageArgs {
@@ -76,6 +84,7 @@ impl Default for ImageArgs {
             max_pixels: DEFAULT_MAX_PIXELS,
             decode_only: false,
             store_size: None,
+            dct_scale: false,
         }
     }
 }
@@ -133,9 +142,16 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         layout,
         dtype: pixel,
     };
+    if args.dct_scale && !matches!(transform, Transform::Eval { .. }) {
+        bail!(
+            "--dct-scale applies to a resize (--decode-only, or --transform eval); \
+             random crops (--transform train) always decode at full size: drop --dct-scale"
+        );
+    }
     let pipeline = Pipeline::new(dataset, transform, output, workers, on_error)?
         .with_seed(args.seed)
-        .with_max_pixels(args.max_pixels);
+        .with_max_pixels(args.max_pixels)
+        .with_dct_scaling(args.dct_scale);
     let shape = pipeline.image_shape();
     Ok(Images {
         pipeline,

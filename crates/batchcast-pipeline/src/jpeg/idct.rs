@@ -121,6 +121,73 @@ pub(crate) fn idct_dc_only(dc: i32, out: &mut [u8], stride: usize) {
     }
 }
 
+/// The matrices of the reduced inverse DCTs, `M[n][x][u] = C(u) / 2 *
+/// cos((2x + 1) u pi / 2n)` for an `n`-point output (`n` in 1..=7; row
+/// `n = 0` and `8` unused), `C(0) = 1/sqrt 2`, else 1: computed in `f64`
+/// once, then rounded to `f32`.
+fn scaled_matrices() -> &'static [[[f32; 8]; 8]; 8] {
+    static M: std::sync::OnceLock<[[[f32; 8]; 8]; 8]> = std::sync::OnceLock::new();
+    M.get_or_init(|| {
+        std::array::from_fn(|n| {
+            std::array::from_fn(|x| {
+                std::array::from_fn(|u| {
+                    if n == 0 || x >= n || u >= n {
+                        return 0.0;
+                    }
+                    let c = if u == 0 {
+                        std::f64::consts::FRAC_1_SQRT_2
+                    } else {
+                        1.0
+                    };
+                    let arg = (2 * x + 1) as f64 * u as f64 * std::f64::consts::PI / (2 * n) as f64;
+                    (c / 2.0 * arg.cos()) as f32
+                })
+            })
+        })
+    })
+}
+
+/// Inverse DCT of one dequantised block (`coef` in natural order, rows of
+/// 8) to `n` x `n` samples (`n` in 1..=7) at `out[0..]`, `stride` bytes
+/// apart: the block's image at `n/8` of its size. The `n`-point inverse
+/// DCT of the `n` x `n` lowest frequencies samples the same continuous
+/// image as the 8-point one at the centres of the `n` x `n` grid (what
+/// libjpeg's scaled IDCTs, `jpeg_idct_NxN`, compute; here in `f32`, so
+/// the samples can differ from libjpeg's by a level).
+#[inline(always)]
+pub(crate) fn idct_scaled(coef: &[Lanes; 8], n: usize, out: &mut [u8], stride: usize) {
+    let m = &scaled_matrices()[n.clamp(1, 7)];
+    let n = n.clamp(1, 7);
+    // Pass 1 down the columns (lanes = horizontal frequencies u):
+    // col[y][u] = sum over v of M[y][v] F[v][u].
+    let f: [[f32; 8]; 8] = std::array::from_fn(|v| std::array::from_fn(|u| coef[v][u] as f32));
+    let mut col = [[0f32; 8]; 8];
+    for (y, row) in col.iter_mut().enumerate().take(n) {
+        for (v, fv) in f.iter().enumerate().take(n) {
+            let w = m[y][v];
+            for u in 0..8 {
+                row[u] += w * fv[u];
+            }
+        }
+    }
+    // Pass 2 along the rows (lanes = x): px[y][x] = sum over u of
+    // col[y][u] M[x][u], with M's columns as lanes.
+    let mt: [[f32; 8]; 8] = std::array::from_fn(|u| std::array::from_fn(|x| m[x][u]));
+    for (y, line) in out.chunks_mut(stride).take(n).enumerate() {
+        let mut px = [0f32; 8];
+        for u in 0..n {
+            let c = col[y][u];
+            for x in 0..8 {
+                px[x] += c * mt[u][x];
+            }
+        }
+        for (o, p) in line[..n].iter_mut().zip(px) {
+            // Level shift, round half up, clamp (`as` saturates at 0).
+            *o = (p + 128.5).min(255.0) as u8;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -193,5 +260,74 @@ mod tests {
         assert_eq!(range_limit(300), 255);
         assert_eq!(range_limit(-300), 0);
         assert_eq!(range_limit(1024), 128); // wraps
+    }
+
+    /// Double-precision reduced IDCT: the 8-point basis sampled at the
+    /// centres of an `n`-point grid.
+    fn reference_scaled(coef: &[i32; 64], n: usize) -> Vec<f64> {
+        let c = |u: usize| if u == 0 { 1.0 / 2f64.sqrt() } else { 1.0 };
+        let mut out = Vec::new();
+        for y in 0..n {
+            for x in 0..n {
+                let mut s = 0.0;
+                for v in 0..n {
+                    for u in 0..n {
+                        // Grid centre (x + 1/2) * 8/n is pixel position p = that - 1/2.
+                        let cos = |p: usize, f: usize| {
+                            let centre = (p as f64 + 0.5) * 8.0 / n as f64;
+                            (2.0 * centre * f as f64 * std::f64::consts::PI / 16.0).cos()
+                        };
+                        s += c(u) * c(v) * f64::from(coef[v * 8 + u]) * cos(x, u) * cos(y, v);
+                    }
+                }
+                out.push(s / 4.0 + 128.0);
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn scaled_idct_samples_the_block_at_the_smaller_grid() {
+        let mut seed = 777u32;
+        for round in 0..40 {
+            let mut coef = [0i32; 64];
+            for (i, c) in coef.iter_mut().enumerate() {
+                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+                let span = if i == 0 {
+                    800
+                } else {
+                    200 / (1 + i as i32 / 8)
+                };
+                *c = (seed >> 8) as i32 % span - span / 2;
+            }
+            for n in 1..8 {
+                let mut out = [0u8; 64];
+                idct_scaled(&rows(&coef), n, &mut out, 8);
+                let want = reference_scaled(&coef, n);
+                for y in 0..n {
+                    for x in 0..n {
+                        let (o, r) = (out[y * 8 + x], want[y * n + x]);
+                        let expect = r.round().clamp(0.0, 255.0);
+                        assert!(
+                            (f64::from(o) - expect).abs() <= 1.0,
+                            "round {round} n {n}: {o} vs {r}"
+                        );
+                    }
+                }
+            }
+        }
+        // A flat block stays flat at every size, and the DC keeps its level.
+        let mut coef = [0i32; 64];
+        coef[0] = 80; // +10 levels
+        for n in 1..8 {
+            let mut out = [0u8; 64];
+            idct_scaled(&rows(&coef), n, &mut out, 8);
+            for y in 0..n {
+                assert!(
+                    out[y * 8..y * 8 + n].iter().all(|&v| v == 138),
+                    "n {n}: {out:?}"
+                );
+            }
+        }
     }
 }

@@ -64,9 +64,12 @@ pub(crate) fn decode(
         Parsed::Unsupported => return Ok(Outcome::Unsupported),
     };
     let (width, height) = check_size(frame.width, frame.height)?;
+    let wanted = area(width, height);
+    // At `n/8` of the size, each block gives `n` x `n` pixels.
+    let n = usize::from(wanted.scale.clamp(1, 8));
+    let (width, height) = crate::decode::scaled_size(width, height, wanted.scale);
     out.width = width;
     out.height = height;
-    let wanted = area(width, height);
     // An empty range asks for nothing useful: decode all of that axis.
     let clip = |r: Range<u32>, size: u32| {
         let (a, b) = (r.start.min(size), r.end.min(size));
@@ -79,6 +82,7 @@ pub(crate) fn decode(
     let rows = Wanted {
         rows: clip(wanted.rows, height),
         cols: clip(wanted.cols, width),
+        block: n,
     };
     SCRATCH
         .with(|cell| match cell.try_borrow_mut() {
@@ -97,10 +101,13 @@ pub(crate) fn decode(
     Ok(Outcome::Decoded)
 }
 
-/// The pixels of the image to produce: non-empty ranges inside it.
+/// The pixels of the image to produce: non-empty ranges inside it, of
+/// the image at `block/8` of its size.
 struct Wanted {
     rows: Range<usize>,
     cols: Range<usize>,
+    /// Pixels per block side: 8, or fewer for a reduced-size decode.
+    block: usize,
 }
 
 fn dispatch(
@@ -141,14 +148,16 @@ fn decode_frame(
     out: &mut RgbImage,
     s: &mut Scratch,
 ) -> Result<(), String> {
-    let (w, h) = (f.width, f.height);
+    let bs = wanted.block;
     let luma = &f.components[0];
+    // The decoded image's size: the frame's, or at `bs/8` of it.
+    let (w, h) = ((f.width * bs).div_ceil(8), (f.height * bs).div_ceil(8));
     let (cw, ch) = (w.div_ceil(luma.h), h.div_ceil(luma.v));
-    let mcu_rows = needed_mcu_rows(f, &wanted.rows, ch, bytes.ends_with(&[0xff, 0xd9]));
+    let mcu_rows = needed_mcu_rows(f, &wanted.rows, ch, bs, bytes.ends_with(&[0xff, 0xd9]));
     let xs = wanted.cols.clone();
     let chroma = chroma_cols(&xs, luma.h, cw);
-    let mcu_cols = needed_mcu_cols(f, &xs, &chroma);
-    decode_scan(f, bytes, mcu_rows, mcu_cols, s)?;
+    let mcu_cols = needed_mcu_cols(f, &xs, &chroma, bs);
+    decode_scan(f, bytes, mcu_rows, mcu_cols, bs, s)?;
     out.data.resize(w * h * 3, 0);
     let rows = out
         .data
@@ -157,7 +166,7 @@ fn decode_frame(
         .enumerate()
         .skip(wanted.rows.start)
         .take(wanted.rows.len());
-    let stride = |c: &header::Component| f.width.div_ceil(8 * luma.h) * c.h * 8;
+    let stride = |c: &header::Component| f.width.div_ceil(8 * luma.h) * c.h * bs;
     let ys = stride(luma);
     if f.components.len() == 1 {
         for (y, row) in rows {
@@ -229,10 +238,10 @@ fn chroma_cols(xs: &Range<usize>, h: usize, cw: usize) -> Range<usize> {
 }
 
 /// The MCU columns holding the pixel columns `xs` and the chroma columns
-/// `chroma`.
-fn needed_mcu_cols(f: &Frame, xs: &Range<usize>, chroma: &Range<usize>) -> Range<usize> {
+/// `chroma` (`bs` pixels per block side).
+fn needed_mcu_cols(f: &Frame, xs: &Range<usize>, chroma: &Range<usize>, bs: usize) -> Range<usize> {
     let h = f.components[0].h;
-    let mcu_w = 8 * h;
+    let mcu_w = bs * h;
     let first = (xs.start / mcu_w).min(chroma.start * h / mcu_w);
     let last = ((xs.end - 1) / mcu_w).max((chroma.end * h - 1) / mcu_w);
     first..last + 1
@@ -244,29 +253,36 @@ fn needed_mcu_cols(f: &Frame, xs: &Range<usize>, chroma: &Range<usize>) -> Range
 /// neighbours). Entropy decoding can stop after the last one only when the
 /// file is `complete` (ends with EOI): otherwise the whole scan is read, so
 /// a truncated file is refused whatever rows are wanted.
-fn needed_mcu_rows(f: &Frame, wanted: &Range<usize>, ch: usize, complete: bool) -> Range<usize> {
+fn needed_mcu_rows(
+    f: &Frame,
+    wanted: &Range<usize>,
+    ch: usize,
+    bs: usize,
+    complete: bool,
+) -> Range<usize> {
     let luma = &f.components[0];
     let chroma = if luma.v == 2 {
         (wanted.start / 2).saturating_sub(1)..((wanted.end - 1) / 2 + 2).min(ch)
     } else {
         wanted.clone()
     };
-    let mcu_h = 8 * luma.v;
-    let first = (wanted.start / mcu_h).min(chroma.start / 8);
-    let last = ((wanted.end - 1) / mcu_h).max((chroma.end - 1) / 8);
+    let mcu_h = bs * luma.v;
+    let first = (wanted.start / mcu_h).min(chroma.start / bs);
+    let last = ((wanted.end - 1) / mcu_h).max((chroma.end - 1) / bs);
     first..if complete { last + 1 } else { usize::MAX }
 }
 
 /// Entropy-decodes the scan up to the end of MCU row `mcu_rows.end` (or
 /// the whole scan), and inverse-transforms the blocks of the MCUs in
-/// `mcu_rows` and `mcu_cols` into `s.planes` (whole blocks, so planes are
-/// padded to the MCU grid).
+/// `mcu_rows` and `mcu_cols` into `s.planes` (whole blocks of `bs` x `bs`
+/// pixels, so planes are padded to the MCU grid).
 #[inline(always)]
 fn decode_scan(
     f: &Frame,
     bytes: &[u8],
     mcu_rows: Range<usize>,
     mcu_cols: Range<usize>,
+    bs: usize,
     s: &mut Scratch,
 ) -> Result<(), String> {
     let luma = &f.components[0];
@@ -276,8 +292,8 @@ fn decode_scan(
         let missing = || format!("component {ci}: Huffman table not defined");
         let dc = f.dc[c.td].as_ref().ok_or_else(missing)?;
         let ac = f.ac[c.ta].as_ref().ok_or_else(missing)?;
-        let stride = mcux * c.h * 8;
-        s.planes[ci].resize(stride * mcuy * c.v * 8, 0);
+        let stride = mcux * c.h * bs;
+        s.planes[ci].resize(stride * mcuy * c.v * bs, 0);
         tables.push((dc, ac, &f.qt[c.tq], stride));
     }
     let mut reader = BitReader::new(bytes, f.scan_start);
@@ -308,9 +324,11 @@ fn decode_scan(
                         if !transform {
                             continue;
                         }
-                        let at = ((my * c.v + by) * stride + mx * c.h + bx) * 8;
+                        let at = ((my * c.v + by) * stride + mx * c.h + bx) * bs;
                         let dst = &mut s.planes[ci][at..];
-                        if has_ac {
+                        if bs < 8 {
+                            idct::idct_scaled(&coef, bs, dst, stride);
+                        } else if has_ac {
                             idct::idct_block(&coef, dst, stride);
                         } else {
                             idct::idct_dc_only(coef[0][0], dst, stride);
@@ -356,8 +374,9 @@ mod tests {
         out
     }
 
-    /// Decodes `rows` x `cols` of `bytes` into a buffer of garbage.
-    fn decode_area(bytes: &[u8], rows: Range<u32>, cols: Range<u32>) -> RgbImage {
+    /// Decodes `rows` x `cols` of `bytes` at `scale/8` of its size into a
+    /// buffer of garbage.
+    fn decode_area(bytes: &[u8], rows: Range<u32>, cols: Range<u32>, scale: u8) -> RgbImage {
         let mut part = RgbImage {
             data: vec![0x5a; 1 << 16],
             ..RgbImage::default()
@@ -365,6 +384,7 @@ mod tests {
         decode_rgb_area_into(bytes, &mut part, &Default::default(), |_, _| Area {
             rows,
             cols,
+            scale,
         })
         .unwrap();
         part
@@ -383,8 +403,8 @@ mod tests {
             jpeg(33, 41, F_1_1, true, 0),
             jpeg(3, 5, F_2_2, false, 0),
         ];
-        for bytes in &cases {
-            let full = decode_rgb(bytes).unwrap();
+        for (bytes, scale) in cases.iter().flat_map(|b| [8, 7, 4, 1].map(|n| (b, n))) {
+            let full = decode_area(bytes, 0..u32::MAX, 0..u32::MAX, scale);
             let (w, h) = (full.width as usize, full.height as usize);
             let spans = |n: usize| {
                 let mut v = vec![(0, 1), (0, n), (n - 1, n), (n / 2, n / 2 + 1)];
@@ -408,14 +428,14 @@ mod tests {
             ];
             for (a, b) in rows.into_iter().filter(|&(_, b)| b <= h) {
                 for (c, d) in spans(w) {
-                    let part = decode_area(bytes, a as u32..b as u32, c as u32..d as u32);
+                    let part = decode_area(bytes, a as u32..b as u32, c as u32..d as u32, scale);
                     assert_eq!((part.width, part.height), (full.width, full.height));
                     for y in a..b {
                         let px = (y * w + c) * 3..(y * w + d) * 3;
                         assert_eq!(
                             part.data[px.clone()],
                             full.data[px],
-                            "rows {a}..{b} cols {c}..{d} of {w}x{h}, row {y}"
+                            "rows {a}..{b} cols {c}..{d} of {w}x{h} at {scale}/8, row {y}"
                         );
                     }
                 }
@@ -431,7 +451,83 @@ mod tests {
         let head = |w, _| Area {
             rows: 0..8,
             cols: 0..w,
+            scale: 8,
         };
         assert!(decode_rgb_area_into(cut, &mut out, &Default::default(), head).is_err());
+    }
+
+    #[test]
+    fn a_reduced_size_decode_is_the_full_decode_averaged_down() {
+        use SamplingFactor::{F_1_1, F_2_1, F_2_2};
+        // Smooth content, as photographs are at the scale of a block.
+        let smooth = |w: u16, h: u16, sampling, gray| {
+            let mut px = Vec::new();
+            for y in 0..f64::from(h) as usize {
+                for x in 0..usize::from(w) {
+                    let (x, y) = (x as f64, y as f64);
+                    px.extend([
+                        (128.0 + 90.0 * (x / 23.0).sin() * (y / 31.0).cos()) as u8,
+                        (128.0 + 80.0 * ((x + y) / 40.0).cos()) as u8,
+                        (60.0 + x / 3.0 + y / 5.0) as u8,
+                    ]);
+                }
+            }
+            let (data, colour) = if gray {
+                (px.iter().step_by(3).copied().collect(), ColorType::Luma)
+            } else {
+                (px, ColorType::Rgb)
+            };
+            let mut out = Vec::new();
+            let mut enc = Encoder::new(&mut out, 95);
+            enc.set_sampling_factor(sampling);
+            enc.encode(&data, w, h, colour).unwrap();
+            out
+        };
+        for bytes in [
+            smooth(200, 120, F_2_2, false),
+            smooth(93, 77, F_2_1, false),
+            smooth(64, 48, F_1_1, false),
+            smooth(50, 70, F_1_1, true),
+        ] {
+            let full = decode_rgb(&bytes).unwrap();
+            let (w, h) = (full.width as usize, full.height as usize);
+            for n in [1u8, 2, 4, 5, 6, 7] {
+                let small = decode_area(&bytes, 0..u32::MAX, 0..u32::MAX, n);
+                let (sw, sh) = crate::decode::scaled_size(w as u32, h as u32, n);
+                assert_eq!((small.width, small.height), (sw, sh));
+                // Each reduced pixel against the mean of the full pixels
+                // under it (away from the image's padded right and bottom
+                // edges).
+                let k = 8.0 / f64::from(n);
+                let (mut sum, mut count, mut worst) = (0.0, 0.0, 0.0f64);
+                for y in 0..(h as f64 / k) as usize {
+                    for x in 0..(w as f64 / k) as usize {
+                        for c in 0..3 {
+                            let (mut acc, mut m) = (0.0, 0.0);
+                            for fy in (y as f64 * k) as usize..((y + 1) as f64 * k).ceil() as usize
+                            {
+                                for fx in
+                                    (x as f64 * k) as usize..((x + 1) as f64 * k).ceil() as usize
+                                {
+                                    acc += f64::from(full.data[(fy * w + fx) * 3 + c]);
+                                    m += 1.0;
+                                }
+                            }
+                            let d = (f64::from(small.data[(y * sw as usize + x) * 3 + c])
+                                - acc / m)
+                                .abs();
+                            sum += d;
+                            count += 1.0;
+                            worst = worst.max(d);
+                        }
+                    }
+                }
+                let mean = sum / count;
+                assert!(
+                    mean < 2.5 && worst < 25.0,
+                    "{w}x{h} at {n}/8: mean {mean:.2}, worst {worst:.1}"
+                );
+            }
+        }
     }
 }

@@ -275,3 +275,79 @@ fn results_do_not_depend_on_worker_count_and_change_with_epoch() {
     let (_, other_epoch, _) = run(&one, 5, &idx).unwrap();
     assert_ne!(a, other_epoch);
 }
+
+#[test]
+fn dct_scaling_decodes_large_jpegs_smaller_and_stays_within_a_few_levels() {
+    // Smooth photo-like content of several sizes: 4:2:0 at 520x400 (1/2
+    // scale for a 192 resize), 4:4:4 at 800x1100 (1/4), and 300x260 (too
+    // small to scale: identical bytes).
+    let smooth = |w: u32, h: u32| -> Vec<u8> {
+        let mut v = Vec::with_capacity((w * h * 3) as usize);
+        for y in 0..h {
+            for x in 0..w {
+                let (fx, fy) = (f64::from(x), f64::from(y));
+                v.extend([
+                    (128.0 + 100.0 * (fx / 37.0).sin() * (fy / 53.0).cos()) as u8,
+                    (128.0 + 90.0 * ((fx + 2.0 * fy) / 61.0).cos()) as u8,
+                    (40.0 + fx / 5.0 + fy / 7.0).min(255.0) as u8,
+                ]);
+            }
+        }
+        v
+    };
+    let dir = tempfile::tempdir().unwrap();
+    write_tree(
+        dir.path(),
+        &[
+            (
+                "a/half.jpg",
+                encode_jpeg(&smooth(520, 400), 520, 400, 92, true),
+            ),
+            (
+                "a/quarter.jpg",
+                encode_jpeg(&smooth(800, 1100), 800, 1100, 92, false),
+            ),
+            (
+                "b/small.jpg",
+                encode_jpeg(&smooth(300, 260), 300, 260, 92, true),
+            ),
+        ],
+    );
+    let eval = Transform::Eval {
+        resize: 192,
+        crop: 176,
+    };
+    let exact = pipeline(
+        dir.path(),
+        eval.clone(),
+        OutputFormat::u8_nhwc(),
+        OnError::Fail,
+    );
+    let scaled =
+        pipeline(dir.path(), eval, OutputFormat::u8_nhwc(), OnError::Fail).with_dct_scaling(true);
+    let row = exact.image_bytes();
+    let (_, want, _) = run(&exact, 0, &[0, 1, 2]).unwrap();
+    let (_, got, _) = run(&scaled, 0, &[0, 1, 2]).unwrap();
+    // Dataset order is sorted: a/half, a/quarter, b/small.
+    for (i, name) in ["half", "quarter"].iter().enumerate() {
+        let (a, b) = (&want[i * row..(i + 1) * row], &got[i * row..(i + 1) * row]);
+        let mean = a
+            .iter()
+            .zip(b)
+            .map(|(x, y)| f64::from(x.abs_diff(*y)))
+            .sum::<f64>()
+            / row as f64;
+        assert!(mean < 1.0, "{name}: mean difference {mean:.2} levels");
+        assert!(
+            max_abs_diff(a, b) <= 8,
+            "{name}: max difference {}",
+            max_abs_diff(a, b)
+        );
+        assert_ne!(a, b, "{name} was decoded at a reduced size");
+    }
+    assert_eq!(
+        want[2 * row..],
+        got[2 * row..],
+        "too small to scale: the exact decode"
+    );
+}

@@ -40,6 +40,7 @@ mod assemble;
 mod batch;
 mod link;
 pub mod rebatch;
+mod waiter;
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -55,6 +56,7 @@ use assemble::Assembler;
 pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use link::Link;
 use rebatch::batches_in;
+pub use waiter::Waiter;
 
 use crate::arena::ArenaView;
 use crate::board::{BoardView, Woken};
@@ -392,6 +394,12 @@ impl Consumer {
             }
             return Ok(None);
         }
+    }
+
+    /// A handle to wait for this consumer's next event without holding the
+    /// consumer (see [`Waiter`]).
+    pub fn waiter(&self) -> Waiter {
+        Waiter::new(Arc::clone(&self.link))
     }
 
     /// Reads everything the producer has sent and published so far, and
