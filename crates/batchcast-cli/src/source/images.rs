@@ -60,12 +60,12 @@ pub struct ImageArgs {
     /// Side of the stored square with --decode-only (default: --image-size).
     #[arg(long, requires = "decode_only")]
     pub store_size: Option<u32>,
-    /// With --decode-only or --transform eval: decode each JPEG at a
-    /// reduced size straight from its DCT coefficients (n/8 of it, as
-    /// PIL's draft() does) when its shorter side stays at least the resize,
-    /// then resize from there. Faster (about a sixth less decoding for a
-    /// photo of 1.2x the size, half for 2x); pixels differ from a full
-    /// decode and resize by a level or two on average.
+    /// With --decode-only or --transform eval: decode a JPEG whose shorter
+    /// side is at least 2, 4 or 8 times the resize at 1/2, 1/4 or 1/8 of
+    /// its size straight from its DCT coefficients (as PIL's draft() does),
+    /// then resize from there: about a fifth less CPU for photos twice the
+    /// store size. Pixels differ from a full decode and resize by under a
+    /// level on average (more at hard edges).
     #[arg(long)]
     pub dct_scale: bool,
 }
