@@ -214,20 +214,25 @@ mod tests {
         })
     }
 
+    /// A block of coefficients like a photograph's: a large DC, smaller
+    /// higher frequencies (an LCG from `seed`).
+    fn random_block(seed: &mut u32) -> [i32; 64] {
+        std::array::from_fn(|i| {
+            *seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
+            let span = if i == 0 {
+                800
+            } else {
+                200 / (1 + i as i32 / 8)
+            };
+            (*seed >> 8) as i32 % span - span / 2
+        })
+    }
+
     #[test]
     fn matches_the_real_idct_within_rounding() {
-        let mut coef = [0i32; 64];
         let mut seed = 12345u32;
         for round in 0..50 {
-            for (i, c) in coef.iter_mut().enumerate() {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                let span = if i == 0 {
-                    800
-                } else {
-                    200 / (1 + i as i32 / 8)
-                };
-                *c = (seed >> 8) as i32 % span - span / 2;
-            }
+            let coef = random_block(&mut seed);
             let mut out = [0u8; 64];
             idct_block(&rows(&coef), &mut out, 8);
             for (o, r) in out.iter().zip(reference(&coef)) {
@@ -290,16 +295,7 @@ mod tests {
     fn scaled_idct_samples_the_block_at_the_smaller_grid() {
         let mut seed = 777u32;
         for round in 0..40 {
-            let mut coef = [0i32; 64];
-            for (i, c) in coef.iter_mut().enumerate() {
-                seed = seed.wrapping_mul(1_103_515_245).wrapping_add(12345);
-                let span = if i == 0 {
-                    800
-                } else {
-                    200 / (1 + i as i32 / 8)
-                };
-                *c = (seed >> 8) as i32 % span - span / 2;
-            }
+            let coef = random_block(&mut seed);
             for n in 1..8 {
                 let mut out = [0u8; 64];
                 idct_scaled(&rows(&coef), n, &mut out, 8);
