@@ -148,7 +148,7 @@ impl Pipeline {
     /// from the smaller image. Off by default: the output then differs
     /// from a full decode and resize (what torchvision gives) by under a
     /// level on average, more at hard edges. Measured on photo-like JPEGs
-    /// of about 1000x750 stored at 256: 2.5 instead of 3.1 ms an image
+    /// of about 1000x750 stored at 256: 2.4 instead of 3.1 ms an image
     /// (Huffman decoding, which no scale skips, is most of what is left).
     /// Crops ([`Transform::Train`]) always decode at full size.
     pub fn with_dct_scaling(mut self, on: bool) -> Pipeline {

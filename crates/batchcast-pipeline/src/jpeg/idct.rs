@@ -122,28 +122,37 @@ pub(crate) fn idct_dc_only(dc: i32, out: &mut [u8], stride: usize) {
 }
 
 /// The matrices of the reduced inverse DCTs, `M[n][x][u] = C(u) / 2 *
-/// cos((2x + 1) u pi / 2n)` for an `n`-point output (`n` in 1..=7; row
-/// `n = 0` and `8` unused), `C(0) = 1/sqrt 2`, else 1: computed in `f64`
-/// once, then rounded to `f32`.
-fn scaled_matrices() -> &'static [[[f32; 8]; 8]; 8] {
-    static M: std::sync::OnceLock<[[[f32; 8]; 8]; 8]> = std::sync::OnceLock::new();
+/// cos((2x + 1) u pi / 2n)` for an `n`-point output (`n` in 1..=7; rows
+/// `n = 0` and `8` unused), `C(0) = 1/sqrt 2`, else 1, computed in `f64`
+/// and rounded to `f32`; with each one's transpose (`[u][x]`).
+struct Scaled {
+    m: [[[f32; 8]; 8]; 8],
+    mt: [[[f32; 8]; 8]; 8],
+}
+
+fn scaled_matrices() -> &'static Scaled {
+    static M: std::sync::OnceLock<Scaled> = std::sync::OnceLock::new();
     M.get_or_init(|| {
-        std::array::from_fn(|n| {
-            std::array::from_fn(|x| {
-                std::array::from_fn(|u| {
-                    if n == 0 || x >= n || u >= n {
-                        return 0.0;
-                    }
-                    let c = if u == 0 {
-                        std::f64::consts::FRAC_1_SQRT_2
-                    } else {
-                        1.0
-                    };
-                    let arg = (2 * x + 1) as f64 * u as f64 * std::f64::consts::PI / (2 * n) as f64;
-                    (c / 2.0 * arg.cos()) as f32
-                })
-            })
-        })
+        let entry = |n: usize, x: usize, u: usize| {
+            if n == 0 || x >= n || u >= n {
+                return 0.0;
+            }
+            let c = if u == 0 {
+                std::f64::consts::FRAC_1_SQRT_2
+            } else {
+                1.0
+            };
+            let arg = (2 * x + 1) as f64 * u as f64 * std::f64::consts::PI / (2 * n) as f64;
+            (c / 2.0 * arg.cos()) as f32
+        };
+        Scaled {
+            m: std::array::from_fn(|n| {
+                std::array::from_fn(|x| std::array::from_fn(|u| entry(n, x, u)))
+            }),
+            mt: std::array::from_fn(|n| {
+                std::array::from_fn(|u| std::array::from_fn(|x| entry(n, x, u)))
+            }),
+        }
     })
 }
 
@@ -156,32 +165,51 @@ fn scaled_matrices() -> &'static [[[f32; 8]; 8]; 8] {
 /// the samples can differ from libjpeg's by a level).
 #[inline(always)]
 pub(crate) fn idct_scaled(coef: &[Lanes; 8], n: usize, out: &mut [u8], stride: usize) {
-    let m = &scaled_matrices()[n.clamp(1, 7)];
-    let n = n.clamp(1, 7);
+    let t = scaled_matrices();
+    match n {
+        1 => idct_n::<1>(coef, t, out, stride),
+        2 => idct_n::<2>(coef, t, out, stride),
+        3 => idct_n::<3>(coef, t, out, stride),
+        4 => idct_n::<4>(coef, t, out, stride),
+        5 => idct_n::<5>(coef, t, out, stride),
+        6 => idct_n::<6>(coef, t, out, stride),
+        _ => idct_n::<7>(coef, t, out, stride),
+    }
+}
+
+/// [`idct_scaled`] for `N` known at compile time (the loops unroll into
+/// eight-lane arithmetic).
+#[inline(always)]
+fn idct_n<const N: usize>(coef: &[Lanes; 8], t: &Scaled, out: &mut [u8], stride: usize) {
+    let (m, mt) = (&t.m[N], &t.mt[N]);
     // Pass 1 down the columns (lanes = horizontal frequencies u):
     // col[y][u] = sum over v of M[y][v] F[v][u].
-    let f: [[f32; 8]; 8] = std::array::from_fn(|v| std::array::from_fn(|u| coef[v][u] as f32));
-    let mut col = [[0f32; 8]; 8];
-    for (y, row) in col.iter_mut().enumerate().take(n) {
-        for (v, fv) in f.iter().enumerate().take(n) {
+    let mut f = [[0f32; 8]; N];
+    for v in 0..N {
+        for u in 0..8 {
+            f[v][u] = coef[v][u] as f32;
+        }
+    }
+    let mut col = [[0f32; 8]; N];
+    for y in 0..N {
+        for v in 0..N {
             let w = m[y][v];
             for u in 0..8 {
-                row[u] += w * fv[u];
+                col[y][u] += w * f[v][u];
             }
         }
     }
     // Pass 2 along the rows (lanes = x): px[y][x] = sum over u of
     // col[y][u] M[x][u], with M's columns as lanes.
-    let mt: [[f32; 8]; 8] = std::array::from_fn(|u| std::array::from_fn(|x| m[x][u]));
-    for (y, line) in out.chunks_mut(stride).take(n).enumerate() {
+    for (y, line) in out.chunks_mut(stride).take(N).enumerate() {
         let mut px = [0f32; 8];
-        for u in 0..n {
+        for u in 0..N {
             let c = col[y][u];
             for x in 0..8 {
                 px[x] += c * mt[u][x];
             }
         }
-        for (o, p) in line[..n].iter_mut().zip(px) {
+        for (o, p) in line[..N].iter_mut().zip(px) {
             // Level shift, round half up, clamp (`as` saturates at 0).
             *o = (p + 128.5).min(255.0) as u8;
         }
