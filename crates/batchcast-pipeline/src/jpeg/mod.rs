@@ -150,8 +150,8 @@ fn decode_frame(
 ) -> Result<(), String> {
     let bs = wanted.block;
     let luma = &f.components[0];
-    // The decoded image's size: the frame's, or at `bs/8` of it.
-    let (w, h) = ((f.width * bs).div_ceil(8), (f.height * bs).div_ceil(8));
+    // The decoded image's size, at `bs/8` of the frame's (set by `decode`).
+    let (w, h) = (out.width as usize, out.height as usize);
     let (cw, ch) = (w.div_ceil(luma.h), h.div_ceil(luma.v));
     let mcu_rows = needed_mcu_rows(f, &wanted.rows, ch, bs, bytes.ends_with(&[0xff, 0xd9]));
     let xs = wanted.cols.clone();
@@ -351,6 +351,7 @@ mod tests {
     use crate::decode::{decode_rgb, decode_rgb_area_into, Area, RgbImage};
     use jpeg_encoder::{ColorType, Encoder, SamplingFactor};
 
+    /// A `w` x `h` JPEG of textured gradients at quality 90.
     fn jpeg(w: u16, h: u16, sampling: SamplingFactor, gray: bool, restart: u16) -> Vec<u8> {
         let mut px = Vec::new();
         for y in 0..u32::from(h) {
@@ -359,13 +360,27 @@ mod tests {
                 px.extend([(x * 3 + n) as u8, (y * 5 + n) as u8, ((x ^ y) * 9) as u8]);
             }
         }
+        encode(px, w, h, sampling, gray, restart, 90)
+    }
+
+    /// Encodes the RGB pixels `px` (`w` x `h`): in colour at `sampling`, or
+    /// as grey (their red channel); a restart interval if `restart` > 0.
+    fn encode(
+        px: Vec<u8>,
+        w: u16,
+        h: u16,
+        sampling: SamplingFactor,
+        gray: bool,
+        restart: u16,
+        quality: u8,
+    ) -> Vec<u8> {
         let (data, colour) = if gray {
             (px.iter().step_by(3).copied().collect(), ColorType::Luma)
         } else {
             (px, ColorType::Rgb)
         };
         let mut out = Vec::new();
-        let mut enc = Encoder::new(&mut out, 90);
+        let mut enc = Encoder::new(&mut out, quality);
         enc.set_sampling_factor(sampling);
         if restart > 0 {
             enc.set_restart_interval(restart);
@@ -472,16 +487,7 @@ mod tests {
                     ]);
                 }
             }
-            let (data, colour) = if gray {
-                (px.iter().step_by(3).copied().collect(), ColorType::Luma)
-            } else {
-                (px, ColorType::Rgb)
-            };
-            let mut out = Vec::new();
-            let mut enc = Encoder::new(&mut out, 95);
-            enc.set_sampling_factor(sampling);
-            enc.encode(&data, w, h, colour).unwrap();
-            out
+            encode(px, w, h, sampling, gray, 0, 95)
         };
         for bytes in [
             smooth(200, 120, F_2_2, false),
