@@ -29,7 +29,13 @@ pub(super) fn blend(a: u8, b: f32, (ratio, other): (f32, f32)) -> u8 {
 /// `rgb_to_grayscale` of one pixel: the weighted sum in `f32`, truncated.
 #[inline]
 pub(crate) fn gray(px: &[u8]) -> u8 {
-    (0.2989f32 * f32::from(px[0]) + 0.587f32 * f32::from(px[1]) + 0.114f32 * f32::from(px[2])) as u8
+    gray_sum(f32::from(px[0]), f32::from(px[1]), f32::from(px[2])) as u8
+}
+
+/// `rgb_to_grayscale`'s weighted sum, before truncation.
+#[inline(always)]
+fn gray_sum(r: f32, g: f32, b: f32) -> f32 {
+    0.2989f32 * r + 0.587f32 * g + 0.114f32 * b
 }
 
 /// Maps every value through `f`, evaluated once per possible value.
@@ -82,8 +88,7 @@ impl PixelMap for Saturate {
         let mut out = [[0u8; LANES]; 3];
         for i in 0..LANES {
             // gray(): the weighted sum, in [0, 255), truncated.
-            let g = 0.2989f32 * x[0][i] + 0.587f32 * x[1][i] + 0.114f32 * x[2][i];
-            let g = f32::from(truncate_u8(g));
+            let g = f32::from(truncate_u8(gray_sum(x[0][i], x[1][i], x[2][i])));
             for c in 0..3 {
                 out[c][i] = truncate_u8((ratio * x[c][i] + other * g).clamp(0.0, 255.0));
             }
