@@ -4,6 +4,8 @@
 # suite (scripts/test-python.sh makes a virtualenv and installs what it needs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Retry crates.io downloads on a flaky network (cargo's default is 3 tries).
+export CARGO_NET_RETRY="${CARGO_NET_RETRY:-10}"
 
 echo "== Rust tests (cargo test)"
 cargo test --locked
