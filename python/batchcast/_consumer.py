@@ -6,13 +6,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import threading
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 from . import _native
+from ._augment import Augment
 from ._pinned import try_pin
+from ._prefetch import Pending, holds_a_batch, take_and_augment
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
 from ._surface import StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
@@ -213,11 +214,11 @@ class Consumer:
         self._augment = None
         #: The event taken ahead of the loop (see transform_prefetch): the
         #: next one every reader of events takes, before next_event().
-        self._pending: Optional[_Pending] = None
+        self._pending: Optional[Pending] = None
         self._prefetch = bool(transform_prefetch) and transform is not None
         self._executor: Optional[ThreadPoolExecutor] = None
         if transform is not None:
-            self._augment = _Augment(transform, seed, transform_threads, self._format, self._device)
+            self._augment = Augment(transform, seed, transform_threads, self._format, self._device)
             self._device = None  # batches move after augmenting, which reads them on the CPU
         self._convert = _converter(self._format, self._device, name)
         #: Seconds the loop waited for a batch a prefetch thread was
@@ -317,7 +318,7 @@ class Consumer:
         this consumer has not read yet}`` (a batch being prefetched counts
         as not yet handed out)."""
         stats = self._native.stats()
-        if _holds_a_batch(self._pending):
+        if holds_a_batch(self._pending):
             stats["batches"] -= 1
             stats["lag"] += 1
         stats["wait_seconds"] += self._waited
@@ -458,7 +459,6 @@ class Consumer:
 
     def _claim(self) -> None:
         """Makes the next epoch of the stream the current one."""
-        native = self._native
         if self._in_epoch:
             self._skip_rest()
         if self._finished is not None:
@@ -531,12 +531,12 @@ class Consumer:
                 self._start(event)
                 return
 
-    def _next_event(self) -> "_Pending":
+    def _next_event(self) -> Pending:
         """The next event of the stream: the one taken ahead, if any, else
         the native consumer's next (waiting for it)."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return _Pending(self._native.next_event(), None, None)
+            return Pending(self._native.next_event(), None, None)
         if not pending.waiting:
             return pending
         # A prefetch thread is waiting for it, or has taken it.
@@ -547,17 +547,17 @@ class Consumer:
             self._pending = pending  # still the stream's next event
             raise
         except BaseException as e:  # taking the event failed: raised in its turn
-            return _Pending(None, None, e)
+            return Pending(None, None, e)
         finally:
             self._waited += time.monotonic() - t0
         if event[0] != "batch":
-            return _Pending(event, None, None)
+            return Pending(event, None, None)
         done: Future = Future()
         if error is not None:
             done.set_exception(error)
         else:
             done.set_result(batch)
-        return _Pending(event, done, None)
+        return Pending(event, done, None)
 
     def _build(self, event: tuple) -> Any:
         """A batch event's batch, augmented with ``transform=`` if given."""
@@ -578,7 +578,7 @@ class Consumer:
         try:
             event = self._native.poll_event()
         except Exception as e:  # raised in order, when this event is read
-            self._pending = _Pending(None, None, e)
+            self._pending = Pending(None, None, e)
             return
         if self._executor is None:
             self._executor = ThreadPoolExecutor(1, thread_name_prefix="batchcast-prefetch")
@@ -587,21 +587,21 @@ class Consumer:
             # The task holds what it needs, not this Consumer, so dropping
             # the Consumer still closes the native one (see __del__).
             task = self._executor.submit(
-                _take_and_augment, self._native, self._augment, self._convert, self._current.batch_size, self.name
+                take_and_augment, self._native, self._augment, self._convert, self._current.batch_size, self.name
             )
-            self._pending = _Pending(None, task, None, waiting=True)
+            self._pending = Pending(None, task, None, waiting=True)
             return
         future: Optional[Future] = None
         if event[0] == "batch":
             try:
                 views = unflatten(event[3], event[4], self._convert)
             except Exception as e:
-                self._pending = _Pending(None, None, e)
+                self._pending = Pending(None, None, e)
                 return
             assert self._augment is not None and self._current is not None
             first_key = event[2] * self._current.batch_size
             future = self._executor.submit(self._augment, views, event[1], first_key, self.name)
-        self._pending = _Pending(event, future, None)
+        self._pending = Pending(event, future, None)
 
     def _drop_pending(self) -> None:
         pending, self._pending = self._pending, None
@@ -696,129 +696,3 @@ def _converter(fmt: str, device: Any, name: str) -> Callable[[Any], Any]:
         return a
 
     return to_numpy
-
-
-#: Native consumers a prefetch thread is waiting on now.
-_WAITING: "set[Any]" = set()
-
-
-def _take_and_augment(native: Any, augment: Any, convert: Any, batch_size: int, name: str) -> tuple:
-    """A prefetch thread's task when the next event had not arrived: waits
-    for it (``wait_event`` holds the native consumer only while it looks, so
-    the loop's other calls go on), then augments it if it is a batch.
-    Returns ``(event, batch, augmentation error)``; raises what taking the
-    event raised."""
-    _WAITING.add(native)
-    try:
-        event = native.wait_event()
-    finally:
-        _WAITING.discard(native)
-    if event[0] != "batch":
-        return event, None, None
-    try:
-        views = unflatten(event[3], event[4], convert)
-        return event, augment(views, event[1], event[2] * batch_size, name), None
-    except Exception as e:  # raised when this batch is asked for
-        return event, None, e
-
-
-def _close_waiting() -> None:
-    """At interpreter exit, before threads are joined: closes the native
-    consumers that prefetch threads wait on (a producer that sends nothing
-    more would otherwise hold the exit up); each wait ends within 100 ms."""
-    for native in list(_WAITING):
-        try:
-            native.close()
-        except Exception:  # exiting; nothing to report to
-            pass
-
-
-# Registered after concurrent.futures' own hook (imported above), so it runs
-# first: threading calls these in reverse order, then joins the threads.
-_register_atexit = getattr(threading, "_register_atexit", None)
-if _register_atexit is not None:
-    _register_atexit(_close_waiting)
-
-
-def _holds_a_batch(pending: Optional["_Pending"]) -> bool:
-    """Whether ``pending`` is a batch event taken ahead of the loop (one
-    the native consumer counts as handed out)."""
-    if pending is None:
-        return False
-    if not pending.waiting:
-        return pending.event is not None and pending.event[0] == "batch"
-    if not pending.future.done() or pending.future.exception() is not None:
-        return False
-    return pending.future.result()[0][0] == "batch"
-
-
-class _Pending(NamedTuple):
-    """An event taken from the native consumer ahead of the loop, or being
-    waited for by the prefetch thread (``waiting``)."""
-
-    #: The event (None when taking it raised, or while ``waiting``).
-    event: Optional[tuple]
-    #: A batch event's augmentation, running on the prefetch thread; with
-    #: ``waiting``, the prefetch thread's `_take_and_augment`.
-    future: Optional[Future]
-    #: What taking the event raised, re-raised in its turn.
-    error: Optional[BaseException]
-    #: The event had not arrived: ``future`` waits for it.
-    waiting: bool = False
-
-    def event_or_raise(self) -> tuple:
-        if self.error is not None:
-            raise self.error
-        assert self.event is not None
-        return self.event
-
-
-class _Augment:
-    """A consumer's ``transform=``: augments each decoded batch into fresh
-    memory of this process (see :mod:`batchcast.transforms`)."""
-
-    def __init__(self, transform: Any, seed: Optional[int], threads: int, fmt: str, device: Any) -> None:
-        from . import transforms
-
-        if isinstance(transform, transforms.RandomResizedCrop):
-            transform = transforms.Compose([transform])
-        if not isinstance(transform, transforms.Compose):
-            raise TypeError(
-                "transform must be a batchcast.transforms.Compose (or RandomResizedCrop), "
-                f"not {type(transform).__name__}; torchvision transforms run on the output instead"
-            )
-        if seed is None:
-            seed = int.from_bytes(os.urandom(8), "little")
-        if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
-            raise _native.InvalidArgument(f"seed must be an int in [0, 2**64), not {seed!r}")
-        if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise _native.InvalidArgument(f"transform_threads must be a positive int, not {threads!r}")
-        self.seed = seed
-        self._native = transform.native(threads, seed)
-        self._dtype = transform.dtype
-        self._format = fmt
-        self._device = device
-
-    def __call__(self, batch: Any, epoch: int, first_key: int, name: str) -> Any:
-        if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
-            raise _native.InvalidBatch(
-                f"transform= needs a decoded stream of (images, labels), as `batchcast serve "
-                f"--decode-only` sends; producer {name!r} sends {type(batch).__name__}"
-            )
-        images, labels = batch
-        # Into the augmenter's own reused memory (no page faults of a fresh
-        # batch); it is reused only once every array viewing it is freed.
-        view = self._native.augment_pooled(images, epoch, first_key)
-        if self._format == "torch":
-            import torch
-
-            out = torch.from_dlpack(view)
-        else:
-            import numpy
-
-            out = numpy.from_dlpack(view)
-        del view
-        if self._device is not None:
-            out = out.to(self._device, non_blocking=True)
-            labels = labels.to(self._device, non_blocking=True)
-        return (out, labels) if isinstance(batch, tuple) else [out, labels]
