@@ -415,3 +415,67 @@ fn the_example_plans_load() {
     assert_eq!(yaml.rows.len(), 4);
     assert_eq!(yaml.rows[0].args, vec!["--epochs", "1", "--lr", "0.1"]);
 }
+
+/// A chart's read of a long metric keeps at most what it draws, evenly,
+/// with both ends, and counts what it would scan without reading it.
+#[test]
+fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    const N: i64 = 10_007;
+    for step in 0..N {
+        assert!(h.metric(MetricPoint {
+            run_id: r,
+            key: "loss".into(),
+            step,
+            ts_ms: 1000 + step,
+            value: step as f64,
+        }));
+    }
+    drop(h);
+    rec.finish().unwrap();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric_len(r, "loss", None).unwrap(), N as usize);
+    assert_eq!(ro.metric_len(r, "loss", Some(1000 + N - 11)).unwrap(), 10);
+    assert_eq!(ro.metric_len(r, "nothing", None).unwrap(), 0);
+
+    let steps: Vec<i64> = ro
+        .metric_thinned(r, "loss", None, 100)
+        .unwrap()
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    assert!(
+        (50..=100).contains(&steps.len()),
+        "{} points kept",
+        steps.len()
+    );
+    assert_eq!(steps[0], 0);
+    assert_eq!(*steps.last().unwrap(), N - 1);
+    let gaps: Vec<i64> = steps.windows(2).map(|w| w[1] - w[0]).collect();
+    let stride = gaps[0];
+    assert!(
+        gaps[..gaps.len() - 1].iter().all(|&g| g == stride),
+        "{gaps:?}"
+    );
+    assert!((1..=stride).contains(gaps.last().unwrap()), "{gaps:?}");
+
+    // A short read (live updates) is returned whole.
+    let tail = ro
+        .metric_thinned(r, "loss", Some(1000 + N - 11), 100)
+        .unwrap();
+    assert_eq!(
+        tail.iter().map(|p| p.step).collect::<Vec<_>>(),
+        (N - 10..N).collect::<Vec<_>>()
+    );
+    assert!(ro
+        .metric_thinned(r, "nothing", None, 100)
+        .unwrap()
+        .is_empty());
+}

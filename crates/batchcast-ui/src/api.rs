@@ -25,8 +25,9 @@ use crate::state::AppState;
 
 /// Points sent per series to draw (longer series are thinned evenly).
 const MAX_DRAWN: usize = 5_000;
-/// Points read for one request, at most, over all its series (a day at
-/// 1 Hz is 86,400 per series); more is refused, not cut short silently.
+/// Values scanned for one request, at most, over all its series (a day at
+/// 1 Hz is 86,400 per series): it bounds the request's time, as only the
+/// thinned points are held. More is refused, not cut short silently.
 const MAX_POINTS: usize = 2_000_000;
 /// Bytes of a log download, at most (its last ones).
 const MAX_LOG: usize = 256 * 1024 * 1024;
@@ -85,7 +86,8 @@ fn ask(store: &Store, q: &Query) -> Result<Ask, UiError> {
     })
 }
 
-/// The points of one series, counted against the request's budget.
+/// The points of one series, thinned to `MAX_DRAWN`; the values it scans
+/// are counted against the request's budget before any is read.
 fn read(
     store: &Store,
     run: RunId,
@@ -93,14 +95,14 @@ fn read(
     after: Option<i64>,
     budget: &mut usize,
 ) -> Result<Vec<batchcast_runs::MetricPoint>, UiError> {
-    let pts = store.metric(run, key, after, *budget + 1)?;
-    if pts.len() > *budget {
+    let n = store.metric_len(run, key, after)?;
+    if n > *budget {
         return Err(UiError::BadRequest(format!(
             "more than {MAX_POINTS} points asked at once: choose fewer runs, or use `batchcast runs export --csv`"
         )));
     }
-    *budget -= pts.len();
-    Ok(pts)
+    *budget -= n;
+    Ok(store.metric_thinned(run, key, after, MAX_DRAWN)?)
 }
 
 fn label(r: &RunRow) -> String {
@@ -127,14 +129,10 @@ pub(crate) async fn series(
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    let pts = read(store, r.run.id, key, a.after, &mut budget)?;
-                    let stride = pts.len().div_ceil(MAX_DRAWN).max(1);
-                    let last = pts.len().saturating_sub(1);
-                    let points = pts
+                    let points = read(store, r.run.id, key, a.after, &mut budget)?
                         .iter()
-                        .enumerate()
-                        .filter(|(i, p)| (i % stride == 0 || *i == last) && p.value.is_finite())
-                        .map(|(_, p)| [x_of(a.x, start, p.step, p.ts_ms), p.value, p.ts_ms as f64])
+                        .filter(|p| p.value.is_finite())
+                        .map(|p| [x_of(a.x, start, p.step, p.ts_ms), p.value, p.ts_ms as f64])
                         .collect();
                     series.push(Series {
                         run: r.run.id,

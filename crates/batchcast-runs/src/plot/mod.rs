@@ -69,11 +69,9 @@ fn draw_svg(store: &Store, runs: &[RunId], key: &str, x: XAxis) -> Result<String
     for &id in runs {
         let row = store.run(id)?;
         let start = row.run.start_ms.unwrap_or(0);
-        let points = store.metric(id, key, None, usize::MAX)?;
-        let stride = points.len().div_ceil(MAX_DRAWN).max(1);
+        let points = store.metric_thinned(id, key, None, MAX_DRAWN)?;
         let xy: Vec<(f64, f64)> = points
             .iter()
-            .step_by(stride)
             .filter(|p| p.value.is_finite())
             .map(|p| match x {
                 XAxis::Elapsed => ((p.ts_ms - start) as f64 / 1000.0, p.value),

@@ -283,6 +283,70 @@ impl Store {
         rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
+    /// How many values one metric of a run has after `after_ms` (all when
+    /// `None`), counted on the index without reading them: what a reader
+    /// checks against its budget before it reads.
+    pub fn metric_len(&self, run: RunId, key: &str, after_ms: Option<i64>) -> Result<usize> {
+        let n: i64 = self
+            .conn
+            .prepare_cached(
+                "SELECT COUNT(*) FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3",
+            )
+            .and_then(|mut st| {
+                st.query_row(params![run, key, after_ms.unwrap_or(i64::MIN)], |r| {
+                    r.get(0)
+                })
+            })
+            .map_err(self.err())?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// One metric of a run after `after_ms`, thinned evenly to at most
+    /// `max` (at least 2) points for a chart: the first value, every k-th after it and
+    /// the last. Values are read one by one, so only those kept are held,
+    /// however long the run. Values written while it reads are left for
+    /// the next call (it reads as many as it counted first).
+    pub fn metric_thinned(
+        &self,
+        run: RunId,
+        key: &str,
+        after_ms: Option<i64>,
+        max: usize,
+    ) -> Result<Vec<MetricPoint>> {
+        let n = self.metric_len(run, key, after_ms)?;
+        let keep = Thinning::new(n, max);
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3
+                 ORDER BY ts_ms, rowid LIMIT ?4",
+            )
+            .map_err(self.err())?;
+        let mut rows = st
+            .query(params![
+                run,
+                key,
+                after_ms.unwrap_or(i64::MIN),
+                n.min(i64::MAX as usize) as i64
+            ])
+            .map_err(self.err())?;
+        let mut points = Vec::with_capacity(n.min(max));
+        let mut i = 0;
+        while let Some(r) = rows.next().map_err(self.err())? {
+            if keep.keeps(i) {
+                points.push(MetricPoint {
+                    run_id: run,
+                    key: key.to_string(),
+                    step: r.get(0).map_err(self.err())?,
+                    ts_ms: r.get(1).map_err(self.err())?,
+                    value: r.get(2).map_err(self.err())?,
+                });
+            }
+            i += 1;
+        }
+        Ok(points)
+    }
+
     /// Calls `each(step, ts_ms, value)` for every value of one metric of a
     /// run in time order, reading them one by one (exports of long runs
     /// never hold a whole metric in memory). Stops at `each`'s first error.
@@ -388,4 +452,58 @@ fn workload_from_row(r: &Row<'_>) -> rusqlite::Result<Workload> {
         data: r.get(3)?,
         position: r.get(4)?,
     })
+}
+
+/// Which of `n` values in order a chart of at most `max` points keeps:
+/// every `stride`-th from the first, and the last.
+#[derive(Clone, Copy, Debug)]
+struct Thinning {
+    n: usize,
+    stride: usize,
+}
+
+impl Thinning {
+    /// `max` is at least 2 (the two ends).
+    fn new(n: usize, max: usize) -> Thinning {
+        let max = max.max(2);
+        // Multiples of `stride` below `n` number at most `max - 1` whenever
+        // the last value is not one of them, so the last one fits.
+        let stride = if n <= max {
+            1
+        } else {
+            (n - 1).div_ceil(max - 1)
+        };
+        Thinning { n, stride }
+    }
+
+    fn keeps(self, i: usize) -> bool {
+        i % self.stride == 0 || i + 1 == self.n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Thinning;
+    use proptest::prelude::*;
+
+    proptest! {
+        /// At most `max` kept, the first and the last among them, evenly
+        /// spaced; all of them when they fit.
+        #[test]
+        fn thinning_keeps_at_most_max_with_both_ends(n in 0usize..5000, max in 2usize..300) {
+            let t = Thinning::new(n, max);
+            let kept: Vec<usize> = (0..n).filter(|&i| t.keeps(i)).collect();
+            prop_assert!(kept.len() <= max);
+            if n <= max {
+                prop_assert_eq!(kept.len(), n);
+            }
+            if n > 0 {
+                prop_assert_eq!(kept[0], 0);
+                prop_assert_eq!(*kept.last().unwrap(), n - 1);
+            }
+            if n > max {
+                prop_assert!(kept.len() >= max / 2, "{} of {} kept for max {}", kept.len(), n, max);
+            }
+        }
+    }
 }
