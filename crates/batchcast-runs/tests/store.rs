@@ -1,11 +1,43 @@
 //! The run store on a real SQLite file: creation, refusal of foreign files,
 //! resumable runs, orphan repair, and writers and readers at once.
 
+use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 
 use batchcast_runs::{
-    LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunStatus, Store, StoreError,
+    LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, RunStatus, Store,
+    StoreError, WorkloadId,
 };
+
+/// A new store in a temporary directory, with experiment "exp" and its
+/// workload "w".
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    store: Store,
+    w: WorkloadId,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.sqlite");
+        let store = Store::open(&path).unwrap();
+        let e = store.experiment("exp").unwrap();
+        let w = store.workload(e, "w", None, 0).unwrap();
+        Fixture {
+            _dir: dir,
+            path,
+            store,
+            w,
+        }
+    }
+
+    /// Adds run `name` to "w".
+    fn run(&mut self, name: &str) -> RunId {
+        self.store.add_run(self.w, &new_run(name)).unwrap().0
+    }
+}
 
 fn new_run(name: &str) -> NewRun {
     NewRun {
@@ -112,12 +144,10 @@ fn a_newer_store_is_refused() {
 
 #[test]
 fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (a, _) = store.add_run(w, &new_run("a")).unwrap();
-    let (b, _) = store.add_run(w, &new_run("b")).unwrap();
+    let mut f = Fixture::new();
+    let a = f.run("a");
+    let b = f.run("b");
+    let Fixture { mut store, w, .. } = f;
     let env = serde_json::json!({"host": "testhost"});
     assert!(store.claim_run(a, 111, 5, &env).unwrap());
     assert!(
@@ -152,12 +182,10 @@ fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
 
 #[test]
 fn filters_search_names_and_parameters() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (a, _) = store.add_run(w, &new_run("alpha")).unwrap();
-    let (_b, _) = store.add_run(w, &new_run("beta")).unwrap();
+    let mut f = Fixture::new();
+    let a = f.run("alpha");
+    let _b = f.run("beta");
+    let Fixture { store, .. } = f;
     store
         .log_param(a, "optimizer", "adamw", ParamSource::Logged)
         .unwrap();
@@ -191,11 +219,9 @@ fn filters_search_names_and_parameters() {
 
 #[test]
 fn logs_keep_order_and_tails_are_cut_at_the_end() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { mut store, .. } = f;
     let big: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
     store
         .append_log(r, LogStream::Stdout, 1, b"first\n")
@@ -221,13 +247,10 @@ fn logs_keep_order_and_tails_are_cut_at_the_end() {
 /// a second runner would) and a read-only reader use the same file.
 #[test]
 fn writers_and_readers_share_one_file_from_several_threads() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (r1, _) = store.add_run(w, &new_run("one")).unwrap();
-    let (r2, _) = store.add_run(w, &new_run("two")).unwrap();
+    let mut f = Fixture::new();
+    let r1 = f.run("one");
+    let r2 = f.run("two");
+    let Fixture { path, store, .. } = f;
     drop(store);
 
     const PER_THREAD: i64 = 5_000;
@@ -296,12 +319,9 @@ fn writers_and_readers_share_one_file_from_several_threads() {
 /// the recorder being finished: a runner killed later loses at most that.
 #[test]
 fn recorded_points_are_committed_within_the_flush_period() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
     h.metric(MetricPoint {
@@ -332,12 +352,9 @@ fn recorded_points_are_committed_within_the_flush_period() {
 
 #[test]
 fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
     let point = |key: &str, step: i64, value: f64| MetricPoint {
@@ -420,12 +437,9 @@ fn the_example_plans_load() {
 /// with both ends, and counts what it would scan without reading it.
 #[test]
 fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    let (r, _) = store.add_run(w, &new_run("r")).unwrap();
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
     const N: i64 = 10_007;
