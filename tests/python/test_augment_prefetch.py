@@ -290,3 +290,35 @@ def test_a_script_that_ends_while_the_prefetch_thread_waits_exits(spawn):
     trainer = spawn("consume_one_and_leave", name="held")
     assert trainer.expect("took ") == "True", "the prefetch thread waits for batch 1"
     assert trainer.wait(30) == 0
+
+
+def test_a_producer_killed_while_the_prefetch_thread_waits_is_reported_in_order(spawn):
+    """SIGKILL: the producer says nothing more. The batch the loop holds
+    stays valid, and the next() after it raises ProducerGone within the
+    death watch's bound instead of waiting forever."""
+    producer = spawn("produce_gated", stdin=True, name="killed", batches=3)
+    producer.expect("ready")
+    c = batchcast.Consumer("killed", connect_timeout=30, transform=crop(), seed=1)
+    it = iter(c)
+    images, labels = next(it)
+    assert labels.tolist() == list(range(8))
+    assert c._pending is not None and c._pending.waiting, "batch 1 is not published yet"
+    producer.kill()
+    assert producer.popen.wait(30) == -signal.SIGKILL
+    got = threading.Event()
+    errors = []
+
+    def step():
+        try:
+            next(it)
+        except BaseException as e:  # checked below
+            errors.append(e)
+        got.set()
+
+    t = threading.Thread(target=step, daemon=True)
+    t.start()
+    assert got.wait(30), "next() waited on for a dead producer"
+    assert len(errors) == 1 and isinstance(errors[0], batchcast.ProducerGone), errors
+    assert "killed" in str(errors[0]), errors[0]
+    assert images.shape[0] == 8 and torch.isfinite(images).all(), "the held batch was freed under the loop"
+    c.close()
