@@ -19,12 +19,13 @@
 
 use serde::Serialize;
 
-use crate::error::Result;
+use crate::error::{Result, StoreError};
 use crate::keys;
-use crate::store::{MetricSummary, Run, RunId, RunRow, Store};
+use crate::store::{MetricSummary, Run, RunId, RunRow, Store, Summarizer};
 
-/// Points read per metric, at most (a day at 1 Hz is 86,400).
-const MAX_POINTS: usize = 1_000_000;
+/// Values of one metric held to take its percentiles, at most (a day at
+/// 1 Hz is 86,400); longer metrics are sampled evenly for them.
+const MAX_SAMPLE: usize = 1_000_000;
 
 /// One run's summaries of the asked metrics.
 #[derive(Clone, Debug, Serialize)]
@@ -41,7 +42,7 @@ pub fn summarize_runs(store: &Store, runs: &[RunId], keys: &[String]) -> Result<
             let run = store.run(id)?;
             let metrics = keys
                 .iter()
-                .map(|k| Ok((k.clone(), MetricSummary::of(&values(store, id, k)?))))
+                .map(|k| Ok((k.clone(), summary(store, id, k)?)))
                 .collect::<Result<_>>()?;
             Ok(RunSummary { run, metrics })
         })
@@ -119,14 +120,9 @@ fn summarize_workload(
         if let Some(c) = last(store, r.id, keys::PROC_CPU_SECONDS)? {
             *cpu.get_or_insert(0.0) += c;
         }
-        let peak = match values(store, r.id, keys::PROC_PSS_BYTES)?
-            .into_iter()
-            .reduce(f64::max)
-        {
-            Some(p) => Some(p),
-            None => values(store, r.id, keys::PROC_RSS_BYTES)?
-                .into_iter()
-                .reduce(f64::max),
+        let peak = match summary(store, r.id, keys::PROC_PSS_BYTES)? {
+            Some(p) => Some(p.max),
+            None => summary(store, r.id, keys::PROC_RSS_BYTES)?.map(|s| s.max),
         };
         if let Some(p) = peak {
             *mem.get_or_insert(0.0) += p;
@@ -146,7 +142,7 @@ fn summarize_workload(
                 *rate.get_or_insert(0.0) += n / (ms as f64 / 1000.0);
             }
         }
-        if let Some(s) = MetricSummary::of(&values(store, r.id, keys::BATCHCAST_DATA_WAIT_SHARE)?) {
+        if let Some(s) = summary(store, r.id, keys::BATCHCAST_DATA_WAIT_SHARE)? {
             waits.push(s.mean);
         }
     }
@@ -202,12 +198,16 @@ pub fn speedups(workloads: &[WorkloadSummary]) -> Vec<Speedup> {
     out
 }
 
-fn values(store: &Store, run: RunId, key: &str) -> Result<Vec<f64>> {
-    Ok(store
-        .metric(run, key, None, MAX_POINTS)?
-        .into_iter()
-        .map(|p| p.value)
-        .collect())
+/// `key` of `run` summarised in one pass over its values, however many:
+/// count, mean, max and last exact, the percentiles from an even sample of
+/// at most [`MAX_SAMPLE`] of them.
+fn summary(store: &Store, run: RunId, key: &str) -> Result<Option<MetricSummary>> {
+    let mut s = Summarizer::new(store.metric_len(run, key, None)?, MAX_SAMPLE);
+    store.for_each_point(run, key, |_, _, v| {
+        s.push(v);
+        Ok::<_, StoreError>(())
+    })?;
+    Ok(s.finish())
 }
 
 fn last(store: &Store, run: RunId, key: &str) -> Result<Option<f64>> {
@@ -227,14 +227,14 @@ fn gpu_activity(store: &Store, run: RunId) -> Result<Option<f64>> {
         .iter()
         .filter(|k| k.starts_with("gpu/") && k.ends_with(keys::DCGM_SM_ACTIVE))
     {
-        per_gpu.extend(MetricSummary::of(&values(store, run, k)?).map(|s| s.mean));
+        per_gpu.extend(summary(store, run, k)?.map(|s| s.mean));
     }
     if per_gpu.is_empty() {
         for k in keys
             .iter()
             .filter(|k| k.starts_with("gpu/") && k.ends_with("/util_sm_percent"))
         {
-            per_gpu.extend(MetricSummary::of(&values(store, run, k)?).map(|s| s.mean / 100.0));
+            per_gpu.extend(summary(store, run, k)?.map(|s| s.mean / 100.0));
         }
     }
     Ok(mean(&per_gpu))

@@ -237,20 +237,111 @@ pub struct MetricSummary {
 impl MetricSummary {
     /// Summarises values in time order; `None` for no values.
     pub fn of(values: &[f64]) -> Option<MetricSummary> {
-        let last = *values.last()?;
-        let mut sorted: Vec<f64> = values.iter().copied().filter(|v| v.is_finite()).collect();
-        if sorted.is_empty() {
+        let mut s = Summarizer::new(values.len(), values.len());
+        values.iter().for_each(|&v| s.push(v));
+        s.finish()
+    }
+}
+
+/// Summarises `n` values given one at a time in time order, holding at
+/// most `max_sample` of them: count, mean, max and last are exact; the
+/// percentiles come from an even sample (every k-th value), exact when all
+/// of them fit. Non-finite values count only as `last`.
+#[derive(Clone, Debug)]
+pub(crate) struct Summarizer {
+    stride: usize,
+    max_sample: usize,
+    seen: usize,
+    count: usize,
+    sum: f64,
+    max: f64,
+    last: Option<f64>,
+    sample: Vec<f64>,
+}
+
+impl Summarizer {
+    pub(crate) fn new(n: usize, max_sample: usize) -> Summarizer {
+        let max_sample = max_sample.max(1);
+        Summarizer {
+            stride: n.div_ceil(max_sample).max(1),
+            max_sample,
+            seen: 0,
+            count: 0,
+            sum: 0.0,
+            max: f64::NEG_INFINITY,
+            last: None,
+            sample: Vec::with_capacity(n.min(max_sample)),
+        }
+    }
+
+    pub(crate) fn push(&mut self, v: f64) {
+        self.last = Some(v);
+        let i = self.seen;
+        self.seen += 1;
+        if !v.is_finite() {
+            return;
+        }
+        self.count += 1;
+        self.sum += v;
+        self.max = self.max.max(v);
+        // More values than counted (a live run): the sample stays bounded.
+        if i % self.stride == 0 && self.sample.len() < self.max_sample {
+            self.sample.push(v);
+        }
+    }
+
+    /// `None` when no finite value came.
+    pub(crate) fn finish(mut self) -> Option<MetricSummary> {
+        let last = self.last?;
+        if self.count == 0 {
             return None;
         }
+        if self.sample.is_empty() {
+            self.sample.push(self.max);
+        }
+        let sorted = &mut self.sample;
         sorted.sort_by(f64::total_cmp);
         let q = |p: f64| sorted[((sorted.len() - 1) as f64 * p).round() as usize];
         Some(MetricSummary {
-            count: sorted.len(),
-            mean: sorted.iter().sum::<f64>() / sorted.len() as f64,
+            count: self.count,
+            mean: self.sum / self.count as f64,
             p50: q(0.5),
             p95: q(0.95),
-            max: sorted[sorted.len() - 1],
+            max: self.max,
             last,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{MetricSummary, Summarizer};
+
+    #[test]
+    fn a_summary_is_exact_when_every_value_fits() {
+        let s = MetricSummary::of(&[3.0, f64::NAN, 1.0, 2.0, 10.0, f64::INFINITY]).unwrap();
+        assert_eq!(s.count, 4);
+        assert_eq!(s.mean, 4.0);
+        assert_eq!((s.p50, s.max), (3.0, 10.0));
+        assert!(s.last.is_infinite(), "last is the last value, finite or not");
+        assert_eq!(MetricSummary::of(&[]), None);
+        assert_eq!(MetricSummary::of(&[f64::NAN]), None);
+    }
+
+    #[test]
+    fn a_long_metric_is_summarised_holding_only_its_sample() {
+        let n = 1_000_001;
+        let mut s = Summarizer::new(n, 1000);
+        // A spike in the middle that no even sample of 1000 lands on.
+        let value = |i: usize| if i == 500_001 { 1e9 } else { (i % 100) as f64 };
+        (0..n).for_each(|i| s.push(value(i)));
+        assert!(s.sample.len() <= 1000, "{} held", s.sample.len());
+        let s = s.finish().unwrap();
+        assert_eq!(s.count, n);
+        assert_eq!(s.max, 1e9, "the max is exact, not sampled");
+        assert_eq!(s.last, 0.0);
+        let exact_mean = (0..n).map(value).sum::<f64>() / n as f64;
+        assert!((s.mean - exact_mean).abs() < 1e-6, "{} vs {exact_mean}", s.mean);
+        assert!((40.0..=60.0).contains(&s.p50), "p50 {}", s.p50);
     }
 }
