@@ -275,6 +275,11 @@ def consume_ids(o: Dict[str, Any]) -> None:
                 if o.get("say_batches"):
                     say("batch", count)
                 if hold is not None and count == hold:
+                    if o.get("fork_holder") and os.fork() == 0:
+                        # A child with copies of this consumer's sockets (a
+                        # forked DataLoader worker) that outlives it.
+                        signal.pause()
+                        os._exit(0)
                     say("holding")
                     sys.stdin.read()  # until killed
             info = c.epoch_info

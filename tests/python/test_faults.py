@@ -33,6 +33,28 @@ def test_a_consumer_killed_mid_epoch_holds_nobody_up_and_leaks_nothing(spawn, bc
     assert shm_entries() <= shm_before  # the arena is a memfd: nothing in /dev/shm
 
 
+def test_a_killed_consumer_with_a_forked_child_holds_nobody_up(spawn):
+    """The child (a DataLoader worker, say) keeps copies of the consumer's
+    sockets, so the producer never sees the connection close: it watches
+    the consumer's process instead. With at most 2 batches of lag the
+    survivor would otherwise wait for the victim forever."""
+    producer = spawn("produce_ids", name="kf", n=1000, batch_size=64, window=4, epochs=3,
+                     wait_for_consumers=2, max_lag="2batches")
+    victim = spawn("consume_ids", stdin=True, name="kf", hold_after=3, fork_holder=True)
+    survivor = spawn("consume_ids", name="kf", batch_size=48, epochs=3)
+    victim.expect("holding")
+    children = victim.children()
+    assert len(children) == 1, children
+    spawn.adopt(children)
+    victim.kill()
+    for e, got in enumerate(survivor.epochs(3, timeout=30)):
+        assert got["epoch"] == e and got["ids"] == list(range(1000))
+    survivor.expect("done")
+    producer.expect("done")
+    assert producer.wait() == 0 and survivor.wait() == 0
+    os.kill(children[0], 0)  # the child, and its copy of the socket, lived on throughout
+
+
 @pytest.mark.parametrize("case", ["plain", "forked-child", "dataloader-workers"])
 def test_a_killed_producer_is_reported_at_once(spawn, case):
     # Children forked from the producer (DataLoader workers) hold copies of

@@ -323,7 +323,10 @@ mod tests {
         assert_eq!(s.count, 4);
         assert_eq!(s.mean, 4.0);
         assert_eq!((s.p50, s.max), (3.0, 10.0));
-        assert!(s.last.is_infinite(), "last is the last value, finite or not");
+        assert!(
+            s.last.is_infinite(),
+            "last is the last value, finite or not"
+        );
         assert_eq!(MetricSummary::of(&[]), None);
         assert_eq!(MetricSummary::of(&[f64::NAN]), None);
     }
@@ -341,7 +344,11 @@ mod tests {
         assert_eq!(s.max, 1e9, "the max is exact, not sampled");
         assert_eq!(s.last, 0.0);
         let exact_mean = (0..n).map(value).sum::<f64>() / n as f64;
-        assert!((s.mean - exact_mean).abs() < 1e-6, "{} vs {exact_mean}", s.mean);
+        assert!(
+            (s.mean - exact_mean).abs() < 1e-6,
+            "{} vs {exact_mean}",
+            s.mean
+        );
         assert!((40.0..=60.0).contains(&s.p50), "p50 {}", s.p50);
     }
 }

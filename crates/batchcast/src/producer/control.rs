@@ -7,6 +7,11 @@
 //! malformed, oversized or unexpected frame closes that one connection, and a
 //! closed connection gives back the consumer's leases at once.
 //!
+//! A consumer's process is watched too (a pidfd on the pid its socket
+//! reports): children it forked (DataLoader workers) keep copies of its
+//! socket and can outlive it, so a consumer killed with such children alive
+//! never closes its connection. Its exit drops it all the same.
+//!
 //! Hostile or broken peers are bounded ([`super::admission`]): a new
 //! connection is read at once (a real consumer's hello is already queued),
 //! at most 64 connections (fewer under a small open-file limit) wait for
@@ -41,8 +46,12 @@ enum Conn {
         pid: u32,
         since: Instant,
     },
-    /// A registered consumer.
-    Consumer { sock: Arc<UnixStream>, id: u64 },
+    /// A registered consumer, and its process when it can be watched.
+    Consumer {
+        sock: Arc<UnixStream>,
+        id: u64,
+        process: Option<OwnedFd>,
+    },
 }
 
 impl Conn {
@@ -51,6 +60,27 @@ impl Conn {
             Conn::Handshake { sock, .. } | Conn::Consumer { sock, .. } => sock,
         }
     }
+
+    /// The consumer's pidfd: readable once its process has exited.
+    fn process(&self) -> Option<&OwnedFd> {
+        match self {
+            Conn::Consumer { process, .. } => process.as_ref(),
+            Conn::Handshake { .. } => None,
+        }
+    }
+}
+
+/// A pidfd on the consumer process `pid` (from `SO_PEERCRED`, so in this
+/// process's pid namespace; 0 when it is not visible here). None for this
+/// process itself (a consumer in the producer's own process) and where
+/// pidfds are not available (Linux before 5.3): then only the socket's
+/// closing tells.
+fn watch_process(pid: u32) -> Option<OwnedFd> {
+    if pid == std::process::id() {
+        return None;
+    }
+    let pid = rustix::process::Pid::from_raw(i32::try_from(pid).ok()?)?;
+    rustix::process::pidfd_open(pid, rustix::process::PidfdFlags::empty()).ok()
 }
 
 /// Runs until the wake pipe is written to or closed.
@@ -76,6 +106,15 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         for (c, _) in &conns {
             fds.push(PollFd::new(c.sock().as_ref(), PollFlags::IN));
         }
+        // Then the processes of the consumers watched, in order.
+        let watched: Vec<usize> = (0..conns.len())
+            .filter(|&i| conns[i].0.process().is_some())
+            .collect();
+        for &i in &watched {
+            if let Some(pidfd) = conns[i].0.process() {
+                fds.push(PollFd::new(pidfd, PollFlags::IN));
+            }
+        }
         let wait = rest
             .unwrap_or(Duration::from_secs(1))
             .min(Duration::from_secs(1));
@@ -94,11 +133,17 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         if ready[0] {
             return; // shutdown
         }
+        let mut exited = vec![false; conns.len()];
+        for (k, &i) in watched.iter().enumerate() {
+            exited[i] = ready[first + conns.len() + k];
+        }
         let mut dead = Vec::new();
         for (i, (conn, reader)) in conns.iter_mut().enumerate() {
             let timed_out =
                 matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
-            if timed_out || (ready[first + i] && !serve(&shared, conn, reader)) {
+            // An exited consumer's last releases are read before it goes.
+            let closed = ready[first + i] && !serve(&shared, conn, reader);
+            if timed_out || closed || exited[i] {
                 dead.push(i);
             }
         }
@@ -291,7 +336,11 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                             shared.notify(state);
                             id
                         };
-                        *conn = Conn::Consumer { sock, id };
+                        *conn = Conn::Consumer {
+                            sock,
+                            id,
+                            process: watch_process(pid),
+                        };
                     }
                 }
             }
