@@ -13,7 +13,7 @@
 
 use super::tiresias::queue;
 use super::tuner::Tuner;
-use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use super::{preemptive_round, Policy};
 use crate::job::Locality;
 use crate::sched::Sched;
 use crate::state::Status;
@@ -110,15 +110,8 @@ impl Policy for Dally {
             };
             (queue(&th, s.attained_now(i) * net), j.spec.arrival)
         };
-        let mut out = Vec::new();
-        if s.lease_boundary() {
-            let ranked = all_ranked(s, |i| key(s, i));
-            out = preempt_outside(s, &ranked);
-        }
-        let mut order = s.pending_fitting();
-        order.retain(|i| !out.contains(i));
         let now = s.now();
-        walk_ranked(s, order, key, |s, i| {
+        preemptive_round(s, key, |s, i| {
             let j = s.job(i);
             let (gpus, since) = (j.spec.gpus, j.wait_since);
             let tightest = s.spec().tightest_fit(gpus);

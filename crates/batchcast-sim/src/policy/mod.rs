@@ -94,18 +94,43 @@ pub(crate) fn preempt_outside(s: &mut Sched<'_>, ranked: &[u32]) -> Vec<u32> {
     out
 }
 
+/// A job with its ranking key.
+type Keyed = ((f64, f64), u32);
+
+/// The ranking order: by key, ties by index (so deterministic).
+fn by_key(a: &Keyed, b: &Keyed) -> std::cmp::Ordering {
+    a.0 .0
+        .total_cmp(&b.0 .0)
+        .then(a.0 .1.total_cmp(&b.0 .1))
+        .then(a.1.cmp(&b.1))
+}
+
 /// Sorts `jobs` by `key` (ties by index, so deterministic).
 pub(crate) fn rank_by(jobs: &mut [u32], key: impl Fn(u32) -> (f64, f64)) {
-    let mut keyed: Vec<((f64, f64), u32)> = jobs.iter().map(|&i| (key(i), i)).collect();
-    keyed.sort_by(|a, b| {
-        a.0 .0
-            .total_cmp(&b.0 .0)
-            .then(a.0 .1.total_cmp(&b.0 .1))
-            .then(a.1.cmp(&b.1))
-    });
+    let mut keyed: Vec<Keyed> = jobs.iter().map(|&i| (key(i), i)).collect();
+    keyed.sort_by(by_key);
     for (slot, (_, i)) in jobs.iter_mut().zip(keyed) {
         *slot = i;
     }
+}
+
+/// One round of a preemptive ranking policy: at a lease boundary, the
+/// running jobs ranked outside what fits are preempted
+/// ([`preempt_outside`]); then the waiting jobs that fit, bar those just
+/// preempted, are visited best first ([`walk_ranked`]).
+pub(crate) fn preemptive_round(
+    s: &mut Sched<'_>,
+    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
+    visit: impl FnMut(&mut Sched<'_>, u32),
+) {
+    let mut out = Vec::new();
+    if s.lease_boundary() {
+        let ranked = all_ranked(s, |i| key(s, i));
+        out = preempt_outside(s, &ranked);
+    }
+    let mut order = s.pending_fitting();
+    order.retain(|i| !out.contains(i));
+    walk_ranked(s, order, key, visit);
 }
 
 /// Walks `jobs` best-first by `key`, calling `visit` on each until the free
@@ -118,13 +143,8 @@ pub(crate) fn walk_ranked(
     key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
     mut visit: impl FnMut(&mut Sched<'_>, u32),
 ) {
-    let cmp = |a: &((f64, f64), u32), b: &((f64, f64), u32)| {
-        a.0 .0
-            .total_cmp(&b.0 .0)
-            .then(a.0 .1.total_cmp(&b.0 .1))
-            .then(a.1.cmp(&b.1))
-    };
-    let mut keyed: Vec<((f64, f64), u32)> = jobs.into_iter().map(|i| (key(s, i), i)).collect();
+    let cmp = by_key;
+    let mut keyed: Vec<Keyed> = jobs.into_iter().map(|i| (key(s, i), i)).collect();
     let head = (4 * s.free_gpus() as usize + 64).min(keyed.len());
     if head < keyed.len() && head > 0 {
         keyed.select_nth_unstable_by(head - 1, cmp);

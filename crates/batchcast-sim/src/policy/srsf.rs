@@ -1,7 +1,7 @@
 //! SRSF: shortest remaining service (remaining ideal time x GPUs) first,
 //! preempting at lease boundaries.
 
-use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use super::{preemptive_round, Policy};
 use crate::job::Locality;
 use crate::sched::Sched;
 
@@ -24,14 +24,7 @@ impl Policy for Srsf {
                 s.job(i).spec.arrival,
             )
         };
-        let mut out = Vec::new();
-        if s.lease_boundary() {
-            let ranked = all_ranked(s, |i| key(s, i));
-            out = preempt_outside(s, &ranked);
-        }
-        let mut order = s.pending_fitting();
-        order.retain(|i| !out.contains(i));
-        walk_ranked(s, order, key, |s, i| {
+        preemptive_round(s, key, |s, i| {
             s.try_start(i, Locality::Cluster);
         });
     }

@@ -5,7 +5,7 @@
 //! outside the set the queues admit. Placement takes whatever is free,
 //! tightest first, without waiting.
 
-use super::{all_ranked, preempt_outside, walk_ranked, Policy};
+use super::{preemptive_round, Policy};
 use crate::job::Locality;
 use crate::sched::Sched;
 
@@ -40,14 +40,7 @@ impl Policy for Tiresias {
     fn schedule(&mut self, s: &mut Sched<'_>) {
         let th = &self.thresholds;
         let key = |s: &Sched<'_>, i: u32| (queue(th, s.attained_now(i)), s.job(i).spec.arrival);
-        let mut out = Vec::new();
-        if s.lease_boundary() {
-            let ranked = all_ranked(s, |i| key(s, i));
-            out = preempt_outside(s, &ranked);
-        }
-        let mut order = s.pending_fitting();
-        order.retain(|i| !out.contains(i));
-        walk_ranked(s, order, key, |s, i| {
+        preemptive_round(s, key, |s, i| {
             s.try_start(i, Locality::Cluster);
         });
     }
