@@ -13,6 +13,15 @@ use common::{assert_full_epoch, Env, Proc};
 /// How long the victim stays stopped: the length of the pause the test is
 /// about, not a wait for anything.
 const PAUSE: Duration = Duration::from_secs(3);
+/// A budget of 8 batches, past which a laggard is evicted after 0.5 s.
+const EVICT: &[&str] = &[
+    "--max-lag",
+    "8batches",
+    "--lag-policy",
+    "evict",
+    "--stall-timeout",
+    "0.5",
+];
 
 /// 10 epochs of 100 batches; the others take 10 ms per batch, so they are
 /// still running well after the pause.
@@ -133,15 +142,7 @@ fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
 #[test]
 fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
     let env = Env::new();
-    let evict = [
-        "--max-lag",
-        "8batches",
-        "--lag-policy",
-        "evict",
-        "--stall-timeout",
-        "0.5",
-    ];
-    let mut producer = producer(&env, "evict", &evict);
+    let mut producer = producer(&env, "evict", EVICT);
     let mut victim = env.spawn(&["consume", "evict", "--each", "--verify", "--delay-ms", "2"]);
     let mut others = others(&env, "evict");
     let mut status = None;
@@ -183,15 +184,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
 #[test]
 fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
     let env = Env::new();
-    let evict = [
-        "--max-lag",
-        "8batches",
-        "--lag-policy",
-        "evict",
-        "--stall-timeout",
-        "0.5",
-    ];
-    let mut producer = producer(&env, "rejoin", &evict);
+    let mut producer = producer(&env, "rejoin", EVICT);
     let mut victim = env.spawn(&[
         "consume",
         "rejoin",
