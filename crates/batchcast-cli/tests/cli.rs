@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::Env;
+use common::{Env, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     let config = GenerateConfig {
@@ -41,13 +41,7 @@ fn demo_runs_both_modes_and_reports_every_figure() {
             "--cache-dir",
         ])
         .arg(&cache)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     for mode in ["independent", "shared"] {
         let run = &v[mode];
@@ -296,13 +290,7 @@ fn bench_reports_every_cell_and_the_ratios() {
             "1",
             "--json",
         ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cells = v["cells"].as_array().unwrap();
     assert_eq!(cells.len(), 2, "{v}");
@@ -322,15 +310,7 @@ fn bench_reports_every_cell_and_the_ratios() {
 fn bench_measures_copy_on_write_consumers() {
     let env = Env::new();
     let args = "bench --batches 30 --sizes-mb 1 --consumers 1 --repeat 1 --json --copy-on-write";
-    let out = env
-        .cmd(&args.split(' ').collect::<Vec<_>>())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = env.cmd(&args.split(' ').collect::<Vec<_>>()).succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(v["copy_on_write"], true, "{v}");
     assert!(

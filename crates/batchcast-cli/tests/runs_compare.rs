@@ -1,10 +1,8 @@
 //! `batchcast runs compare` on stores that are missing, foreign or real.
 
-use std::process::Command;
+mod common;
 
-fn batchcast() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_batchcast"))
-}
+use common::{batchcast, Succeed};
 
 #[test]
 fn a_missing_or_foreign_store_is_a_clear_error() {
@@ -118,13 +116,7 @@ fn export_writes_every_point_as_csv_rows() {
     let out = batchcast()
         .args(["runs", "export", "--csv", "-", "--store"])
         .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .succeed();
     let text = String::from_utf8(out.stdout).unwrap();
     let lines: Vec<&str> = text.lines().collect();
     assert_eq!(
@@ -180,7 +172,7 @@ fn plot_draws_each_run_with_its_name() {
     }
     drop(store);
     let svg = dir.path().join("chart.svg");
-    let out = batchcast()
+    batchcast()
         .args([
             "runs",
             "plot",
@@ -193,13 +185,7 @@ fn plot_draws_each_run_with_its_name() {
         .arg(&svg)
         .arg("--store")
         .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .succeed();
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(
         text.contains("shared/trainer-1") && text.contains("shared/trainer-2"),
@@ -228,7 +214,7 @@ fn plot_draws_each_run_with_its_name() {
     // PNG: the same chart at twice the size, its caption drawn with a
     // system font (dark pixels in the caption's band at the top).
     let png_path = dir.path().join("chart.png");
-    let out = batchcast()
+    batchcast()
         .args([
             "runs",
             "plot",
@@ -241,13 +227,7 @@ fn plot_draws_each_run_with_its_name() {
         .arg(&png_path)
         .arg("--store")
         .arg(&path)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+        .succeed();
     let decoder = png::Decoder::new(std::io::BufReader::new(
         std::fs::File::open(&png_path).unwrap(),
     ));

@@ -7,7 +7,7 @@
 
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
@@ -15,6 +15,30 @@ use serde_json::Value;
 
 /// Generous bound for anything that should happen "at once".
 pub const DEADLINE: Duration = Duration::from_secs(60);
+
+/// The `batchcast` binary under test, as a command to add arguments to.
+pub fn batchcast() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_batchcast"))
+}
+
+/// Runs a command to its end and insists that it succeeded.
+pub trait Succeed {
+    /// The command's output; panics with its stderr if it failed.
+    fn succeed(&mut self) -> Output;
+}
+
+impl Succeed for Command {
+    fn succeed(&mut self) -> Output {
+        let out = self.output().unwrap();
+        assert!(
+            out.status.success(),
+            "{:?} failed: {}",
+            self,
+            String::from_utf8_lossy(&out.stderr)
+        );
+        out
+    }
+}
 
 /// A private socket directory for one test.
 pub struct Env {
@@ -37,7 +61,7 @@ impl Env {
 
     /// A `batchcast` command in this environment.
     pub fn cmd(&self, args: &[&str]) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_batchcast"));
+        let mut c = batchcast();
         c.args(args)
             .env("BATCHCAST_DIR", self.path())
             .stdin(Stdio::null())
