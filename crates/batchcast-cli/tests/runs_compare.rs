@@ -4,6 +4,42 @@ mod common;
 
 use common::{batchcast, Succeed};
 
+use batchcast_runs::{MetricPoint, NewRun, RunId, Store, WorkloadId};
+
+/// Adds run `name` to workload `w`, started now (claimed by a runner);
+/// returns it and its start time.
+fn started_run(store: &mut Store, w: WorkloadId, name: &str) -> (RunId, i64) {
+    let new = NewRun {
+        name: name.into(),
+        ..Default::default()
+    };
+    let (r, _) = store.add_run(w, &new).unwrap();
+    store.claim_run(r, 1, 1, &serde_json::json!({})).unwrap();
+    (r, store.run(r).unwrap().run.start_ms.unwrap())
+}
+
+/// Records `n` values of `key` for run `r`, one every `every_ms` from
+/// `start`, the i-th being `value(i)`.
+fn record(
+    store: &mut Store,
+    r: RunId,
+    key: &str,
+    (start, every_ms): (i64, i64),
+    n: i64,
+    value: impl Fn(i64) -> f64,
+) {
+    let points: Vec<_> = (0..n)
+        .map(|i| MetricPoint {
+            run_id: r,
+            key: key.into(),
+            step: i,
+            ts_ms: start + every_ms * i,
+            value: value(i),
+        })
+        .collect();
+    store.insert_metrics(&points).unwrap();
+}
+
 #[test]
 fn a_missing_or_foreign_store_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -36,41 +72,20 @@ fn a_missing_or_foreign_store_is_a_clear_error() {
 fn compare_prints_the_collocation_table() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
-    let mut store = batchcast_runs::Store::open(&path).unwrap();
+    let mut store = Store::open(&path).unwrap();
     let e = store.experiment("exp").unwrap();
     let w = store
         .workload(e, "shared", Some("batchcast serve"), 0)
         .unwrap();
-    let (r, _) = store
-        .add_run(
-            w,
-            &batchcast_runs::NewRun {
-                name: "a".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    store
-        .insert_metrics(&[batchcast_runs::MetricPoint {
-            run_id: r,
-            key: batchcast_runs::keys::BATCHCAST_DATA_WAIT_SHARE.into(),
-            step: 0,
-            ts_ms: 1,
-            value: 0.25,
-        }])
-        .unwrap();
+    let (r, start) = started_run(&mut store, w, "a");
+    let wait = batchcast_runs::keys::BATCHCAST_DATA_WAIT_SHARE;
+    record(&mut store, r, wait, (start, 1), 1, |_| 0.25);
     drop(store);
     let out = batchcast()
         .args(["runs", "compare", "--store"])
         .arg(&path)
-        .output()
-        .unwrap();
+        .succeed();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert!(
         text.contains("exp/shared") && text.contains("25.0%"),
         "{text}"
@@ -88,30 +103,13 @@ fn compare_prints_the_collocation_table() {
 fn export_writes_every_point_as_csv_rows() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
-    let mut store = batchcast_runs::Store::open(&path).unwrap();
+    let mut store = Store::open(&path).unwrap();
     let e = store.experiment("exp").unwrap();
     let w = store.workload(e, "w", None, 0).unwrap();
-    let (r, _) = store
-        .add_run(
-            w,
-            &batchcast_runs::NewRun {
-                name: "a,b".into(),
-                ..Default::default()
-            },
-        )
-        .unwrap();
-    store.claim_run(r, 1, 1, &serde_json::json!({})).unwrap();
-    let start = store.run(r).unwrap().run.start_ms.unwrap();
-    let points: Vec<_> = (0..3)
-        .map(|i| batchcast_runs::MetricPoint {
-            run_id: r,
-            key: "loss".into(),
-            step: i,
-            ts_ms: start + 500 * i,
-            value: 1.0 / (i + 1) as f64,
-        })
-        .collect();
-    store.insert_metrics(&points).unwrap();
+    let (r, start) = started_run(&mut store, w, "a,b");
+    record(&mut store, r, "loss", (start, 500), 3, |i| {
+        1.0 / (i + 1) as f64
+    });
     drop(store);
     let out = batchcast()
         .args(["runs", "export", "--csv", "-", "--store"])
@@ -142,32 +140,21 @@ fn export_writes_every_point_as_csv_rows() {
 fn plot_draws_each_run_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
-    let mut store = batchcast_runs::Store::open(&path).unwrap();
+    let mut store = Store::open(&path).unwrap();
     let e = store.experiment("exp").unwrap();
     let w = store.workload(e, "shared", None, 0).unwrap();
     let mut ids = Vec::new();
     for name in ["trainer-1", "trainer-2"] {
-        let (r, _) = store
-            .add_run(
-                w,
-                &batchcast_runs::NewRun {
-                    name: name.into(),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
-        store.claim_run(r, 1, 1, &serde_json::json!({})).unwrap();
-        let start = store.run(r).unwrap().run.start_ms.unwrap();
-        let points: Vec<_> = (0..50)
-            .map(|i| batchcast_runs::MetricPoint {
-                run_id: r,
-                key: "batchcast/samples_per_s".into(),
-                step: i,
-                ts_ms: start + 1000 * i,
-                value: 1000.0 + i as f64,
-            })
-            .collect();
-        store.insert_metrics(&points).unwrap();
+        let (r, start) = started_run(&mut store, w, name);
+        let rate = |i| 1000.0 + i as f64;
+        record(
+            &mut store,
+            r,
+            "batchcast/samples_per_s",
+            (start, 1000),
+            50,
+            rate,
+        );
         ids.push(r.to_string());
     }
     drop(store);
