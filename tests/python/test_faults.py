@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
 import time
 
 import numpy as np
@@ -73,6 +74,32 @@ def test_a_killed_producer_is_reported_at_once(spawn, case):
     gone_at = float(consumer.expect("gone").split()[0])
     assert gone_at - killed_at < 1.0, f"ProducerGone {gone_at - killed_at:.2f} s after the kill"
     assert consumer.wait() == 0
+
+
+def test_the_cli_consumer_sees_a_killed_producer_whose_forked_child_holds_its_socket(spawn, batchcast_bin):
+    # The core consumer watches the producer's process itself, so
+    # `batchcast consume` is told as the Python consumer is.
+    producer = spawn("produce_ids", name="pkc", n=10**6, batch_size=64, epochs=1000, fork_holder=True)
+    producer.expect("ready")
+    with subprocess.Popen([batchcast_bin, "consume", "pkc"], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, text=True) as cli:
+        try:
+            first = json.loads(cli.stdout.readline())
+            assert first["event"] == "connected", first
+            spawn.adopt(producer.children())
+            killed_at = time.monotonic()
+            producer.kill(signal.SIGKILL)
+            code = cli.wait(30)
+            took = time.monotonic() - killed_at
+            rest = cli.stdout.read().splitlines()
+            stderr = cli.stderr.read()
+        finally:
+            if cli.poll() is None:
+                cli.kill()
+    assert code == 3, (code, rest[-3:], stderr)
+    error = json.loads(rest[-1])
+    assert error["event"] == "error" and error["kind"] == "producer_gone", error
+    assert took < 2.0, f"the CLI consumer saw the death {took:.2f} s after the kill"
 
 
 def test_ctrl_c_in_the_producer_ends_consumers_cleanly(spawn):

@@ -6,14 +6,11 @@
 //! back as [`ArrayView`]s that `batchcast._consumer` turns into tensors
 //! through DLPack, its per-sample lists as Python lists.
 //!
-//! A producer's death normally shows as its socket closing. A producer that
-//! used a forking DataLoader, though, shares its end of every connection
-//! with its worker processes, which outlive it by seconds; so the consumer
-//! also watches the producer process itself through a pidfd and reports
-//! [`batchcast::Error::ProducerGone`] as soon as it has exited.
+//! A producer's death is reported by the core consumer (its socket
+//! closing, or its process exiting where forked DataLoader workers keep
+//! the socket open) as [`batchcast::Error::ProducerGone`].
 
 use std::ffi::CString;
-use std::os::fd::{AsFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -31,68 +28,6 @@ use pyo3::PyTypeInfo;
 use crate::dlpack::{ArrayView, LeaseTracker};
 use crate::errors::{to_py, Exc};
 use crate::{blocking, seconds, Guarded};
-
-/// Watches the producer process through a pidfd.
-struct ProducerWatch {
-    pidfd: OwnedFd,
-    /// Seen exited once: the next check confirms it, after the consumer has
-    /// drained what the producer sent before it died.
-    suspected: bool,
-}
-
-impl ProducerWatch {
-    /// Opens a pidfd on `pid`, if `pid` is the producer `name` as this
-    /// process sees it: it holds the arena memfd `batchcast:NAME`. (The pid
-    /// comes from the producer's welcome; in another pid namespace it could
-    /// name some unrelated process.)
-    fn open(name: &str, pid: u32) -> Option<Self> {
-        let raw = i32::try_from(pid).ok()?;
-        let pid_t = rustix::process::Pid::from_raw(raw)?;
-        let pidfd =
-            rustix::process::pidfd_open(pid_t, rustix::process::PidfdFlags::empty()).ok()?;
-        let holds_arena = std::fs::read_dir(format!("/proc/{pid}/fd")).ok()?.any(|e| {
-            let Ok(e) = e else { return false };
-            let Ok(target) = std::fs::read_link(e.path()) else {
-                return false;
-            };
-            let target = target.to_string_lossy();
-            match target.strip_prefix("/memfd:batchcast:") {
-                Some(rest) => rest == name || rest.strip_suffix(" (deleted)") == Some(name),
-                None => false,
-            }
-        });
-        holds_arena.then_some(ProducerWatch {
-            pidfd,
-            suspected: false,
-        })
-    }
-
-    fn exited(&self) -> bool {
-        let fd = self.pidfd.as_fd();
-        let mut fds = [rustix::event::PollFd::new(
-            &fd,
-            rustix::event::PollFlags::IN,
-        )];
-        let zero = rustix::event::Timespec {
-            tv_sec: 0,
-            tv_nsec: 0,
-        };
-        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
-    }
-
-    /// True once the producer has exited and a full wait has passed since
-    /// it was first seen exited.
-    fn gone(&mut self) -> bool {
-        if !self.exited() {
-            return false;
-        }
-        if self.suspected {
-            return true;
-        }
-        self.suspected = true;
-        false
-    }
-}
 
 /// Waits of 100 ms before checking whether kept batches hold the window.
 const WARN_AFTER_TICKS: u32 = 10;
@@ -112,12 +47,9 @@ fn warn_window_full(py: Python<'_>, name: &str, slots: usize) -> PyResult<()> {
     PyErr::warn(py, &PyRuntimeWarning::type_object(py), &msg, 1)
 }
 
-/// The core consumer and what watches its producer.
+/// The core consumer.
 struct Attached {
     consumer: Consumer,
-    watch: Option<ProducerWatch>,
-    /// The producer was seen dead: every later wait fails at once.
-    gone: bool,
 }
 
 /// A consumer attached to one producer (private API: use
@@ -316,18 +248,13 @@ impl PyConsumer {
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
-        let watch = ProducerWatch::open(&name, welcome.producer_pid);
         Ok(PyConsumer {
             batches_per_epoch: consumer.batches_per_epoch(),
-            watching: watch.is_some(),
+            watching: consumer.watches_producer(),
             tracker: Arc::new(LeaseTracker::default()),
             warned_full: AtomicBool::new(false),
             inner: Guarded::new(
-                Attached {
-                    consumer,
-                    watch,
-                    gone: false,
-                },
+                Attached { consumer },
                 format!("batchcast.Consumer of {name:?}"),
             ),
             name,
@@ -378,20 +305,8 @@ impl PyConsumer {
         let mut warning: Option<PyErr> = None;
         let warning_slot = &mut warning;
         let event = self.inner.call(py, |a, signals| {
-            let gone = || Error::ProducerGone { name: name.clone() };
-            if a.gone {
-                return Err(gone());
-            }
-            let Attached {
-                consumer, watch, ..
-            } = a;
-            let mut died = false;
             let mut ticks = 0u32;
             let mut hook = || {
-                if watch.as_mut().is_some_and(ProducerWatch::gone) {
-                    died = true;
-                    return true;
-                }
                 ticks += 1;
                 if ticks == WARN_AFTER_TICKS
                     && tracker.slots_held() >= slots
@@ -405,18 +320,7 @@ impl PyConsumer {
                 }
                 signals()
             };
-            let result = consumer.next_event(&mut hook);
-            match result {
-                Err(Error::Interrupted) if died => {
-                    a.gone = true;
-                    Err(gone())
-                }
-                Err(e @ Error::ProducerGone { .. }) => {
-                    a.gone = true;
-                    Err(e)
-                }
-                other => other,
-            }
+            a.consumer.next_event(&mut hook)
         });
         let event = match (event, warning) {
             (Err(_), Some(w)) => return Err(w),
@@ -429,17 +333,7 @@ impl PyConsumer {
     /// return it at once), else None; never waits. The events and their
     /// order are those of `next_event`.
     fn poll_event<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let name = &self.name;
-        let event = self.inner.call(py, |a, _| {
-            if a.gone {
-                return Err(Error::ProducerGone { name: name.clone() });
-            }
-            let result = a.consumer.try_next_event();
-            if matches!(result, Err(Error::ProducerGone { .. })) {
-                a.gone = true;
-            }
-            result
-        })?;
+        let event = self.inner.call(py, |a, _| a.consumer.try_next_event())?;
         event.map(|e| self.event_to_py(py, e)).transpose()
     }
 
@@ -461,9 +355,9 @@ impl PyConsumer {
             let woken = py.detach(|| waiter.sleep(seen, WAIT_TICK));
             if !woken {
                 // A quiet tick: has the producer died without a word?
-                let died = self.inner.call(py, |a, _| {
-                    Ok(a.watch.as_mut().is_some_and(ProducerWatch::gone))
-                })?;
+                let died = self
+                    .inner
+                    .call(py, |a, _| Ok(a.consumer.producer_exited()))?;
                 if died {
                     // next_event reports it, after what was sent before.
                     return self.next_event(py);

@@ -7,7 +7,9 @@
 //! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
-//! is the signal, so no heartbeat is involved.
+//! is the signal, so no heartbeat is involved, or, where forked children of
+//! the producer keep copies of its socket open, its process exiting
+//! (`watch`: a pidfd checked on quiet ticks).
 //!
 //! Batches come from the board (`crate::board`): after `EpochStart {
 //! first_seq }` the consumer reads every batch the board publishes from
@@ -41,6 +43,7 @@ mod batch;
 mod link;
 pub mod rebatch;
 mod waiter;
+mod watch;
 
 use std::collections::VecDeque;
 use std::os::fd::OwnedFd;
@@ -57,6 +60,7 @@ pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use link::Link;
 use rebatch::batches_in;
 pub use waiter::Waiter;
+use watch::ProducerWatch;
 
 use crate::arena::ArenaView;
 use crate::board::{BoardView, Woken};
@@ -175,6 +179,10 @@ pub struct Consumer {
     cut_off: bool,
     /// Evicted with `OnEvict::Error`: (epoch, behind, budget).
     fell_behind: Option<(u64, u64, u64)>,
+    /// The producer's process, where it can be watched.
+    watch: Option<ProducerWatch>,
+    /// The producer was seen dead: every later call fails at once.
+    gone: bool,
 }
 
 impl Consumer {
@@ -276,6 +284,7 @@ impl Consumer {
         let board = BoardView::map(board_fd)?;
         let ledger = Ledger::open(ledger_fd, slots)?;
         let holds = HoldsView::open(holds_fd, slots)?;
+        let watch = ProducerWatch::open(name, welcome.producer_pid);
         Ok(Consumer {
             name: name.to_owned(),
             link: Arc::new(Link::new(sock, board, ledger, holds)),
@@ -292,6 +301,8 @@ impl Consumer {
             finished: None,
             cut_off: false,
             fell_behind: None,
+            watch,
+            gone: false,
         })
     }
 
@@ -353,8 +364,14 @@ impl Consumer {
                 .waited_ns
                 .fetch_add(t0.elapsed().as_nanos() as u64, Ordering::Relaxed);
             self.link.record();
-            if woken == Woken::TimedOut && interrupt() {
-                return Err(Error::Interrupted);
+            if woken == Woken::TimedOut {
+                // A quiet tick: has the producer died without a word?
+                if self.producer_exited() {
+                    return Err(self.gone_error());
+                }
+                if interrupt() {
+                    return Err(Error::Interrupted);
+                }
             }
         }
     }
@@ -368,6 +385,9 @@ impl Consumer {
     /// As [`next_event`](Self::next_event), but never
     /// [`Error::Interrupted`].
     pub fn try_next_event(&mut self) -> Result<Option<Event>> {
+        if self.gone {
+            return Err(self.gone_error());
+        }
         loop {
             if let Some((epoch, behind, budget)) = self.fell_behind {
                 return Err(Error::FellBehind {
@@ -393,6 +413,35 @@ impl Consumer {
                 return Ok(Some(Event::Finished(reason.clone())));
             }
             return Ok(None);
+        }
+    }
+
+    /// Whether the producer's process has exited, checked now: for a
+    /// caller that waits with a [`Waiter`] (`next_event` checks on its own).
+    /// The first sighting is confirmed at the next check, so that what the
+    /// producer sent before it died is read first; once confirmed, every
+    /// later call fails with [`Error::ProducerGone`]. Always false where
+    /// the producer's process cannot be watched
+    /// ([`watches_producer`](Self::watches_producer)).
+    pub fn producer_exited(&mut self) -> bool {
+        if !self.gone && self.watch.as_mut().is_some_and(ProducerWatch::gone) {
+            self.gone = true;
+            self.events.clear();
+        }
+        self.gone
+    }
+
+    /// Whether the producer's process is watched (a pidfd), so that its
+    /// death is seen even while its forked children keep its socket open.
+    /// Not where the welcome's pid is not the producer as this process
+    /// sees it (another pid namespace) or pidfds are missing (Linux < 5.3).
+    pub fn watches_producer(&self) -> bool {
+        self.watch.is_some()
+    }
+
+    fn gone_error(&self) -> Error {
+        Error::ProducerGone {
+            name: self.name.clone(),
         }
     }
 
