@@ -493,3 +493,61 @@ fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
         .unwrap()
         .is_empty());
 }
+
+/// Writers on their own connections (the runner's recorder, its MLflow
+/// endpoint, its main thread) never fail with "database is locked": a
+/// transaction that reads before it writes (a log's next sequence number)
+/// takes the write lock first, so another writer's commit cannot turn its
+/// snapshot stale (which SQLite refuses at once, busy timeout or not).
+#[test]
+fn writers_that_read_first_never_find_the_store_locked() {
+    let mut f = Fixture::new();
+    let runs = [f.run("a"), f.run("b")];
+    let path = Arc::new(f.path.clone());
+    const ROUNDS: usize = 200;
+    let start = Arc::new(Barrier::new(runs.len() * 2));
+    let mut threads = Vec::new();
+    for &r in &runs {
+        let (p, s) = (Arc::clone(&path), Arc::clone(&start));
+        threads.push(std::thread::spawn(move || {
+            let mut store = Store::open(p.as_ref()).unwrap();
+            s.wait();
+            for i in 0..ROUNDS {
+                store
+                    .append_log(
+                        r,
+                        LogStream::Stdout,
+                        i as i64,
+                        format!("line {i}\n").as_bytes(),
+                    )
+                    .unwrap();
+            }
+        }));
+        let (p, s) = (Arc::clone(&path), Arc::clone(&start));
+        threads.push(std::thread::spawn(move || {
+            let mut store = Store::open(p.as_ref()).unwrap();
+            s.wait();
+            for i in 0..ROUNDS as i64 {
+                let point = MetricPoint {
+                    run_id: r,
+                    key: "loss".into(),
+                    step: i,
+                    ts_ms: i,
+                    value: 1.0,
+                };
+                store.insert_metrics(&[point]).unwrap();
+                store.set_pid(r, i).unwrap();
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ro = Store::open_read_only(path.as_ref()).unwrap();
+    for r in runs {
+        let (log, _) = ro.log(r, LogStream::Stdout, None).unwrap();
+        let want: String = (0..ROUNDS).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(String::from_utf8(log).unwrap(), want);
+        assert_eq!(ro.metric_len(r, "loss", None).unwrap(), ROUNDS);
+    }
+}

@@ -1,6 +1,6 @@
 //! Writing: what a runner, its listeners and the MLflow endpoint record.
 
-use rusqlite::{params, OptionalExtension};
+use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::{
     ExperimentId, LogStream, MetricPoint, NewRun, ParamSource, RunId, RunStatus, Store, WorkloadId,
@@ -11,6 +11,17 @@ use crate::error::{Result, StoreError};
 const LOG_CHUNK: usize = 64 * 1024;
 
 impl Store {
+    /// A transaction that holds the write lock from its start (`BEGIN
+    /// IMMEDIATE`, waiting up to the busy timeout for it). A deferred one
+    /// that reads before it writes could find its snapshot outdated by
+    /// another writer's commit when it comes to write, which SQLite refuses
+    /// at once with "database is locked", whatever the busy timeout.
+    fn write_transaction(&mut self) -> Result<Transaction<'_>> {
+        self.conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(StoreError::sqlite(&self.path))
+    }
+
     /// The experiment of this name, created when new.
     pub fn experiment(&self, name: &str) -> Result<ExperimentId> {
         self.conn
@@ -57,7 +68,7 @@ impl Store {
     pub fn add_run(&mut self, workload: WorkloadId, run: &NewRun) -> Result<(RunId, RunStatus)> {
         let json = |v: &Vec<String>| serde_json::to_string(v).unwrap_or_else(|_| "[]".into());
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(StoreError::sqlite(&path))?;
+        let tx = self.write_transaction()?;
         tx.execute(
             "INSERT INTO runs (workload_id, name, status, command, devices, collocation, listeners, host, plan_file, plan_row)
              VALUES (?1, ?2, 'PENDING', ?3, ?4, ?5, ?6, ?7, ?8, ?9)
@@ -156,7 +167,7 @@ impl Store {
         runner_alive: impl Fn(i64, i64) -> bool,
     ) -> Result<Vec<RunId>> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(StoreError::sqlite(&path))?;
+        let tx = self.write_transaction()?;
         let running: Vec<(RunId, Option<i64>, Option<i64>)> = {
             let mut st = tx
                 .prepare("SELECT id, runner_pid, runner_start FROM runs WHERE status = 'RUNNING' AND host = ?1")
@@ -206,7 +217,7 @@ impl Store {
     pub fn insert_metrics(&mut self, points: &[MetricPoint]) -> Result<Vec<MetricPoint>> {
         let path = self.path.clone();
         let mut nans: Vec<MetricPoint> = Vec::new();
-        let tx = self.conn.transaction().map_err(StoreError::sqlite(&path))?;
+        let tx = self.write_transaction()?;
         {
             let mut st = tx
                 .prepare_cached("INSERT INTO metrics (run_id, key, step, ts_ms, value) VALUES (?1, ?2, ?3, ?4, ?5)")
@@ -235,7 +246,7 @@ impl Store {
         bytes: &[u8],
     ) -> Result<()> {
         let path = self.path.clone();
-        let tx = self.conn.transaction().map_err(StoreError::sqlite(&path))?;
+        let tx = self.write_transaction()?;
         let first: i64 = tx
             .query_row(
                 "SELECT coalesce(max(seq), -1) + 1 FROM logs WHERE run_id = ?1 AND stream = ?2",
