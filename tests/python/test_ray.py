@@ -96,7 +96,12 @@ def trainable(config):
                 exact=sorted(seen) == list(range(SAMPLES)),
                 node=node,
                 producer_pid=loader.welcome()["producer_pid"],
-                score=config["i"],
+                # Falling with i, the order trials start in: ASHA stops a
+                # trial whose score is below those reported before it at a
+                # rung, so later starters are the ones stopped early, however
+                # slow the machine (rising scores reported in launch order
+                # would each be the best so far, and none would stop).
+                score=-config["i"],
                 epoch=epoch,
             )
         )
