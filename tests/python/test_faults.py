@@ -34,6 +34,33 @@ def test_a_consumer_killed_mid_epoch_holds_nobody_up_and_leaks_nothing(spawn, bc
     assert shm_entries() <= shm_before  # the arena is a memfd: nothing in /dev/shm
 
 
+def test_a_paused_trainer_does_not_hold_up_one_that_joins_after_it_paused(spawn, batchcast_bin):
+    """The victim stops reading (paused) with the producer blocked on its
+    window; the epoch's first batches are gone from the slots, so a
+    catch-up joiner waits for the next epoch. The producer must run ahead
+    into lag slots for it, as it does for a trainer that was already
+    following, instead of waiting for the paused one."""
+    producer = spawn("produce_ids", name="pj", n=1000, batch_size=10, window=4, epochs=2)
+    victim = spawn("consume_ids", stdin=True, name="pj", hold_after=3, epochs=2)
+    victim.expect("holding")
+    deadline = time.monotonic() + 30
+    while True:  # until the producer reused the first slots and waits on the victim
+        out = subprocess.run([batchcast_bin, "status", "pj", "--json"], capture_output=True, text=True)
+        report = json.loads(out.stdout)[0] if out.returncode == 0 else {}
+        if report.get("published", 0) > 4 and report.get("blocked_secs", 0) > 0:
+            break
+        assert time.monotonic() < deadline, f"the producer never blocked on the paused victim: {report}"
+        time.sleep(0.05)
+    late = spawn("consume_ids", name="pj", epochs=1)
+    (got,) = late.epochs(1, timeout=60)
+    assert got["epoch"] == 1 and got["ids"] == list(range(1000)), "the joiner read the next epoch whole"
+    late.expect("done")
+    victim.popen.stdin.close()  # resume: it still reads every sample of both epochs
+    for e, v in enumerate(victim.epochs(2)):
+        assert v["epoch"] == e and v["ids"] == list(range(1000))
+    producer.expect("done")
+
+
 def test_a_killed_consumer_with_a_forked_child_holds_nobody_up(spawn):
     """The child (a DataLoader worker, say) keeps copies of the consumer's
     sockets, so the producer never sees the connection close: it watches

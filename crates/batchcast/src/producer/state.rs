@@ -101,6 +101,21 @@ fn position(c: &ConsumerEntry, next: u64) -> u64 {
         .min(next)
 }
 
+/// How far the most advanced consumer that wants batches has come: the
+/// highest position of a following consumer, or `next` for one waiting
+/// for the next epoch (it needs the rest of this epoch published before
+/// its own begins, so it stands ahead of every follower). None when no
+/// consumer wants batches.
+fn front<'a>(consumers: impl Iterator<Item = &'a ConsumerEntry>, next: u64) -> Option<u64> {
+    consumers
+        .filter_map(|c| match c.phase {
+            Phase::Following => Some(position(c, next)),
+            Phase::Waiting => Some(next),
+            Phase::Pending | Phase::Evicted => None,
+        })
+        .max()
+}
+
 /// Everything behind the producer's mutex.
 #[derive(Debug)]
 pub(crate) struct State {
@@ -296,24 +311,25 @@ impl State {
         }
     }
 
-    /// A free slot. A lag slot only while the following consumers are
-    /// spread apart by at least half a window (some consumer lags the
-    /// others): consumers that are all as slow as each other (or just one
-    /// consumer) are back-pressure, handled as it always was, and no lag
-    /// memory is used for them.
+    /// A free slot. A lag slot only while some following consumer is at
+    /// least half a window behind the [`front`] (it lags the others, or a
+    /// consumer waits for the next epoch while it holds this one up):
+    /// consumers that are all as slow as each other (or just one consumer)
+    /// are back-pressure, handled as it always was, and no lag memory is
+    /// used for them.
     fn take_free_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
         let (next, window) = (self.next_seq, self.slots.window() as u64);
         let consumers = &self.consumers;
         let lag_wanted = || {
-            let mut positions = consumers
+            let low = consumers
                 .values()
                 .filter(|c| c.phase == Phase::Following)
-                .map(|c| position(c, next));
-            let Some(first) = positions.next() else {
-                return false;
-            };
-            let (low, high) = positions.fold((first, first), |(l, h), p| (l.min(p), h.max(p)));
-            high - low >= (window / 2).max(1)
+                .map(|c| position(c, next))
+                .min();
+            match (low, front(consumers.values(), next)) {
+                (Some(low), Some(high)) => high - low >= (window / 2).max(1),
+                _ => false,
+            }
         };
         let still_holds = |id: u64, i: usize, seq: u64| match consumers
             .get(&id)
@@ -424,19 +440,14 @@ impl State {
         self.slots.lag_slots().max(1) as u64
     }
 
-    /// How far each following consumer is behind the most advanced one.
+    /// How far each following consumer is behind the [`front`].
     fn behind(&self) -> BTreeMap<u64, u64> {
-        let following = self
-            .consumers
+        let next = self.next_seq;
+        let front = front(self.consumers.values(), next).unwrap_or(0);
+        self.consumers
             .iter()
-            .filter(|(_, c)| c.phase == Phase::Following);
-        let positions: BTreeMap<u64, u64> = following
-            .map(|(&id, c)| (id, position(c, self.next_seq)))
-            .collect();
-        let front = positions.values().copied().max().unwrap_or(0);
-        positions
-            .into_iter()
-            .map(|(id, p)| (id, front - p))
+            .filter(|(_, c)| c.phase == Phase::Following)
+            .map(|(&id, c)| (id, front.saturating_sub(position(c, next))))
             .collect()
     }
 
