@@ -244,3 +244,41 @@ def test_fault4_an_evicted_consumer_that_asked_to_rejoin_gets_whole_epochs_after
     assert all(ids == list(range(64 * 50)) for ids in result["epochs"])
     other.epochs(2)
     assert victim.wait() == 0 and other.wait() == 0 and producer.wait() == 0
+
+
+def test_a_loader_that_fails_on_its_first_batch_is_reported_with_its_cause(bc_dir):
+    """The consumer is attached before the producer has a first batch (so
+    before it has an arena to welcome it with). The loader's error reaches
+    it as ProducerFinished naming the cause, not as a crash."""
+    import threading
+
+    torch = pytest.importorskip("torch")
+
+    class Corrupt(torch.utils.data.Dataset):
+        def __len__(self):
+            return 40
+
+        def __getitem__(self, i):
+            # Fails once the consumer is attached (the producer's own wait).
+            assert p._native.wait_for_consumers(1, 30), "the consumer never attached"
+            raise OSError(f"corrupt image file_{i}.jpg")
+
+    p = batchcast.Producer(torch.utils.data.DataLoader(Corrupt(), batch_size=8), "first-fail")
+    got = []
+
+    def consume():
+        try:
+            batchcast.Consumer("first-fail", connect_timeout=30)
+        except Exception as e:  # checked below
+            got.append(e)
+
+    t = threading.Thread(target=consume)
+    t.start()
+    with pytest.raises(OSError, match="corrupt image file_0.jpg"):
+        p.run()
+    t.join(30)
+    assert not t.is_alive(), "the consumer hung"
+    (e,) = got
+    assert isinstance(e, batchcast.ProducerFinished), repr(e)
+    assert e.reason == "failed" and e.name == "first-fail"
+    assert "loader failed" in str(e) and "corrupt image file_0.jpg" in str(e), str(e)

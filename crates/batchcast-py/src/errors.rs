@@ -12,7 +12,7 @@
 
 use std::ffi::CStr;
 
-use batchcast::Error;
+use batchcast::{Error, ShutdownReason};
 use pyo3::exceptions::{
     PyException, PyKeyboardInterrupt, PyOSError, PyPermissionError, PyRuntimeError, PyTimeoutError,
     PyValueError,
@@ -261,6 +261,21 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
         }
         Error::ProducerGone { ref name } => {
             Exc::ProducerGone.err(py, msg, &attrs(vec![("name", s(name))]))
+        }
+        Error::ProducerStopped {
+            ref name,
+            ref reason,
+        } => {
+            let reason = match reason {
+                ShutdownReason::Finished => "finished",
+                ShutdownReason::Interrupted => "interrupted",
+                ShutdownReason::Failed(_) => "failed",
+            };
+            Exc::ProducerFinished.err(
+                py,
+                msg,
+                &attrs(vec![("name", s(name)), ("reason", s(reason))]),
+            )
         }
         Error::JoinRefused {
             ref name,

@@ -59,6 +59,16 @@ pub enum Error {
         name: String,
     },
 
+    /// The producer stopped before this consumer was welcomed: it sent its
+    /// shutdown instead (its loader failed on the first batch, say).
+    #[error("{}", stopped_before_welcome(name, reason))]
+    ProducerStopped {
+        /// The producer's name.
+        name: String,
+        /// Why it stopped.
+        reason: crate::wire::ShutdownReason,
+    },
+
     /// The producer refused this consumer.
     #[error("producer {name:?} refused to join: {reason}")]
     JoinRefused {
@@ -226,6 +236,24 @@ fn not_found(name: &str, socket: &std::path::Path, waited: Option<f64>) -> Strin
             "no producer named {name:?} is running (looked for {}); {start}, or pass a connect \
              timeout (connect_timeout=) to wait for it",
             socket.display()
+        ),
+    }
+}
+
+fn stopped_before_welcome(name: &str, reason: &crate::wire::ShutdownReason) -> String {
+    use crate::wire::ShutdownReason;
+    match reason {
+        ShutdownReason::Failed(why) => format!(
+            "producer {name:?} stopped before its first batch because its loader failed: {why}; \
+             fix the loader, then restart the producer"
+        ),
+        ShutdownReason::Finished => format!(
+            "producer {name:?} finished before it could welcome this consumer: it served all its \
+             epochs; restart it to serve more"
+        ),
+        ShutdownReason::Interrupted => format!(
+            "producer {name:?} was interrupted (Ctrl-C) and stopped before it could welcome this \
+             consumer; restart it"
         ),
     }
 }

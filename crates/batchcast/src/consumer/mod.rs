@@ -234,6 +234,9 @@ impl Consumer {
         let gone = || Error::ProducerGone {
             name: name.to_owned(),
         };
+        // Frames read with the end of the stream (a shutdown just before
+        // the producer exits) are decoded before the end counts.
+        let mut eof = false;
         let welcome = loop {
             if let Some(msg) = reader.next_frame::<ToConsumer>()? {
                 match msg {
@@ -244,7 +247,12 @@ impl Consumer {
                             reason,
                         })
                     }
-                    ToConsumer::Shutdown(_) => return Err(gone()),
+                    ToConsumer::Shutdown(reason) => {
+                        return Err(Error::ProducerStopped {
+                            name: name.to_owned(),
+                            reason,
+                        })
+                    }
                     other => {
                         return Err(Error::Protocol(format!(
                             "expected a welcome, got {other:?}"
@@ -252,15 +260,16 @@ impl Consumer {
                     }
                 }
             }
+            if eof {
+                return Err(gone());
+            }
             if !wait_readable(&sock, TICK)? {
                 if interrupt() {
                     return Err(Error::Interrupted);
                 }
                 continue;
             }
-            if reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof {
-                return Err(gone());
-            }
+            eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
         };
         if welcome.version != PROTOCOL_VERSION {
             return Err(Error::VersionMismatch {
