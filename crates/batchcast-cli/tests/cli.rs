@@ -318,3 +318,49 @@ fn bench_measures_copy_on_write_consumers() {
         "{v}"
     );
 }
+
+/// Runs `batchcast ARGS` with a stdout whose reader is already gone (as in
+/// `batchcast status | true`); returns its exit code and stderr.
+fn run_with_closed_stdout(env: &Env, args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    drop(reader); // closed before the command can write a byte
+    let out = env
+        .cmd(args)
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Regression: `batchcast status | true` panicked ("failed printing to
+/// stdout: Broken pipe", exit 101). A closed stdout ends a command quietly
+/// with 0, text or JSON.
+#[test]
+fn a_closed_stdout_ends_status_quietly() {
+    let env = Env::new();
+    for args in [&["status"][..], &["status", "--json"]] {
+        let (code, stderr) = run_with_closed_stdout(&env, args);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    }
+}
+
+/// A consumer whose stdout is closed (`batchcast consume NAME | true`)
+/// stops quietly at its first line, attached to a live producer.
+#[test]
+fn a_closed_stdout_ends_consume_quietly() {
+    let env = Env::new();
+    let _producer = env.producer("piped", &[]);
+    let (code, stderr) = run_with_closed_stdout(&env, &["consume", "piped"]);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}

@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions};
 
+use crate::out::outln;
 use crate::progress::Progress;
 use crate::source::{self, args::SourceArgs};
 
@@ -82,12 +83,12 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
     )?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"event": "listening", "name": args.name,
                 "socket": producer.socket_path(), "pid": std::process::id(),
                 "samples_per_epoch": source.samples_per_epoch()})
-        );
+        )?;
     } else {
         eprintln!(
             "serving {:?} on {} ({} samples per epoch, batch {}, {} epochs); Ctrl-C stops",
@@ -132,10 +133,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     producer.finish(source::shutdown_reason(&result));
     let summary = result?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"event": "finished", "summary": summary})
-        );
+        )?;
     } else {
         eprintln!(
             "served {} epochs, {} batches, {} samples in {:.1} s ({:.0} samples/s){}",
