@@ -162,6 +162,10 @@ def test_a_new_epoch_after_the_producer_finished_raises_producer_finished(bc_dir
     with pytest.raises(batchcast.ProducerFinished, match="served all its epochs") as e:
         next(it)
     assert e.value.reason == "finished" and e.value.name == "fin"
+    # Both ways to serve for as long as trainers read: the producer may be
+    # Python's or `batchcast serve`, and the consumer cannot tell which.
+    assert "run() (no epochs=)" in str(e.value) and "run(forever=True)" in str(e.value)
+    assert "`batchcast serve` with --epochs 0" in str(e.value)
     with pytest.raises(batchcast.ProducerFinished):
         iter(c)  # now known: iter() itself raises
 

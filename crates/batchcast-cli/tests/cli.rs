@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{Env, Succeed};
+use common::{assert_full_epoch, Env, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     let config = GenerateConfig {
@@ -363,4 +363,51 @@ fn a_closed_stdout_ends_consume_quietly() {
         "{stderr}"
     );
     assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `serve --epochs 0` serves for as long as a consumer reads, as Python's
+/// `run()` without `epochs=` does: a consumer looping 3 epochs gets all 3
+/// whole (the default `--epochs 1` ends its second loop with "finished"),
+/// and once it has left the producer finishes after --idle-timeout.
+#[test]
+fn serve_epochs_0_serves_until_no_consumer_is_left() {
+    let env = Env::new();
+    // The consumer waits for the producer, so that it attaches well within
+    // the idle timeout however slow the machine is to start a process.
+    let mut c = env.spawn(&[
+        "consume",
+        "untilidle",
+        "--verify",
+        "--epochs",
+        "3",
+        "--connect-timeout",
+        "60",
+    ]);
+    let mut p = env.producer(
+        "untilidle",
+        &[
+            "--epochs",
+            "0",
+            "--idle-timeout",
+            "3",
+            "--samples",
+            "64",
+            "--batch-size",
+            "16",
+        ],
+    );
+    assert!(c.finish().success(), "{}", c.stderr_text());
+    let ends = c.events("epoch_end");
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    for (epoch, end) in ends.iter().enumerate() {
+        assert_eq!(end["epoch"], epoch as u64, "{end}");
+        assert_full_epoch(end, 0, 63);
+    }
+    let finished = p.expect("finished");
+    assert_eq!(finished["summary"]["idle"], true, "{finished}");
+    assert!(
+        finished["summary"]["epochs"].as_u64().unwrap() >= 3,
+        "{finished}"
+    );
+    assert!(p.finish().success(), "{}", p.stderr_text());
 }
