@@ -623,9 +623,11 @@ class Consumer:
             last = "" if self._current is None else f" after epoch {self._current.epoch}"
             text = (
                 f"producer {self.name!r} has finished{last}: it served all its epochs and no more "
-                "batches will come, but this loop asked for another epoch. Run the producer with "
-                "run() (no epochs=: it serves for as long as any trainer reads) or "
-                "run(forever=True), or with epochs= at least what every trainer loops"
+                "batches will come, but this loop asked for another epoch. Serve for as long as "
+                "any trainer reads: a Python producer with run() (no epochs=) or "
+                "run(forever=True), `batchcast serve` with --epochs 0 (and --idle-timeout "
+                "SECONDS to end once no trainer is left); or give either epochs at least what "
+                "every trainer loops (epochs= or --epochs N)"
             )
         elif reason == "interrupted":
             text = f"producer {self.name!r} was interrupted (Ctrl-C) and stopped; no more batches will come"

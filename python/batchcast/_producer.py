@@ -309,7 +309,9 @@ class Producer:
         :class:`batchcast.ProducerFinished`. Ctrl-C stops cleanly: consumers
         see the end of the stream, and the KeyboardInterrupt is re-raised
         here. Any other error from the loader is sent to consumers as the
-        reason of the end, then re-raised.
+        reason of the end, then re-raised. A loader that yields no batch in
+        an epoch (an empty dataset) raises :class:`batchcast.InvalidArgument`
+        the same way, at the end of that epoch.
         """
         if epochs is not None and (
             isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0
@@ -383,12 +385,14 @@ class Producer:
             raise
         self._epoch = epoch
         samples = 0
+        batches = 0
         try:
             for batch in self._loader:
                 spec, leaves, rows = flatten(batch)
                 self._publish(spec, leaves)
                 self._served = True
                 samples += rows
+                batches += 1
                 yield batch
         except GeneratorExit:
             # The caller left the loop mid-epoch: end the epoch here, short.
@@ -400,6 +404,17 @@ class Producer:
         except BaseException as e:
             self._finish("failed", _describe_error(e))
             raise
+        if batches == 0:
+            # An empty epoch would be published as one more empty epoch, at
+            # once and forever, and consumers of a stream that never had a
+            # batch would wait for one forever.
+            err = _native.InvalidArgument(
+                f"producer {self.name!r}: the loader yielded no batches in epoch {epoch}: it is "
+                "empty (a dataset of length 0, or drop_last=True with fewer samples than "
+                "batch_size); give the Producer a loader with at least one batch"
+            )
+            self._finish("failed", _describe_error(err))
+            raise err
         native.end_epoch()
         self._check_samples(epoch, samples)
 

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import time
+from typing import Optional
 
 import numpy as np
 import pytest
 import torch
+from torch.utils.data import DataLoader, TensorDataset
 
 import batchcast
 from batchcast._tree import flatten
 
 
-def run_in_thread(producer: batchcast.Producer, epochs: int = 1) -> threading.Thread:
+def run_in_thread(producer: batchcast.Producer, epochs: Optional[int] = 1) -> threading.Thread:
     errors = []
 
     def run() -> None:
@@ -162,6 +165,10 @@ def test_a_new_epoch_after_the_producer_finished_raises_producer_finished(bc_dir
     with pytest.raises(batchcast.ProducerFinished, match="served all its epochs") as e:
         next(it)
     assert e.value.reason == "finished" and e.value.name == "fin"
+    # Both ways to serve for as long as trainers read: the producer may be
+    # Python's or `batchcast serve`, and the consumer cannot tell which.
+    assert "run() (no epochs=)" in str(e.value) and "run(forever=True)" in str(e.value)
+    assert "`batchcast serve` with --epochs 0" in str(e.value)
     with pytest.raises(batchcast.ProducerFinished):
         iter(c)  # now known: iter() itself raises
 
@@ -206,3 +213,100 @@ def test_producer_gone_has_the_name(bc_dir):
     e = batchcast.ProducerGone("x")
     e.name = "cifar"
     assert e.name == "cifar"
+
+
+def consume_in_thread(name: str, loops: int) -> threading.Thread:
+    """A consumer looping `loops` epochs; t.errors has what it raised, t.batches
+    the batches of each loop."""
+    errors: list = []
+    batches: list = []
+
+    def consume() -> None:
+        try:
+            c = batchcast.Consumer(name, connect_timeout=60, format="numpy")
+            for _ in range(loops):
+                batches.append(sum(1 for _ in c))
+        except BaseException as e:  # reported by the test
+            errors.append(e)
+
+    t = threading.Thread(target=consume, daemon=True)
+    t.errors = errors  # type: ignore[attr-defined]
+    t.batches = batches  # type: ignore[attr-defined]
+    t.start()
+    return t
+
+
+def empty_error(epoch: int) -> str:
+    return (rf"the loader yielded no batches in epoch {epoch}: it is empty \(a dataset of length 0, "
+            r"or drop_last=True with fewer samples than batch_size\); give the Producer a loader "
+            r"with at least one batch")
+
+
+@pytest.mark.parametrize(
+    "make_loader",
+    [
+        lambda: [],
+        lambda: DataLoader(TensorDataset(torch.zeros(0, 2)), batch_size=4),
+        lambda: DataLoader(TensorDataset(torch.zeros(3, 2)), batch_size=4, drop_last=True),
+    ],
+    ids=["empty-list", "dataset-of-0", "drop-last"],
+)
+def test_an_empty_loader_raises_at_once_and_its_waiting_consumer_gets_the_error(bc_dir, make_loader):
+    """Regression: an empty loader published empty epochs at 100% CPU forever,
+    and a consumer waiting for the first batch (which sizes the arena) hung."""
+    p = batchcast.Producer(make_loader(), "empty", idle_timeout=60)
+    c = consume_in_thread("empty", loops=1)
+    assert p._native.wait_for_consumers(1, 60)  # the consumer waits for a first batch
+    t = run_in_thread(p, epochs=None)
+    t.join(30)  # bounds a hang only
+    assert not t.is_alive(), "run() spins on an empty loader"
+    [err] = t.errors
+    assert isinstance(err, batchcast.InvalidArgument)
+    assert re.search(empty_error(0), str(err)), err
+    assert p.closed
+    c.join(30)
+    assert not c.is_alive(), "the consumer of an empty loader hangs"
+    [got] = c.errors
+    # The consumer is still waiting for its welcome, which needs the arena
+    # that the first batch sizes; the core producer closes such connections
+    # without a shutdown message, so it sees ProducerGone (not the reason).
+    if isinstance(got, batchcast.ProducerFinished):
+        assert got.reason == "failed" and re.search(empty_error(0), str(got)), repr(got)
+    else:
+        assert isinstance(got, batchcast.ProducerGone), repr(got)
+
+
+class ShrinkingLoader:
+    """Two batches in its first epoch, none after: a loader whose length
+    dropped to 0."""
+
+    def __init__(self) -> None:
+        self.epochs = 0
+
+    def __len__(self) -> int:
+        return 2 if self.epochs == 0 else 0
+
+    def __iter__(self):
+        self.epochs += 1
+        if self.epochs == 1:
+            yield np.arange(4)
+            yield np.arange(4, 8)
+
+
+def test_a_loader_that_becomes_empty_raises_in_that_epoch(bc_dir):
+    p = batchcast.Producer(ShrinkingLoader(), "shrinks", batch_size=4, slot_size=4096,
+                           idle_timeout=60)
+    c = consume_in_thread("shrinks", loops=3)
+    assert p._native.wait_for_consumers(1, 60)
+    t = run_in_thread(p, epochs=None)
+    t.join(30)
+    assert not t.is_alive(), "run() spins on an empty epoch"
+    [err] = t.errors
+    assert isinstance(err, batchcast.InvalidArgument)
+    assert re.search(empty_error(1), str(err)), err
+    c.join(30)
+    assert not c.is_alive(), "the consumer hangs after an empty epoch"
+    assert c.batches[0] == 2  # the first epoch whole
+    [got] = c.errors
+    assert isinstance(got, batchcast.ProducerFinished) and got.reason == "failed", repr(got)
+    assert re.search(empty_error(1), str(got)), got

@@ -3,9 +3,13 @@
 //! Errors reach `main` as `anyhow` errors and leave as one `error:` line and
 //! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise
 //! (`consume` also: 4 when refused, 5 when the producer runs as another user).
+//! A stdout closed by its reader (`batchcast status | head -1`) ends any
+//! command quietly with 0: output goes through [`out::outln!`], which
+//! returns that as an error instead of panicking as `println!` does.
 
 mod cmd;
 mod cpu;
+mod out;
 mod progress;
 mod signals;
 mod source;
@@ -71,6 +75,9 @@ fn main() {
     };
     match result {
         Ok(code) => std::process::exit(code),
+        // The reader of stdout went away (`batchcast status | head -1`):
+        // what it wanted is printed; stop quietly, as other tools do.
+        Err(e) if e.is::<out::StdoutClosed>() => std::process::exit(0),
         Err(e) => {
             eprintln!("error: {e:#}");
             let code = match e.downcast_ref::<batchcast::Error>() {

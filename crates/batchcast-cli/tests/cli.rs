@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{Env, Succeed};
+use common::{assert_full_epoch, Env, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     let config = GenerateConfig {
@@ -317,4 +317,97 @@ fn bench_measures_copy_on_write_consumers() {
         v["cells"][0]["batches_per_sec"].as_f64().unwrap() > 0.0,
         "{v}"
     );
+}
+
+/// Runs `batchcast ARGS` with a stdout whose reader is already gone (as in
+/// `batchcast status | true`); returns its exit code and stderr.
+fn run_with_closed_stdout(env: &Env, args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).unwrap();
+    drop(reader); // closed before the command can write a byte
+    let out = env
+        .cmd(args)
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    (
+        out.status.code(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+/// Regression: `batchcast status | true` panicked ("failed printing to
+/// stdout: Broken pipe", exit 101). A closed stdout ends a command quietly
+/// with 0, text or JSON.
+#[test]
+fn a_closed_stdout_ends_status_quietly() {
+    let env = Env::new();
+    for args in [&["status"][..], &["status", "--json"]] {
+        let (code, stderr) = run_with_closed_stdout(&env, args);
+        assert!(
+            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+            "{args:?}: {stderr}"
+        );
+        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+    }
+}
+
+/// A consumer whose stdout is closed (`batchcast consume NAME | true`)
+/// stops quietly at its first line, attached to a live producer.
+#[test]
+fn a_closed_stdout_ends_consume_quietly() {
+    let env = Env::new();
+    let _producer = env.producer("piped", &[]);
+    let (code, stderr) = run_with_closed_stdout(&env, &["consume", "piped"]);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{stderr}"
+    );
+    assert_eq!(code, Some(0), "{stderr}");
+}
+
+/// `serve --epochs 0` serves for as long as a consumer reads, as Python's
+/// `run()` without `epochs=` does: a consumer looping 3 epochs gets all 3
+/// whole (the default `--epochs 1` ends its second loop with "finished"),
+/// and once it has left the producer finishes after --idle-timeout.
+#[test]
+fn serve_epochs_0_serves_until_no_consumer_is_left() {
+    let env = Env::new();
+    // The consumer waits for the producer, so that it attaches well within
+    // the idle timeout however slow the machine is to start a process.
+    let mut c = env.spawn(&[
+        "consume",
+        "untilidle",
+        "--verify",
+        "--epochs",
+        "3",
+        "--connect-timeout",
+        "60",
+    ]);
+    let mut p = env.producer(
+        "untilidle",
+        &[
+            "--epochs",
+            "0",
+            "--idle-timeout",
+            "3",
+            "--samples",
+            "64",
+            "--batch-size",
+            "16",
+        ],
+    );
+    assert!(c.finish().success(), "{}", c.stderr_text());
+    let ends = c.events("epoch_end");
+    assert_eq!(ends.len(), 3, "{ends:?}");
+    for (epoch, end) in ends.iter().enumerate() {
+        assert_eq!(end["epoch"], epoch as u64, "{end}");
+        assert_full_epoch(end, 0, 63);
+    }
+    let finished = p.expect("finished");
+    assert_eq!(finished["summary"]["idle"], true, "{finished}");
+    assert!(
+        finished["summary"]["epochs"].as_u64().unwrap() >= 3,
+        "{finished}"
+    );
+    assert!(p.finish().success(), "{}", p.stderr_text());
 }

@@ -25,6 +25,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::cpu::{cpu_secs, Who};
+use crate::out::outln;
 
 /// Arguments of `batchcast bench`.
 #[derive(Debug, clap::Args)]
@@ -106,8 +107,8 @@ pub fn run(args: BenchArgs) -> Result<()> {
         } else {
             "shared and read-only"
         };
-        println!("consumers map the arena {mapping}");
-        println!(
+        outln!("consumers map the arena {mapping}")?;
+        outln!(
             "{:>8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>10} {:>11}",
             "size MiB",
             "consumers",
@@ -118,7 +119,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
             "+write CPU us",
             "memcpy us",
             "memcpy GB/s"
-        );
+        )?;
     }
     for &size_mb in &args.sizes_mb {
         let bytes = size_mb << 20;
@@ -145,7 +146,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 memcpy_gb_per_sec: memcpy_gbs,
             };
             if !args.json {
-                println!(
+                outln!(
                     "{:>8} {:>9} {:>11.0} {:>11.1} {:>11.1} {:>11.1} {:>13.1} {:>10.1} {:>11.1}",
                     cell.size_mb,
                     cell.consumers,
@@ -156,7 +157,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     cell.producer_cpu_written_us,
                     cell.memcpy_us,
                     cell.memcpy_gb_per_sec
-                );
+                )?;
             }
             cells.push(cell);
         }
@@ -181,17 +182,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
                          "overhead_ratio_largest_to_smallest": overhead_ratio,
                          "producer_cpu_growth_by_size": cpu_growth,
                          "producer_cpu_growth_written_by_size": cpu_growth_written});
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        println!(
+        outln!(
             "\nper-batch overhead, {large} MiB vs {small} MiB at {n_lo} consumer(s): {overhead_ratio:.2}x \
              (zero-copy: it does not grow with the batch)"
-        );
+        )?;
         for ((s, g), (_, w)) in cpu_growth.iter().zip(&cpu_growth_written) {
-            println!(
+            outln!(
                 "producer CPU per batch, {n_hi} vs {n_lo} consumer(s), {s} MiB: {w:.2}x with the \
                  batch written, {g:.2}x for the transport alone"
-            );
+            )?;
         }
     }
     Ok(())
@@ -357,9 +358,9 @@ pub fn consumer(args: BenchConsumerArgs) -> Result<()> {
     let secs = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());
     // The first batch starts the clock: count the intervals after it.
     let rate = batches.saturating_sub(1) as f64 / secs.max(1e-9);
-    println!(
+    outln!(
         "{}",
         json!({"batches": batches, "batches_per_sec": rate, "check": sum})
-    );
+    )?;
     Ok(())
 }

@@ -12,6 +12,7 @@ use anyhow::Result;
 use batchcast::{Batch, Consumer, ConsumerOptions, DType, Event, JoinPolicy, Node, OnEvict};
 use serde_json::json;
 
+use crate::out::outln;
 use crate::source::synthetic::expected_byte;
 
 /// Arguments of `batchcast consume`.
@@ -76,14 +77,14 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
     let mut never = || false;
     let mut consumer = match Consumer::connect(&args.name, opts, &mut never) {
         Ok(c) => c,
-        Err(e) => return Ok(report_error(&e)),
+        Err(e) => return report_error(&e),
     };
-    println!(
+    outln!(
         "{}",
         json!({"event": "connected", "pid": std::process::id(),
                "batches_per_epoch": consumer.batches_per_epoch(),
                "producer_pid": consumer.welcome().producer_pid})
-    );
+    )?;
     let mut epochs_done = 0;
     let mut tally = EpochTally::default();
     let mut expected: Option<u64> = None;
@@ -91,16 +92,16 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
     loop {
         let event = match consumer.next_event(&mut never) {
             Ok(e) => e,
-            Err(e) => return Ok(report_error(&e)),
+            Err(e) => return report_error(&e),
         };
         match event {
             Event::EpochStart(info) => {
-                println!(
+                outln!(
                     "{}",
                     json!({"event": "epoch_start", "epoch": info.epoch, "batches": info.batches,
                            "samples": info.samples, "partial": info.partial,
                            "batch_size": info.batch_size})
-                );
+                )?;
                 expected = info.batches;
                 batch_size = info.batch_size;
                 tally = EpochTally {
@@ -120,11 +121,11 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                 tally.batches += 1;
                 tally.samples += rows;
                 if args.each {
-                    println!(
+                    outln!(
                         "{}",
                         json!({"event": "batch", "epoch": batch.epoch, "index": batch.index,
                                "rows": rows, "first_id": first})
-                    );
+                    )?;
                 }
                 if args.delay_ms > 0.0 {
                     // Emulated training step: this is the workload, not a wait.
@@ -132,7 +133,7 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                 }
             }
             Event::EpochEnd { epoch, samples } => {
-                println!(
+                outln!(
                     "{}",
                     json!({"event": "epoch_end", "epoch": epoch, "batches": tally.batches,
                            "expected_batches": expected, "samples": tally.samples,
@@ -140,25 +141,25 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                            "last_id": tally.last_id, "contiguous": tally.contiguous,
                            "payload_ok": tally.payload_ok, "sizes_ok": tally.sizes_ok,
                            "zero_copy_batches": tally.zero_copy})
-                );
+                )?;
                 epochs_done += 1;
                 if args.epochs.is_some_and(|e| epochs_done >= e) {
                     let s = consumer.stats();
-                    println!(
+                    outln!(
                         "{}",
                         json!({"event": "finished", "reason": "epochs", "batches": s.batches,
                                "wait_secs": s.wait_secs})
-                    );
+                    )?;
                     return Ok(0);
                 }
             }
             Event::Finished(reason) => {
                 let s = consumer.stats();
-                println!(
+                outln!(
                     "{}",
                     json!({"event": "finished", "reason": format!("{reason:?}"),
                            "batches": s.batches, "wait_secs": s.wait_secs})
-                );
+                )?;
                 return Ok(0);
             }
         }
@@ -210,7 +211,7 @@ fn check_batch(batch: &Batch, tally: &mut EpochTally, verify: bool) -> (Option<i
     (ids.first().copied(), ids.last().copied())
 }
 
-fn report_error(e: &batchcast::Error) -> i32 {
+fn report_error(e: &batchcast::Error) -> Result<i32> {
     let (kind, code) = match e {
         batchcast::Error::ProducerGone { .. } => ("producer_gone", 3),
         batchcast::Error::ProducerNotFound { .. } => ("not_found", 2),
@@ -221,10 +222,10 @@ fn report_error(e: &batchcast::Error) -> i32 {
         batchcast::Error::FellBehind { .. } => ("fell_behind", 5),
         _ => ("other", 1),
     };
-    println!(
+    outln!(
         "{}",
         json!({"event": "error", "kind": kind, "message": e.to_string()})
-    );
+    )?;
     eprintln!("error: {e}");
-    code
+    Ok(code)
 }

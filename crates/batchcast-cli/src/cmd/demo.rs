@@ -20,6 +20,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{json, Value};
 
+use crate::out::outln;
 use crate::source::args::{default_workers, SourceArgs};
 
 /// Arguments of `batchcast demo`.
@@ -107,7 +108,7 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
         )
     };
     if !args.json {
-        println!(
+        outln!(
             "batchcast demo: {} trainers x {} epoch(s) of {samples} samples, batch {}, emulated \
              accelerator step {} ms;\npipeline: {pipeline}, {} worker thread(s) per pipeline, {} \
              core(s) here\n",
@@ -117,21 +118,21 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
             args.step_ms,
             s.workers,
             default_workers()
-        );
+        )?;
     }
     let independent = run_once(&args, Mode::Independent, samples)?;
     if !args.json {
         print_run(
             "independent: each trainer runs its own pipeline",
             &independent,
-        );
+        )?;
     }
     let shared = run_once(&args, Mode::Shared, samples)?;
     if !args.json {
         print_run(
             "shared: one batchcast producer, every trainer a consumer",
             &shared,
-        );
+        )?;
     }
     let speedup =
         shared.aggregate_samples_per_sec / independent.aggregate_samples_per_sec.max(1e-9);
@@ -145,31 +146,34 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
             "independent": independent, "shared": shared,
             "speedup": speedup, "cpu_reduction": cpu_ratio,
         });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
-        println!(
+        outln!(
             "speedup: {speedup:.2}x aggregate throughput; {cpu_ratio:.2}x less CPU per sample \
              with one shared pipeline"
-        );
+        )?;
     }
     Ok(())
 }
 
-fn print_run(title: &str, r: &RunFigures) {
-    println!("{title}");
-    println!("  {:>7} {:>11} {:>10}", "trainer", "samples/s", "data wait");
+fn print_run(title: &str, r: &RunFigures) -> Result<()> {
+    outln!("{title}")?;
+    outln!("  {:>7} {:>11} {:>10}", "trainer", "samples/s", "data wait")?;
     for (i, t) in r.trainers.iter().enumerate() {
-        println!(
+        outln!(
             "  {:>7} {:>11.0} {:>9.0}%",
             i + 1,
             t.samples_per_sec,
             t.data_wait_share * 100.0
-        );
+        )?;
     }
-    println!(
+    outln!(
         "  total: {:.0} samples/s aggregate, {:.2} CPU s per 1000 samples, {:.1} s wall\n",
-        r.aggregate_samples_per_sec, r.cpu_secs_per_1000_samples, r.wall_secs
-    );
+        r.aggregate_samples_per_sec,
+        r.cpu_secs_per_1000_samples,
+        r.wall_secs
+    )?;
+    Ok(())
 }
 
 /// Generates (once) or reuses the demo's JPEG dataset.

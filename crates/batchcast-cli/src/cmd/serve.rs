@@ -8,6 +8,7 @@ use std::time::Duration;
 use anyhow::Result;
 use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions};
 
+use crate::out::outln;
 use crate::progress::Progress;
 use crate::source::{self, args::SourceArgs};
 
@@ -19,7 +20,10 @@ pub struct ServeArgs {
     pub name: String,
     #[command(flatten)]
     pub source: SourceArgs,
-    /// Epochs to serve.
+    /// Epochs to serve. 0: serve for as long as any consumer reads (each
+    /// trainer looping its own number of epochs), until none has been
+    /// attached for --idle-timeout seconds (never without --idle-timeout),
+    /// like Python's `Producer.run()` without `epochs=`.
     #[arg(long, default_value_t = 1)]
     pub epochs: u64,
     /// Slots retained: how far the slowest consumer may fall behind.
@@ -49,7 +53,8 @@ pub struct ServeArgs {
     /// them see it whole).
     #[arg(long, default_value_t = 0)]
     pub consumers: usize,
-    /// Give up after this many seconds with no consumer attached.
+    /// Give up after this many seconds with no consumer attached (with
+    /// --epochs 0, once a batch was served: finish).
     #[arg(long)]
     pub idle_timeout: Option<f64>,
     /// Print one JSON line per event on stdout (for scripts and tests).
@@ -82,20 +87,24 @@ pub fn run(args: ServeArgs) -> Result<()> {
         },
     )?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"event": "listening", "name": args.name,
                 "socket": producer.socket_path(), "pid": std::process::id(),
                 "samples_per_epoch": source.samples_per_epoch()})
-        );
+        )?;
     } else {
+        let epochs = match (args.epochs, args.idle_timeout) {
+            (0, Some(t)) => format!("epochs until no consumer for {t} s"),
+            (0, None) => "epochs until stopped".to_string(),
+            (n, _) => format!("{n} epochs"),
+        };
         eprintln!(
-            "serving {:?} on {} ({} samples per epoch, batch {}, {} epochs); Ctrl-C stops",
+            "serving {:?} on {} ({} samples per epoch, batch {}, {epochs}); Ctrl-C stops",
             args.name,
             producer.socket_path().display(),
             source.samples_per_epoch(),
             args.source.batch_size,
-            args.epochs
         );
     }
     if args.consumers > 0 {
@@ -132,10 +141,10 @@ pub fn run(args: ServeArgs) -> Result<()> {
     producer.finish(source::shutdown_reason(&result));
     let summary = result?;
     if args.json {
-        println!(
+        outln!(
             "{}",
             serde_json::json!({"event": "finished", "summary": summary})
-        );
+        )?;
     } else {
         eprintln!(
             "served {} epochs, {} batches, {} samples in {:.1} s ({:.0} samples/s){}",
@@ -146,6 +155,8 @@ pub fn run(args: ServeArgs) -> Result<()> {
             summary.samples as f64 / summary.seconds.max(1e-9),
             if summary.interrupted {
                 "; interrupted"
+            } else if summary.idle {
+                "; no consumer left"
             } else {
                 ""
             }

@@ -4,6 +4,7 @@
 use std::io::{IsTerminal, Read};
 use std::path::PathBuf;
 
+use crate::out::{out, outln};
 use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_file, Format};
 use batchcast_sim::{
@@ -201,9 +202,9 @@ pub fn run(a: SimArgs) -> Result<()> {
     }
     let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
     if a.json {
-        println!("{}", serde_json::to_string_pretty(&summaries)?);
+        outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
     } else {
-        println!(
+        outln!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",
             jobs.len(),
             spec.total_gpus(),
@@ -212,8 +213,8 @@ pub fn run(a: SimArgs) -> Result<()> {
             spec.gpus_per_machine,
             spec.cpu_cores,
             a.data_sharing
-        );
-        print!("{}", comparison_table(&summaries));
+        )?;
+        out!("{}", comparison_table(&summaries))?;
     }
     if let Some(dir) = &a.out {
         std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;

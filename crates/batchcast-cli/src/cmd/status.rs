@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::out::outln;
 use anyhow::Result;
 use batchcast::{default_dir, list_names, Endpoint, Error, StatusReport};
 
@@ -43,20 +44,20 @@ pub fn run(args: StatusArgs) -> Result<()> {
         .into());
     }
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&reports)?);
+        outln!("{}", serde_json::to_string_pretty(&reports)?)?;
         return Ok(());
     }
     if reports.is_empty() {
-        println!("no producer is running (looked in {})", dir.display());
+        outln!("no producer is running (looked in {})", dir.display())?;
     }
     for r in &reports {
-        print_report(r);
+        print_report(r)?;
     }
     Ok(())
 }
 
-fn print_report(r: &StatusReport) {
-    println!(
+fn print_report(r: &StatusReport) -> Result<()> {
+    outln!(
         "{} (pid {}): epoch {}, {} batches published, {:.1} batches/s, window {} x {:.1} MiB, \
          blocked {:.1} s, up {:.0} s",
         r.name,
@@ -68,17 +69,17 @@ fn print_report(r: &StatusReport) {
         r.slot_size as f64 / (1 << 20) as f64,
         r.blocked_secs,
         r.uptime_secs
-    );
-    println!(
+    )?;
+    outln!(
         "  lag budget {} batches ({:.1} MiB, {} in use), past it: {}; {} eviction(s)",
         r.lag_slots,
         (r.lag_slots * r.slot_size) as f64 / (1 << 20) as f64,
         r.lag_slots_used,
         r.lag_policy,
         r.evictions
-    );
+    )?;
     let opt = |v: Option<u64>| v.map_or("unknown".to_string(), |n| n.to_string());
-    println!(
+    outln!(
         "  stream: {}; batch size {}, {} samples per epoch",
         r.stream
             .first_batch
@@ -87,15 +88,15 @@ fn print_report(r: &StatusReport) {
                 .describe()),
         opt(r.batch_size),
         opt(r.samples_per_epoch)
-    );
+    )?;
     if !r.stream.metadata.is_empty() {
-        println!("  metadata: {}", r.stream.metadata);
+        outln!("  metadata: {}", r.stream.metadata)?;
     }
     if r.consumers.is_empty() {
-        println!("  no consumers");
-        return;
+        outln!("  no consumers")?;
+        return Ok(());
     }
-    println!(
+    outln!(
         "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>13} {:>7} {:>10} {:>9}  label",
         "id",
         "pid",
@@ -108,9 +109,9 @@ fn print_report(r: &StatusReport) {
         "evicted",
         "delivered",
         "wait s"
-    );
+    )?;
     for c in &r.consumers {
-        println!(
+        outln!(
             "  {:>4} {:>8} {:>10} {:>10} {:>9} {:>8} {:>4} {:>13} {:>7} {:>10} {:>9.2}  {}",
             c.id,
             // 0: a consumer in another pid namespace.
@@ -130,9 +131,10 @@ fn print_report(r: &StatusReport) {
             c.delivered,
             c.wait_secs,
             c.label
-        );
+        )?;
     }
     if r.omitted_consumers > 0 {
-        println!("  ... and {} more consumers", r.omitted_consumers);
+        outln!("  ... and {} more consumers", r.omitted_consumers)?;
     }
+    Ok(())
 }

@@ -12,6 +12,7 @@ use anyhow::{Context, Result};
 use batchcast::{Consumer, ConsumerOptions, Event};
 use serde_json::json;
 
+use crate::out::outln;
 use crate::source::args::SourceArgs;
 
 /// Arguments of `batchcast demo-trainer`.
@@ -43,11 +44,11 @@ pub fn run(args: TrainerArgs) -> Result<()> {
         other => anyhow::bail!("unknown mode {other:?}; use independent or shared"),
     };
     let secs = t0.elapsed().as_secs_f64();
-    println!(
+    outln!(
         "{}",
         json!({"event": "done", "samples": samples, "seconds": secs, "wait_secs": wait,
                "pid": std::process::id()})
-    );
+    )?;
     Ok(())
 }
 
@@ -56,8 +57,8 @@ fn train_step(step: Duration) {
     std::thread::sleep(step);
 }
 
-fn progress(samples: u64) {
-    println!("{}", json!({"event": "progress", "samples": samples}));
+fn progress(samples: u64) -> Result<()> {
+    outln!("{}", json!({"event": "progress", "samples": samples}))
 }
 
 fn independent(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
@@ -91,7 +92,7 @@ fn independent(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
         let (rows, _batch) = batch?;
         samples += rows;
         train_step(step);
-        progress(samples);
+        progress(samples)?;
     }
     let _ = loader.join();
     Ok((samples, wait))
@@ -113,7 +114,7 @@ fn shared(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
                 samples += batch.rows();
                 train_step(step);
                 drop(batch);
-                progress(samples);
+                progress(samples)?;
             }
             Event::EpochEnd { .. } => {
                 epochs += 1;

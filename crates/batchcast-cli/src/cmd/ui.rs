@@ -3,6 +3,7 @@
 use std::net::IpAddr;
 
 use super::runs::StoreArg;
+use crate::out::outln;
 
 /// Arguments of `batchcast ui`.
 #[derive(Debug, clap::Args)]
@@ -42,7 +43,7 @@ pub fn run(args: UiArgs) -> anyhow::Result<()> {
             ui.addr()
         );
     }
-    println!("batchcast ui: {}", ui.url());
+    outln!("batchcast ui: {}", ui.url())?;
     use std::io::Write;
     let _ = std::io::stdout().flush();
     ui.run()?;

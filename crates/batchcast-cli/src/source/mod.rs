@@ -37,10 +37,16 @@ pub struct ServeSummary {
     pub seconds: f64,
     /// True when stopped by a signal.
     pub interrupted: bool,
+    /// True when it ended because no consumer was attached for the idle
+    /// timeout (with `epochs` 0, after serving at least one batch).
+    pub idle: bool,
 }
 
-/// Publishes `epochs` epochs of `source` through `producer`, then shuts it
-/// down with the right reason. `stop` is set by SIGINT/SIGTERM.
+/// Publishes `epochs` epochs of `source` through `producer`; `epochs` 0
+/// publishes epochs for as long as any consumer reads: until none has been
+/// attached for the producer's idle timeout (after at least one batch was
+/// served; before that, the timeout is an error), as Python's `run()`
+/// without `epochs=` does. `stop` is set by SIGINT/SIGTERM.
 pub fn serve(
     producer: &mut Producer,
     source: &dyn BatchSource,
@@ -51,7 +57,8 @@ pub fn serve(
     let t0 = Instant::now();
     let mut summary = ServeSummary::default();
     let mut interrupt = || stop.load(Ordering::Relaxed);
-    'epochs: for _ in 0..epochs {
+    let until_idle = epochs == 0;
+    'epochs: while until_idle || summary.epochs < epochs {
         let epoch = producer.begin_epoch()?;
         let plan = source.batches(epoch);
         let total = plan.len() as u64;
@@ -61,6 +68,10 @@ pub fn serve(
                 Ok(slot) => slot,
                 Err(Error::Interrupted) => {
                     summary.interrupted = true;
+                    break 'epochs;
+                }
+                Err(Error::NoConsumers { .. }) if until_idle && summary.batches > 0 => {
+                    summary.idle = true;
                     break 'epochs;
                 }
                 Err(e) => return Err(e.into()),

@@ -6,6 +6,7 @@ use batchcast_runs::compare::{collocation, speedups, summarize_runs, WorkloadSum
 use batchcast_runs::keys;
 
 use super::StoreArg;
+use crate::out::outln;
 
 /// Arguments of `batchcast runs compare`.
 #[derive(Debug, clap::Args)]
@@ -44,11 +45,11 @@ pub fn run(args: CompareArgs) -> Result<()> {
     let speed = speedups(&workloads);
     if args.json {
         let out = serde_json::json!({ "runs": per_run, "workloads": workloads, "speedups": speed });
-        println!("{}", serde_json::to_string_pretty(&out)?);
+        outln!("{}", serde_json::to_string_pretty(&out)?)?;
         return Ok(());
     }
 
-    println!("Runs (mean / p50 / p95 / max of each metric)");
+    outln!("Runs (mean / p50 / p95 / max of each metric)")?;
     let mut header = format!(
         "{:>5}  {:<28}  {:<9}",
         "run", "experiment/workload/name", "status"
@@ -56,7 +57,7 @@ pub fn run(args: CompareArgs) -> Result<()> {
     for m in &metrics {
         header.push_str(&format!("  {:>30}", m));
     }
-    println!("{header}");
+    outln!("{header}")?;
     for r in &per_run {
         let name = format!("{}/{}/{}", r.run.experiment, r.run.workload, r.run.run.name);
         let mut line = format!(
@@ -78,11 +79,11 @@ pub fn run(args: CompareArgs) -> Result<()> {
             };
             line.push_str(&format!("  {:>30}", cut(&cell, 30)));
         }
-        println!("{line}");
+        outln!("{line}")?;
     }
-    println!();
-    println!("Collocation per workload");
-    println!(
+    outln!()?;
+    outln!("Collocation per workload")?;
+    outln!(
         "{:<24}  {:<6}  {:>4}  {:>8}  {:>10}  {:>10}  {:>12}  {:>9}  {:>10}",
         "experiment/workload",
         "data",
@@ -93,26 +94,29 @@ pub fn run(args: CompareArgs) -> Result<()> {
         "CPU s/1000",
         "GPU act.",
         "memory"
-    );
+    )?;
     for w in &workloads {
-        print_workload(w);
+        print_workload(w)?;
     }
     for s in &speed {
         let cpu = s
             .cpu_saving
             .map(|c| format!(", {c:.2}x less CPU per sample"))
             .unwrap_or_default();
-        println!(
+        outln!(
             "sharing in {}: {} vs {}: {:.2}x aggregate samples/s{cpu}",
-            s.experiment, s.shared, s.independent, s.throughput
-        );
+            s.experiment,
+            s.shared,
+            s.independent,
+            s.throughput
+        )?;
     }
     Ok(())
 }
 
-fn print_workload(w: &WorkloadSummary) {
+fn print_workload(w: &WorkloadSummary) -> Result<()> {
     let opt = |v: Option<f64>, f: &dyn Fn(f64) -> String| v.map(f).unwrap_or_else(|| "-".into());
-    println!(
+    outln!(
         "{:<24}  {:<6}  {:>4}  {:>8}  {:>10}  {:>10}  {:>12}  {:>9}  {:>10}",
         cut(&format!("{}/{}", w.experiment, w.workload), 24),
         if w.shared { "shared" } else { "own" },
@@ -126,7 +130,7 @@ fn print_workload(w: &WorkloadSummary) {
             "{:.0} MiB",
             v / (1 << 20) as f64
         )),
-    );
+    )
 }
 
 fn num(v: f64) -> String {

@@ -68,8 +68,11 @@ fn csv(
     path: &std::path::Path,
 ) -> Result<()> {
     if path.as_os_str() == "-" {
-        batchcast_runs::export::metrics_csv(store, runs, metrics, std::io::stdout().lock())?;
-        return Ok(());
+        let mut stdout = crate::out::Stdout::default();
+        return match batchcast_runs::export::metrics_csv(store, runs, metrics, &mut stdout) {
+            Err(_) if stdout.closed() => Err(crate::out::StdoutClosed.into()),
+            r => r.map(drop).map_err(Into::into),
+        };
     }
     let file =
         std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;

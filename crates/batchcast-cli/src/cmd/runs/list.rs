@@ -4,6 +4,7 @@ use anyhow::Result;
 use batchcast_runs::{now_ms, RunFilter, RunStatus};
 
 use super::StoreArg;
+use crate::out::outln;
 
 /// Arguments of `batchcast runs list`.
 #[derive(Debug, clap::Args)]
@@ -47,14 +48,21 @@ pub fn run(args: ListArgs) -> Result<()> {
     };
     let rows = store.runs(&filter)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&rows)?);
+        outln!("{}", serde_json::to_string_pretty(&rows)?)?;
         return Ok(());
     }
     let now = now_ms();
-    println!(
+    outln!(
         "{:>5}  {:<16}  {:<16}  {:<20}  {:<9}  {:>9}  {:>4}  {:<8}",
-        "id", "experiment", "workload", "name", "status", "duration", "exit", "devices"
-    );
+        "id",
+        "experiment",
+        "workload",
+        "name",
+        "status",
+        "duration",
+        "exit",
+        "devices"
+    )?;
     for r in rows {
         let dur = r
             .run
@@ -71,10 +79,17 @@ pub fn run(args: ListArgs) -> Result<()> {
         } else {
             r.run.devices.join(",")
         };
-        println!(
+        outln!(
             "{:>5}  {:<16}  {:<16}  {:<20}  {:<9}  {:>9}  {:>4}  {:<8}",
-            r.run.id, r.experiment, r.workload, r.run.name, r.run.status, dur, exit, devices
-        );
+            r.run.id,
+            r.experiment,
+            r.workload,
+            r.run.name,
+            r.run.status,
+            dur,
+            exit,
+            devices
+        )?;
     }
     Ok(())
 }

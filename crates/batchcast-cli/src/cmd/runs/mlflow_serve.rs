@@ -5,6 +5,7 @@
 
 use std::io::Read;
 
+use crate::out::outln;
 use anyhow::Result;
 use batchcast_runs::mlflow::{mlflow_run_id, Endpoint};
 use batchcast_runs::{NewRun, Store};
@@ -43,9 +44,9 @@ pub fn run(args: MlflowServeArgs) -> Result<()> {
         &serde_json::json!({}),
     )?;
     let endpoint = Endpoint::start(&path)?;
-    println!("MLFLOW_TRACKING_URI={}", endpoint.url());
-    println!("MLFLOW_RUN_ID={}", mlflow_run_id(run));
-    println!("BATCHCAST_RUN={run}");
+    outln!("MLFLOW_TRACKING_URI={}", endpoint.url())?;
+    outln!("MLFLOW_RUN_ID={}", mlflow_run_id(run))?;
+    outln!("BATCHCAST_RUN={run}")?;
     let mut sink = Vec::new();
     let _ = std::io::stdin().take(1 << 20).read_to_end(&mut sink);
     drop(endpoint);

@@ -5,6 +5,7 @@ use anyhow::Result;
 use batchcast_runs::LogStream;
 
 use super::StoreArg;
+use crate::out::{out, outln};
 
 /// Arguments of `batchcast runs show`.
 #[derive(Debug, clap::Args)]
@@ -22,64 +23,67 @@ pub fn run(args: ShowArgs) -> Result<()> {
     let store = args.store.open_read_only()?;
     let row = store.run(args.run)?;
     let r = &row.run;
-    println!(
+    outln!(
         "run {}: {}/{}/{}",
-        r.id, row.experiment, row.workload, r.name
-    );
-    println!(
+        r.id,
+        row.experiment,
+        row.workload,
+        r.name
+    )?;
+    outln!(
         "  status      {}{}",
         r.status,
         r.message
             .as_ref()
             .map(|m| format!(" ({m})"))
             .unwrap_or_default()
-    );
-    println!(
+    )?;
+    outln!(
         "  exit code   {}",
         r.exit_code
             .map(|c| c.to_string())
             .unwrap_or_else(|| "-".into())
-    );
-    println!("  command     {}", r.command.join(" "));
-    println!(
+    )?;
+    outln!("  command     {}", r.command.join(" "))?;
+    outln!(
         "  devices     {}",
         if r.devices.is_empty() {
             "cpu".to_string()
         } else {
             r.devices.join(",")
         }
-    );
-    println!("  collocation {}", r.collocation);
-    println!("  host        {}", r.host);
+    )?;
+    outln!("  collocation {}", r.collocation)?;
+    outln!("  host        {}", r.host)?;
     if let Some(ms) = r.duration_ms(batchcast_runs::now_ms()) {
-        println!("  duration    {:.1} s", ms as f64 / 1000.0);
+        outln!("  duration    {:.1} s", ms as f64 / 1000.0)?;
     }
-    println!("  environment {}", r.env);
+    outln!("  environment {}", r.env)?;
     let params = store.params(r.id)?;
     if !params.is_empty() {
-        println!("parameters:");
+        outln!("parameters:")?;
         for p in params {
-            println!("  {} = {} ({:?})", p.key, p.value, p.source);
+            outln!("  {} = {} ({:?})", p.key, p.value, p.source)?;
         }
     }
     for e in store.events(r.id)? {
-        println!("event [{}]: {}", e.source, e.message);
+        outln!("event [{}]: {}", e.source, e.message)?;
     }
     let keys = store.metric_keys(r.id)?;
     if !keys.is_empty() {
-        println!("metrics: {}", keys.join(", "));
+        outln!("metrics: {}", keys.join(", "))?;
     }
     for stream in [LogStream::Stdout, LogStream::Stderr] {
         let (tail, cut) = store.log(r.id, stream, Some(args.tail))?;
         if !tail.is_empty() {
-            println!(
+            outln!(
                 "--- {}{} ---",
                 stream.as_str(),
                 if cut { " (tail)" } else { "" }
-            );
-            print!("{}", String::from_utf8_lossy(&tail));
+            )?;
+            out!("{}", String::from_utf8_lossy(&tail))?;
             if !tail.ends_with(b"\n") {
-                println!();
+                outln!()?;
             }
         }
     }
