@@ -267,13 +267,10 @@ def test_an_empty_loader_raises_at_once_and_its_waiting_consumer_gets_the_error(
     c.join(30)
     assert not c.is_alive(), "the consumer of an empty loader hangs"
     [got] = c.errors
-    # The consumer is still waiting for its welcome, which needs the arena
-    # that the first batch sizes; the core producer closes such connections
-    # without a shutdown message, so it sees ProducerGone (not the reason).
-    if isinstance(got, batchcast.ProducerFinished):
-        assert got.reason == "failed" and re.search(empty_error(0), str(got)), repr(got)
-    else:
-        assert isinstance(got, batchcast.ProducerGone), repr(got)
+    # Still waiting for its welcome (the first batch sizes the arena), it is
+    # told why the producer stopped.
+    assert isinstance(got, batchcast.ProducerFinished), repr(got)
+    assert got.reason == "failed" and re.search(empty_error(0), str(got)), repr(got)
 
 
 class ShrinkingLoader:

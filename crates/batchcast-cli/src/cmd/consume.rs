@@ -214,6 +214,7 @@ fn check_batch(batch: &Batch, tally: &mut EpochTally, verify: bool) -> (Option<i
 fn report_error(e: &batchcast::Error) -> Result<i32> {
     let (kind, code) = match e {
         batchcast::Error::ProducerGone { .. } => ("producer_gone", 3),
+        batchcast::Error::ProducerStopped { .. } => ("producer_stopped", 1),
         batchcast::Error::ProducerNotFound { .. } => ("not_found", 2),
         batchcast::Error::JoinRefused { .. } => ("refused", 4),
         batchcast::Error::PermissionDenied { .. } | batchcast::Error::ForeignPeer { .. } => {
