@@ -72,3 +72,30 @@ def test_a_trainer_that_waited_in_vain_says_how_long_and_for_what(bc_dir):
     msg = str(e.value)
     assert "within the 0.3 s connect timeout" in msg and str(bc_dir / "ended.sock") in msg
     assert "idle_timeout" in msg and "pass a connect timeout" not in msg
+
+
+def test_a_closed_consumer_whose_last_batch_lives_on_lets_the_producer_go_idle(bc_dir):
+    """After `for x in loader` the loop variable keeps the last batch alive,
+    and close() must keep its memory valid. The consumer tells the producer
+    it left: the producer sends it nothing more and, with nobody else
+    attached, finishes after idle_timeout instead of loading epochs for
+    nobody."""
+    import threading
+
+    import batchcast
+
+    torch = pytest.importorskip("torch")
+    data = torch.utils.data.TensorDataset(torch.arange(64))
+    p = batchcast.Producer(torch.utils.data.DataLoader(data, batch_size=16), "left", idle_timeout=1)
+    t = threading.Thread(target=p.run)
+    t.start()
+    c = batchcast.Consumer("left", connect_timeout=30)
+    for (x,) in c:
+        pass
+    kept = x.clone()
+    c.close()
+    t.join(30)
+    assert not t.is_alive(), f"run() still serves a closed consumer ({p.epoch} epochs so far)"
+    assert p.epoch < 5, f"the producer loaded {p.epoch} epochs for a closed consumer"
+    assert torch.equal(x, kept), "the kept batch changed"
+    del x  # its lease goes; nothing to wait for

@@ -80,12 +80,13 @@ impl Drop for PyConsumer {
 
 /// Disconnects. While arrays of this consumer are still alive (a batch kept
 /// after the loop, such as its last loop variable), their leases keep the
-/// connection open, and a consumer that stops reading would soon hold up the
-/// producer and every other consumer. So a thread reads on, dropping what
-/// arrives (each batch released at once), until the last kept array is
-/// freed or the producer stops; then the connection closes.
-fn retire(attached: Attached, tracker: Arc<LeaseTracker>) {
-    if tracker.slots_held() == 0 {
+/// connection open; the producer is told the consumer left (it sends
+/// nothing more, and stops counting it as attached), and the connection
+/// closes when the last kept array is freed. Should the producer not take
+/// that message, a thread reads on instead, dropping what arrives, until
+/// the last kept array is freed or the producer stops.
+fn retire(mut attached: Attached, tracker: Arc<LeaseTracker>) {
+    if tracker.slots_held() == 0 || attached.consumer.leave().is_ok() {
         drop(attached);
         return;
     }

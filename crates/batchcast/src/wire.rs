@@ -29,7 +29,7 @@ use crate::status::StatusReport;
 use crate::stream::StreamSpec;
 
 /// Version of this protocol; both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 3;
+pub const PROTOCOL_VERSION: u32 = 4;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -144,6 +144,10 @@ pub enum ToProducer {
     /// The consumer released a batch in its ledger while the board said the
     /// producer waits for a slot: a wake-up, with no content.
     Released,
+    /// The consumer was closed while batches it handed out are still alive:
+    /// send it nothing more and count it gone; it keeps the slots of those
+    /// batches until it releases them or its connection closes.
+    Leaving,
 }
 
 /// Messages a producer sends.

@@ -425,6 +425,19 @@ impl Consumer {
         }
     }
 
+    /// Leaves the stream while batches handed out live on: the producer
+    /// sends nothing more and no longer counts this consumer as attached,
+    /// and the slots of those batches stay valid until they are dropped
+    /// (each lease holds the connection). Drop the consumer after this; it
+    /// reads nothing more.
+    ///
+    /// # Errors
+    /// [`Error::Io`] or [`Error::ProducerGone`] when the producer cannot be
+    /// told (then it is gone, and the slots are the kernel's to keep).
+    pub fn leave(&mut self) -> Result<()> {
+        self.link.send(&ToProducer::Leaving)
+    }
+
     /// Whether the producer's process has exited, checked now: for a
     /// caller that waits with a [`Waiter`] (`next_event` checks on its own).
     /// The first sighting is confirmed at the next check, so that what the

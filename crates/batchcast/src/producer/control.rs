@@ -355,6 +355,15 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                     return false;
                 }
             }
+            (Conn::Consumer { id, .. }, ToProducer::Leaving) => {
+                // Closed with batches alive: it keeps their slots (released
+                // through its ledger) and its connection, and gets nothing
+                // more; a producer with no one else attached goes idle.
+                let id = *id;
+                let mut state = shared.lock();
+                state.leave(id);
+                shared.notify(state);
+            }
             _ => return false, // a message out of place
         }
     }

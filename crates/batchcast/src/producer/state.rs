@@ -44,6 +44,9 @@ enum Phase {
     /// more, but keeps the slots it still has views of until it releases
     /// them or leaves.
     Evicted,
+    /// Closed by its user while batches it handed out live on (`Leaving`):
+    /// as `Evicted`, and no longer counted as attached.
+    Left,
 }
 
 /// One connected consumer.
@@ -111,7 +114,7 @@ fn front<'a>(consumers: impl Iterator<Item = &'a ConsumerEntry>, next: u64) -> O
         .filter_map(|c| match c.phase {
             Phase::Following => Some(position(c, next)),
             Phase::Waiting => Some(next),
-            Phase::Pending | Phase::Evicted => None,
+            Phase::Pending | Phase::Evicted | Phase::Left => None,
         })
         .max()
 }
@@ -194,9 +197,12 @@ impl State {
         Ok(())
     }
 
-    /// Consumers connected now.
+    /// Consumers attached now (connected, and not closed by their user).
     pub fn consumer_count(&self) -> usize {
-        self.consumers.len()
+        self.consumers
+            .values()
+            .filter(|c| c.phase != Phase::Left)
+            .count()
     }
 
     /// True while consumer `id` is connected.
@@ -468,16 +474,21 @@ impl State {
         laggards.len()
     }
 
-    /// Evicts consumer `id`: bumps its eviction generation, *then* keeps it
-    /// as a holder only of the slots it has acquired and not released (it
-    /// may have views of them; see `crate::ledger`), and tells it.
-    fn evict(&mut self, id: u64, behind: u64, budget: u64) {
-        let Some(entry) = self.consumers.get(&id) else {
-            return;
-        };
-        let Some(ledger) = entry.ledger.as_ref() else {
-            return;
-        };
+    /// Consumer `id` was closed with batches still alive: it keeps only
+    /// the slots of those and gets nothing more (see [`Phase::Left`]).
+    pub fn leave(&mut self, id: u64) {
+        if self.cut_off(id).is_some() {
+            self.set_phase(id, Phase::Left);
+        }
+    }
+
+    /// Stops consumer `id` from reading the board (bumps its eviction
+    /// generation), *then* keeps it as a holder only of the slots it has
+    /// acquired and not released (it may have views of them; see
+    /// `crate::ledger`). Returns the new generation; None when it has no
+    /// ledger (not welcomed) or is gone.
+    fn cut_off(&mut self, id: u64) -> Option<u64> {
+        let ledger = self.consumers.get(&id)?.ledger.as_ref()?;
         let generation = ledger.evict();
         let keep = |i: usize, seq: u64| ledger.has_acquired(i, seq) && !ledger.has_released(i, seq);
         let dropped = self.slots.drop_holder(id, &keep);
@@ -486,7 +497,21 @@ impl State {
                 shm.holds.forget(i);
             }
         }
-        let rejoin = entry.hello.on_evict == OnEvict::Rejoin;
+        Some(generation)
+    }
+
+    /// Evicts consumer `id` ([`State::cut_off`]) and tells it.
+    fn evict(&mut self, id: u64, behind: u64, budget: u64) {
+        let Some(rejoin) = self
+            .consumers
+            .get(&id)
+            .map(|c| c.hello.on_evict == OnEvict::Rejoin)
+        else {
+            return;
+        };
+        let Some(generation) = self.cut_off(id) else {
+            return;
+        };
         self.evictions += 1;
         if let Some(c) = self.consumers.get_mut(&id) {
             c.evictions += 1;
@@ -760,6 +785,7 @@ impl State {
                         Phase::Waiting => "waiting",
                         Phase::Following => "following",
                         Phase::Evicted => "evicted",
+                        Phase::Left => "left",
                     }
                     .to_owned(),
                     position: c.last_sent,
