@@ -228,8 +228,9 @@ fn not_found(name: &str, socket: &std::path::Path, waited: Option<f64>) -> Strin
     match waited {
         Some(secs) if secs > 0.0 => format!(
             "no producer named {name:?} appeared within the {secs:.1} s connect timeout (waited \
-             for its socket {}); a producer that ran earlier has ended (run(epochs=N) served its \
-             N epochs, or it was idle for its idle_timeout with no consumer attached): {start}",
+             for its socket {}); if one of that name ran, it has ended (it served its epochs, \
+             was idle for its idle_timeout with no consumer attached, was stopped, or its \
+             loader failed: its own output says which): {start}",
             socket.display()
         ),
         _ => format!(
