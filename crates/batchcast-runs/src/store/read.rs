@@ -254,33 +254,7 @@ impl Store {
         after_ms: Option<i64>,
         limit: usize,
     ) -> Result<Vec<MetricPoint>> {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3
-                 ORDER BY ts_ms, rowid LIMIT ?4",
-            )
-            .map_err(self.err())?;
-        let rows = st
-            .query_map(
-                params![
-                    run,
-                    key,
-                    after_ms.unwrap_or(i64::MIN),
-                    limit.min(i64::MAX as usize) as i64
-                ],
-                |r| {
-                    Ok(MetricPoint {
-                        run_id: run,
-                        key: key.to_string(),
-                        step: r.get(0)?,
-                        ts_ms: r.get(1)?,
-                        value: r.get(2)?,
-                    })
-                },
-            )
-            .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+        self.points(run, key, after_ms, limit, |_| true)
     }
 
     /// How many values one metric of a run has after `after_ms` (all when
@@ -302,8 +276,8 @@ impl Store {
     }
 
     /// One metric of a run after `after_ms`, thinned evenly to at most
-    /// `max` (at least 2) points for a chart: the first value, every k-th after it and
-    /// the last. Values are read one by one, so only those kept are held,
+    /// `max` (at least 2) points for a chart: the first value, every k-th
+    /// after it and the last. Values are read one by one, so only those kept are held,
     /// however long the run. Values written while it reads are left for
     /// the next call (it reads as many as it counted first).
     pub fn metric_thinned(
@@ -315,6 +289,19 @@ impl Store {
     ) -> Result<Vec<MetricPoint>> {
         let n = self.metric_len(run, key, after_ms)?;
         let keep = Thinning::new(n, max);
+        self.points(run, key, after_ms, n, |i| keep.keeps(i))
+    }
+
+    /// The first `limit` values of one metric of a run after `after_ms`, in
+    /// time order, those whose index `keep` accepts; read one by one.
+    fn points(
+        &self,
+        run: RunId,
+        key: &str,
+        after_ms: Option<i64>,
+        limit: usize,
+        keep: impl Fn(usize) -> bool,
+    ) -> Result<Vec<MetricPoint>> {
         let mut st = self
             .conn
             .prepare_cached(
@@ -327,13 +314,13 @@ impl Store {
                 run,
                 key,
                 after_ms.unwrap_or(i64::MIN),
-                n.min(i64::MAX as usize) as i64
+                limit.min(i64::MAX as usize) as i64
             ])
             .map_err(self.err())?;
-        let mut points = Vec::with_capacity(n.min(max));
+        let mut points = Vec::new();
         let mut i = 0;
         while let Some(r) = rows.next().map_err(self.err())? {
-            if keep.keeps(i) {
+            if keep(i) {
                 points.push(MetricPoint {
                     run_id: run,
                     key: key.to_string(),
