@@ -27,8 +27,9 @@ use rustix::net::SocketFlags;
 pub(crate) const MAX_PENDING: usize = 64;
 /// Fewest descriptors left to the rest of the producer process.
 pub(crate) const FD_RESERVE_MIN: u64 = 64;
-/// Descriptors a consumer costs the producer (its socket and its ledger).
-const FDS_PER_CONSUMER: u64 = 2;
+/// Descriptors a consumer costs the producer (its socket, its ledger and
+/// the pidfd that watches its process).
+const FDS_PER_CONSUMER: u64 = 3;
 /// How long the listener rests after running out of descriptors.
 pub(crate) const BACKOFF: Duration = Duration::from_millis(100);
 
@@ -148,9 +149,9 @@ mod tests {
 
     #[test]
     fn the_caps_leave_headroom() {
-        assert_eq!(limits_for(1024), ((1024 - 256 - 64) / 2, 64));
-        assert_eq!(limits_for(256), ((256 - 64 - 48) / 2, 48));
-        assert_eq!(limits_for(128), ((128 - 64 - 16) / 2, 16));
+        assert_eq!(limits_for(1024), ((1024 - 256 - 64) / 3, 64));
+        assert_eq!(limits_for(256), ((256 - 64 - 48) / 3, 48));
+        assert_eq!(limits_for(128), ((128 - 64 - 16) / 3, 16));
         assert_eq!(limits_for(10), (1, 4));
         assert_eq!(limits_for(u64::MAX), (1 << 16, 64));
     }
