@@ -342,13 +342,19 @@ fn run_with_closed_stdout(env: &Env, args: &[&str]) -> (Option<i32>, String) {
 fn a_closed_stdout_ends_status_quietly() {
     let env = Env::new();
     for args in [&["status"][..], &["status", "--json"]] {
-        let (code, stderr) = run_with_closed_stdout(&env, args);
-        assert!(
-            !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
-            "{args:?}: {stderr}"
-        );
-        assert_eq!(code, Some(0), "{args:?}: {stderr}");
+        assert_quiet_with_closed_stdout(&env, args);
     }
+}
+
+/// Runs `args` with stdout closed; it must exit 0 with no panic and no
+/// "Broken pipe" in its stderr.
+fn assert_quiet_with_closed_stdout(env: &Env, args: &[&str]) {
+    let (code, stderr) = run_with_closed_stdout(env, args);
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
+        "{args:?}: {stderr}"
+    );
+    assert_eq!(code, Some(0), "{args:?}: {stderr}");
 }
 
 /// A consumer whose stdout is closed (`batchcast consume NAME | true`)
@@ -357,12 +363,7 @@ fn a_closed_stdout_ends_status_quietly() {
 fn a_closed_stdout_ends_consume_quietly() {
     let env = Env::new();
     let _producer = env.producer("piped", &[]);
-    let (code, stderr) = run_with_closed_stdout(&env, &["consume", "piped"]);
-    assert!(
-        !stderr.contains("panicked") && !stderr.contains("Broken pipe"),
-        "{stderr}"
-    );
-    assert_eq!(code, Some(0), "{stderr}");
+    assert_quiet_with_closed_stdout(&env, &["consume", "piped"]);
 }
 
 /// `serve --epochs 0` serves for as long as a consumer reads, as Python's
