@@ -47,16 +47,11 @@ fn warn_window_full(py: Python<'_>, name: &str, slots: usize) -> PyResult<()> {
     PyErr::warn(py, &PyRuntimeWarning::type_object(py), &msg, 1)
 }
 
-/// The core consumer.
-struct Attached {
-    consumer: Consumer,
-}
-
 /// A consumer attached to one producer (private API: use
 /// `batchcast.Consumer`).
 #[pyclass(module = "batchcast._native", name = "Consumer", frozen)]
 pub struct PyConsumer {
-    inner: Guarded<Attached>,
+    inner: Guarded<Consumer>,
     name: String,
     welcome: Welcome,
     batches_per_epoch: Option<u64>,
@@ -85,13 +80,12 @@ impl Drop for PyConsumer {
 /// closes when the last kept array is freed. Should the producer not take
 /// that message, a thread reads on instead, dropping what arrives, until
 /// the last kept array is freed or the producer stops.
-fn retire(mut attached: Attached, tracker: Arc<LeaseTracker>) {
-    if tracker.slots_held() == 0 || attached.consumer.leave().is_ok() {
-        drop(attached);
+fn retire(mut consumer: Consumer, tracker: Arc<LeaseTracker>) {
+    if tracker.slots_held() == 0 || consumer.leave().is_ok() {
+        drop(consumer);
         return;
     }
     let drain = move || {
-        let Attached { mut consumer, .. } = attached;
         while tracker.slots_held() > 0 {
             match consumer.next_event(&mut || tracker.slots_held() == 0) {
                 // A batch that could not be built: the stream goes on.
@@ -254,10 +248,7 @@ impl PyConsumer {
             watching: consumer.watches_producer(),
             tracker: Arc::new(LeaseTracker::default()),
             warned_full: AtomicBool::new(false),
-            inner: Guarded::new(
-                Attached { consumer },
-                format!("batchcast.Consumer of {name:?}"),
-            ),
+            inner: Guarded::new(consumer, format!("batchcast.Consumer of {name:?}")),
             name,
             welcome,
         })
@@ -321,7 +312,7 @@ impl PyConsumer {
                 }
                 signals()
             };
-            a.consumer.next_event(&mut hook)
+            a.next_event(&mut hook)
         });
         let event = match (event, warning) {
             (Err(_), Some(w)) => return Err(w),
@@ -334,7 +325,7 @@ impl PyConsumer {
     /// return it at once), else None; never waits. The events and their
     /// order are those of `next_event`.
     fn poll_event<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let event = self.inner.call(py, |a, _| a.consumer.try_next_event())?;
+        let event = self.inner.call(py, |a, _| a.try_next_event())?;
         event.map(|e| self.event_to_py(py, e)).transpose()
     }
 
@@ -345,7 +336,7 @@ impl PyConsumer {
     /// (the loop was not waiting). `close` from another thread makes it
     /// give up within 100 ms; Ctrl-C stops it only on the main thread.
     fn wait_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let waiter = self.inner.call(py, |a, _| Ok(a.consumer.waiter()))?;
+        let waiter = self.inner.call(py, |a, _| Ok(a.waiter()))?;
         loop {
             // Read the wake word before looking: a change after this makes
             // the sleep below return at once.
@@ -356,9 +347,7 @@ impl PyConsumer {
             let woken = py.detach(|| waiter.sleep(seen, WAIT_TICK));
             if !woken {
                 // A quiet tick: has the producer died without a word?
-                let died = self
-                    .inner
-                    .call(py, |a, _| Ok(a.consumer.producer_exited()))?;
+                let died = self.inner.call(py, |a, _| Ok(a.producer_exited()))?;
                 if died {
                     // next_event reports it, after what was sent before.
                     return self.next_event(py);
@@ -372,7 +361,7 @@ impl PyConsumer {
     /// waiting for data, `lag` (batches received and not yet handed out),
     /// `behind` (batches of this epoch published and not yet read).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = self.inner.call(py, |a, _| Ok(a.consumer.stats()))?;
+        let s = self.inner.call(py, |a, _| Ok(a.stats()))?;
         let d = PyDict::new(py);
         d.set_item("batches", s.batches)?;
         d.set_item("wait_seconds", s.wait_secs)?;
