@@ -89,6 +89,23 @@ def test_prediction_of_a_prep_bound_job():
     assert p4_wide.shared == pytest.approx(4 * 125.0)
 
 
+def test_the_producer_is_predicted_from_the_loader_alone_where_it_was_measured():
+    syn = _analysis.figures(_result("synthetic", 100, 2.0, [0.0], cpu=2.0, samples=1000))
+    warm = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=10.0, samples=1000))
+    # The loader alone: 0.006 CPU-s a sample (not warm - synthetic = 0.008),
+    # at 160 samples/s.
+    loader = _analysis.figures(_result("loader", 100, 6.25, [0.0], cpu=6.0, samples=1000))
+    assert loader.cpu_per_1000 == pytest.approx(6.0) and loader.samples_per_s == pytest.approx(160.0)
+    # As in the test above, a quarter of the copies' step CPU lands on the producer's core.
+    p2 = _analysis.predict(syn, warm, cores=2, jobs=2, loader=loader)
+    assert p2.shared == pytest.approx(2 / (0.006 + 2 * 0.25 * 0.002))
+    assert p2.independent == _analysis.predict(syn, warm, cores=2, jobs=2).independent
+    # The producer is no faster than the loader alone was (here it waited on
+    # something other than its CPU: 0.006 CPU-s a sample, at 100 samples/s).
+    slow = _analysis.figures(_result("loader", 100, 10.0, [0.0], cpu=6.0, samples=1000))
+    assert _analysis.predict(syn, warm, cores=8, jobs=4, loader=slow).shared == pytest.approx(4 * 100.0)
+
+
 def test_more_copies_than_cores_pay_the_measured_cost_of_time_sharing():
     syn = _analysis.figures(_result("synthetic", 100, 2.0, [0.0], cpu=2.0, samples=1000))
     warm = _analysis.figures(_result("warm", 100, 10.0, [0.0], cpu=10.0, samples=1000))  # 0.01 CPU-s a sample
@@ -328,6 +345,9 @@ def test_prediction_against_validate(tmp_path):
             assert abs(p[side] - m[side]) <= 0.25 * m[side], (
                 f"{p['jobs']} jobs, {side}: predicted {p[side]:.0f}, measured {m[side]:.0f} samples/s\n{proc.stdout}")
     assert "one shared pipeline for 4 jobs" in r["verdict"] and "measured" in r["verdict"]
+    # The producer's cost was measured: the loader alone, with no training step.
+    assert r["loader"]["samples_per_s"] > r["modes"]["warm"]["samples_per_s"], proc.stdout
+    assert "loader alone" in proc.stdout
     # More copies than cores: the cost of time-sharing was measured, on one core.
     if 4 > r["free_cores"]:
         assert r["timeshare"]["samples"] > 0 and r["timeshare"]["core"] in os.sched_getaffinity(0)

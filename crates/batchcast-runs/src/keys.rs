@@ -62,7 +62,7 @@ pub fn gpu(index: u32, field: &str) -> String {
 pub const DCGM_SM_ACTIVE: &str = "DCGM_FI_PROF_SM_ACTIVE";
 
 /// `batchcast stalls` records its analysis as one run whose metrics are
-/// `stalls/<mode>/<figure>` (mode: synthetic, cold, warm, ddp, timeshared; figure: one
+/// `stalls/<mode>/<figure>` (mode: synthetic, cold, warm, ddp, loader, timeshared; figure: one
 /// of [`STALLS_MODE_FIGURES`]), `stalls/<stall>/per_step_s` and
 /// `stalls/<stall>/share` (stall: fetch, prep, fetch+prep, communication)
 /// and `stalls/jobs_<N>/<predicted|measured>_<independent|shared>_samples_per_s`.

@@ -42,6 +42,9 @@ pub fn metrics(report: &Value) -> Vec<(String, f64)> {
     if report["ddp"].is_object() {
         modes.push(("ddp".into(), &report["ddp"]));
     }
+    if report["loader"].is_object() {
+        modes.push(("loader".into(), &report["loader"]));
+    }
     if report["timeshare"].is_object() {
         modes.push(("timeshared".into(), &report["timeshare"]));
     }
@@ -136,6 +139,7 @@ mod tests {
                       "warm": {"samples_per_s": 20.0, "step_s": 0.05}},
             "ddp": null,
             "timeshare": {"samples_per_s": 15.0, "cpu_per_1000": 60.0, "core": 1},
+            "loader": {"samples_per_s": 30.0, "cpu_per_1000": 30.0},
             "stalls": [{"name": "prep", "per_step_s": 0.04, "share": 0.8}],
             "predictions": [{"jobs": 2, "independent": 40.0, "shared": 80.0,
                              "measured": {"independent": 38.0, "shared": 75.0}}]
@@ -150,6 +154,7 @@ mod tests {
         assert_eq!(get("stalls/warm/step_s"), Some(0.05));
         assert_eq!(get("stalls/prep/share"), Some(0.8));
         assert_eq!(get("stalls/timeshared/cpu_per_1000"), Some(60.0));
+        assert_eq!(get("stalls/loader/samples_per_s"), Some(30.0));
         assert_eq!(
             get("stalls/jobs_2/measured_shared_samples_per_s"),
             Some(75.0)

@@ -7,7 +7,8 @@ A script marks its training loader once::
 which returns the loader unchanged in normal runs. ``batchcast stalls --
 python train.py ARGS`` runs the script in a few controlled modes, each in a
 fresh process (synthetic: one cached batch over and over; cold: the
-dataset's files evicted from the page cache; warm: the files cached) and
+dataset's files evicted from the page cache; warm: the files cached;
+with ``--jobs``, loader: the loader alone, as a shared producer runs it) and
 derives the fetch stall (cold - warm), the prep stall (warm - synthetic),
 with ``--nproc K`` the communication stall of K data-parallel processes,
 and what one shared batchcast producer would buy N collocated copies.

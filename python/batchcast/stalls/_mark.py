@@ -17,6 +17,8 @@ def mark(loader: Any, *, batch_size: Optional[int] = None) -> Any:
     it returns a wrapper with the same ``len()`` that times each step's data
     wait, stops the script after the warm-up and the measured steps, and, in
     the synthetic mode, hands out the loader's first batch over and over.
+    In the loader mode it never returns: it iterates the loader itself,
+    with no training step, and ends the script.
     ``loader`` may be a DataLoader, a :class:`batchcast.Consumer` or any
     iterable; ``batch_size`` is needed only for the shared pipeline of
     ``--validate`` when the loader has no ``batch_size`` attribute.
@@ -42,6 +44,8 @@ def mark(loader: Any, *, batch_size: Optional[int] = None) -> Any:
         _watch_opens(os.path.join(config.out, _protocol.OPENED_FILE), config.out)
     if config.mode == "producer":
         _serve(loader, config)
+    if config.mode == "loader":
+        _drain(loader, Recorder(config, info))
     if config.mode == "consumer":
         from .._consumer import Consumer
 
@@ -56,6 +60,19 @@ def _available(consumer: Any) -> int:
     read yet, plus the one it holds ready."""
     s = consumer.stats()
     return int(s["behind"]) + int(s["lag"])
+
+
+def _drain(loader: Any, recorder: Recorder) -> None:
+    """The ``loader`` mode: iterates the loader epoch after epoch with no
+    training step, as a shared producer does, until the recorder has its
+    steps and ends the script."""
+    marked = Marked(loader, recorder, synthetic=False)
+    while True:
+        batches = 0
+        for _ in marked:
+            batches += 1
+        if batches == 0:
+            raise SystemExit("batchcast stalls: the loader yielded no batch in an epoch (is it empty?)")
 
 
 def _serve(loader: Any, config: "_protocol.Config") -> None:

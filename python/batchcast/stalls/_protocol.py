@@ -23,9 +23,11 @@ BARRIER_TIMEOUT_S = 120.0
 #: batchcast.Producer's default.
 SHARED_WINDOW = 8
 
-#: Modes a script can be run in. ``producer``/``consumer`` are the shared
-#: pipeline of ``--validate``: one copy serves its loader, the others read it.
-MODES = ("synthetic", "cold", "warm", "producer", "consumer")
+#: Modes a script can be run in. ``loader`` iterates the loader with no
+#: training step, as a shared producer does (the producer's own cost, for
+#: ``--jobs``). ``producer``/``consumer`` are the shared pipeline of
+#: ``--validate``: one copy serves its loader, the others read it.
+MODES = ("synthetic", "cold", "warm", "loader", "producer", "consumer")
 
 MARKED_FILE = "marked-{pid}.json"
 RESULT_FILE = "result-{rank}.json"

@@ -16,6 +16,8 @@ def table(report: dict) -> str:
     rows = dict(report["modes"])
     if report.get("ddp"):
         rows[f"ddp x{report['ddp']['processes']}"] = report["ddp"]
+    if report.get("loader"):
+        rows["loader"] = report["loader"]
     ts = report.get("timeshare")
     if ts:
         rows["timeshared"] = ts
@@ -29,6 +31,8 @@ def table(report: dict) -> str:
         extra = ts["cpu_per_1000"] / alone - 1 if alone > 0 else 0.0
         lines.append(f"timeshared: 2 copies held to core {ts['core']}, together (a sample costs {extra:+.0%}"
                      " CPU when cores switch between copies)")
+    if report.get("loader"):
+        lines.append("loader: the loader alone, with no training step (what one shared producer does)")
     if report.get("repeats", 1) > 1:
         ranges = ", ".join(f"{m} {min(v):.0f}-{max(v):.0f}" for m, v in report["spread"].items())
         lines.append(f"each figure: the median of {report['repeats']} rounds (samples/s ranged {ranges})")

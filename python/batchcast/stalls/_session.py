@@ -1,7 +1,9 @@
 """One ``batchcast stalls`` analysis: the modes in order, then the arithmetic.
 
 A round: synthetic (which also shows which files the loader opens), cold
-(the dataset's files evicted first), warm (every file read first), then,
+(the dataset's files evicted first), warm (every file read first), for
+``--jobs`` the loader alone (what a shared producer does: no training
+step), then,
 when some ``--jobs`` N exceeds the free cores, two copies held to one core
 (the cost of time-sharing), then ``--validate``: N copies with their own
 loaders, and N copies reading one shared producer. ``--repeats`` runs R
@@ -90,7 +92,8 @@ def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
 
 
 def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str]) -> Tuple[Dict[str, Any], dict]:
-    """One round of the single-process modes: synthetic, cold, warm."""
+    """One round of the single-process modes: synthetic, cold, warm, and
+    for ``--jobs`` the loader alone."""
     raw: Dict[str, Any] = {}
 
     def one(mode: str) -> dict:
@@ -109,6 +112,8 @@ def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str])
     if not files:
         _note(notes, "no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data")
         raw["warm"] = one("warm")
+        if opts.jobs:
+            raw["loader"] = one("loader")
         return raw, cache_info
     evicted, failed = _cache.evict(files)
     share = _cache.cached_share(files)
@@ -130,6 +135,10 @@ def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str])
         raw["warm"] = one("warm")
     else:
         _note(notes, f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped")
+    if opts.jobs:
+        # What the producer of --jobs would do: the loader alone, on the
+        # cache as warm left it (or as cold did, when warm was skipped).
+        raw["loader"] = one("loader")
     return raw, cache_info
 
 
@@ -231,7 +240,9 @@ def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], no
     ts_runs = [r["timeshare"] for r in rounds if "timeshare" in r]
     timeshare = _analysis.median_run(ts_runs) if ts_runs else None
     timeshared = _analysis.figures(timeshare) if timeshare else None
-    predictions = [_analysis.predict(modes["synthetic"], real, free, n, timeshared) for n in opts.jobs]
+    loader_runs = [r["loader"] for r in rounds if "loader" in r]
+    loader = _analysis.figures(_analysis.median_run(loader_runs)) if loader_runs else None
+    predictions = [_analysis.predict(modes["synthetic"], real, free, n, timeshared, loader) for n in opts.jobs]
     measured: Dict[int, dict] = {}
     if opts.validate:
         for i, n in enumerate(opts.jobs):
@@ -239,7 +250,7 @@ def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], no
             # Checked against the cores other processes left free while the
             # copies ran (a build beside them changes the machine, not the model).
             at = max(1.0, cores - measured[n]["background_cores"])
-            predictions[i] = _analysis.predict(modes["synthetic"], real, at, n, timeshared)
+            predictions[i] = _analysis.predict(modes["synthetic"], real, at, n, timeshared, loader)
     speedups = {n: m["shared"] / m["independent"] for n, m in measured.items() if m["independent"] > 0}
     cpu_saved = max(0.0, 1 - modes["synthetic"].cpu_per_1000 / real.cpu_per_1000) if real.cpu_per_1000 > 0 else 0.0
     spread = {
@@ -256,6 +267,7 @@ def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], no
         "spread": spread,
         "ddp": (vars(_analysis.figures(ddp)) | {"processes": opts.nproc}) if ddp else None,
         "timeshare": (vars(timeshared) | {"core": timeshare["core"]}) if timeshare and timeshared else None,
+        "loader": vars(loader) if loader else None,
         "stalls": [vars(s) for s in stall_list],
         "predictions": [
             {"jobs": p.jobs, "cores": p.cores, "independent": p.independent, "shared": p.shared, "speedup": p.speedup,

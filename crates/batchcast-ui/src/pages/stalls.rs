@@ -16,8 +16,9 @@ use crate::html::esc;
 
 /// Most `stalls/` keys read for one run (an analysis has about 60).
 const MAX_KEYS: usize = 400;
-/// The modes, then the DDP run and the two copies on one core (`timeshared`).
-const MODES: [&str; 5] = ["synthetic", "cold", "warm", "ddp", "timeshared"];
+/// The modes, then the DDP run, the loader alone (`loader`, what one shared
+/// producer does) and the two copies on one core (`timeshared`).
+const MODES: [&str; 6] = ["synthetic", "cold", "warm", "ddp", "loader", "timeshared"];
 const STALLS: [&str; 4] = ["fetch", "prep", "fetch+prep", "communication"];
 
 /// The section's HTML, or an empty string for a run that is no analysis.
