@@ -3,10 +3,10 @@
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Tuple
 
 from . import _native
+from ._modules import types_of
 
 __all__ = ["DecodedImages", "store_image"]
 
@@ -24,8 +24,7 @@ def _hwc(image: Any) -> Any:
     """``image`` as a C-contiguous ``(height, width, channels)`` array."""
     import numpy
 
-    torch = sys.modules.get("torch")
-    if torch is not None and isinstance(image, torch.Tensor):
+    if isinstance(image, types_of("torch", "Tensor")):
         if image.dim() != 3:
             raise _native.InvalidArgument(
                 f"a torch image must be (channels, height, width), as torchvision's are; "
@@ -34,8 +33,7 @@ def _hwc(image: Any) -> Any:
         return image.detach().permute(1, 2, 0).contiguous()
     if isinstance(image, numpy.ndarray):
         return numpy.ascontiguousarray(image)
-    pil = sys.modules.get("PIL.Image")
-    if pil is not None and isinstance(image, pil.Image):
+    if isinstance(image, types_of("PIL.Image", "Image")):
         if image.mode != "RGB":
             image = image.convert("RGB")  # as torchvision's default loader
         return numpy.asarray(image)

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import logging
 import os
-import sys
 import warnings
 import weakref
 from collections.abc import Iterator as _IteratorABC
 from typing import Any, Iterable, Iterator, Optional, Tuple, Union
 
 from . import _native
+from ._modules import types_of
 from ._spec import encode_metadata
 from ._tree import flatten
 
@@ -67,9 +67,8 @@ def _from_batch_sampler(bsampler: Any) -> Optional[int]:
 def _derive_samples(loader: Any, batch_size: Optional[int]) -> Tuple[Optional[int], str]:
     """``(samples per epoch, why unknown)`` for ``loader`` of nominal
     ``batch_size``."""
-    tud = sys.modules.get("torch.utils.data")
-    if tud is not None and isinstance(loader, tud.DataLoader):
-        if isinstance(loader.dataset, tud.IterableDataset):
+    if isinstance(loader, types_of("torch.utils.data", "DataLoader")):
+        if isinstance(loader.dataset, types_of("torch.utils.data", "IterableDataset")):
             return None, "its DataLoader wraps an IterableDataset, whose length is not known"
         if loader.batch_sampler is None:
             return None, "its DataLoader has batch_size=None (the dataset yields whole batches)"

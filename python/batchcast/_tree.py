@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from typing import Any, Callable, List, Tuple
 
 from . import _native
+from ._modules import types_of
 
 LEAF_ARRAY = _native.LEAF_ARRAY
 LEAF_INTS = _native.LEAF_INTS
@@ -62,13 +63,11 @@ def _describe(x: Any) -> str:
 
 
 def _is_torch_tensor(x: Any) -> bool:
-    torch = sys.modules.get("torch")
-    return torch is not None and isinstance(x, torch.Tensor)
+    return isinstance(x, types_of("torch", "Tensor"))
 
 
 def _is_numpy(x: Any) -> bool:
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(x, (np.ndarray, np.generic))
+    return isinstance(x, types_of("numpy", "ndarray", "generic"))
 
 
 def _torch_leaf(x: Any, path: str) -> Tuple[Any, int]:
@@ -121,15 +120,13 @@ def _numpy_leaf(x: Any, path: str) -> Tuple[Any, int]:
 def _is_integer(v: Any) -> bool:
     if isinstance(v, (bool, int)):
         return True
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(v, (np.integer, np.bool_))
+    return isinstance(v, types_of("numpy", "integer", "bool_"))
 
 
 def _is_real(v: Any) -> bool:
     if isinstance(v, float):
         return True
-    np = sys.modules.get("numpy")
-    return np is not None and isinstance(v, np.floating)
+    return isinstance(v, types_of("numpy", "floating"))
 
 
 def _list_kind(items: list) -> Tuple[int, int]:

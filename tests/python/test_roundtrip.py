@@ -90,3 +90,44 @@ def test_a_batch_spanning_producer_batches_is_assembled_exactly(spawn):
     assert batches[1]["name"] == [f"s{i}" for i in range(100, 200)]
     assert torch.equal(batches[2]["x"][:, 3], torch.arange(200, 300, dtype=torch.float32))
     producer.expect("done")
+
+
+PARTIAL_IMPORT = r"""
+import sys, threading, types
+import numpy as np
+import batchcast
+
+# What sys.modules holds while another thread runs `import torch`: the
+# module, without its names yet (a producer thread flattening batches then
+# died of AttributeError: module 'torch' has no attribute 'Tensor').
+for name in ("torch", "torch.utils.data", "PIL.Image"):
+    sys.modules[name] = types.ModuleType(name)
+data = [{"x": np.full((4, 3), i, dtype=np.float32), "y": np.arange(4)} for i in range(6)]
+producer = batchcast.Producer(data, name=sys.argv[1], idle_timeout=30)
+failed = []
+def run():
+    try:
+        producer.run(epochs=1)
+    except BaseException as e:
+        failed.append(e)
+t = threading.Thread(target=run)
+t.start()
+with batchcast.Consumer(sys.argv[1], batch_size=4, format="numpy", connect_timeout=30) as c:
+    got = [int(b["x"][0, 0]) for b in c]
+t.join()
+assert not failed, failed
+assert got == list(range(6)), got
+print("ok")
+"""
+
+
+def test_a_module_that_another_thread_is_still_importing_is_not_a_batch_type(bc_dir, tmp_path):
+    import subprocess
+    import sys
+
+    del bc_dir  # its BATCHCAST_DIR is the script's
+    script = tmp_path / "partial.py"
+    script.write_text(PARTIAL_IMPORT)
+    proc = subprocess.run([sys.executable, str(script), "partial-import"], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0 and proc.stdout.strip() == "ok", proc.stderr
