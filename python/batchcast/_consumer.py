@@ -103,8 +103,11 @@ class Consumer:
     unread: the next loop first skips it and starts at the next epoch, as a
     DataLoader starts a fresh epoch. ``len()`` is the batches of the epoch the
     next loop reads (exact for every join policy; see :meth:`__len__`).
-    When the producer has finished, the loop in progress ends and the next
-    loop raises :class:`batchcast.ProducerFinished`. If the producer dies,
+    When the producer has finished, the loop in progress ends with its epoch
+    and the next loop raises :class:`batchcast.ProducerFinished`; a producer
+    that stops in the middle of an epoch (Ctrl-C, a failed loader) makes the
+    loop in progress raise it, so that a cut epoch is never taken for a
+    whole one. If the producer dies,
     the next call raises :class:`batchcast.ProducerGone` at once.
 
     **DataLoader attributes.** ``dataset``, ``sampler``, ``batch_sampler``,
@@ -476,6 +479,7 @@ class Consumer:
         self._check_current(generation)
         self._claim()
         self._owner = generation
+        handed = 0  # batches of this epoch handed to the loop
         try:
             while True:
                 self._check_current(generation)
@@ -492,16 +496,18 @@ class Consumer:
                         check_arrays(arrays_of_batch(batch), expect, self.name)
                     if self._prefetch:
                         self._prefetch_next()
+                    handed += 1
                     yield batch
                 elif kind == "end":
                     self._in_epoch = False
                     return
                 elif kind == "finished":
+                    # Before the epoch's end: it is incomplete, and a loop
+                    # that ended as if it were whole would be counted done
+                    # (a trainer saves it, and resumes after it).
                     self._finished = event
                     self._in_epoch = False
-                    if event[1] == "failed":
-                        raise self._finished_error()
-                    return
+                    raise self._finished_error(cut_short=handed)
                 elif kind == "start":
                     self._start(event)
         finally:
@@ -616,7 +622,10 @@ class Consumer:
             self._last_full = info
         self._in_epoch = True
 
-    def _finished_error(self) -> BaseException:
+    def _finished_error(self, cut_short: Optional[int] = None) -> BaseException:
+        """ProducerFinished for a loop after the stream's end, or, with
+        ``cut_short`` (the batches the loop got of it), for the loop whose
+        epoch the end cut short."""
         assert self._finished is not None
         _, reason, message = self._finished
         if reason == "finished":
@@ -633,6 +642,15 @@ class Consumer:
             text = f"producer {self.name!r} was interrupted (Ctrl-C) and stopped; no more batches will come"
         else:
             text = f"producer {self.name!r} stopped because its loader failed: {message}"
+        if cut_short is not None and reason != "failed":
+            info = self._current
+            of = f" of {info.batches}" if info is not None and info.batches is not None else ""
+            epoch = f"epoch {info.epoch}" if info is not None else "its epoch"
+            text += (
+                f"; it stopped in the middle of {epoch}, after {cut_short}{of} batches, so this loop "
+                "raises rather than end as if the epoch were whole. Restart the producer and resume "
+                "from the last checkpoint taken at the end of a whole epoch"
+            )
         err = _native.ProducerFinished(text)
         err.name = self.name
         err.reason = reason

@@ -292,6 +292,7 @@ def consume_ids(o: Dict[str, Any]) -> None:
         say("done")
     except batchcast.ProducerFinished as e:
         say("finished", e.reason)
+        say("why", str(e))
     except batchcast.ProducerGone as e:
         say("gone", repr(time.monotonic()), e.name)
 

@@ -129,16 +129,22 @@ def test_the_cli_consumer_sees_a_killed_producer_whose_forked_child_holds_its_so
     assert took < 2.0, f"the CLI consumer saw the death {took:.2f} s after the kill"
 
 
-def test_ctrl_c_in_the_producer_ends_consumers_cleanly(spawn):
+def test_ctrl_c_in_the_producer_mid_epoch_raises_in_the_loop_in_progress(spawn):
+    # 15625 batches an epoch: Ctrl-C comes in the middle of the first.
     producer = spawn("produce_ids", name="int", n=10**6, batch_size=64, epochs=1000)
     consumer = spawn("consume_ids", name="int", say_batches=True)
     consumer.expect("batch")
     producer.kill(signal.SIGINT)
     producer.expect("interrupted")
     assert producer.wait() == 0
-    assert consumer.expect("epoch ")  # the loop in progress ended without an error
-    assert consumer.expect("finished") == "interrupted"  # the next iter() raised
+    # Not a clean end of an epoch that is incomplete (a trainer would count
+    # it done): the loop in progress raises.
+    assert consumer.expect("finished") == "interrupted"
+    why = consumer.expect("why")
+    assert "interrupted (Ctrl-C)" in why and "in the middle of epoch 0" in why and "of 15625 batches" in why, why
+    assert not any(line.startswith("epoch ") for line in consumer.seen), consumer.seen[-3:]
     assert consumer.wait() == 0
+
 
 
 def test_ctrl_c_interrupts_a_consumer_waiting_for_data(spawn):
