@@ -20,13 +20,8 @@ pub fn record_file(store: &Path, report: &Path) -> Result<RunId> {
     let bad = |why: String| StoreError::NotFound {
         what: format!("a stalls analysis in {} ({why})", report.display()),
     };
-    let len = std::fs::metadata(report)
-        .map_err(|e| bad(e.to_string()))?
-        .len();
-    if len > MAX_REPORT_BYTES {
-        return Err(bad(format!("larger than {MAX_REPORT_BYTES} bytes")));
-    }
-    let text = std::fs::read_to_string(report).map_err(|e| bad(e.to_string()))?;
+    let text =
+        crate::bounded::read_text(report, MAX_REPORT_BYTES).map_err(|e| bad(e.to_string()))?;
     let value: Value = serde_json::from_str(&text).map_err(|e| bad(e.to_string()))?;
     let mut store = Store::open(store)?;
     record(&mut store, &value)

@@ -84,9 +84,12 @@ impl ClusterSpec {
         self.racks as usize * self.machines_per_rack as usize
     }
 
-    /// GPUs in the cluster.
+    /// GPUs in the cluster (saturating: a spec from a file may ask for more
+    /// than a u64 holds, which [`validate`](Self::validate) then refuses).
     pub fn total_gpus(&self) -> u64 {
-        self.racks as u64 * self.machines_per_rack as u64 * self.gpus_per_machine as u64
+        (self.racks as u64)
+            .saturating_mul(self.machines_per_rack as u64)
+            .saturating_mul(self.gpus_per_machine as u64)
     }
 
     /// GPUs in one rack.

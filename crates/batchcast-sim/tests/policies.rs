@@ -214,3 +214,12 @@ fn dally_auto_tuned_timer_after_a_given_history() {
     let o = run(spec, &no_leases(), &jobs, &mut Dally::new(cfg(false)));
     assert_jcts!(o, "Z" => 1090.0);
 }
+
+#[test]
+fn a_cluster_whose_gpu_count_overflows_is_refused_not_allocated() {
+    // racks x machines x GPUs wraps a u64 to 1 if multiplied naively.
+    let spec = ClusterSpec::new(11_806_113, 409_891, 7_623_851, 1.0);
+    assert_eq!(spec.total_gpus(), u64::MAX);
+    let err = spec.validate().unwrap_err().to_string();
+    assert!(err.contains("exceed the limit"), "{err}");
+}

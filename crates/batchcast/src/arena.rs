@@ -31,6 +31,7 @@ use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
 use crate::error::{Error, Result};
 use crate::layout::{Layout, SLOT_HEADER};
 use crate::private_pages::PrivatePages;
+use crate::shm;
 
 const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT02");
 
@@ -241,6 +242,12 @@ impl ArenaView {
             return Err(Error::Protocol(format!(
                 "the arena has {actual} bytes, the producer announced {total}"
             )));
+        }
+        // The mappings below rely on it (a shrunk file is SIGBUS on read).
+        if !shm::is_sealed(&file) {
+            return Err(Error::Protocol(
+                "the producer sent an arena that is not sealed against shrinking".into(),
+            ));
         }
         let mut options = MmapOptions::new();
         options.len(total);
@@ -499,6 +506,17 @@ mod tests {
     fn an_impossible_arena_fails_with_the_fix() {
         let err = Arena::create("t", 1024, 1 << 40).err().unwrap().to_string();
         assert!(err.contains("lower the window"), "{err}");
+    }
+
+    #[test]
+    fn an_arena_that_could_shrink_under_the_view_is_refused() {
+        // A peer's memfd without seals: it could truncate it after we map
+        // it, and reading the lost pages would be SIGBUS.
+        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC).unwrap();
+        rustix::fs::ftruncate(&fd, 4096).unwrap();
+        let err = ArenaView::map(fd, 1, 4096, false).err().unwrap();
+        assert!(matches!(err, Error::Protocol(_)), "{err}");
+        assert!(err.to_string().contains("not sealed"), "{err}");
     }
 
     #[test]

@@ -145,6 +145,12 @@ pub struct BoardView {
 }
 
 impl BoardView {
+    /// Entries in the ring: no more batches than this can be published and
+    /// still unread.
+    pub fn ring_len(&self) -> usize {
+        self.ring
+    }
+
     /// Maps the board received from the producer and checks its header.
     pub fn map(fd: OwnedFd) -> Result<BoardView> {
         let file = File::from(fd);
@@ -165,7 +171,8 @@ impl BoardView {
             return Err(Error::Protocol("the board has a bad magic number".into()));
         }
         let ring = view.word64(RING_LEN_AT).load(Ordering::Relaxed) as usize;
-        if ring == 0 || RING_AT + 8 * ring > len {
+        let end = ring.checked_mul(8).and_then(|b| b.checked_add(RING_AT));
+        if ring == 0 || end.is_none_or(|end| end > len) {
             return Err(Error::Protocol(format!(
                 "the board's ring of {ring} entries does not fit its {len} bytes"
             )));
@@ -277,6 +284,16 @@ mod tests {
         let err = view.slot_of(5).unwrap_err().to_string();
         assert!(err.contains("no longer names batch 5"), "{err}");
         assert_eq!(view.slot_of(5 + ring).unwrap(), 2);
+    }
+
+    #[test]
+    fn a_ring_length_past_the_mapping_is_refused_even_where_it_overflows() {
+        for bad in [0, 1 << 40, u64::MAX / 4 + 1, u64::MAX] {
+            let board = Board::create("t", 2).unwrap();
+            board.word64(RING_LEN_AT).store(bad, Ordering::Relaxed);
+            let err = BoardView::map(board.readonly_fd().unwrap()).err().unwrap();
+            assert!(matches!(err, Error::Protocol(_)), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -202,9 +202,21 @@ impl Dataset {
         let entry = self.entries.get(index).ok_or_else(|| {
             io::Error::new(io::ErrorKind::InvalidInput, "sample index out of range")
         })?;
+        let too_large = || {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("larger than {MAX_SAMPLE_BYTES} bytes: not an image this pipeline decodes"),
+            )
+        };
         match &entry.location {
             Location::File(p) => {
-                File::open(p)?.read_to_end(buf)?;
+                // Bounded while reading, not by its size beforehand: a FIFO
+                // or a file still growing says nothing true of its size.
+                File::open(p)?.take(MAX_SAMPLE_BYTES + 1).read_to_end(buf)?;
+                if buf.len() as u64 > MAX_SAMPLE_BYTES {
+                    buf.clear();
+                    return Err(too_large());
+                }
             }
             Location::Member {
                 shard, offset, len, ..
@@ -212,6 +224,9 @@ impl Dataset {
                 let path = self.shards.get(*shard as usize).ok_or_else(|| {
                     io::Error::new(io::ErrorKind::InvalidData, "shard index out of range")
                 })?;
+                if *len > MAX_SAMPLE_BYTES {
+                    return Err(too_large());
+                }
                 let len = usize::try_from(*len)
                     .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "member too large"))?;
                 buf.resize(len, 0);
@@ -221,6 +236,12 @@ impl Dataset {
         Ok(())
     }
 }
+
+/// The largest encoded sample read (an image file, a shard member). The
+/// default pixel budget (PIL's, 89.5 Mpx) as an RGBA PNG stored raw is
+/// 358 MB, compressed images far less; a larger file is not an image this
+/// pipeline would decode, or one that never ends (a FIFO).
+pub const MAX_SAMPLE_BYTES: u64 = 512 << 20;
 
 /// True when `path`'s extension is `ext`, ignoring letter case.
 fn has_extension(path: &Path, ext: &str) -> bool {
@@ -239,6 +260,21 @@ mod tests {
         assert!(has_extension(Path::new("b.tar"), "tar"));
         assert!(!has_extension(Path::new("b.tar.gz"), "tar"));
         assert!(!has_extension(Path::new("tar"), "tar"));
+    }
+
+    #[test]
+    fn a_sample_that_never_ends_is_refused_at_the_bound() {
+        // An ImageFolder entry that is no image file: reading it whole would
+        // take every byte of memory.
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("cat")).unwrap();
+        std::os::unix::fs::symlink("/dev/zero", dir.path().join("cat/endless.jpg")).unwrap();
+        let ds = Dataset::open(dir.path()).unwrap();
+        let mut buf = Vec::new();
+        let err = ds.read_sample(0, &mut buf).unwrap_err();
+        assert_eq!(err.kind(), io::ErrorKind::InvalidData, "{err}");
+        assert!(err.to_string().contains("larger than"), "{err}");
+        assert!(buf.is_empty());
     }
 
     #[test]

@@ -157,13 +157,13 @@ fn read_meta_name(meta: &Path) -> Result<Option<String>> {
     struct Meta {
         name: Option<String>,
     }
-    let Ok(file) = fs::metadata(meta) else {
+    if !meta.exists() {
         return Ok(None);
-    };
-    if file.len() > MAX_META_BYTES {
-        return Err(export_err("refusing to read", meta, "larger than 1 MiB"));
     }
-    let text = fs::read_to_string(meta).map_err(|e| export_err("cannot read", meta, e))?;
+    let text = crate::bounded::read_text(meta, MAX_META_BYTES).map_err(|e| match e.kind() {
+        std::io::ErrorKind::FileTooLarge => export_err("refusing to read", meta, e),
+        _ => export_err("cannot read", meta, e),
+    })?;
     let parsed: Meta = serde_norway::from_str(&text).map_err(|e| {
         export_err(
             "cannot parse",

@@ -117,16 +117,15 @@ impl Plan {
             row: None,
             problem,
         };
-        let meta =
-            std::fs::metadata(path).map_err(|e| err(format!("cannot read the plan: {e}")))?;
-        if meta.len() > MAX_PLAN_BYTES {
-            return Err(err(format!(
-                "the plan is {} bytes; plans are at most {MAX_PLAN_BYTES}",
-                meta.len()
-            )));
-        }
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| err(format!("cannot read the plan as UTF-8 text: {e}")))?;
+        let text = crate::bounded::read_text(path, MAX_PLAN_BYTES).map_err(|e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => err(format!(
+                "the plan is {e}; plans are at most {MAX_PLAN_BYTES} bytes"
+            )),
+            std::io::ErrorKind::InvalidData => {
+                err(format!("cannot read the plan as UTF-8 text: {e}"))
+            }
+            _ => err(format!("cannot read the plan: {e}")),
+        })?;
         let ext = path
             .extension()
             .and_then(|e| e.to_str())

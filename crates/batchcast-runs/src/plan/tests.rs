@@ -138,6 +138,36 @@ fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
 }
 
 #[test]
+fn a_sweep_that_would_copy_its_entry_past_the_budget_is_refused_before_it_is_copied() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    // 4 MiB of params, 300 combinations: 1.2 GB of copies from a 4 MiB plan.
+    let values: Vec<String> = (0..300).map(|i| i.to_string()).collect();
+    let text = format!(
+        "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n    params: --note {}\n    \
+         parameters: {{lr: [{}]}}\n",
+        "x".repeat(4 << 20),
+        values.join(", ")
+    );
+    let e = refused("big.yaml", &text).to_string();
+    assert!(
+        e.contains("copies this entry 300 times") && e.contains("at most 256 MiB"),
+        "{e}"
+    );
+    // Rows count across entries: two grids of 60,000 are over 100,000.
+    let grid: Vec<String> = (0..60_000).map(|i| i.to_string()).collect();
+    let entry = |name: &str| {
+        format!(
+            "  - workload: w\n    name: {name}\n    file: train.py\n    parameters: {{lr: [{}]}}\n",
+            grid.join(", ")
+        )
+    };
+    let text = format!("experiment: e\nruns:\n{}{}", entry("a"), entry("b"));
+    let e = refused("many.yaml", &text).to_string();
+    assert!(e.contains("at most 100000 runs"), "{e}");
+}
+
+#[test]
 fn status_is_written_back_into_a_csv_plan() {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "train.py", "");

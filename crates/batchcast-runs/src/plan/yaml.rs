@@ -86,6 +86,24 @@ fn strings(
     }
 }
 
+/// The most bytes of runs the sweeps of a plan may expand to: a sweep
+/// copies its entry once per combination, so a plan within
+/// [`super::MAX_PLAN_BYTES`] could otherwise ask for terabytes.
+const MAX_EXPANDED_BYTES: usize = 256 << 20;
+
+/// The bytes of a row's strings, what a copy of it costs (roughly).
+fn row_bytes(r: &PlanRow) -> usize {
+    let strings = [&r.experiment, &r.workload, &r.name, &r.file]
+        .into_iter()
+        .chain(&r.devices)
+        .chain(&r.listeners)
+        .chain(&r.data)
+        .chain(&r.args)
+        .map(|s| s.len() + std::mem::size_of::<String>());
+    let params = r.params.iter().map(|(k, v)| k.len() + v.len());
+    strings.chain(params).sum::<usize>() + std::mem::size_of::<PlanRow>()
+}
+
 pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> {
     let err = |row: Option<usize>, problem: String| PlanError {
         file: path.to_path_buf(),
@@ -95,6 +113,7 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
     let file: File =
         serde_norway::from_str(text).map_err(|e| err(None, format!("not a valid plan: {e}")))?;
     let mut rows = Vec::new();
+    let mut expanded = 0usize; // bytes of the rows of sweeps so far
     for (n, e) in file.runs.into_iter().enumerate() {
         let row = n + 1;
         let at = |p: String| err(Some(row), p);
@@ -151,7 +170,20 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
             },
             other => return Err(at(format!("method {other:?} is neither grid nor random"))),
         };
-        let combos = sweep::expand(&parameters, method, MAX_ROWS).map_err(at)?;
+        let combos = sweep::expand(&parameters, method, MAX_ROWS - rows.len().min(MAX_ROWS))
+            .map_err(|e| at(format!("{e} (a plan expands to at most {MAX_ROWS} runs)")))?;
+        // Each combination copies the entry: bounded before copying.
+        let copies = row_bytes(&base).saturating_mul(combos.len());
+        expanded = expanded.saturating_add(copies);
+        if expanded > MAX_EXPANDED_BYTES {
+            return Err(at(format!(
+                "the sweep copies this entry {} times, {} MiB in all; a plan expands to at most \
+                 {} MiB: shorten its strings or sweep fewer values",
+                combos.len(),
+                copies >> 20,
+                MAX_EXPANDED_BYTES >> 20
+            )));
+        }
         for (i, combo) in combos.into_iter().enumerate() {
             let mut r = base.clone();
             let suffix: Vec<String> = combo.iter().map(|(k, v)| format!("{k}={v}")).collect();

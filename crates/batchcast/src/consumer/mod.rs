@@ -277,6 +277,11 @@ impl Consumer {
                 theirs: welcome.version,
             });
         }
+        if welcome.batch_size == Some(0) {
+            return Err(Error::Protocol(
+                "the welcome announced a batch size of 0".into(),
+            ));
+        }
         let mut fds = fds.into_iter();
         let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
             (fds.next(), fds.next(), fds.next(), fds.next())
@@ -605,10 +610,14 @@ impl Consumer {
                     // What was published before the shutdown is still read;
                     // an unfinished epoch's last partial batch is dropped.
                     if let Some(cursor) = self.cursor {
+                        // At most a ring's worth: the board (shared memory)
+                        // says how far, and no more can still be there.
+                        let ring = self.link.board.ring_len() as u64;
                         let limit = cursor
                             .end
                             .unwrap_or(u64::MAX)
-                            .min(self.link.board.published());
+                            .min(self.link.board.published())
+                            .min(cursor.next.saturating_add(ring));
                         for seq in cursor.next..limit {
                             if self.cut_off || !self.take_batch(seq) {
                                 break;
