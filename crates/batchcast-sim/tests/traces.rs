@@ -172,6 +172,9 @@ fn timestamps_and_missing_files() {
     );
     assert_eq!(parse_datetime("12.5"), Some(12.5));
     assert_eq!(parse_datetime("2020-13-01 00:00:00"), None);
+    // A year whose days would overflow the arithmetic is no timestamp.
+    assert_eq!(parse_datetime("9000000000000000000-01-01 00:00:00"), None);
+    assert_eq!(parse_datetime("0-01-01 00:00:00"), None);
     let e = read_file(Path::new("/nonexistent/trace.json"), Format::Dally)
         .unwrap_err()
         .to_string();

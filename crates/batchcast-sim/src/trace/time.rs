@@ -15,7 +15,9 @@ pub fn parse_datetime(s: &str) -> Option<f64> {
     let h: i64 = t.next()?.parse().ok()?;
     let mi: i64 = t.next()?.parse().ok()?;
     let sec: f64 = t.next().unwrap_or("0").parse().ok()?;
-    if !(1..=12).contains(&m)
+    // Four-digit years: the arithmetic below cannot overflow.
+    if !(1..=9999).contains(&y)
+        || !(1..=12).contains(&m)
         || !(1..=31).contains(&day)
         || !(0..24).contains(&h)
         || !(0..60).contains(&mi)
