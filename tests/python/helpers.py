@@ -362,10 +362,19 @@ def consume_inplace_after_faulthandler(o: Dict[str, Any]) -> None:
 
 def consume_stall(o: Dict[str, Any]) -> None:
     """Takes one batch and keeps it, stalls (a stuck trainer) until SIGUSR1,
-    then reads on; reports whether the kept batch changed meanwhile and how
-    the reading ended."""
+    then reads on; reports whether the kept batch changed meanwhile, how
+    the reading ended and what the `batchcast` logger got."""
+    import logging
+
     import batchcast
 
+    logged: List[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            logged.append(f"{record.levelname}: {record.getMessage()}")
+
+    logging.getLogger("batchcast").addHandler(Keep())
     signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGUSR1])
     c = batchcast.Consumer(o["name"], connect_timeout=30, format="numpy",
                            on_evict=o.get("on_evict", "error"))
@@ -384,7 +393,7 @@ def consume_stall(o: Dict[str, Any]) -> None:
         except batchcast.ProducerFinished:
             pass
         say("read on", json.dumps({"unchanged": unchanged, "short": short,
-                                   "epochs": epochs}))
+                                   "epochs": epochs, "logged": logged}))
     except batchcast.FellBehind as e:
         say("fell behind", json.dumps({"unchanged": unchanged, "behind": e.behind,
                                        "budget": e.budget, "message": str(e)}))

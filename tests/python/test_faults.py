@@ -246,6 +246,12 @@ def test_fault4_an_evicted_consumer_that_asked_to_rejoin_gets_whole_epochs_after
     result = json.loads(victim.expect("read on"))
     assert result["unchanged"]
     assert result["short"] < 50  # epoch 0 ended short, with a warning
+    # The warning is a record of the `batchcast` logger, not a raw line on stderr.
+    [warning] = result["logged"]
+    assert warning.startswith("WARNING: ") and "evicted from epoch 0" in warning, warning
+    assert "the epoch ends short after" in warning, warning
+    assert "rejoins at the next epoch" in warning, warning
+    assert "batchcast: warning" not in "".join(victim.stderr)
     assert result["epochs"], "no whole epoch after the rejoin"
     assert all(ids == list(range(64 * 50)) for ids in result["epochs"])
     other.epochs(2)

@@ -27,6 +27,7 @@ use pyo3::PyTypeInfo;
 
 use crate::dlpack::{ArrayView, LeaseTracker};
 use crate::errors::{to_py, Exc};
+use crate::warnings::Queued;
 use crate::{blocking, seconds, Guarded};
 
 /// Waits of 100 ms before checking whether kept batches hold the window.
@@ -60,6 +61,8 @@ pub struct PyConsumer {
     tracker: Arc<LeaseTracker>,
     /// Warned once that kept batches hold the whole window.
     warned_full: AtomicBool,
+    /// The core's warnings, logged after each call.
+    warnings: Queued,
 }
 
 impl Drop for PyConsumer {
@@ -231,6 +234,7 @@ impl PyConsumer {
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
         let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
+        let warnings = Queued::default();
         let opts = ConsumerOptions {
             batch_size,
             drop_last,
@@ -240,6 +244,7 @@ impl PyConsumer {
             dir,
             copy_on_write,
             on_evict,
+            warn: warnings.sink(),
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
@@ -248,6 +253,7 @@ impl PyConsumer {
             watching: consumer.watches_producer(),
             tracker: Arc::new(LeaseTracker::default()),
             warned_full: AtomicBool::new(false),
+            warnings,
             inner: Guarded::new(consumer, format!("batchcast.Consumer of {name:?}")),
             name,
             welcome,
@@ -314,6 +320,7 @@ impl PyConsumer {
             };
             a.next_event(&mut hook)
         });
+        self.warnings.log(py);
         let event = match (event, warning) {
             (Err(_), Some(w)) => return Err(w),
             (event, _) => event?,
@@ -325,7 +332,9 @@ impl PyConsumer {
     /// return it at once), else None; never waits. The events and their
     /// order are those of `next_event`.
     fn poll_event<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let event = self.inner.call(py, |a, _| a.try_next_event())?;
+        let event = self.inner.call(py, |a, _| a.try_next_event());
+        self.warnings.log(py);
+        let event = event?;
         event.map(|e| self.event_to_py(py, e)).transpose()
     }
 

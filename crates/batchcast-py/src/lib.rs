@@ -36,6 +36,7 @@ mod outpool;
 mod producer;
 mod stored;
 mod stream;
+mod warnings;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, MutexGuard};

@@ -24,6 +24,7 @@ use pyo3::types::{PyDict, PyList, PyTuple};
 
 use crate::dlpack;
 use crate::errors::{to_py, Exc};
+use crate::warnings::Queued;
 use crate::{blocking, seconds, Guarded};
 
 /// Leaf kinds as `batchcast._tree` numbers them.
@@ -145,6 +146,8 @@ pub struct PyProducer {
     inner: Guarded<Producer>,
     name: String,
     socket_path: PathBuf,
+    /// The core's warnings, logged after each publish.
+    warnings: Queued,
 }
 
 impl Drop for PyProducer {
@@ -230,6 +233,7 @@ impl PyProducer {
         } else {
             IdlePolicy::Run
         };
+        let warnings = Queued::default();
         let opts = ProducerOptions {
             window,
             slot_size,
@@ -239,6 +243,7 @@ impl PyProducer {
             dir,
             max_lag,
             lag_policy,
+            warn: warnings.sink(),
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();
@@ -246,6 +251,7 @@ impl PyProducer {
             inner: Guarded::new(producer, format!("batchcast.Producer {name:?}")),
             name,
             socket_path,
+            warnings,
         })
     }
 
@@ -379,6 +385,7 @@ impl PyProducer {
             }
             slot.publish()
         });
+        self.warnings.log(py);
         // Only now may the arrays' owners have them back.
         drop(capsules);
         seq

@@ -52,6 +52,7 @@ mod producer;
 mod shm;
 mod status;
 mod stream;
+mod warn;
 mod wire;
 
 pub use consumer::{
@@ -67,6 +68,7 @@ pub use producer::{
 };
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
+pub use warn::Warn;
 pub use wire::{JoinPolicy, OnEvict, ShutdownReason, Welcome, PROTOCOL_VERSION};
 
 /// Not part of the API: the internals that this repository's fuzz targets,

@@ -84,6 +84,7 @@ pub fn run(args: ServeArgs) -> Result<()> {
             dir: None,
             max_lag,
             lag_policy,
+            ..ProducerOptions::default()
         },
     )?;
     if args.json {

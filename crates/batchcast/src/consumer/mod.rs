@@ -68,6 +68,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::holds::HoldsView;
 use crate::ledger::Ledger;
+use crate::warn::Warn;
 use crate::wire::{
     self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
     ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
@@ -97,6 +98,9 @@ pub struct ConsumerOptions {
     pub copy_on_write: bool,
     /// What to do if the producer evicts this consumer for falling behind.
     pub on_evict: OnEvict,
+    /// Where warnings go (evicted, rejoining at the next epoch); stderr by
+    /// default.
+    pub warn: Warn,
 }
 
 /// An epoch as this consumer will see it.
@@ -666,12 +670,12 @@ impl Consumer {
         match self.opts.on_evict {
             OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
             OnEvict::Rejoin => {
-                eprintln!(
-                    "batchcast: warning: consumer of {:?} fell {behind} batches behind (budget \
+                self.opts.warn.emit(&format!(
+                    "consumer of {:?} fell {behind} batches behind (budget \
                      {budget}) and was evicted from epoch {epoch}; the epoch ends short after \
                      {} samples and it rejoins at the next epoch",
                     self.name, self.rows
-                );
+                ));
                 if in_epoch {
                     self.events.push_back(Ok(Event::EpochEnd {
                         epoch,

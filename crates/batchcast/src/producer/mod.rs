@@ -33,6 +33,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
+use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use state::State;
 
@@ -69,6 +70,8 @@ pub struct ProducerOptions {
     pub max_lag: Option<LagBudget>,
     /// What to do past the lag budget.
     pub lag_policy: LagPolicy,
+    /// Where warnings go (lag memory the kernel refused); stderr by default.
+    pub warn: Warn,
 }
 
 /// Headroom of auto-sized slots over the first batch (25 %).
@@ -85,6 +88,7 @@ impl Default for ProducerOptions {
             dir: None,
             max_lag: None,
             lag_policy: LagPolicy::Wait,
+            warn: Warn::default(),
         }
     }
 }
@@ -352,13 +356,13 @@ impl Producer {
             Err(e) => {
                 if !*lag_refused {
                     *lag_refused = true;
-                    eprintln!(
-                        "batchcast: warning: producer {name:?}: the kernel refused memory for \
+                    opts.warn.emit(&format!(
+                        "producer {name:?}: the kernel refused memory for \
                          another lag slot ({e}); the lag budget ends here, {} slots short of \
                          max_lag: a consumer further behind now holds the others back (or is \
                          evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
                         arena.slots() - i
-                    );
+                    ));
                 }
                 false
             }
