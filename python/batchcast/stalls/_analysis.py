@@ -162,9 +162,10 @@ def free_cores(cores: int, modes: Sequence[ModeFigures]) -> float:
     return max(1.0, cores - busy)
 
 
-def background_cores(copies: Sequence[dict]) -> float:
+def background_cores(copies: Sequence[dict], known: float = 0.0) -> float:
     """Cores used by processes other than ``copies`` (raw results of copies
-    measured together): the machine's busy rate less the copies' own."""
+    measured together) and a ``known`` load beside them (a shared producer):
+    the machine's busy rate less the copies' own, less ``known``."""
     if not copies:
         return 0.0
     busy = sorted(
@@ -172,7 +173,7 @@ def background_cores(copies: Sequence[dict]) -> float:
         for r in copies
     )[len(copies) // 2]
     own = sum(float(r["cpu_seconds"]) / max(float(r["seconds"]), 1e-9) for r in copies)
-    return max(0.0, busy - own)
+    return max(0.0, busy - own - known)
 
 
 def timeshared_cpu(k_alone: float, k_timeshared: Optional[float], cores: float, jobs: int) -> float:

@@ -159,7 +159,8 @@ def _compare(opts: Options, raw: Dict[str, Any], base: str, settings: Dict[str, 
         else:
             raw["timeshare"] = got
     if opts.validate:
-        raw["validate"] = {n: _validate(opts, n, base, settings) for n in opts.jobs}
+        loader = _analysis.figures(raw["loader"]) if "loader" in raw else None
+        raw["validate"] = {n: _validate(opts, n, base, settings, loader) for n in opts.jobs}
 
 
 #: How long the copies of ``--validate`` are measured (unless ``--seconds``
@@ -199,7 +200,9 @@ def _timeshare(opts: Options, mode: str, base: str, settings: Dict[str, str]) ->
     return merged
 
 
-def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> Dict[str, float]:
+def _validate(
+    opts: Options, jobs: int, base: str, settings: Dict[str, str], loader: Optional[_analysis.ModeFigures]
+) -> Dict[str, float]:
     _say(opts, f"validating: {jobs} copies with their own loaders")
     own_settings = _together(base, f"own{jobs}", settings, jobs)
     own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
@@ -211,6 +214,12 @@ def _validate(opts: Options, jobs: int, base: str, settings: Dict[str, str]) -> 
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
     readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
     got_shared = run_all([producer] + readers, opts.timeout * 2)
+    # Other processes while the readers ran, less the producer (not in the
+    # readers' trees): it prepared each sample they read once, at the
+    # loader mode's CPU per sample.
+    read = sorted(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())[len(got_shared) // 2]
+    producer_cores = read * loader.cpu_per_1000 / 1000.0 if loader is not None else 0.0
+    background = max(background, _analysis.background_cores([r[0] for r in got_shared.values()], producer_cores))
     copies = {}
     for side, runs in (("independent", got), ("shared", got_shared)):
         copies[side] = []
