@@ -5,13 +5,22 @@
 //! `MLFLOW_TRACKING_URI` = [`Endpoint::url`] and `MLFLOW_RUN_ID` =
 //! [`mlflow_run_id`] of its run, so that `mlflow.log_metric` and friends
 //! record into that run without any change to the script.
+//!
+//! One thread owns the store and answers calls one at a time; each request
+//! is read, and answered, on a thread of its own. So a client that stops in
+//! the middle of a request (a trainer paused with SIGSTOP, a debugger) holds
+//! up only its own request, never the others' logging; at most
+//! [`MAX_IN_FLIGHT`] requests are read at once.
 
 mod api;
 
 use std::io::Read;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
+
+use serde_json::Value;
 
 use crate::error::{Result, StoreError};
 use crate::store::{Recorder, RunId, Store};
@@ -31,6 +40,9 @@ pub fn run_from_mlflow_id(id: &str) -> Option<RunId> {
 
 /// Largest request body accepted (a log-batch of 1000 metrics is ~100 KiB).
 const MAX_BODY: u64 = 4 << 20;
+
+/// Requests read at once (one thread each); more are answered 503 at once.
+pub const MAX_IN_FLIGHT: usize = 64;
 
 /// A running MLflow-compatible endpoint on 127.0.0.1.
 pub struct Endpoint {
@@ -88,38 +100,120 @@ impl Drop for Endpoint {
     }
 }
 
-fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder) {
-    for mut request in server.incoming_requests() {
-        let (status, body) = answer(&mut ctx, &mut request);
-        let response = tiny_http::Response::from_string(body.to_string())
-            .with_status_code(status)
-            .with_header(
-                tiny_http::Header::from_bytes("Content-Type", "application/json")
-                    .expect("static header"),
-            );
-        let _ = request.respond(response);
-    }
-    drop(ctx);
-    let _ = rec.finish();
+/// A request read whole: what the store's thread needs to answer it.
+struct Call {
+    method: String,
+    path: String,
+    args: Value,
 }
 
-fn answer(ctx: &mut api::Ctx, request: &mut tiny_http::Request) -> api::Reply {
+/// A call and where its reply goes.
+type Job = (Call, mpsc::Sender<api::Reply>);
+
+fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder) {
+    let (jobs, store_side) = mpsc::channel::<Job>();
+    let store = std::thread::Builder::new()
+        .name("batchcast-mlflow-store".into())
+        .spawn(move || {
+            for (call, reply) in store_side {
+                let _ = reply.send(api::call(&mut ctx, &call.method, &call.path, &call.args));
+            }
+            drop(ctx);
+            let _ = rec.finish();
+        });
+    let Ok(store) = store else {
+        return; // no thread for the store: requests go unanswered, as when stopped
+    };
+    // Taken away at shutdown, so that a request thread stuck on a stalled
+    // client cannot keep the store's thread (and Endpoint::drop) waiting.
+    let jobs = Arc::new(Mutex::new(Some(jobs)));
+    let in_flight = Arc::new(AtomicUsize::new(0));
+    for request in server.incoming_requests() {
+        if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
+            in_flight.fetch_sub(1, Ordering::SeqCst);
+            respond(
+                request,
+                (
+                    503,
+                    serde_json::json!({"error_code": "TEMPORARILY_UNAVAILABLE",
+                    "message": format!("more than {MAX_IN_FLIGHT} requests at once")}),
+                ),
+            );
+            continue;
+        }
+        let (thread_jobs, thread_in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
+        let spawned = std::thread::Builder::new()
+            .name("batchcast-mlflow-request".into())
+            .spawn(move || {
+                handle(request, &thread_jobs);
+                thread_in_flight.fetch_sub(1, Ordering::SeqCst);
+            });
+        if spawned.is_err() {
+            in_flight.fetch_sub(1, Ordering::SeqCst); // the request is dropped: its client sees the close
+        }
+    }
+    if let Ok(mut jobs) = jobs.lock() {
+        jobs.take();
+    }
+    let _ = store.join();
+}
+
+/// Reads one request, has the store's thread answer it, and responds.
+fn handle(mut request: tiny_http::Request, jobs: &Mutex<Option<mpsc::Sender<Job>>>) {
+    let reply = match read_call(&mut request) {
+        Err(reply) => reply,
+        Ok(call) => {
+            let (tx, rx) = mpsc::channel();
+            let sent = jobs
+                .lock()
+                .ok()
+                .and_then(|j| j.as_ref().map(|j| j.send((call, tx)).is_ok()))
+                .unwrap_or(false);
+            let stopping = || {
+                (
+                    503,
+                    serde_json::json!({"error_code": "TEMPORARILY_UNAVAILABLE",
+                    "message": "the endpoint is stopping"}),
+                )
+            };
+            if sent {
+                rx.recv().unwrap_or_else(|_| stopping())
+            } else {
+                stopping()
+            }
+        }
+    };
+    respond(request, reply);
+}
+
+fn respond(request: tiny_http::Request, (status, body): api::Reply) {
+    let response = tiny_http::Response::from_string(body.to_string())
+        .with_status_code(status)
+        .with_header(
+            tiny_http::Header::from_bytes("Content-Type", "application/json")
+                .expect("static header"),
+        );
+    let _ = request.respond(response);
+}
+
+/// The method, path and arguments of a request (the query of a GET, the
+/// JSON body of the others), or the reply that refuses it.
+fn read_call(request: &mut tiny_http::Request) -> std::result::Result<Call, api::Reply> {
     let url = request.url().to_string();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
     let method = request.method().as_str().to_ascii_uppercase();
     let args = if method == "GET" {
-        let map: serde_json::Map<String, serde_json::Value> =
-            form_urlencoded::parse(query.as_bytes())
-                .take(64)
-                .map(|(k, v)| (k.into_owned(), serde_json::Value::String(v.into_owned())))
-                .collect();
-        serde_json::Value::Object(map)
+        let map: serde_json::Map<String, Value> = form_urlencoded::parse(query.as_bytes())
+            .take(64)
+            .map(|(k, v)| (k.into_owned(), Value::String(v.into_owned())))
+            .collect();
+        Value::Object(map)
     } else {
         if request.body_length().is_some_and(|n| n as u64 > MAX_BODY) {
-            return (
+            return Err((
                 413,
                 serde_json::json!({"error_code": "INVALID_PARAMETER_VALUE", "message": "request body over 4 MiB"}),
-            );
+            ));
         }
         let mut body = Vec::new();
         if request
@@ -129,24 +223,28 @@ fn answer(ctx: &mut api::Ctx, request: &mut tiny_http::Request) -> api::Reply {
             .is_err()
             || body.len() as u64 > MAX_BODY
         {
-            return (
+            return Err((
                 413,
                 serde_json::json!({"error_code": "INVALID_PARAMETER_VALUE", "message": "request body over 4 MiB or unreadable"}),
-            );
+            ));
         }
         if body.iter().all(u8::is_ascii_whitespace) {
             serde_json::json!({})
         } else {
             match serde_json::from_slice(&body) {
-                Ok(v @ serde_json::Value::Object(_)) => v,
+                Ok(v @ Value::Object(_)) => v,
                 _ => {
-                    return (
+                    return Err((
                         400,
                         serde_json::json!({"error_code": "MALFORMED_REQUEST", "message": "the body is not a JSON object"}),
-                    )
+                    ))
                 }
             }
         }
     };
-    api::call(ctx, &method, path, &args)
+    Ok(Call {
+        method,
+        path: path.to_owned(),
+        args,
+    })
 }
