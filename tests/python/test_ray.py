@@ -131,7 +131,13 @@ def test_a_tune_sweep_shares_one_producer_per_node_and_every_epoch_is_exact(clus
     for f in reported:
         assert f["exact"].all(), "every epoch a trial read held every sample once"
     epochs = sorted(len(f) for f in reported)
-    assert epochs[0] < 4 and epochs[-1] == 4, f"ASHA stopped some trials early: {epochs}"
+    # Whether ASHA stops a trial early depends on the order in which the
+    # concurrent trials reach a rung (a trial is stopped only below those
+    # that reported there before it), which this machine's timing decides:
+    # CI once saw all five run to the end. The trial killed mid-epoch is the
+    # departure this test relies on; an early stop, when ASHA makes one,
+    # must leave the others' epochs exact as well (checked above).
+    assert epochs[-1] == 4 and all(1 <= n <= 4 for n in epochs), epochs
 
     # One producer per node that had trials, and trials on a node share it.
     pids_by_node = {}
