@@ -7,13 +7,15 @@ import os
 from typing import Any, Optional
 
 from . import _native
+from ._device import Transfers
 
 
 class Augment:
     """A consumer's ``transform=``: augments each decoded batch into fresh
     memory of this process (see :mod:`batchcast.transforms`)."""
 
-    def __init__(self, transform: Any, seed: Optional[int], threads: int, fmt: str, device: Any) -> None:
+    def __init__(self, transform: Any, seed: Optional[int], threads: int, fmt: str,
+                 transfers: Optional[Transfers]) -> None:
         from . import transforms
 
         if isinstance(transform, transforms.RandomResizedCrop):
@@ -33,7 +35,7 @@ class Augment:
         self._native = transform.native(threads, seed)
         self._dtype = transform.dtype
         self._format = fmt
-        self._device = device
+        self._transfers = transfers
 
     def __call__(self, batch: Any, epoch: int, first_key: int, name: str) -> Any:
         if not (isinstance(batch, (tuple, list)) and len(batch) == 2):
@@ -54,7 +56,9 @@ class Augment:
 
             out = numpy.from_dlpack(view)
         del view
-        if self._device is not None:
-            out = out.to(self._device, non_blocking=True)
-            labels = labels.to(self._device, non_blocking=True)
+        if self._transfers is not None:
+            # The labels view the producer's slot, the images the augmenter's
+            # pool: both stay referenced until their copies have completed.
+            with self._transfers.batch() as move:
+                out, labels = move(out), move(labels)
         return (out, labels) if isinstance(batch, tuple) else [out, labels]

@@ -12,6 +12,7 @@ from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
 
 from . import _native
 from ._augment import Augment
+from ._device import Transfers, open_device
 from ._pinned import try_pin
 from ._prefetch import Pending, holds_a_batch, take_and_augment
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
@@ -47,22 +48,6 @@ def _resolve_format(fmt: Optional[str], device: str) -> str:
             f'format="numpy" gives CPU arrays only; device={device!r} needs format="torch"'
         )
     return fmt
-
-
-def _resolve_device(device: Any) -> Any:
-    if device is None or str(device) == "cpu":
-        return None
-    import torch
-
-    dev = torch.device(device)
-    if dev.type == "cpu":
-        return None
-    if dev.type == "cuda" and not torch.cuda.is_available():
-        raise _native.InvalidArgument(
-            f"device={str(device)!r} needs a GPU, but torch.cuda.is_available() is False here "
-            f"(torch {torch.__version__}, built for CUDA {torch.version.cuda}); use device='cpu'"
-        )
-    return dev
 
 
 class Consumer:
@@ -213,7 +198,11 @@ class Consumer:
                     f"batch_size must be at least 1 (or None for the producer's), not {batch_size}"
                 )
         self._format = _resolve_format(format, "cpu" if device is None else str(device))
-        self._device = _resolve_device(device)
+        target = open_device(device)
+        #: The copies to the device still in flight, with the leases they
+        #: read from (see batchcast._device); None on the CPU.
+        self._transfers = None if target is None else Transfers(target)
+        self._device = None if target is None else target.torch_device
         self._augment = None
         #: The event taken ahead of the loop (see transform_prefetch): the
         #: next one every reader of events takes, before next_event().
@@ -221,9 +210,8 @@ class Consumer:
         self._prefetch = bool(transform_prefetch) and transform is not None
         self._executor: Optional[ThreadPoolExecutor] = None
         if transform is not None:
-            self._augment = Augment(transform, seed, transform_threads, self._format, self._device)
-            self._device = None  # batches move after augmenting, which reads them on the CPU
-        self._convert = _converter(self._format, self._device, name)
+            self._augment = Augment(transform, seed, transform_threads, self._format, self._transfers)
+        self._convert = _converter(self._format, name)
         #: Seconds the loop waited for a batch a prefetch thread was
         #: waiting for (its own wait is not the loop's).
         self._waited = 0.0
@@ -318,9 +306,12 @@ class Consumer:
         """``{"batches": handed out so far, "wait_seconds": time spent
         waiting for data, "lag": batches received but not yet handed out,
         "behind": batches of this epoch the producer has published that
-        this consumer has not read yet}`` (a batch being prefetched counts
-        as not yet handed out)."""
+        this consumer has not read yet, "copies_in_flight": batches whose
+        copies to ``device`` have not been seen to complete (each holds its
+        slot until then)}`` (a batch being prefetched counts as not yet
+        handed out)."""
         stats = self._native.stats()
+        stats["copies_in_flight"] = 0 if self._transfers is None else self._transfers.collect()
         if holds_a_batch(self._pending):
             stats["batches"] -= 1
             stats["lag"] += 1
@@ -483,6 +474,8 @@ class Consumer:
         try:
             while True:
                 self._check_current(generation)
+                if self._transfers is not None:
+                    self._transfers.collect()  # slots whose copies completed go back
                 item = self._next_event()
                 event = item.event_or_raise()
                 kind = event[0]
@@ -542,7 +535,7 @@ class Consumer:
         the native consumer's next (waiting for it)."""
         pending, self._pending = self._pending, None
         if pending is None:
-            return Pending(self._native.next_event(), None, None)
+            return Pending(self._wait_event(), None, None)
         if not pending.waiting:
             return pending
         # A prefetch thread is waiting for it, or has taken it.
@@ -565,13 +558,35 @@ class Consumer:
             done.set_result(batch)
         return Pending(event, done, None)
 
+    def _wait_event(self) -> tuple:
+        """The native consumer's next event, waiting for it. With copies to
+        the device in flight, it first looks, and while nothing has arrived
+        waits for the oldest copy instead (its slot may be the one the
+        producer needs to publish the next batch); it waits for the
+        producer only once no copy holds a slot."""
+        transfers = self._transfers
+        if transfers is not None:
+            while transfers.collect():
+                event = self._native.poll_event()
+                if event is not None:
+                    return event
+                transfers.wait_oldest()
+        return self._native.next_event()
+
     def _build(self, event: tuple) -> Any:
-        """A batch event's batch, augmented with ``transform=`` if given."""
-        batch = unflatten(event[3], event[4], self._convert)
+        """A batch event's batch: augmented with ``transform=`` if given
+        (which moves its output to the device), else moved to the device,
+        if any, through the transfers that keep its slot leased until the
+        copies have completed."""
         if self._augment is not None:
             assert self._current is not None
-            batch = self._augment(batch, event[1], event[2] * self._current.batch_size, self.name)
-        return batch
+            batch = unflatten(event[3], event[4], self._convert)
+            return self._augment(batch, event[1], event[2] * self._current.batch_size, self.name)
+        if self._transfers is None:
+            return unflatten(event[3], event[4], self._convert)
+        convert = self._convert
+        with self._transfers.batch() as move:
+            return unflatten(event[3], event[4], lambda view: move(convert(view)))
 
     def _prefetch_next(self) -> None:
         """Takes the next event now if it has arrived and starts augmenting
@@ -659,8 +674,11 @@ class Consumer:
     # -- closing ----------------------------------------------------------
 
     def close(self) -> None:
-        """Disconnects. Tensors still alive keep their memory valid."""
+        """Disconnects. Tensors still alive keep their memory valid.
+        Waits for copies to the device still in flight (see ``device``)."""
         self._drop_pending()
+        if self._transfers is not None:
+            self._transfers.wait_all()
         executor, self._executor = self._executor, None
         if executor is not None:
             # Never waits: the thread only ever augments a batch already
@@ -669,6 +687,13 @@ class Consumer:
         self._native.close()
 
     def __del__(self) -> None:
+        # The sources of copies still in flight must outlive the copies.
+        transfers = getattr(self, "_transfers", None)
+        if transfers is not None:
+            try:
+                transfers.wait_all()
+            except Exception:  # interpreter shutdown, a lost device: nothing to report to
+                pass
         # A prefetch thread waiting for the next event holds the native
         # consumer, not this object: close it, so that thread ends.
         pending = getattr(self, "_pending", None)
@@ -689,21 +714,15 @@ class Consumer:
         return f"<batchcast.Consumer of {self.name!r} ({state})>"
 
 
-def _converter(fmt: str, device: Any, name: str) -> Callable[[Any], Any]:
-    """The function that makes a batch's arrays from its DLPack views:
-    torch tensors (moved to ``device``, if any) or read-only NumPy arrays.
-    A plain function, not a method: a prefetch thread holds it without
-    holding the Consumer."""
+def _converter(fmt: str, name: str) -> Callable[[Any], Any]:
+    """The function that makes a batch's arrays from its DLPack views: CPU
+    torch tensors or read-only NumPy arrays (moves to a device go through
+    :class:`batchcast._device.Transfers`). A plain function, not a method: a
+    prefetch thread holds it without holding the Consumer."""
     if fmt == "torch":
         import torch
 
-        from_dlpack = torch.from_dlpack
-
-        def to_torch(view: Any) -> Any:
-            t = from_dlpack(view)
-            return t if device is None else t.to(device, non_blocking=True)
-
-        return to_torch
+        return torch.from_dlpack
     import numpy
 
     def to_numpy(view: Any) -> Any:
