@@ -218,3 +218,43 @@ fn the_system_layer_loads_nvml_or_says_why_not() {
         }
     }
 }
+
+/// Two jobs on one GPU: both runs get its metrics, but the GPU is read
+/// once a round, not once per job (a second GPM sample microseconds after
+/// the first would give the second run activity over no time at all).
+#[test]
+fn a_gpu_shared_by_two_jobs_is_read_once_a_round() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, runs) = store_with_runs(dir.path(), 2);
+    let mut a = spawn_job();
+    let mut b = spawn_job();
+    let rec = Recorder::start(&path).unwrap();
+    let fake = Arc::new(FakeGpus::plain(1).with_fields(vec![("power_w".into(), 300.0)]));
+    let options = WatchOptions {
+        interval: Duration::from_millis(50),
+        gpus: fake.clone(),
+    };
+    let jobs: Vec<JobWatch> = [(&a, "0"), (&b, "GPU-fake-0")]
+        .iter()
+        .zip(&runs)
+        .map(|((child, device), run)| JobWatch {
+            run: *run,
+            pid: child.id() as i32,
+            devices: vec![device.to_string()],
+            listeners: vec!["gpu".into()],
+        })
+        .collect();
+    let sampler = watch(&jobs, &options, &rec.handle());
+    std::thread::sleep(Duration::from_millis(400));
+    sampler.stop();
+    kill_group(&mut a);
+    kill_group(&mut b);
+    rec.finish().unwrap();
+
+    let ro = Store::open_read_only(&path).unwrap();
+    let first = values(&ro, runs[0], &keys::gpu(0, "power_w"));
+    let second = values(&ro, runs[1], &keys::gpu(0, "power_w"));
+    assert!(first.len() >= 3, "{first:?}");
+    assert_eq!(first, second, "both runs get every round's sample");
+    assert_eq!(fake.samples() as usize, first.len(), "one read a round");
+}

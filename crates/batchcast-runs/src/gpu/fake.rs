@@ -1,6 +1,7 @@
 //! A made-up set of GPUs for tests of placement, MPS, MIG and the GPU
 //! listener on machines that have none.
 
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Mutex;
 
 use super::{GpuError, GpuInfo, GpuLayer};
@@ -15,6 +16,7 @@ pub struct FakeGpus {
     /// When set, MPS cannot be started, with this message (no daemon binary).
     pub mps_missing: Option<String>,
     state: Mutex<MpsState>,
+    samples: AtomicU32,
 }
 
 #[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
@@ -47,6 +49,11 @@ impl FakeGpus {
         self
     }
 
+    /// How many samples were asked of these GPUs.
+    pub fn samples(&self) -> u32 {
+        self.samples.load(Ordering::SeqCst)
+    }
+
     /// How often MPS was started and stopped, and whether it runs now.
     pub fn mps_state(&self) -> MpsState {
         *self.state.lock().unwrap_or_else(|p| p.into_inner())
@@ -59,6 +66,7 @@ impl GpuLayer for FakeGpus {
     }
 
     fn sample(&self, index: u32) -> Result<Vec<(String, f64)>, GpuError> {
+        self.samples.fetch_add(1, Ordering::SeqCst);
         if self.gpus.iter().any(|g| g.index == index) {
             Ok(self.fields.clone())
         } else {

@@ -1,6 +1,9 @@
 //! The GPU listener: each of a job's GPUs through the [`GpuLayer`], named
 //! `gpu/<index>/<field>`. Without GPUs it says so once and records nothing.
 
+use std::collections::hash_map::Entry;
+use std::collections::HashMap;
+
 use crate::gpu::{GpuError, GpuLayer};
 use crate::keys;
 
@@ -18,11 +21,13 @@ impl Gpus {
         }
     }
 
-    /// One sample. The first error is returned once (for an event); the
-    /// listener then stays quiet.
+    /// One sample. `round` holds the GPUs already read this round (by
+    /// another job on the same GPU), which are not read again. The first
+    /// error is returned once (for an event); the listener then stays quiet.
     pub(crate) fn sample(
         &mut self,
         layer: &dyn GpuLayer,
+        round: &mut HashMap<u32, Vec<(String, f64)>>,
         out: &mut Vec<(String, f64)>,
     ) -> Option<GpuError> {
         if self.indices.is_none() {
@@ -35,8 +40,13 @@ impl Gpus {
             }
         }
         for &i in self.indices.iter().flatten() {
-            if let Ok(fields) = layer.sample(i) {
-                out.extend(fields.into_iter().map(|(f, v)| (keys::gpu(i, &f), v)));
+            if let Entry::Vacant(slot) = round.entry(i) {
+                if let Ok(fields) = layer.sample(i) {
+                    slot.insert(fields);
+                }
+            }
+            for (f, v) in round.get(&i).into_iter().flatten() {
+                out.push((keys::gpu(i, f), *v));
             }
         }
         None

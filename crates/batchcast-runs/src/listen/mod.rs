@@ -11,7 +11,7 @@ mod procfs;
 mod shared;
 mod system;
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::{mpsc, Arc};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -176,6 +176,9 @@ fn round(jobs: &mut [Job], machine: &mut Machine, options: &WatchOptions, rec: &
         machine.sample(&mut system);
     }
     let mut out = Vec::new();
+    // Each GPU is read once a round, however many jobs share it: a second
+    // GPM sample microseconds after the first would measure nothing.
+    let mut gpu_samples = HashMap::new();
     for job in jobs.iter_mut() {
         out.clear();
         if job.enabled.contains("process") || job.enabled.contains("batchcast") {
@@ -189,7 +192,10 @@ fn round(jobs: &mut [Job], machine: &mut Machine, options: &WatchOptions, rec: &
             out.extend(system.iter().cloned());
         }
         if job.enabled.contains("gpu") {
-            if let Some(e) = job.gpus.sample(options.gpus.as_ref(), &mut out) {
+            if let Some(e) = job
+                .gpus
+                .sample(options.gpus.as_ref(), &mut gpu_samples, &mut out)
+            {
                 rec.event(
                     job.run,
                     "gpu",
