@@ -73,12 +73,16 @@ class MemorySampler(threading.Thread):
     total is split into the trainer processes' own memory and the rest
     (loading: producers, DataLoader workers, `batchcast serve`, and all shared
     memory). Also kept: each process's VmHWM (peak RSS), whose plain sum
-    counts shared pages once per process that maps them.
+    counts shared pages once per process that maps them. Processes of the
+    measurement itself (`ignored_pids_fn`: the GPU sampler's nvidia-smi) are
+    not counted.
     """
 
-    def __init__(self, trainer_pids_fn, interval: float = 0.25, pss_every: float = 2.0):
+    def __init__(self, trainer_pids_fn, interval: float = 0.25, pss_every: float = 2.0,
+                 ignored_pids_fn=lambda: ()):
         super().__init__(daemon=True)
         self.trainer_pids_fn = trainer_pids_fn
+        self.ignored_pids_fn = ignored_pids_fn
         self.interval, self.pss_every = interval, pss_every
         self.stop_event = threading.Event()
         self.ratios: Dict[int, tuple] = {}
@@ -102,10 +106,13 @@ class MemorySampler(threading.Thread):
 
     def sample(self, me: int) -> None:
         trainers = set(self.trainer_pids_fn())
+        ignored = set(self.ignored_pids_fn())
         now = time.monotonic()
         tr = ld = 0.0
         shm: Dict[tuple, int] = {}
         for pid in descendants(proc_table(), me):
+            if pid in ignored:
+                continue
             st = read_kb(f"/proc/{pid}/status", _STATUS_KEYS)
             if "RssAnon" not in st:
                 continue  # a zombie, or gone

@@ -26,7 +26,7 @@ def find_batchcast_bin(explicit: Optional[str]) -> Optional[str]:
 _SERVE_HELP: Dict[str, str] = {}
 
 
-def native_serve_argv(args, dataset: str, name: str, n: int) -> List[str]:
+def native_serve_argv(args, dataset: str, name: str, n: int, workers: int) -> List[str]:
     """`batchcast serve` over the dataset with the same transform as the
     torchvision pipeline (train: RandomResizedCrop + flip; float32 NCHW,
     ImageNet-normalised where the binary offers it). Options the binary does
@@ -44,7 +44,7 @@ def native_serve_argv(args, dataset: str, name: str, n: int) -> List[str]:
             raise RuntimeError(f"{binary} serve --help failed: {e}") from e
         _SERVE_HELP[binary] = helptext
     argv = [binary, "serve", "--name", name, "--data", dataset, "--batch-size", str(args.batch_size),
-            "--epochs", str(args.epochs), "--workers", str(max(1, args.workers)), "--window",
+            "--epochs", str(args.epochs), "--workers", str(max(1, workers)), "--window",
             str(args.window), "--consumers", str(n), "--idle-timeout", str(args.stall_timeout), "--json"]
     if "--transform" in helptext:
         argv += ["--transform", "train"]

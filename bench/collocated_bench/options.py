@@ -10,9 +10,32 @@ import tempfile
 # The package's docstring is the benchmark's description: --help prints it.
 from . import __doc__ as _OVERVIEW
 
-MODES = ("independent", "shared-python", "shared-native", "tensorsocket")
+MODES = ("independent", "shared-python", "shared-native", "tensorsocket", "tensorsocket-gpu", "ceiling")
 SHARED_MODES = ("shared-python", "shared-native")
-ROLES = ("trainer", "py-producer", "ts-producer")
+TENSORSOCKET_MODES = ("tensorsocket", "tensorsocket-gpu")
+DEFAULT_MODES = MODES[:4] + ("ceiling",)
+ROLES = ("trainer", "py-producer", "ts-producer", "preflight")
+
+
+def _groups(p: argparse.ArgumentParser, flag: str, text: str, conv=str):
+    """A list option in priority groups: `a,b/c` is [a, b, c] with a and b in
+    group 0, c in group 1. Returns (the items, {item: its group})."""
+    items, group = [], {}
+    for g, part in enumerate(text.split("/")):
+        for raw in part.split(","):
+            if not raw.strip():
+                continue
+            try:
+                item = conv(raw.strip())
+            except ValueError:
+                p.error(f"{flag}: bad value {raw.strip()!r}")
+            if item in group:
+                p.error(f"{flag}: {item} given twice")
+            items.append(item)
+            group[item] = g
+    if not items:
+        p.error(f"{flag}: nothing given")
+    return items, group
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -21,23 +44,38 @@ def parse_args(argv=None) -> argparse.Namespace:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="\n\n".join(_OVERVIEW.split("\n\n")[1:]),
     )
-    p.add_argument("--modes", default=",".join(MODES),
-                   help="comma-separated subset of: " + ", ".join(MODES) + " (default: all)")
+    p.add_argument("--modes", default=",".join(DEFAULT_MODES),
+                   help="comma-separated subset of: " + ", ".join(MODES) + " (default: all but "
+                        "tensorsocket-gpu). In --modes, --trainers and --model a `/` starts a "
+                        "lower-priority group: see --budget")
     p.add_argument("--trainers", default="1,2,4", help="numbers of collocated trainers (default 1,2,4)")
     p.add_argument("--epochs", type=int, default=2, help="epochs each trainer trains (default 2)")
     p.add_argument("--images", type=int, default=1000, help="images in the dataset (default 1000)")
     p.add_argument("--classes", type=int, default=10, help="classes in the dataset (default 10)")
     p.add_argument("--image-size", type=int, default=None,
                    help="side of the crops fed to the model (default 112 on cpu, 224 on cuda)")
-    p.add_argument("--workers", type=int, default=2,
-                   help="DataLoader workers per pipeline (per trainer in independent), "
-                        "native pipeline threads in shared-native (default 2)")
+    p.add_argument("--workers", default="auto",
+                   help="DataLoader workers per pipeline (per trainer in independent), native pipeline "
+                        "threads in shared-native; auto (default): the usable cores split between "
+                        "the trainers in independent (at least 1 each), all of them in shared modes")
     p.add_argument("--batch-size", type=int, default=64, help="batch size (default 64)")
     p.add_argument("--step-ms", type=float, default=None,
                    help="emulated accelerator: each training step is a sleep of this many ms "
                         "instead of the model's forward/backward")
-    p.add_argument("--model", default=None, choices=("small", "resnet18", "resnet50"),
-                   help="the trained model (default small on cpu, resnet18 on cuda)")
+    p.add_argument("--model", default=None,
+                   help="the trained model(s), comma-separated: small, or a timm model name "
+                        "(resnet18, resnet50, mobilenetv3_large_100, ...; torchvision's when timm "
+                        "is not installed). Default small on cpu, resnet18 on cuda")
+    p.add_argument("--warmup", type=int, default=3,
+                   help="training steps on a synthetic batch before the measured part (CUDA "
+                        "context, cuDNN autotuning; default 3)")
+    p.add_argument("--repeats", type=int, default=1,
+                   help="runs of every cell, interleaved (the mode order rotated each repeat); the "
+                        "table shows medians, the JSON every run too (default 1)")
+    p.add_argument("--budget", type=float, default=None, metavar="SECONDS",
+                   help="the whole run's time limit: cells run in priority order (group by group, "
+                        "each group's repeats together) and those that would not fit, estimated from "
+                        "the cells so far, are skipped and named")
     p.add_argument("--threads", type=int, default=1,
                    help="torch intra-op threads per trainer process (default 1)")
     p.add_argument("--device", default="cpu", help="cpu (default), cuda or cuda:N: where the trainers train")
@@ -63,22 +101,27 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     if args.role:
         return args
-    modes = [m.strip() for m in args.modes.split(",") if m.strip()]
-    bad = [m for m in modes if m not in MODES]
-    if bad or not modes:
-        p.error(f"--modes: unknown {', '.join(bad) or '(none given)'}; choose from {', '.join(MODES)}")
-    args.modes = modes
-    try:
-        args.trainers = [int(t) for t in args.trainers.split(",") if t.strip()]
-    except ValueError:
+    args.modes, groups_modes = _groups(p, "--modes", args.modes)
+    bad = [m for m in args.modes if m not in MODES]
+    if bad:
+        p.error(f"--modes: unknown {', '.join(bad)}; choose from {', '.join(MODES)}")
+    args.trainers, groups_n = _groups(p, "--trainers", args.trainers, int)
+    if min(args.trainers) < 1:
         p.error("--trainers needs comma-separated positive integers, e.g. 1,2,4")
-    if not args.trainers or min(args.trainers) < 1:
-        p.error("--trainers needs comma-separated positive integers, e.g. 1,2,4")
-    for name in ("epochs", "images", "classes", "batch_size", "threads", "window"):
+    for name in ("epochs", "images", "classes", "batch_size", "threads", "window", "repeats"):
         if getattr(args, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if args.workers < 0:
-        p.error("--workers must be >= 0")
+    if args.warmup < 0:
+        p.error("--warmup must be >= 0")
+    if args.budget is not None and args.budget <= 0:
+        p.error("--budget must be positive")
+    if args.workers != "auto":
+        try:
+            args.workers = int(args.workers)
+        except ValueError:
+            p.error("--workers must be auto or a number >= 0")
+        if args.workers < 0:
+            p.error("--workers must be auto or a number >= 0")
     if args.images < args.classes:
         p.error("--images must be at least --classes")
     args.cuda = args.device.startswith("cuda")
@@ -86,6 +129,7 @@ def parse_args(argv=None) -> argparse.Namespace:
         p.error("--device must be cpu, cuda or cuda:N")
     if args.image_size is None:
         args.image_size = 224 if args.cuda else 112
-    if args.model is None:
-        args.model = "resnet18" if args.cuda else "small"
+    args.models, groups_models = _groups(p, "--model", args.model or ("resnet18" if args.cuda else "small"))
+    args.model = ",".join(args.models)
+    args.groups = {"mode": groups_modes, "n": groups_n, "model": groups_models}
     return args

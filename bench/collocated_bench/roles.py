@@ -1,6 +1,7 @@
 """The child processes, each the entry script re-run with --role and a JSON
-spec: a trainer (fed by its own DataLoader, a batchcast.Consumer or a
-TensorConsumer), the Python producer (batchcast.Producer over the
+spec: a trainer (fed by its own DataLoader, a batchcast.Consumer, a
+TensorConsumer, or in `ceiling` a batch already on its device; what it
+trains is training.py's), the Python producer (batchcast.Producer over the
 DataLoader) and the TensorSocket producer. Each sets up, says READY, waits
 for GO, does its part and reports its figures in a RESULT line.
 """
@@ -13,11 +14,10 @@ import time
 from typing import Any, Callable, Dict
 
 from .measure import self_cpu_seconds, self_peak_rss_mb
-from .options import SHARED_MODES
+from .options import SHARED_MODES, TENSORSOCKET_MODES
+from .preflight import preflight_main
 from .protocol import PROGRESS, READY, RESULT, emit, wait_go
-
-MEAN = (0.485, 0.456, 0.406)
-STD = (0.229, 0.224, 0.225)
+from .training import MEAN, STD, ResidentBatches, Trainer
 
 
 def _make_loader(spec: Dict[str, Any], seed: int):
@@ -39,17 +39,24 @@ def _make_loader(spec: Dict[str, Any], seed: int):
                       pin_memory=spec["cuda"] and spec["role"] == "trainer")
 
 
-def _build_model(torch, name: str, classes: int):
-    nn = torch.nn
-    if name == "small":
-        def block(i, o):
-            return [nn.Conv2d(i, o, 3, 2, 1, bias=False), nn.BatchNorm2d(o), nn.ReLU(inplace=True)]
+def _open_feed(spec: Dict[str, Any], resident):
+    """The trainer's source of batches, opened after GO (a shared feed
+    connects to its producer then)."""
+    mode = spec["mode"]
+    if mode in SHARED_MODES:
+        import batchcast
 
-        return nn.Sequential(*block(3, 16), *block(16, 32), *block(32, 64), *block(64, 128),
-                             nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(128, classes))
-    from torchvision import models
+        return batchcast.Consumer(spec["name"], batch_size=spec["batch_size"], connect_timeout=60.0,
+                                  device=spec["device"], label=f"trainer{spec['rank']}")
+    if mode in TENSORSOCKET_MODES:
+        from tensorsocket import TensorConsumer
 
-    return getattr(models, name)(num_classes=classes)
+        ports = spec["ts_ports"]
+        return TensorConsumer(port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
+                              batch_size=spec["batch_size"])
+    if mode == "ceiling":
+        return ResidentBatches(resident, spec["images"], spec["batch_size"])
+    return _make_loader(spec, spec["seed"] + spec["rank"])
 
 
 def trainer_main(spec: Dict[str, Any]) -> None:
@@ -58,38 +65,30 @@ def trainer_main(spec: Dict[str, Any]) -> None:
     torch.set_num_threads(spec["threads"])
     torch.manual_seed(spec["seed"] + spec["rank"])
     mode = spec["mode"]
-    device = torch.device(spec["device"])
     if spec["cuda"] and not torch.cuda.is_available():
         sys.exit(f"--device {spec['device']}: torch.cuda.is_available() is False in the trainer")
     step_s = None if spec["step_ms"] is None else spec["step_ms"] / 1000.0
-    model = opt = None
+    trainer = None
     if step_s is None:
-        model = _build_model(torch, spec["model"], spec["classes"]).to(device)
-        if spec["cuda"]:
-            torch.backends.cudnn.benchmark = True
-            model = model.to(memory_format=torch.channels_last)
-        opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    mean = torch.tensor(MEAN, device=device).view(1, 3, 1, 1)
-    std = torch.tensor(STD, device=device).view(1, 3, 1, 1)
-    loader = _make_loader(spec, spec["seed"] + spec["rank"]) if mode == "independent" else None
+        trainer = Trainer(torch, spec)
+        resident = trainer.synthetic_batch(spec["batch_size"], spec["image_size"], spec["classes"])
+        trainer.warm_up(spec["warmup"], resident)
+    else:  # the emulated accelerator's ceiling: its sleeps alone
+        resident = (torch.zeros(spec["batch_size"], 3, spec["image_size"], spec["image_size"]),
+                    torch.zeros(spec["batch_size"], dtype=torch.long))
+    loader = _open_feed(spec, resident) if mode in ("independent", "ceiling") else None
     if mode in SHARED_MODES:
-        import batchcast
-    elif mode == "tensorsocket":
-        from tensorsocket import TensorConsumer
+        import batchcast  # noqa: F401 - imported before GO, not in the measured part
+    elif mode in TENSORSOCKET_MODES:
+        import tensorsocket  # noqa: F401
     emit(READY)
     wait_go()
 
     # Everything from here on is measured.
     go = time.monotonic()
-    stats_fn = None
-    if mode in SHARED_MODES:
-        loader = batchcast.Consumer(spec["name"], batch_size=spec["batch_size"], connect_timeout=60.0,
-                                    device=spec["device"], label=f"trainer{spec['rank']}")
-        stats_fn = loader.stats
-    elif mode == "tensorsocket":
-        ports = spec["ts_ports"]
-        loader = TensorConsumer(port=ports[0], ack_port=ports[1], heart_ports=(ports[2], ports[3]),
-                                batch_size=spec["batch_size"])
+    if loader is None:
+        loader = _open_feed(spec, resident)
+    stats_fn = getattr(loader, "stats", None)
 
     samples = batches = 0
     wait = 0.0
@@ -111,21 +110,7 @@ def trainer_main(spec: Dict[str, Any]) -> None:
             if step_s is not None:
                 time.sleep(step_s)
             else:
-                images = images.to(device, non_blocking=True)
-                labels = labels.to(device, non_blocking=True)
-                if images.dtype == torch.uint8:  # a native pipeline's raw output
-                    if images.shape[-1] == 3 and images.shape[1] != 3:
-                        images = images.permute(0, 3, 1, 2)
-                    images = (images.float() / 255 - mean) / std
-                if spec["cuda"]:
-                    images = images.contiguous(memory_format=torch.channels_last)
-                    with torch.autocast("cuda", dtype=torch.bfloat16):
-                        loss = torch.nn.functional.cross_entropy(model(images), labels)
-                else:
-                    loss = torch.nn.functional.cross_entropy(model(images), labels)
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
+                trainer.step(images, labels)
             del images, labels, batch
             samples += n
             batches += 1
@@ -184,6 +169,8 @@ def ts_producer_main(spec: Dict[str, Any]) -> None:
     loader = _make_loader(spec, spec["seed"])
     from tensorsocket import TensorProducer
 
+    if torch.cuda.is_available():  # tensorsocket-gpu: its CUDA context before GO, as the trainers'
+        torch.zeros(1, device="cuda")
     emit(READY)
     wait_go()
 
@@ -209,4 +196,5 @@ def ts_producer_main(spec: Dict[str, Any]) -> None:
 
 ROLES: Dict[str, Callable[[Dict[str, Any]], None]] = {
     "trainer": trainer_main, "py-producer": py_producer_main, "ts-producer": ts_producer_main,
+    "preflight": preflight_main,
 }
