@@ -629,6 +629,63 @@ def produce_decoded_images(o: Dict[str, Any]) -> None:
     say("done")
 
 
+def consume_gpu(o: Dict[str, Any]) -> None:
+    """A trainer on a GPU (``device``, default cuda:0) that runs ahead of
+    it: before each batch it queues `sleep_cycles` of GPU work
+    (``torch.cuda._sleep``), so each batch's copy waits behind it, and it
+    checks every batch on the GPU without synchronising: its ids are the
+    next in order ("wrong" counts those that are not) and "x" agrees with
+    "id" ("torn"). Reports ``gpu {json}``. With `hold`, it keeps its first `hold` batches, says
+    ``holding`` and waits to be killed. With `release_at_to`, a slot goes
+    back when its copy is queued, as before batchcast._device."""
+    import torch
+
+    import batchcast
+
+    c = batchcast.Consumer(o["name"], batch_size=o.get("batch_size"), device=o.get("device", "cuda:0"),
+                           connect_timeout=30)
+    if o.get("release_at_to"):
+        # The release before batchcast._device: the CPU tensor, and with it
+        # the slot's lease, goes when .to() returns (for the test that the
+        # check catches it).
+        from contextlib import contextmanager
+
+        copy = c._transfers.device.copy
+
+        @contextmanager
+        def batch() -> Iterator[Any]:
+            yield copy
+
+        c._transfers.batch = batch
+    cycles = o.get("sleep_cycles", 0)
+    torn = torch.zeros((), dtype=torch.int64, device=c._device)
+    id_sum = torch.zeros((), dtype=torch.int64, device=c._device)
+    samples = 0
+    kept = []
+    wrong = torch.zeros((), dtype=torch.int64, device=c._device)
+    for _ in range(o.get("epochs", 1)):
+        start = 0  # sample ids arrive in order: batch rows are start, start + 1, ...
+        for b in c:
+            if cycles:
+                torch.cuda._sleep(cycles)
+            n = len(b["id"])
+            wrong += (b["id"] != torch.arange(start, start + n, device=c._device)).sum()
+            torn += (b["x"][:, 0] != b["id"].float()).sum()
+            id_sum += b["id"].sum()
+            samples += n
+            start += n
+            if o.get("hold") and len(kept) < o["hold"]:
+                kept.append(b)
+                if len(kept) == o["hold"]:
+                    torch.cuda.synchronize()
+                    say("holding", json.dumps(c.stats()))
+                    signal.pause()
+    torch.cuda.synchronize()
+    say("gpu", json.dumps({"samples": samples, "wrong": int(wrong), "torn": int(torn), "id_sum": int(id_sum),
+                           "pinned": c.pin_memory, "stats": c.stats()}))
+    c.close()
+
+
 def main() -> None:
     # Behave like a process started from a terminal: a shell that runs us in
     # the background (as CI may) leaves SIGINT ignored, and Python keeps an
