@@ -81,11 +81,16 @@ fn longest_gap(p: &mut Proc, from: Instant, to: Instant) -> Duration {
 }
 
 fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
+    assert_every_epoch_full_of(p, epochs, 1000);
+}
+
+/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
+fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
     assert!(p.finish().success(), "{}", p.stderr_text());
     let ends = p.events("epoch_end");
     assert_eq!(ends.len(), epochs, "{ends:?}");
     for end in &ends {
-        assert_full_epoch(end, 0, 999);
+        assert_full_epoch(end, 0, samples - 1);
     }
 }
 
@@ -224,4 +229,86 @@ fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
         assert_every_epoch_full(o, 10);
     }
     assert!(producer.finish().success());
+}
+
+/// Batches per epoch and the window of the pacing tests below: 200 samples
+/// in batches of 10, a window of 4.
+const PACED_EPOCH: u64 = 20;
+const PACED_WINDOW: u64 = 4;
+
+/// A producer serving epochs for as long as anyone reads (its loader far
+/// faster than any trainer), for `trainers` trainers.
+fn paced_producer(env: &Env, name: &str, trainers: usize, max_lag: Option<&str>) -> Proc {
+    let trainers = trainers.to_string();
+    let mut args = vec![
+        "--samples",
+        "200",
+        "--batch-size",
+        "10",
+        "--epochs",
+        "0",
+        "--idle-timeout",
+        "0.5",
+        "--window",
+        "4",
+        "--consumers",
+        &trainers,
+    ];
+    if let Some(budget) = max_lag {
+        args.extend(["--max-lag", budget]);
+    }
+    env.producer(name, &args)
+}
+
+/// Trainers stepping every `delays_ms` read 2 epochs each and leave: the
+/// producer serves at most a window beyond what they took (its third epoch
+/// begun, never a fourth), and each reads its 2 epochs whole. A consumer
+/// that sees its epoch end while the next one has begun takes that epoch's
+/// first batch (it reads lazily, one batch ahead of the loop): that batch is
+/// the one beyond 2 epochs that the fastest may have begun to read.
+fn two_epochs_each(name: &str, delays_ms: &[u64], max_lag: Option<&str>) {
+    let env = Env::new();
+    let mut producer = paced_producer(&env, name, delays_ms.len(), max_lag);
+    let mut trainers: Vec<Proc> = delays_ms
+        .iter()
+        .map(|ms| {
+            env.spawn(&[
+                "consume",
+                name,
+                "--epochs",
+                "2",
+                "--verify",
+                "--delay-ms",
+                &ms.to_string(),
+            ])
+        })
+        .collect();
+    for t in &mut trainers {
+        assert_every_epoch_full_of(t, 2, 200);
+    }
+    // Nobody is attached now: the producer's idle timeout ends it.
+    let finished = producer.expect("finished");
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    let served = finished["summary"]["batches"].as_u64().unwrap();
+    assert!(
+        served <= 2 * PACED_EPOCH + 1 + PACED_WINDOW,
+        "{served} batches served ({:.1} epochs) for trainers that read 2 epochs of \
+         {PACED_EPOCH}: more than a window of {PACED_WINDOW} ahead of the fastest",
+        served as f64 / PACED_EPOCH as f64
+    );
+}
+
+/// Issue 25: two trainers of slightly different speed (0.10 and 0.15 s a
+/// step) do not let a fast loader fill the default lag budget (a gigabyte)
+/// with dozens of epochs nobody reads.
+#[test]
+fn issue25_two_trainers_of_two_speeds_are_served_at_most_a_window_past_what_they_read() {
+    two_epochs_each("paced2", &[100, 150], None);
+}
+
+/// Issue 25: the same with four trainers of four speeds and a budget of
+/// 4 GiB.
+#[test]
+fn issue25_four_trainers_of_four_speeds_are_served_at_most_a_window_past_what_they_read() {
+    two_epochs_each("paced4", &[100, 115, 130, 150], Some("4GiB"));
 }

@@ -10,7 +10,12 @@
 //!   control message it sends, so that a consumer can sleep until something
 //!   happens;
 //! - `producer_waiting`, set while the producer waits for a slot to be
-//!   released, so that consumers send a wake-up message only then.
+//!   released, so that consumers send a wake-up message only then;
+//! - `awaited_read`, set while the producer waits for the most advanced
+//!   consumer to begin reading a batch (it never publishes more than a
+//!   window ahead of that consumer; see `crate::producer`): `seq + 1` for
+//!   batch `seq`, 0 when it waits for no read. The consumer that begins to
+//!   read that batch, or a later one, sends the wake-up.
 //!
 //! Waking is a chain: the producer wakes one sleeper per bump, and each
 //! woken consumer that sees the word changed wakes two more before it does
@@ -43,6 +48,7 @@ const RING_LEN_AT: usize = 8;
 const PUBLISHED_AT: usize = 16;
 const WAKE_AT: usize = 24;
 const WAITING_AT: usize = 28;
+const AWAITED_READ_AT: usize = 32;
 const RING_AT: usize = 64;
 /// Slots are numbered in the low 16 bits of a ring entry.
 pub const MAX_SLOTS: usize = 1 << 16;
@@ -136,6 +142,14 @@ impl Board {
         self.word32(WAITING_AT)
             .store(u32::from(waiting), Ordering::SeqCst);
     }
+
+    /// Says which batch, if any, the producer waits for a consumer to
+    /// begin reading (SeqCst, before it looks at the ledgers again: the
+    /// same order as [`Board::set_producer_waiting`]).
+    pub fn set_awaited_read(&self, seq: Option<u64>) {
+        self.word64(AWAITED_READ_AT)
+            .store(seq.map_or(0, |s| s + 1), Ordering::SeqCst);
+    }
 }
 
 /// A consumer's read-only view of the board.
@@ -217,6 +231,16 @@ impl BoardView {
     /// True while the producer waits for a released slot.
     pub fn producer_waiting(&self) -> bool {
         self.word32(WAITING_AT).load(Ordering::SeqCst) != 0
+    }
+
+    /// True while the producer waits for a consumer to begin reading batch
+    /// `seq` or an earlier one: a consumer that has just begun to read
+    /// `seq` (its position written first) wakes it.
+    pub fn awaits_read_of(&self, seq: u64) -> bool {
+        match self.word64(AWAITED_READ_AT).load(Ordering::SeqCst) {
+            0 => false,
+            awaited => seq.saturating_add(1) >= awaited,
+        }
     }
 
     /// Sleeps until the wake word differs from `seen` or `timeout` passes.
@@ -366,5 +390,18 @@ mod tests {
         assert!(view.producer_waiting());
         board.set_producer_waiting(false);
         assert!(!view.producer_waiting());
+    }
+
+    #[test]
+    fn an_awaited_read_is_seen_by_readers_of_that_batch_or_later() {
+        let (board, view) = pair(2);
+        assert!(!view.awaits_read_of(0));
+        board.set_awaited_read(Some(0));
+        assert!(view.awaits_read_of(0) && view.awaits_read_of(5));
+        board.set_awaited_read(Some(7));
+        assert!(!view.awaits_read_of(6));
+        assert!(view.awaits_read_of(7) && view.awaits_read_of(8));
+        board.set_awaited_read(None);
+        assert!(!view.awaits_read_of(7));
     }
 }

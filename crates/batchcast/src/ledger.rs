@@ -106,7 +106,10 @@ impl Ledger {
         if let Some(w) = self.acquired_word(slot) {
             w.store(seq + 1, Ordering::SeqCst);
         }
-        self.word(POSITION_AT).store(seq + 1, Ordering::Relaxed);
+        // SeqCst: a producer waiting for this read sets the board's
+        // `awaited_read`, then reads positions; the consumer writes its
+        // position, then reads `awaited_read` (see `crate::board`).
+        self.word(POSITION_AT).store(seq + 1, Ordering::SeqCst);
         self.word(EVICTED_AT).load(Ordering::SeqCst)
     }
 
@@ -131,7 +134,7 @@ impl Ledger {
     /// before its first). Written by the consumer: a hint for figures and
     /// for choosing whom to evict, never trusted for memory safety.
     pub fn position(&self) -> u64 {
-        self.word(POSITION_AT).load(Ordering::Relaxed)
+        self.word(POSITION_AT).load(Ordering::SeqCst)
     }
 
     /// Consumer side: batch `seq` in `slot` is released.

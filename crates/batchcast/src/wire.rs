@@ -142,7 +142,8 @@ pub enum ToProducer {
     /// Opens the connection.
     Hello(Hello),
     /// The consumer released a batch in its ledger while the board said the
-    /// producer waits for a slot: a wake-up, with no content.
+    /// producer waits for a slot, or began to read the batch the board
+    /// said it waits to see read: a wake-up, with no content.
     Released,
     /// The consumer was closed while batches it handed out are still alive:
     /// send it nothing more and count it gone; it keeps the slots of those

@@ -6,7 +6,10 @@
 //! (the handshake is described in `crate::ledger`). Releasing a slot:
 //! [`Link::release`] writes the ledger, counts the release in the shared
 //! holder counts ([`crate::holds`]), and only the last holder, and only while
-//! the board says the producer waits, sends the `Released` wake-up.
+//! the board says the producer waits, sends the `Released` wake-up. A
+//! consumer that begins to read the batch the board says the producer
+//! waits for (it paces itself to the most advanced consumer) sends the
+//! same wake-up.
 
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -61,6 +64,12 @@ impl Link {
         if generation != self.evictions_seen.load(Ordering::Relaxed) {
             self.ledger.release(slot, seq);
             return false;
+        }
+        // The position is written (SeqCst) before the board is read: if
+        // the producer misses it, this consumer sees what it waits for.
+        if self.board.awaits_read_of(seq) {
+            // If the producer is gone there is nobody to tell; that is fine.
+            let _ = self.send(&ToProducer::Released);
         }
         true
     }

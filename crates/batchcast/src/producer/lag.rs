@@ -3,7 +3,9 @@
 //! Beyond its window, the arena has *lag slots*: while one consumer is
 //! paused (a checkpoint save, a debugger, a full stdout pipe, SIGSTOP) the
 //! producer keeps publishing into them, so the others go on and the laggard
-//! still gets every batch later. Their memory is reserved only when a lag
+//! still gets every batch later. They hold only batches the most advanced
+//! consumer has read: the producer never runs more than a window ahead of
+//! it, however large the budget. Their memory is reserved only when a lag
 //! slot is first used, so the default budget costs nothing until a consumer
 //! actually lags. Past the budget, [`LagPolicy`] decides.
 

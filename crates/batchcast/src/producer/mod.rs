@@ -5,11 +5,13 @@
 //! returned [`SlotMut`], [`SlotMut::publish`] it, and [`Producer::end_epoch`].
 //! [`Producer::finish`] (or drop) tells every consumer the stream is over.
 //!
-//! `loan` blocks only while every slot is leased, that is while the slowest
-//! live consumer is a whole window plus the lag budget behind (see
-//! [`LagBudget`]; past it, [`LagPolicy`] says whether to wait or to evict
-//! the laggard), or (with [`IdlePolicy::Wait`]) while no consumer is
-//! attached.
+//! `loan` blocks while the most advanced consumer has a whole window
+//! published that it has not begun to read (the producer paces itself to
+//! its fastest consumer, never further ahead), while every slot is leased,
+//! that is while the slowest live consumer is a whole window plus the lag
+//! budget behind (see [`LagBudget`]; past it, [`LagPolicy`] says whether
+//! to wait or to evict the laggard), or (with [`IdlePolicy::Wait`]) while
+//! no consumer is attached.
 
 mod admission;
 mod control;

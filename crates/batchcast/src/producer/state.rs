@@ -10,6 +10,11 @@
 //! a laggard drops it from the holders of every slot it has not begun to
 //! read (see `crate::ledger` for the handshake that makes this safe).
 //!
+//! The publisher paces itself to the most advanced consumer: it never has
+//! more than a window of batches published that this consumer has not
+//! begun to read, so lag slots hold only batches it has read and a slower
+//! consumer has not (see [`State::take_slot`]).
+//!
 //! Fields are private: the producer and its control thread change the
 //! state only through the methods below, each of which keeps it whole.
 
@@ -58,7 +63,8 @@ struct ConsumerEntry {
     phase: Phase,
     /// The epoch this consumer got an `EpochStart` for, if it is inside one.
     started: Option<u64>,
-    /// The first batch it was ever to read (where it joined the stream).
+    /// The first batch it was to read where it joined the stream, or
+    /// rejoined it after an eviction; None until its `EpochStart`.
     joined_at: Option<u64>,
     /// Rows published to it in the current epoch.
     epoch_rows: u64,
@@ -93,9 +99,11 @@ struct Shm {
 }
 
 /// Where consumer `c` reads: one past the last batch it acquired, and at
-/// least where it joined the stream (the ledger is the consumer's to write: a
-/// hint for choosing lag slots and laggards, bounded by `next`, the next
-/// batch to publish; never trusted for memory safety).
+/// least where it (re)joined the stream (`next`, the next batch to publish,
+/// before it is told), so that a consumer rejoining after an eviction is
+/// not taken for as far behind as it was (the ledger is the consumer's to
+/// write: a hint for pacing and for choosing lag slots and laggards,
+/// bounded by `next`; never trusted for memory safety).
 fn position(c: &ConsumerEntry, next: u64) -> u64 {
     c.ledger
         .as_ref()
@@ -234,7 +242,8 @@ impl State {
         self.epoch.open
     }
 
-    /// Adds time the publisher spent blocked on held slots.
+    /// Adds time the publisher spent blocked on a full window (every slot
+    /// held, or the fastest consumer a window behind).
     pub fn note_blocked(&mut self, took: Duration) {
         self.blocked += took;
     }
@@ -296,8 +305,9 @@ impl State {
     }
 
     /// Takes a free slot, or says the publisher waits for one: the board's
-    /// flag is set, and the slots looked at once more, so that a consumer
-    /// that released after the first look, before it could see the flag,
+    /// flag is set (and the read it waits for, if it paces itself), and the
+    /// slots looked at once more, so that a consumer that released (or
+    /// began to read) after the first look, before it could see the board,
     /// is not missed (it sent no wake-up). `reserve` reserves a lag slot's
     /// memory on its first use.
     pub fn take_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
@@ -314,16 +324,40 @@ impl State {
     fn set_producer_waiting(&self, waiting: bool) {
         if let Some(shm) = &self.shm {
             shm.board.set_producer_waiting(waiting);
+            shm.board
+                .set_awaited_read(waiting.then(|| self.awaited_read()).flatten());
         }
     }
 
-    /// A free slot. A lag slot only while some following consumer is at
-    /// least half a window behind the [`front`] (it lags the others, or a
-    /// consumer waits for the next epoch while it holds this one up):
-    /// consumers that are all as slow as each other (or just one consumer)
-    /// are back-pressure, handled as it always was, and no lag memory is
-    /// used for them.
+    /// The batch the publisher waits to see read before it publishes the
+    /// next one, `next`: batch `next - window`, while the [`front`] has a
+    /// whole window published that it has not begun to read. None when it
+    /// may publish (or no consumer wants batches).
+    fn awaited_read(&self) -> Option<u64> {
+        let (next, window) = (self.next_seq, self.slots.window() as u64);
+        let front = front(self.consumers.values(), next)?;
+        (next.saturating_sub(front) >= window).then(|| next - window)
+    }
+
+    /// A free slot, if the publisher may publish now.
+    ///
+    /// Never more than a window ahead of the [`front`]: while the most
+    /// advanced consumer has `window` batches published that it has not
+    /// begun to read, no slot is taken, free or not ([`State::awaited_read`]).
+    /// So at most `window` retained batches are unread by the front; every
+    /// other one, those in lag slots included, is a batch the front has
+    /// read and a slower consumer has not. Lag memory keeps a laggard's
+    /// backlog; it never lets the publisher race ahead of everyone.
+    ///
+    /// A lag slot only while some following consumer is at least half a
+    /// window behind the front (it lags the others, or a consumer waits for
+    /// the next epoch while it holds this one up): consumers that are all
+    /// as slow as each other (or just one consumer) are back-pressure,
+    /// handled as it always was, and no lag memory is used for them.
     fn take_free_slot(&mut self, reserve: &mut dyn FnMut(usize) -> bool) -> Option<usize> {
+        if self.awaited_read().is_some() {
+            return None;
+        }
         let (next, window) = (self.next_seq, self.slots.window() as u64);
         let consumers = &self.consumers;
         let lag_wanted = || {
@@ -515,6 +549,9 @@ impl State {
         self.evictions += 1;
         if let Some(c) = self.consumers.get_mut(&id) {
             c.evictions += 1;
+            // What it skipped is not behind it: it reads on from where its
+            // next epoch starts.
+            c.joined_at = None;
         }
         self.set_phase(
             id,
@@ -811,5 +848,149 @@ impl State {
                 s.holders.contains(&id) && s.seq.is_some_and(|q| !ledger.has_released(*i, q))
             })
             .count() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::board::BoardView;
+
+    const WINDOW: usize = 4;
+
+    /// A state whose arena has `WINDOW` window slots and `lag` lag slots
+    /// (its memory is never touched here: /dev/null stands in for it).
+    fn state(lag: usize) -> State {
+        let mut s = State::new("pacing", WINDOW, Some(1), None, LagPolicy::Wait);
+        let fd = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
+        s.set_arena(fd, 4096, lag).unwrap();
+        s
+    }
+
+    /// Attaches a consumer; returns its id and the peer end of its socket
+    /// (kept open, so that what the producer sends it is taken).
+    fn attach(s: &mut State, on_evict: OnEvict) -> (u64, UnixStream) {
+        let (ours, theirs) = UnixStream::pair().unwrap();
+        let hello = ConsumerHello {
+            batch_size: None,
+            drop_last: false,
+            join: JoinPolicy::CatchUp,
+            label: String::new(),
+            on_evict,
+        };
+        let id = s.add_consumer(Arc::new(ours), 1, hello).unwrap();
+        (id, theirs)
+    }
+
+    /// Consumer `id` reads batch `seq` and drops it, as its process would:
+    /// acquired, then released, in its ledger.
+    fn read(s: &State, id: u64, seq: u64) {
+        let i = s.slots.find(seq).unwrap();
+        let ledger = s.consumers[&id].ledger.as_ref().unwrap();
+        ledger.acquire(i, seq);
+        ledger.release(i, seq);
+    }
+
+    /// Publishes batches of one row while a slot can be taken, at most
+    /// `most`; returns how many.
+    fn publish(s: &mut State, most: u64) -> u64 {
+        let mut n = 0;
+        while n < most {
+            let Some(i) = s.take_slot(&mut |_| true) else {
+                break;
+            };
+            let (seq, _) = s.next_batch();
+            s.publish(i, seq, 1);
+            n += 1;
+        }
+        n
+    }
+
+    /// Issue 25: with lag slots to spare and one consumer slower than the
+    /// other, the publisher still stays at most a window ahead of the
+    /// faster one; lag slots hold only what the faster one has read and the
+    /// slower one has not, and once the two are half a window apart the
+    /// faster one never waits for the slower.
+    #[test]
+    fn the_publisher_is_never_more_than_a_window_ahead_of_the_fastest_consumer() {
+        let w = WINDOW as u64;
+        let mut s = state(100);
+        let (fast, _f) = attach(&mut s, OnEvict::Error);
+        let (slow, _s) = attach(&mut s, OnEvict::Error);
+        s.begin_epoch().unwrap();
+        let view = BoardView::map(s.shm.as_ref().unwrap().board.readonly_fd().unwrap()).unwrap();
+        assert_eq!(publish(&mut s, 1000), w);
+        assert!(
+            view.awaits_read_of(0),
+            "the read it waits for is on the board"
+        );
+        let (mut fast_at, mut slow_at, mut widest) = (0u64, 0u64, 0u64);
+        for round in 0..60 {
+            if fast_at < s.next_batch().0 {
+                read(&s, fast, fast_at);
+                fast_at += 1;
+            }
+            if round % 2 == 0 {
+                read(&s, slow, slow_at);
+                slow_at += 1;
+            }
+            widest = widest.max(fast_at - slow_at);
+            publish(&mut s, 1000);
+            let ahead = s.next_batch().0 - fast_at;
+            assert!(ahead <= w, "round {round}: {ahead} batches ahead");
+            if fast_at - slow_at >= w / 2 {
+                assert_eq!(ahead, w, "round {round}: the faster one waited");
+                assert!(view.awaits_read_of(fast_at) && !view.awaits_read_of(fast_at - 1));
+            }
+        }
+        assert!(widest > 2 * w, "the test ran the two apart ({widest})");
+        let lag = s.slots.lag_in_use() as u64;
+        assert!(lag > 0, "the slower one's backlog went to lag slots");
+        assert!(
+            lag <= widest,
+            "{lag} lag slots for a gap of at most {widest}"
+        );
+        // The faster one leaves: the slower one paces the publisher now.
+        s.remove_consumer(fast);
+        assert_eq!(publish(&mut s, 1000), 0);
+        while slow_at < s.next_batch().0 {
+            read(&s, slow, slow_at);
+            slow_at += 1;
+        }
+        assert_eq!(publish(&mut s, 1000), w);
+    }
+
+    /// A laggard evicted with `on_evict: rejoin` reads on from its next
+    /// epoch: where it was is not where it stands, so alone it does not
+    /// hold the publisher back a window ahead of a batch it will never read.
+    #[test]
+    fn a_rejoining_laggard_paces_from_its_new_epoch_not_from_where_it_fell_behind() {
+        let mut s = state(2);
+        let (fast, _f) = attach(&mut s, OnEvict::Error);
+        let (slow, _s) = attach(&mut s, OnEvict::Rejoin);
+        s.begin_epoch().unwrap();
+        let mut fast_at = 0;
+        loop {
+            publish(&mut s, 1000);
+            let (next, _) = s.next_batch();
+            if fast_at == next {
+                break; // every slot is held by the slower one
+            }
+            while fast_at < next {
+                read(&s, fast, fast_at);
+                fast_at += 1;
+            }
+        }
+        assert_eq!(fast_at, (WINDOW + 2) as u64);
+        assert_eq!(s.evict_laggards(), 1);
+        s.remove_consumer(fast);
+        s.end_epoch().unwrap();
+        let first = s.next_batch().0;
+        s.begin_epoch().unwrap();
+        assert_eq!(publish(&mut s, 1000), WINDOW as u64);
+        // It paces the publisher from where it reads on.
+        assert_eq!(s.awaited_read(), Some(first));
+        read(&s, slow, first);
+        assert_eq!(publish(&mut s, 1000), 1);
     }
 }
