@@ -58,3 +58,77 @@ fn a_client_stalled_mid_request_holds_up_neither_the_others_nor_the_shutdown() {
         .expect("stopping the endpoint waited for the stalled client");
     drop(stalled);
 }
+
+/// A POST of `body` to `api` (below /api/2.0/mlflow/); status and body.
+fn post(addr: &str, api: &str, body: &str) -> (u16, String) {
+    let reply = request(
+        addr,
+        &format!(
+            "POST /api/2.0/mlflow/{api} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+             Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .expect("no reply");
+    let status = reply
+        .get(9..12)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("not an HTTP reply: {reply}"));
+    let body = reply
+        .split_once("\r\n\r\n")
+        .map_or("", |(_, b)| b)
+        .to_owned();
+    (status, body)
+}
+
+/// Two collocated jobs log at once; one names a run the store does not
+/// hold. It is told 404, and the other job keeps every point it logged.
+#[test]
+fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let endpoint = Endpoint::start(&path).unwrap();
+    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+
+    let (status, body) = post(&addr, "runs/create", r#"{"experiment_id":"0"}"#);
+    assert_eq!(status, 200, "{body}");
+    let created: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let good = created["run"]["info"]["run_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let unknown = batchcast_runs::mlflow::mlflow_run_id(999);
+
+    let mut refused = Vec::new();
+    for step in 0..30 {
+        let metric = |run: &str| {
+            format!(
+                r#"{{"run_id":"{run}","key":"loss","value":0.5,"step":{step},"timestamp":{step}}}"#
+            )
+        };
+        let (status, body) = post(&addr, "runs/log-metric", &metric(&good));
+        assert_eq!(status, 200, "{body}");
+        if step % 10 == 0 {
+            refused.push(post(&addr, "runs/log-metric", &metric(&unknown)));
+            refused.push(post(
+                &addr,
+                "runs/log-batch",
+                &format!(r#"{{"run_id":"{unknown}","metrics":[{{"key":"x","value":1,"step":0,"timestamp":0}}]}}"#),
+            ));
+            refused.push(post(
+                &addr,
+                "runs/log-parameter",
+                &format!(r#"{{"run_id":"{unknown}","key":"lr","value":"0.1"}}"#),
+            ));
+        }
+    }
+    drop(endpoint);
+
+    let store = batchcast_runs::Store::open_read_only(&path).unwrap();
+    let id = batchcast_runs::mlflow::run_from_mlflow_id(&good).unwrap();
+    assert_eq!(store.metric(id, "loss", None, 100).unwrap().len(), 30);
+    for (status, body) in refused {
+        assert_eq!(status, 404, "{body}");
+        assert!(body.contains("RESOURCE_DOES_NOT_EXIST"), "{body}");
+    }
+}

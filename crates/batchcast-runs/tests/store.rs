@@ -551,3 +551,40 @@ fn writers_that_read_first_never_find_the_store_locked() {
         assert_eq!(ro.metric_len(r, "loss", None).unwrap(), ROUNDS);
     }
 }
+
+/// A point the store refuses (a run that does not exist) fails alone: the
+/// other points of its commit, another run's among them, are stored.
+#[test]
+fn a_refused_point_never_costs_the_points_committed_with_it() {
+    let mut f = Fixture::new();
+    let good = f.run("good");
+    let Fixture { path, .. } = f;
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    for step in 0..30 {
+        h.metric(MetricPoint {
+            run_id: good,
+            key: "loss".into(),
+            step,
+            ts_ms: step,
+            value: 1.0,
+        });
+        if step == 10 {
+            h.metric(MetricPoint {
+                run_id: good + 999,
+                key: "loss".into(),
+                step,
+                ts_ms: step,
+                value: 1.0,
+            });
+        }
+    }
+    drop(h);
+    let finished = rec.finish();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric(good, "loss", None, 100).unwrap().len(), 30);
+    let err = finished
+        .expect_err("the refused point is reported")
+        .to_string();
+    assert!(err.contains("FOREIGN KEY"), "{err}");
+}

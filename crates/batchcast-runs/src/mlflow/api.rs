@@ -60,7 +60,7 @@ pub(crate) fn call(ctx: &mut Ctx, method: &str, path: &str, args: &Value) -> Rep
         ("POST", "runs/log-metric") => log_metrics(ctx, args, std::slice::from_ref(args)),
         ("POST", "runs/log-parameter") => log_params(ctx, args, std::slice::from_ref(args)),
         ("POST", "runs/log-batch") => log_batch(ctx, args),
-        ("POST", "runs/set-tag") => run_of(args).map(|_| json!({})),
+        ("POST", "runs/set-tag") => known_run(ctx, args).map(|_| json!({})),
         _ => Err(error(
             404,
             "ENDPOINT_NOT_FOUND",
@@ -278,22 +278,69 @@ fn run_update(ctx: &mut Ctx, args: &Value) -> Result<Value, Reply> {
     Ok(json!({ "run_info": run["run"]["info"] }))
 }
 
-fn log_metrics(ctx: &mut Ctx, args: &Value, metrics: &[Value]) -> Result<Value, Reply> {
+/// The run a logging call names, which must be one the store holds: a
+/// point for any other run would be refused only later, by the store.
+fn known_run(ctx: &Ctx, args: &Value) -> Result<RunId, Reply> {
     let id = run_of(args)?;
-    for m in metrics {
-        let key = text(m, "key")?;
-        if key.is_empty() || key.len() > 250 {
-            return Err(bad("a metric key has 1 to 250 characters"));
-        }
-        let value = double(m, "value")
-            .ok_or_else(|| bad(format!("metric {key:?} has no numeric value")))?;
-        let point = MetricPoint {
-            run_id: id,
-            key: key.to_string(),
-            step: int(m, "step").unwrap_or(0),
-            ts_ms: int(m, "timestamp").unwrap_or_else(now_ms),
-            value,
-        };
+    if ctx.store.run_exists(id).map_err(internal)? {
+        Ok(id)
+    } else {
+        Err(error(
+            404,
+            "RESOURCE_DOES_NOT_EXIST",
+            format!(
+                "run {} is not in this batchcast store; log to the run in MLFLOW_RUN_ID, or create one with runs/create",
+                mlflow_run_id(id)
+            ),
+        ))
+    }
+}
+
+/// The points of `metrics`, every one checked before any is queued.
+fn metric_points(id: RunId, metrics: &[Value]) -> Result<Vec<MetricPoint>, Reply> {
+    metrics
+        .iter()
+        .map(|m| {
+            let key = text(m, "key")?;
+            if key.is_empty() || key.len() > 250 {
+                return Err(bad("a metric key has 1 to 250 characters"));
+            }
+            let value = double(m, "value")
+                .ok_or_else(|| bad(format!("metric {key:?} has no numeric value")))?;
+            Ok(MetricPoint {
+                run_id: id,
+                key: key.to_string(),
+                step: int(m, "step").unwrap_or(0),
+                ts_ms: int(m, "timestamp").unwrap_or_else(now_ms),
+                value,
+            })
+        })
+        .collect()
+}
+
+/// The `(key, value)` pairs of `params`, every one checked.
+fn param_pairs(params: &[Value]) -> Result<Vec<(String, String)>, Reply> {
+    params
+        .iter()
+        .map(|p| {
+            let key = text(p, "key")?;
+            let value = match p.get("value") {
+                Some(Value::String(s)) => s.clone(),
+                Some(v) => v.to_string(),
+                None => String::new(),
+            };
+            if key.is_empty() || key.len() > 250 || value.len() > 6000 {
+                return Err(bad(
+                    "a param key has 1 to 250 characters and a value at most 6000",
+                ));
+            }
+            Ok((key.to_string(), value))
+        })
+        .collect()
+}
+
+fn queue(ctx: &Ctx, points: Vec<MetricPoint>) -> Result<Value, Reply> {
+    for point in points {
         if !ctx.rec.metric(point) {
             return Err(internal("the recorder has stopped"));
         }
@@ -301,24 +348,25 @@ fn log_metrics(ctx: &mut Ctx, args: &Value, metrics: &[Value]) -> Result<Value, 
     Ok(json!({}))
 }
 
-fn log_params(ctx: &mut Ctx, args: &Value, params: &[Value]) -> Result<Value, Reply> {
-    let id = run_of(args)?;
-    for p in params {
-        let key = text(p, "key")?;
-        let value = match p.get("value") {
-            Some(Value::String(s)) => s.clone(),
-            Some(v) => v.to_string(),
-            None => String::new(),
-        };
-        if key.is_empty() || key.len() > 250 || value.len() > 6000 {
-            return Err(bad(
-                "a param key has 1 to 250 characters and a value at most 6000",
-            ));
-        }
+fn write_params(ctx: &Ctx, id: RunId, params: &[(String, String)]) -> Result<(), Reply> {
+    for (key, value) in params {
         ctx.store
-            .log_param(id, key, &value, ParamSource::Logged)
+            .log_param(id, key, value, ParamSource::Logged)
             .map_err(internal)?;
     }
+    Ok(())
+}
+
+fn log_metrics(ctx: &mut Ctx, args: &Value, metrics: &[Value]) -> Result<Value, Reply> {
+    let id = known_run(ctx, args)?;
+    let points = metric_points(id, metrics)?;
+    queue(ctx, points)
+}
+
+fn log_params(ctx: &mut Ctx, args: &Value, params: &[Value]) -> Result<Value, Reply> {
+    let id = known_run(ctx, args)?;
+    let pairs = param_pairs(params)?;
+    write_params(ctx, id, &pairs)?;
     Ok(json!({}))
 }
 
@@ -335,6 +383,9 @@ fn log_batch(ctx: &mut Ctx, args: &Value) -> Result<Value, Reply> {
             "a batch holds at most 1000 metrics and 100 params (MLflow's limits)",
         ));
     }
-    log_params(ctx, args, &params)?;
-    log_metrics(ctx, args, &metrics)
+    let id = known_run(ctx, args)?;
+    let points = metric_points(id, &metrics)?;
+    let pairs = param_pairs(&params)?;
+    write_params(ctx, id, &pairs)?;
+    queue(ctx, points)
 }

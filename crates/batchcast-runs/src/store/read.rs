@@ -212,6 +212,14 @@ impl Store {
             .check()
     }
 
+    /// Whether the store holds run `id`.
+    pub fn run_exists(&self, id: RunId) -> Result<bool> {
+        self.conn
+            .prepare_cached("SELECT 1 FROM runs WHERE id = ?1")
+            .and_then(|mut st| st.exists([id]))
+            .map_err(self.err())
+    }
+
     /// A run's parameters, plan ones first.
     pub fn params(&self, run: RunId) -> Result<Vec<Param>> {
         let mut st = self

@@ -155,19 +155,34 @@ fn flush(
 ) -> Result<()> {
     let mut result = Ok(());
     if !points.is_empty() {
-        match store.insert_metrics(points) {
-            Ok(nans) => {
-                for p in nans {
-                    if told_nan.insert((p.run_id, p.key.clone())) {
-                        let message = format!(
-                            "metric {:?} was NaN at step {}; NaN values are not stored",
-                            p.key, p.step
-                        );
-                        result = result.and(store.add_event(p.run_id, "metrics", &message));
+        let nans = match store.insert_metrics(points) {
+            Ok(nans) => nans,
+            // One point the store refuses (its run deleted, say) must not
+            // cost the others of the batch, other runs' among them: store
+            // them one by one, and report the first refused.
+            Err(_) => {
+                let mut nans = Vec::new();
+                for p in points.iter() {
+                    match store.insert_metrics(std::slice::from_ref(p)) {
+                        Ok(n) => nans.extend(n),
+                        Err(e) => {
+                            if result.is_ok() {
+                                result = Err(e);
+                            }
+                        }
                     }
                 }
+                nans
             }
-            Err(e) => result = Err(e),
+        };
+        for p in nans {
+            if told_nan.insert((p.run_id, p.key.clone())) {
+                let message = format!(
+                    "metric {:?} was NaN at step {}; NaN values are not stored",
+                    p.key, p.step
+                );
+                result = result.and(store.add_event(p.run_id, "metrics", &message));
+            }
         }
         points.clear();
     }
