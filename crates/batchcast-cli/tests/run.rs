@@ -313,6 +313,47 @@ fn ctrl_c_stops_the_jobs_and_records_them_killed() {
     assert!(row.run.message.unwrap().contains("stopped by the runner"));
 }
 
+/// Ctrl-C while one job of a workload has finished and another runs: the
+/// finished one stays FINISHED (in the store and in the plan), so the next
+/// run does not run it again; only the running one is KILLED.
+#[test]
+fn ctrl_c_records_a_job_that_had_finished_as_finished() {
+    let f = Fixture::new();
+    let plan = f.plan(&["e,w,done,,job.sh,done", "e,w,wait,,job.sh,wait 0 go"]);
+    let mut runner = f.command(&[plan.to_str().unwrap()]).spawn().unwrap();
+    wait_until("both jobs to start", || {
+        f.starts("done") == 1 && f.starts("wait") == 1
+    });
+    let done: i64 = std::fs::read_to_string(f.path("starts.done"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    wait_until("the finished job to end", || !alive(done));
+    rustix::process::kill_process(
+        rustix::process::Pid::from_raw(runner.id() as i32).unwrap(),
+        rustix::process::Signal::INT,
+    )
+    .unwrap();
+    assert_eq!(runner.wait().unwrap().code(), Some(130));
+    assert_eq!(f.status("w", "done"), RunStatus::Finished);
+    assert_eq!(f.status("w", "wait"), RunStatus::Killed);
+    let text = std::fs::read_to_string(&plan).unwrap();
+    assert!(
+        text.lines()
+            .any(|l| l.contains(",done,") && l.contains("FINISHED")),
+        "{text}"
+    );
+    std::fs::write(f.path("go"), "").unwrap();
+    let again = f.run(&[plan.to_str().unwrap()]);
+    assert!(
+        again.status.success(),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+    assert_eq!((f.starts("done"), f.starts("wait")), (1, 2));
+}
+
 #[test]
 fn a_bad_plan_is_refused_before_anything_starts() {
     let f = Fixture::new();

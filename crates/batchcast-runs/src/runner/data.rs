@@ -68,23 +68,32 @@ pub(crate) fn start(
     store
         .claim_run(run, me, super::process_start(me).unwrap_or(0), env)
         .map_err(|e| e.to_string())?;
+    let failed = |store: &mut Store, msg: String| {
+        let _ = store.finish_run(run, crate::store::RunStatus::Failed, None, Some(&msg));
+        msg
+    };
+    let endpoint = match batchcast::Endpoint::new(&name) {
+        Ok(e) => e,
+        Err(e) => return Err(failed(store, format!("producer {name:?}: {e}"))),
+    };
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(&plan.dir)
         .env("BATCHCAST_NAME", &name);
-    let mut job = Job::start(run, keys::DATA_RUN, cmd, rec)
-        .map_err(|e| format!("cannot start {}: {e}", argv[0]))?;
+    let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
+        Ok(job) => job,
+        Err(e) => return Err(failed(store, format!("cannot start {}: {e}", argv[0]))),
+    };
     let _ = store.set_pid(run, i64::from(job.pid()));
-    let endpoint = batchcast::Endpoint::new(&name).map_err(|e| e.to_string())?;
     let deadline = Instant::now() + READY_WITHIN;
     loop {
         if batchcast::query_status(&endpoint, Duration::from_millis(500)).is_ok() {
             return Ok(Producer { name, job });
         }
         if job.poll() || Instant::now() >= deadline {
-            job.stop(opts.grace);
+            job.stop(opts.grace, "it did not answer within 60 s");
             job.join_output();
-            let why = if job.exit.is_some() {
+            let why = if job.stopped.is_none() {
                 "it exited"
             } else {
                 "it did not answer within 60 s"
@@ -93,8 +102,8 @@ pub(crate) fn start(
                 "producer {name:?} is not serving: {why}; its last output: {:?}",
                 job.last_line()
             );
-            let _ = store.finish_run(run, crate::store::RunStatus::Failed, None, Some(&msg));
-            return Err(msg);
+            job.recorded = true;
+            return Err(failed(store, msg));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

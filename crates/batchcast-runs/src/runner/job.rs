@@ -1,6 +1,7 @@
 //! One process of a workload (a training job or the shared producer): its
 //! own process group, its output captured into the store, stopped as a
-//! group.
+//! group. A job dropped while still running is killed with its group: no
+//! way out of the runner leaves one behind.
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
@@ -25,6 +26,11 @@ pub(crate) struct Job {
     /// The last line it wrote (stdout or stderr), for progress.
     pub last_line: Arc<Mutex<String>>,
     pub exit: Option<ExitStatus>,
+    /// Why the runner stopped it, when it was still running then: its run
+    /// ends KILLED. A job that had ended already keeps its own outcome.
+    pub stopped: Option<String>,
+    /// Its end is in the store.
+    pub recorded: bool,
 }
 
 impl Job {
@@ -69,6 +75,8 @@ impl Job {
             readers,
             last_line,
             exit: None,
+            stopped: None,
+            recorded: false,
         })
     }
 
@@ -94,22 +102,10 @@ impl Job {
         }
     }
 
-    /// SIGTERM to its group, SIGKILL after `grace`; waits for it.
-    pub(crate) fn stop(&mut self, grace: Duration) {
-        if self.poll() {
-            return;
-        }
-        self.signal(Signal::TERM);
-        let deadline = Instant::now() + grace;
-        while !self.poll() && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        if !self.poll() {
-            self.signal(Signal::KILL);
-            if let Ok(status) = self.child.wait() {
-                self.exit = Some(status);
-            }
-        }
+    /// SIGTERM to its group, SIGKILL after `grace`; waits for it. `why`
+    /// is recorded only if it was still running.
+    pub(crate) fn stop(&mut self, grace: Duration, why: &str) {
+        stop_all(std::iter::once(self), grace, why);
     }
 
     /// Waits for the output readers (its pipes closed when its group ended).
@@ -126,6 +122,49 @@ impl Job {
     /// `(exit code, signal)` once ended.
     pub(crate) fn outcome(&self) -> Option<(Option<i32>, Option<i32>)> {
         self.exit.map(|s| (s.code(), s.signal()))
+    }
+}
+
+impl Drop for Job {
+    /// The last resort, when the runner leaves by a way that did not stop
+    /// it: its whole group is killed and reaped.
+    fn drop(&mut self) {
+        if !self.poll() {
+            self.signal(Signal::KILL);
+            if let Ok(status) = self.child.wait() {
+                self.exit = Some(status);
+            }
+        }
+    }
+}
+
+/// Stops every job of `jobs` still running: SIGTERM to each group at once,
+/// SIGKILL to those still running after `grace`; waits for them all. `why`
+/// is recorded in each job that was still running.
+pub(crate) fn stop_all<'a>(
+    jobs: impl IntoIterator<Item = &'a mut Job>,
+    grace: Duration,
+    why: &str,
+) {
+    let mut running: Vec<&mut Job> = jobs
+        .into_iter()
+        .filter_map(|j| (!j.poll()).then_some(j))
+        .collect();
+    for j in running.iter_mut() {
+        j.stopped = Some(why.to_string());
+        j.signal(Signal::TERM);
+    }
+    let deadline = Instant::now() + grace;
+    while running.iter_mut().any(|j| !j.poll()) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for j in running {
+        if !j.poll() {
+            j.signal(Signal::KILL);
+            if let Ok(status) = j.child.wait() {
+                j.exit = Some(status);
+            }
+        }
     }
 }
 

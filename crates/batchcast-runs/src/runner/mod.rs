@@ -5,6 +5,7 @@
 mod data;
 mod job;
 mod placement;
+mod started;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -19,7 +20,8 @@ use crate::listen::{self, JobWatch, WatchOptions};
 use crate::mlflow::{self, mlflow_run_id};
 use crate::plan::{Collocation, Plan, PlanRow};
 use crate::store::{NewRun, Recorder, RunId, RunStatus, Store};
-use job::Job;
+use job::{stop_all, Job};
+use started::{end_of, Started};
 
 /// How a plan is run.
 pub struct RunOptions {
@@ -201,6 +203,9 @@ fn environment(gpus: &dyn GpuLayer, host: &str) -> serde_json::Value {
     })
 }
 
+/// Runs one workload's rows at once. Whatever way it returns (an error
+/// included), nothing it started is left running and no run it claimed is
+/// left RUNNING: [`Started`] stops and records them.
 #[allow(clippy::too_many_arguments)]
 fn run_workload(
     store: &mut Store,
@@ -213,19 +218,82 @@ fn run_workload(
     todo: &[(&PlanRow, RunId)],
     env: &serde_json::Value,
 ) -> Result<HashMap<RunId, RunStatus>, RunError> {
-    let mut ended: HashMap<RunId, RunStatus> = HashMap::new();
     let rec = Recorder::start(&opts.store)?;
     let endpoint = mlflow::Endpoint::start(&opts.store)?;
     let label = format!("{experiment}/{workload}");
+    let mut started = Started::new(opts.store.clone(), opts.gpus.clone(), opts.grace);
+    let result = drive(
+        &mut started,
+        store,
+        plan,
+        opts,
+        &label,
+        experiment,
+        workload_id,
+        data,
+        todo,
+        env,
+        &rec,
+        &endpoint,
+    );
+    let why = match &result {
+        Ok(_) => "stopped by the runner after the workload's jobs".to_string(),
+        Err(e) => format!("stopped by the runner, which failed before the job ended: {e}"),
+    };
+    for problem in started.close(&why) {
+        (opts.progress)(&format!("warning: {problem}"));
+    }
+    drop(started);
+    drop(endpoint);
+    let ended = result?;
+    rec.finish()?;
+    Ok(ended)
+}
+
+/// Records how a job that has ended ended, once its output is in.
+fn record(
+    store: &Store,
+    job: &mut Job,
+    label: &str,
+    progress: &mut (dyn FnMut(&str) + Send),
+) -> Result<RunStatus, RunError> {
+    job.join_output();
+    let (status, code, msg) = end_of(job);
+    store.finish_run(job.run, status, code, msg.as_deref())?;
+    job.recorded = true;
+    progress(&format!(
+        "{label}/{}: {status}{}",
+        job.name,
+        msg.map(|m| format!(" ({m})")).unwrap_or_default()
+    ));
+    Ok(status)
+}
+
+/// The body of [`run_workload`]: what it starts goes into `started`.
+#[allow(clippy::too_many_arguments)]
+fn drive(
+    started: &mut Started,
+    store: &mut Store,
+    plan: &Plan,
+    opts: &mut RunOptions,
+    label: &str,
+    experiment: &str,
+    workload_id: i64,
+    data: Option<&str>,
+    todo: &[(&PlanRow, RunId)],
+    env: &serde_json::Value,
+    rec: &Recorder,
+    endpoint: &mlflow::Endpoint,
+) -> Result<HashMap<RunId, RunStatus>, RunError> {
+    let mut ended: HashMap<RunId, RunStatus> = HashMap::new();
 
     // MPS for the rows that ask for it.
-    let mut mps_started = false;
     let mut mps_error = None;
     if todo.iter().any(|(r, _)| r.collocation == Collocation::Mps) {
         match opts.gpus.mps_running() {
             Ok(true) => {}
             Ok(false) => match opts.gpus.mps_start() {
-                Ok(()) => mps_started = true,
+                Ok(()) => started.mps_started = true,
                 Err(e) => mps_error = Some(e.to_string()),
             },
             Err(e) => mps_error = Some(e.to_string()),
@@ -251,10 +319,13 @@ fn run_workload(
     }
 
     // The shared producer.
-    let mut producer = None;
+    let mut producer_name = None;
     if let (Some(data), false) = (data, placed.is_empty()) {
         match data::start(store, plan, opts, workload_id, data, &rec.handle(), env) {
-            Ok(p) => producer = Some(p),
+            Ok(p) => {
+                producer_name = Some(p.name);
+                started.producer = Some(p.job);
+            }
             Err(msg) => {
                 for (row, id, _) in placed.drain(..) {
                     let m = format!("the workload's Data did not start: {msg}");
@@ -266,8 +337,8 @@ fn run_workload(
         }
     }
 
-    // The jobs.
-    let mut jobs: Vec<Job> = Vec::new();
+    // The jobs, each watched with its own row's devices and listeners.
+    let mut watches: Vec<JobWatch> = Vec::new();
     for (row, id, visible) in &placed {
         let argv = command_line(plan, row, &opts.python);
         let mut cmd = Command::new(&argv[0]);
@@ -278,13 +349,20 @@ fn run_workload(
             .env("MLFLOW_RUN_ID", mlflow_run_id(*id))
             .env("MLFLOW_EXPERIMENT_NAME", experiment)
             .env("BATCHCAST_RUN_ID", id.to_string());
-        if let Some(p) = &producer {
-            cmd.env("BATCHCAST_NAME", &p.name);
+        if let Some(name) = &producer_name {
+            cmd.env("BATCHCAST_NAME", name);
         }
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
             Ok(job) => {
-                store.set_pid(*id, i64::from(job.pid()))?;
-                jobs.push(job);
+                let pid = job.pid();
+                started.jobs.push(job);
+                store.set_pid(*id, i64::from(pid))?;
+                watches.push(JobWatch {
+                    run: *id,
+                    pid,
+                    devices: row.devices.clone(),
+                    listeners: row.listeners.clone(),
+                });
             }
             Err(e) => {
                 let msg = format!("cannot start {}: {e}", argv[0]);
@@ -294,21 +372,10 @@ fn run_workload(
             }
         }
     }
-
-    let mut watches: Vec<JobWatch> = jobs
-        .iter()
-        .zip(placed.iter())
-        .map(|(j, (row, _, _))| JobWatch {
-            run: j.run,
-            pid: j.pid(),
-            devices: row.devices.clone(),
-            listeners: row.listeners.clone(),
-        })
-        .collect();
-    if let Some(p) = &producer {
+    if let Some(p) = &started.producer {
         watches.push(JobWatch {
-            run: p.job.run,
-            pid: p.job.pid(),
+            run: p.run,
+            pid: p.pid(),
             devices: vec![],
             listeners: vec![],
         });
@@ -322,95 +389,74 @@ fn run_workload(
         &rec.handle(),
     );
 
-    // Wait for the jobs, or for a stop.
-    let started = Instant::now();
+    // Wait for the jobs, or for a stop; each run is recorded as it ends.
+    let begun = Instant::now();
     let mut last_report = Instant::now() - Duration::from_secs(60);
     let mut stopping = false;
     loop {
-        let alive = jobs.iter_mut().map(|j| !j.poll()).filter(|a| *a).count();
+        let alive = started
+            .jobs
+            .iter_mut()
+            .map(|j| !j.poll())
+            .filter(|a| *a)
+            .count();
+        for j in started
+            .jobs
+            .iter_mut()
+            .filter(|j| !j.recorded && j.exit.is_some())
+        {
+            let status = record(store, j, label, &mut *opts.progress)?;
+            ended.insert(j.run, status);
+        }
         if alive == 0 {
             break;
         }
         if opts.stop.load(Ordering::SeqCst) && !stopping {
             stopping = true;
             (opts.progress)(&format!("{label}: stopping {alive} job(s)"));
-            for j in jobs.iter_mut() {
-                j.stop(opts.grace);
-            }
+            stop_all(
+                started.jobs.iter_mut(),
+                opts.grace,
+                "stopped by the runner (Ctrl-C or SIGTERM)",
+            );
             continue;
         }
         if last_report.elapsed() >= Duration::from_secs(2) {
             last_report = Instant::now();
-            let lines: Vec<String> = jobs
+            let lines: Vec<String> = started
+                .jobs
                 .iter()
                 .filter(|j| j.exit.is_none())
                 .map(|j| format!("  {}: {}", j.name, j.last_line()))
                 .collect();
             (opts.progress)(&format!(
                 "{label}: {alive}/{} job(s) alive, {:.0} s\n{}",
-                jobs.len(),
-                started.elapsed().as_secs_f64(),
+                started.jobs.len(),
+                begun.elapsed().as_secs_f64(),
                 lines.join("\n")
             ));
         }
         std::thread::sleep(Duration::from_millis(50));
     }
+    sampler.stop();
 
-    for j in jobs.iter_mut() {
-        j.join_output();
-        let (status, code, msg) = match j.outcome() {
-            _ if stopping => (
+    // The producer: stopped after the jobs, which is how it is meant to
+    // end; KILLED only when the whole runner was stopped.
+    if let Some(p) = started.producer.as_mut() {
+        let after = "the shared producer, stopped after the workload's jobs";
+        p.stop(opts.grace, after);
+        p.join_output();
+        let (status, code, msg) = match end_of(p) {
+            (RunStatus::Killed, _, _) if stopping => (
                 RunStatus::Killed,
                 None,
                 Some("stopped by the runner (Ctrl-C or SIGTERM)".to_string()),
             ),
-            Some((Some(0), _)) => (RunStatus::Finished, Some(0), None),
-            Some((Some(c), _)) => (
-                RunStatus::Failed,
-                Some(i64::from(c)),
-                Some(format!("exited with status {c}")),
-            ),
-            Some((None, Some(sig))) => (
-                RunStatus::Failed,
-                None,
-                Some(format!("killed by signal {sig}")),
-            ),
-            _ => (
-                RunStatus::Failed,
-                None,
-                Some("ended without an exit status".to_string()),
-            ),
+            (RunStatus::Killed, _, _) => (RunStatus::Finished, None, Some(after.to_string())),
+            other => other,
         };
-        store.finish_run(j.run, status, code, msg.as_deref())?;
-        (opts.progress)(&format!(
-            "{label}/{}: {status}{}",
-            j.name,
-            msg.map(|m| format!(" ({m})")).unwrap_or_default()
-        ));
-        ended.insert(j.run, status);
+        store.finish_run(p.run, status, code, msg.as_deref())?;
+        p.recorded = true;
     }
-    sampler.stop();
-    if let Some(mut p) = producer {
-        p.job.stop(opts.grace);
-        p.job.join_output();
-        let status = if stopping {
-            RunStatus::Killed
-        } else {
-            RunStatus::Finished
-        };
-        store.finish_run(
-            p.job.run,
-            status,
-            None,
-            Some("the shared producer, stopped after the workload's jobs"),
-        )?;
-    }
-    if mps_started {
-        if let Err(e) = opts.gpus.mps_stop() {
-            (opts.progress)(&format!("warning: cannot stop the MPS daemon: {e}"));
-        }
-    }
-    drop(endpoint);
-    rec.finish()?;
     Ok(ended)
 }

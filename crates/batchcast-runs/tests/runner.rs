@@ -1,0 +1,192 @@
+//! The runner with real processes and a real store file, on made-up GPUs:
+//! each job watched with its own row, and nothing it started left running
+//! (nor any run left RUNNING) when it returns on an error.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use batchcast_runs::gpu::FakeGpus;
+use batchcast_runs::plan::Plan;
+use batchcast_runs::runner::{run_plan, Outcome, RunError, RunOptions};
+use batchcast_runs::{keys, RunFilter, RunRow, RunStatus, Store};
+
+struct Fixture {
+    dir: tempfile::TempDir,
+    gpus: Arc<FakeGpus>,
+    progress: Arc<Mutex<Vec<String>>>,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture {
+            dir: tempfile::tempdir().unwrap(),
+            gpus: Arc::new(FakeGpus::plain(2).with_fields(vec![("power_w".into(), 100.0)])),
+            progress: Arc::default(),
+        }
+    }
+
+    fn path(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+
+    /// An executable file `name` holding `text`.
+    fn script(&self, name: &str, text: &str) {
+        let p = self.path(name);
+        std::fs::write(&p, text).unwrap();
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    }
+
+    fn plan(&self, text: &str) -> Plan {
+        let p = self.path("plan.csv");
+        std::fs::write(&p, text).unwrap();
+        Plan::load(&p).unwrap()
+    }
+
+    fn run(&self, plan: &Plan) -> Result<Outcome, RunError> {
+        let progress = self.progress.clone();
+        let mut opts = RunOptions {
+            store: self.path("runs.sqlite"),
+            interval: Duration::from_millis(50),
+            rerun_failed: false,
+            gpus: self.gpus.clone(),
+            stop: Arc::new(AtomicBool::new(false)),
+            exe: PathBuf::from("batchcast"),
+            python: "python3".into(),
+            grace: Duration::from_secs(2),
+            progress: Box::new(move |line: &str| progress.lock().unwrap().push(line.to_string())),
+        };
+        run_plan(plan, &mut opts)
+    }
+
+    fn row(&self, name: &str) -> RunRow {
+        Store::open_read_only(self.path("runs.sqlite"))
+            .unwrap()
+            .runs(&RunFilter::default())
+            .unwrap()
+            .into_iter()
+            .find(|r| r.run.name == name)
+            .unwrap()
+    }
+}
+
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .map(|s| {
+            s.rsplit_once(')')
+                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+/// Live processes whose command line names a file under `dir`.
+fn running_in(dir: &Path) -> Vec<i32> {
+    let dir = dir.to_string_lossy().into_owned();
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|&pid| {
+            std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir))
+                && alive(pid)
+        })
+        .collect()
+}
+
+/// A row whose job cannot start (its interpreter does not exist) must not
+/// shift the rows after it: the next job's GPU listener samples its own
+/// GPU, not the failed row's.
+#[test]
+fn a_job_that_cannot_start_leaves_the_next_watched_with_its_own_row() {
+    let f = Fixture::new();
+    f.script("nostart.sh", "#!/nonexistent/interpreter\n");
+    f.script("job.sh", "#!/bin/sh\nsleep 0.5\n");
+    let plan = f.plan(
+        "Experiment,Workload,Name,Devices,Listeners,File\n\
+         e,w,a,0,gpu,nostart.sh\n\
+         e,w,b,1,gpu,job.sh\n",
+    );
+    let out = f.run(&plan).unwrap();
+    assert_eq!((out.finished, out.failed), (1, 1), "{out:?}");
+    let a = f.row("a");
+    assert_eq!(a.run.status, RunStatus::Failed);
+    assert!(
+        a.run
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("cannot start"),
+        "{a:?}"
+    );
+    let b = f.row("b");
+    assert_eq!(b.run.status, RunStatus::Finished);
+    let store = Store::open_read_only(f.path("runs.sqlite")).unwrap();
+    let metrics = store.metric_keys(b.run.id).unwrap();
+    assert!(metrics.contains(&keys::gpu(1, "power_w")), "{metrics:?}");
+    assert!(
+        !metrics.contains(&keys::gpu(0, "power_w")),
+        "b watched on a's GPU: {metrics:?}"
+    );
+}
+
+/// The store refuses a write after the first job started (here a trigger
+/// stands in for a full disk): the runner returns its error, and stops
+/// what it started first: both jobs, the MPS daemon, and no run is left
+/// RUNNING.
+#[test]
+fn a_store_error_after_jobs_started_leaves_nothing_running() {
+    let f = Fixture::new();
+    f.script(
+        "job.sh",
+        "#!/bin/sh\necho started > \"started.$1\"\nsleep 30\n",
+    );
+    let plan = f.plan(
+        "Experiment,Workload,Name,Devices,Collocation,File,Params\n\
+         e,w,a,0,MPS,job.sh,a\n\
+         e,w,b,1,MPS,job.sh,b\n",
+    );
+    drop(Store::open(f.path("runs.sqlite")).unwrap());
+    rusqlite::Connection::open(f.path("runs.sqlite"))
+        .unwrap()
+        .execute_batch(
+            "CREATE TRIGGER refuse BEFORE UPDATE OF pid ON runs
+             WHEN NEW.name = 'b' AND NEW.pid IS NOT NULL
+             BEGIN SELECT RAISE(ABORT, 'disk full (test)'); END;",
+        )
+        .unwrap();
+    let begun = Instant::now();
+    let err = f
+        .run(&plan)
+        .expect_err("the store error is returned")
+        .to_string();
+    assert!(err.contains("disk full (test)"), "{err}");
+    assert!(f.row("a").run.pid.is_some(), "job a was started");
+    let left = running_in(f.dir.path());
+    for &p in &left {
+        let _ = rustix::process::kill_process_group(
+            rustix::process::Pid::from_raw(p).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    assert!(left.is_empty(), "jobs left running: {left:?}");
+    assert!(
+        begun.elapsed() < Duration::from_secs(20),
+        "{:?}",
+        begun.elapsed()
+    );
+    for name in ["a", "b"] {
+        let row = f.row(name);
+        assert_eq!(row.run.status, RunStatus::Killed, "{row:?}");
+        assert!(
+            row.run
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("disk full (test)"),
+            "{row:?}"
+        );
+    }
+    let mps = f.gpus.mps_state();
+    assert!(!mps.running && mps.stops == 1, "{mps:?}");
+}
