@@ -16,6 +16,7 @@
 //! - Metric names written by batchcast itself are the constants of
 //!   [`keys`]; nothing else invents them.
 
+pub mod access;
 mod bounded;
 pub mod compare;
 mod error;
