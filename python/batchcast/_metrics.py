@@ -8,8 +8,8 @@ For scripts that log with nothing else (no MLflow)::
 Under ``batchcast run`` the values land in the job's run in the run store
 (``batchcast runs show``, ``runs compare``, the dashboard), through the
 MLflow-compatible endpoint that the runner serves on 127.0.0.1 for the
-job's lifetime (``MLFLOW_TRACKING_URI`` and ``MLFLOW_RUN_ID`` in the job's
-environment). Outside ``batchcast run`` the calls record nothing and warn
+job's lifetime (``MLFLOW_TRACKING_URI``, ``MLFLOW_RUN_ID`` and the job's
+secret ``MLFLOW_TRACKING_TOKEN`` in the job's environment). Outside ``batchcast run`` the calls record nothing and warn
 once, so the same script runs anywhere. Safe to call from several threads.
 """
 
@@ -103,7 +103,7 @@ def _json_double(x: float) -> Any:
     return x
 
 
-def _endpoint() -> tuple[str, str] | None:
+def _endpoint() -> tuple[str, str, str] | None:
     uri = os.environ.get("MLFLOW_TRACKING_URI", "")
     run_id = os.environ.get("MLFLOW_RUN_ID", "")
     if not os.environ.get("BATCHCAST_RUN_ID") or not uri or not run_id:
@@ -111,7 +111,7 @@ def _endpoint() -> tuple[str, str] | None:
     host = urllib.parse.urlsplit(uri).hostname
     if host not in ("127.0.0.1", "localhost"):
         return None
-    return uri.rstrip("/"), run_id
+    return uri.rstrip("/"), run_id, os.environ.get("MLFLOW_TRACKING_TOKEN", "")
 
 
 def _send(body: dict) -> None:
@@ -125,13 +125,13 @@ def _send(body: dict) -> None:
                 stacklevel=3,
             )
         return
-    uri, run_id = target
+    uri, run_id, token = target
     data = json.dumps(dict(body, run_id=run_id), allow_nan=False).encode()
     request = urllib.request.Request(
         uri + "/api/2.0/mlflow/runs/log-batch",
         data=data,
         method="POST",
-        headers={"Content-Type": "application/json"},
+        headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"},
     )
     try:
         with urllib.request.urlopen(request, timeout=_TIMEOUT_S) as answer:

@@ -25,6 +25,7 @@ fn a_client_stalled_mid_request_holds_up_neither_the_others_nor_the_shutdown() {
     let dir = tempfile::tempdir().unwrap();
     let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
     let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let token = endpoint.token_for(1).unwrap();
 
     // Its head, and 9 of the 100,000 bytes of its body (a log-batch; a
     // body under 1 KiB the HTTP library reads before handing the request
@@ -32,16 +33,22 @@ fn a_client_stalled_mid_request_holds_up_neither_the_others_nor_the_shutdown() {
     let mut stalled = TcpStream::connect(&addr).unwrap();
     stalled
         .write_all(
-            b"POST /api/2.0/mlflow/runs/log-batch HTTP/1.1\r\nHost: x\r\n\
-              Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{\"run_id\"",
+            format!(
+                "POST /api/2.0/mlflow/runs/log-batch HTTP/1.1\r\nHost: {addr}\r\n\
+                 Authorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nContent-Length: 100000\r\n\r\n{{\"run_id\""
+            )
+            .as_bytes(),
         )
         .unwrap();
 
     for _ in 0..3 {
         let reply = request(
             &addr,
-            "GET /api/2.0/mlflow/experiments/get-by-name?experiment_name=none HTTP/1.1\r\n\
-             Host: x\r\nConnection: close\r\n\r\n",
+            &format!(
+                "GET /api/2.0/mlflow/experiments/get-by-name?experiment_name=none HTTP/1.1\r\n\
+                 Host: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+            ),
         )
         .expect("another client was not answered while one stalled");
         assert!(reply.starts_with("HTTP/1.1 "), "{reply}");
@@ -59,12 +66,14 @@ fn a_client_stalled_mid_request_holds_up_neither_the_others_nor_the_shutdown() {
     drop(stalled);
 }
 
-/// A POST of `body` to `api` (below /api/2.0/mlflow/); status and body.
-fn post(addr: &str, api: &str, body: &str) -> (u16, String) {
+/// A POST of `body` to `api` (below /api/2.0/mlflow/) with secret
+/// `token`; status and body.
+fn post(addr: &str, token: &str, api: &str, body: &str) -> (u16, String) {
     let reply = request(
         addr,
         &format!(
-            "POST /api/2.0/mlflow/{api} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\
+            "POST /api/2.0/mlflow/{api} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\
+             Authorization: Bearer {token}\r\n\
              Content-Type: application/json\r\nContent-Length: {}\r\n\r\n{body}",
             body.len()
         ),
@@ -89,15 +98,21 @@ fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
     let path = dir.path().join("runs.db");
     let endpoint = Endpoint::start(&path).unwrap();
     let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let unknown_id = 999;
+    // A secret for the run, so that the call reaches the run-id check.
+    let (mine, theirs) = (
+        endpoint.token_for(1).unwrap(),
+        endpoint.token_for(unknown_id).unwrap(),
+    );
 
-    let (status, body) = post(&addr, "runs/create", r#"{"experiment_id":"0"}"#);
+    let (status, body) = post(&addr, &mine, "runs/create", r#"{"experiment_id":"0"}"#);
     assert_eq!(status, 200, "{body}");
     let created: serde_json::Value = serde_json::from_str(&body).unwrap();
     let good = created["run"]["info"]["run_id"]
         .as_str()
         .unwrap()
         .to_owned();
-    let unknown = batchcast_runs::mlflow::mlflow_run_id(999);
+    let unknown = batchcast_runs::mlflow::mlflow_run_id(unknown_id);
 
     let mut refused = Vec::new();
     for step in 0..30 {
@@ -106,17 +121,19 @@ fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
                 r#"{{"run_id":"{run}","key":"loss","value":0.5,"step":{step},"timestamp":{step}}}"#
             )
         };
-        let (status, body) = post(&addr, "runs/log-metric", &metric(&good));
+        let (status, body) = post(&addr, &mine, "runs/log-metric", &metric(&good));
         assert_eq!(status, 200, "{body}");
         if step % 10 == 0 {
-            refused.push(post(&addr, "runs/log-metric", &metric(&unknown)));
+            refused.push(post(&addr, &theirs, "runs/log-metric", &metric(&unknown)));
             refused.push(post(
                 &addr,
+                &theirs,
                 "runs/log-batch",
                 &format!(r#"{{"run_id":"{unknown}","metrics":[{{"key":"x","value":1,"step":0,"timestamp":0}}]}}"#),
             ));
             refused.push(post(
                 &addr,
+                &theirs,
                 "runs/log-parameter",
                 &format!(r#"{{"run_id":"{unknown}","key":"lr","value":"0.1"}}"#),
             ));

@@ -2,9 +2,17 @@
 //! logs with the real `mlflow` client into the run store.
 //!
 //! The runner starts one [`Endpoint`] for a workload and gives each job
-//! `MLFLOW_TRACKING_URI` = [`Endpoint::url`] and `MLFLOW_RUN_ID` =
-//! [`mlflow_run_id`] of its run, so that `mlflow.log_metric` and friends
+//! `MLFLOW_TRACKING_URI` = [`Endpoint::url`], `MLFLOW_RUN_ID` =
+//! [`mlflow_run_id`] of its run and `MLFLOW_TRACKING_TOKEN` =
+//! [`Endpoint::token_for`] its run, so that `mlflow.log_metric` and friends
 //! record into that run without any change to the script.
+//!
+//! Nobody else gets in: every request must carry a job's secret
+//! (`Authorization: Bearer`, which the `mlflow` client sends from
+//! `MLFLOW_TRACKING_TOKEN`), may touch only that job's run and the runs
+//! made with the same secret, and must name this machine in its `Host` (and
+//! `Origin`, when a browser sends one); see [`crate::access`]. So neither
+//! another local user nor a web page the user visits can write the store.
 //!
 //! One thread owns the store and answers calls one at a time; each request
 //! is read, and answered, on a thread of its own. So a client that stops in
@@ -14,6 +22,7 @@
 
 mod api;
 
+use std::collections::{HashMap, HashSet};
 use std::io::Read;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -22,6 +31,7 @@ use std::thread::JoinHandle;
 
 use serde_json::Value;
 
+use crate::access;
 use crate::error::{Result, StoreError};
 use crate::store::{Recorder, RunId, Store};
 
@@ -44,9 +54,14 @@ const MAX_BODY: u64 = 4 << 20;
 /// Requests read at once (one thread each); more are answered 503 at once.
 pub const MAX_IN_FLIGHT: usize = 64;
 
+/// The secrets this endpoint has given out, each with the runs it may
+/// touch: the run it was made for, and those made with it (`runs/create`).
+type Keys = Arc<Mutex<HashMap<String, HashSet<RunId>>>>;
+
 /// A running MLflow-compatible endpoint on 127.0.0.1.
 pub struct Endpoint {
     url: String,
+    keys: Keys,
     server: Arc<tiny_http::Server>,
     thread: Option<JoinHandle<()>>,
 }
@@ -70,15 +85,17 @@ impl Endpoint {
             tiny_http::Server::http("127.0.0.1:0").map_err(|e| StoreError::Serve(e.to_string()))?;
         let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
         let server = Arc::new(server);
+        let keys = Keys::default();
         let thread = {
-            let server = server.clone();
+            let (server, keys) = (server.clone(), keys.clone());
             std::thread::Builder::new()
                 .name("batchcast-mlflow".into())
-                .spawn(move || serve(&server, ctx, rec))
+                .spawn(move || serve(&server, ctx, rec, keys))
                 .map_err(StoreError::Thread)?
         };
         Ok(Endpoint {
             url: format!("http://127.0.0.1:{port}"),
+            keys,
             server,
             thread: Some(thread),
         })
@@ -87,6 +104,22 @@ impl Endpoint {
     /// `http://127.0.0.1:PORT`, for `MLFLOW_TRACKING_URI`.
     pub fn url(&self) -> &str {
         &self.url
+    }
+
+    /// A new secret (128 random bits) for the job of `run`, for
+    /// `MLFLOW_TRACKING_TOKEN`: requests with it may read and write `run`,
+    /// the experiments, and the runs they create, nothing else.
+    pub fn token_for(&self, run: RunId) -> Result<String> {
+        let token = access::random_token().map_err(|e| {
+            StoreError::Serve(format!(
+                "cannot read /dev/urandom for the MLflow endpoint's secret: {e}"
+            ))
+        })?;
+        self.keys
+            .lock()
+            .map_err(|_| StoreError::Serve("the MLflow endpoint's key table is poisoned".into()))?
+            .insert(token.clone(), HashSet::from([run]));
+        Ok(token)
     }
 }
 
@@ -110,7 +143,7 @@ struct Call {
 /// A call and where its reply goes.
 type Job = (Call, mpsc::Sender<api::Reply>);
 
-fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder) {
+fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder, keys: Keys) {
     let (jobs, store_side) = mpsc::channel::<Job>();
     let store = std::thread::Builder::new()
         .name("batchcast-mlflow-store".into())
@@ -142,10 +175,11 @@ fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder) {
             continue;
         }
         let (thread_jobs, thread_in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
+        let thread_keys = Arc::clone(&keys);
         let spawned = std::thread::Builder::new()
             .name("batchcast-mlflow-request".into())
             .spawn(move || {
-                handle(request, &thread_jobs);
+                handle(request, &thread_jobs, &thread_keys);
                 thread_in_flight.fetch_sub(1, Ordering::SeqCst);
             });
         if spawned.is_err() {
@@ -159,10 +193,19 @@ fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder) {
 }
 
 /// Reads one request, has the store's thread answer it, and responds.
-fn handle(mut request: tiny_http::Request, jobs: &Mutex<Option<mpsc::Sender<Job>>>) {
-    let reply = match read_call(&mut request) {
+fn handle(
+    mut request: tiny_http::Request,
+    jobs: &Mutex<Option<mpsc::Sender<Job>>>,
+    keys: &Mutex<HashMap<String, HashSet<RunId>>>,
+) {
+    let token = match admit(&request, keys) {
+        Ok(token) => token,
+        Err(reply) => return respond(request, reply),
+    };
+    let reply = match read_call(&mut request).and_then(|call| allowed(call, &token, keys)) {
         Err(reply) => reply,
         Ok(call) => {
+            let creates = call.path.ends_with("/runs/create");
             let (tx, rx) = mpsc::channel();
             let sent = jobs
                 .lock()
@@ -176,14 +219,107 @@ fn handle(mut request: tiny_http::Request, jobs: &Mutex<Option<mpsc::Sender<Job>
                     "message": "the endpoint is stopping"}),
                 )
             };
-            if sent {
+            let reply = if sent {
                 rx.recv().unwrap_or_else(|_| stopping())
             } else {
                 stopping()
+            };
+            if creates && reply.0 == 200 {
+                let made = reply.1["run"]["info"]["run_id"].as_str();
+                if let (Some(run), Ok(mut keys)) = (made.and_then(run_from_mlflow_id), keys.lock())
+                {
+                    keys.entry(token).or_default().insert(run);
+                }
             }
+            reply
         }
     };
     respond(request, reply);
+}
+
+/// The value of header `name`, if sent once as text.
+fn header<'a>(request: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
+    request
+        .headers()
+        .iter()
+        .find(|h| h.field.equiv(name))
+        .map(|h| h.value.as_str())
+}
+
+/// Checks who asks, before anything of the body is read: a `Host` (and any
+/// `Origin`) of this machine, and a secret this endpoint gave out. The
+/// secret, or the reply that refuses the request.
+fn admit(
+    request: &tiny_http::Request,
+    keys: &Mutex<HashMap<String, HashSet<RunId>>>,
+) -> std::result::Result<String, api::Reply> {
+    let denied = |message: String| {
+        (
+            403,
+            serde_json::json!({"error_code": "PERMISSION_DENIED", "message": message}),
+        )
+    };
+    let host = header(request, "Host").unwrap_or("");
+    if !access::is_loopback_host(host) {
+        return Err(denied(format!(
+            "Host {:?} is not this machine; batchcast's MLflow endpoint answers only requests to 127.0.0.1",
+            host.chars().take(100).collect::<String>()
+        )));
+    }
+    if let Some(origin) = header(request, "Origin") {
+        if !access::is_loopback_origin(origin) {
+            return Err(denied(format!(
+                "a page of {:?} may not log into the run store",
+                origin.chars().take(100).collect::<String>()
+            )));
+        }
+    }
+    let token = header(request, "Authorization")
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .map(str::trim)
+        .unwrap_or("");
+    let known = keys
+        .lock()
+        .map(|k| k.keys().find(|t| access::same_secret(t, token)).cloned())
+        .unwrap_or(None);
+    known.ok_or_else(|| {
+        (
+            401,
+            serde_json::json!({"error_code": "UNAUTHENTICATED",
+            "message": "no valid secret: send the job's MLFLOW_TRACKING_TOKEN (the mlflow client \
+                        does when it is in the environment, as `batchcast run` sets it)"}),
+        )
+    })
+}
+
+/// The call, if `token` may touch the run it names (none named: any).
+fn allowed(
+    call: Call,
+    token: &str,
+    keys: &Mutex<HashMap<String, HashSet<RunId>>>,
+) -> std::result::Result<Call, api::Reply> {
+    let named = call
+        .args
+        .get("run_id")
+        .or_else(|| call.args.get("run_uuid"))
+        .and_then(Value::as_str);
+    let Some(run) = named.and_then(run_from_mlflow_id) else {
+        return Ok(call); // none, or not a run id: the call answers for itself
+    };
+    let mine = keys
+        .lock()
+        .map(|k| k.get(token).is_some_and(|runs| runs.contains(&run)))
+        .unwrap_or(false);
+    if mine {
+        Ok(call)
+    } else {
+        Err((
+            403,
+            serde_json::json!({"error_code": "PERMISSION_DENIED",
+            "message": format!("run {} is another job's: a job's MLFLOW_TRACKING_TOKEN \
+                                reaches only its own run and the runs it creates", mlflow_run_id(run))}),
+        ))
+    }
 }
 
 fn respond(request: tiny_http::Request, (status, body): api::Reply) {

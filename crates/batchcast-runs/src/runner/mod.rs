@@ -347,6 +347,7 @@ fn drive(
             .env("CUDA_VISIBLE_DEVICES", visible)
             .env("MLFLOW_TRACKING_URI", endpoint.url())
             .env("MLFLOW_RUN_ID", mlflow_run_id(*id))
+            .env("MLFLOW_TRACKING_TOKEN", endpoint.token_for(*id)?)
             .env("MLFLOW_EXPERIMENT_NAME", experiment)
             .env("BATCHCAST_RUN_ID", id.to_string());
         if let Some(name) = &producer_name {

@@ -1,7 +1,8 @@
 //! `batchcast runs mlflow-serve` (hidden): the MLflow endpoint of
 //! `batchcast run` on its own, for tests and for logging a script run by
-//! hand into the store. Prints `MLFLOW_TRACKING_URI=...` and
-//! `MLFLOW_RUN_ID=...` lines, then serves until its stdin closes.
+//! hand into the store. Prints `MLFLOW_TRACKING_URI=...`,
+//! `MLFLOW_RUN_ID=...`, `BATCHCAST_RUN=...` and `MLFLOW_TRACKING_TOKEN=...`
+//! lines, then serves until its stdin closes.
 
 use std::io::Read;
 
@@ -47,6 +48,7 @@ pub fn run(args: MlflowServeArgs) -> Result<()> {
     outln!("MLFLOW_TRACKING_URI={}", endpoint.url())?;
     outln!("MLFLOW_RUN_ID={}", mlflow_run_id(run))?;
     outln!("BATCHCAST_RUN={run}")?;
+    outln!("MLFLOW_TRACKING_TOKEN={}", endpoint.token_for(run)?)?;
     let mut sink = Vec::new();
     let _ = std::io::stdin().take(1 << 20).read_to_end(&mut sink);
     drop(endpoint);
