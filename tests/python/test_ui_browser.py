@@ -84,8 +84,12 @@ def chrome(downloads: Path):
 class Dash:
     """The browser, the dashboard process and the store it shows."""
 
-    def __init__(self, driver, base: str, store: Path, runner: subprocess.Popen, downloads: Path):
-        self.driver, self.base, self.store, self.runner, self.downloads = driver, base, store, runner, downloads
+    def __init__(self, driver, printed: str, store: Path, runner: subprocess.Popen, downloads: Path):
+        self.driver, self.printed, self.store, self.runner, self.downloads = driver, printed, store, runner, downloads
+        # http://127.0.0.1:PORT: pages are opened by path once the printed
+        # address (with its ?token=) has set the dashboard's cookie.
+        self.base = printed.split("/?", 1)[0].rstrip("/")
+        driver.get(printed)
 
     def open(self, path: str) -> None:
         self.driver.get(self.base + path)
@@ -136,8 +140,8 @@ def dash(batchcast_bin: str) -> Iterator[Dash]:
                               cwd=work, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     ui = Proc([batchcast_bin, "ui", "--store", str(store), "--port", "0"], env)
     try:
-        base = ui.expect("batchcast ui: ", timeout=30).rstrip("/")
-        yield Dash(driver, base, store, runner, downloads)
+        printed = ui.expect("batchcast ui: ", timeout=30)
+        yield Dash(driver, printed, store, runner, downloads)
     finally:
         driver.quit()
         shutil.rmtree(driver.profile_dir, ignore_errors=True)
@@ -474,3 +478,30 @@ def test_bad_addresses_and_bad_stores_give_clean_error_pages(dash: Dash, batchca
             dash.shot(name)
         finally:
             ui.reap()
+
+
+def test_the_printed_address_lets_the_browser_in_and_nothing_else_does(dash: Dash):
+    """`batchcast ui` needs its token on loopback too: without it a page is
+    refused; after following the printed address once, every page works
+    (an HttpOnly SameSite cookie carries it), in a fresh browser profile."""
+    from selenium.webdriver.common.by import By
+    assert "?token=" in dash.printed
+    dash.driver.delete_all_cookies()
+    try:
+        dash.open("/")
+        assert dash.driver.find_element(By.CSS_SELECTOR, ".error h2").text == "Refused"
+        assert "needs its token" in dash.driver.find_element(By.CSS_SELECTOR, ".error").text
+        dash.shot("11-no-token")
+        dash.open(f"/?token={'0' * 32}")
+        assert dash.driver.find_element(By.CSS_SELECTOR, ".error h2").text == "Refused"
+    finally:
+        dash.driver.get(dash.printed)
+    assert not dash.driver.find_elements(By.CSS_SELECTOR, ".error")
+    cookies = dash.driver.get_cookies()
+    assert [c["httpOnly"] for c in cookies] == [True] and cookies[0]["sameSite"] == "Strict"
+    # No script of the page can read the token.
+    assert dash.driver.execute_script("return document.cookie") == ""
+    (run,) = run_ids(dash, "independent")[:1]
+    dash.open(f"/runs/{run}")
+    assert not dash.driver.find_elements(By.CSS_SELECTOR, ".error")
+    assert "trainer-1" in dash.driver.find_element(By.TAG_NAME, "h1").text + dash.driver.page_source

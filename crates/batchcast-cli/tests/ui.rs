@@ -86,13 +86,12 @@ fn a_missing_store_is_said_at_start_and_the_server_still_serves() {
         .unwrap();
     let mut child = Killed(child);
     let line = first_line(&mut child.0);
-    let port: u16 = line
+    let (port, token) = line
         .strip_prefix("batchcast ui: http://127.0.0.1:")
-        .and_then(|r| r.strip_suffix('/'))
-        .expect(&line)
-        .parse()
-        .unwrap();
-    let page = get(port, "/");
+        .and_then(|r| r.split_once("/?token="))
+        .expect(&line);
+    let port: u16 = port.parse().unwrap();
+    let page = get(port, &format!("/?token={token}"));
     assert!(
         page.starts_with("HTTP/1.1 503") && page.contains("no run store at"),
         "{page}"
@@ -107,6 +106,69 @@ fn a_missing_store_is_said_at_start_and_the_server_still_serves() {
         .read_to_string(&mut err)
         .unwrap();
     assert!(err.contains("warning: no run store at"), "{err}");
+}
+
+/// On loopback too, another local user without the printed address reads
+/// nothing; `--no-token` turns that off, and only on loopback.
+#[test]
+fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    batchcast_runs::Store::open(&store).unwrap();
+    let start = |extra: &[&str]| {
+        let child = Command::new(BIN)
+            .args(["ui", "--port", "0"])
+            .args(extra)
+            .arg("--store")
+            .arg(&store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut child = Killed(child);
+        let line = first_line(&mut child.0);
+        (child, line)
+    };
+    let (_ui, line) = start(&[]);
+    let (port, token) = line
+        .strip_prefix("batchcast ui: http://127.0.0.1:")
+        .and_then(|r| r.split_once("/?token="))
+        .expect(&line);
+    let port: u16 = port.parse().unwrap();
+    assert_eq!(token.len(), 32);
+    let page = get(port, "/");
+    assert!(page.starts_with("HTTP/1.1 403"), "{page}");
+    let page = get(port, &format!("/?token={token}"));
+    assert!(page.starts_with("HTTP/1.1 200"), "{page}");
+    assert!(page.contains(&format!(
+        "batchcast_token_{port}={token}; Path=/; HttpOnly; SameSite=Strict"
+    )));
+
+    let (_open, line) = start(&["--no-token"]);
+    let port: u16 = line
+        .strip_prefix("batchcast ui: http://127.0.0.1:")
+        .and_then(|r| r.strip_suffix('/'))
+        .expect(&line)
+        .parse()
+        .unwrap();
+    assert!(get(port, "/").starts_with("HTTP/1.1 200"));
+
+    let out = Command::new(BIN)
+        .args([
+            "ui",
+            "--port",
+            "0",
+            "--host",
+            "0.0.0.0",
+            "--no-token",
+            "--store",
+        ])
+        .arg(&store)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--no-token is refused on 0.0.0.0"), "{err}");
 }
 
 #[test]

@@ -17,12 +17,24 @@ pub enum UiError {
     /// No page at this address.
     #[error("no page at {0}; start from the experiment list at /")]
     NoPage(String),
-    /// The dashboard needs its token (served on a non-local address).
+    /// The dashboard needs its token, and the request had none (or another).
     #[error("this dashboard needs its token: open the address `batchcast ui` printed (it ends in ?token=…)")]
     Forbidden,
     /// The `Host` header is not a loopback name.
     #[error("refused: Host {0:?} is not this machine; open http://127.0.0.1:PORT/ instead")]
     ForeignHost(String),
+    /// The request came from a page of another site (its `Origin`).
+    #[error("refused: a page of {0:?} may not read the dashboard")]
+    ForeignOrigin(String),
+    /// No token was asked for on an address other machines can reach.
+    #[error(
+        "--no-token is refused on {addr}: every machine that reaches it could read the store; \
+         serve on 127.0.0.1 (the default), or keep the token"
+    )]
+    TokenNeeded {
+        /// The address asked for.
+        addr: String,
+    },
     /// The address could not be bound, or the server failed.
     #[error(
         "cannot serve the dashboard on {addr}: {source}; pass another --port (0 picks a free one)"
@@ -51,6 +63,7 @@ impl UiError {
             UiError::BadRequest(_) => StatusCode::BAD_REQUEST,
             UiError::Forbidden => StatusCode::FORBIDDEN,
             UiError::ForeignHost(_) => StatusCode::MISDIRECTED_REQUEST,
+            UiError::ForeignOrigin(_) => StatusCode::FORBIDDEN,
             _ => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -62,7 +75,7 @@ impl UiError {
             UiError::Store(StoreError::NotAStore { .. }) => "Not a batchcast run store",
             UiError::Store(StoreError::NotFound { .. }) | UiError::NoPage(_) => "Not found",
             UiError::BadRequest(_) => "Bad request",
-            UiError::Forbidden | UiError::ForeignHost(_) => "Refused",
+            UiError::Forbidden | UiError::ForeignHost(_) | UiError::ForeignOrigin(_) => "Refused",
             _ => "Error",
         }
     }

@@ -11,9 +11,11 @@
 //!   ([`batchcast_runs::Store::open_read_only`]), so runners may write the
 //!   store meanwhile, and a store that disappears or is replaced by a
 //!   foreign file gives an error page, never a crash.
-//! - Local by default: bound to 127.0.0.1, and requests whose `Host` is not
-//!   a loopback name are refused (against DNS rebinding). Another address
-//!   needs a random token on every request ([`Ui::token`]).
+//! - Nobody else gets in: every request needs a random token ([`Ui::token`],
+//!   in the printed address, then an HttpOnly SameSite cookie), unless
+//!   `--no-token` on loopback. Bound to 127.0.0.1 by default, and there
+//!   requests whose `Host` (or `Origin`) is not this machine are refused
+//!   (against DNS rebinding), by the rules of `batchcast_runs::access`.
 //! - Every input from a request is bounded before use: ids are integers,
 //!   run lists and text are capped, metric names must be ones the store
 //!   holds for the runs asked, point counts are capped. SQL is only the

@@ -19,15 +19,20 @@ pub struct UiConfig {
     pub host: IpAddr,
     /// The port (0 picks a free one).
     pub port: u16,
+    /// Whether every request must carry a random token (the default). Off
+    /// (`--no-token`) only on a loopback address: then any local user may
+    /// read the store.
+    pub token: bool,
 }
 
 impl UiConfig {
-    /// Local only, on `port`.
+    /// Local only, on `port`, with a token.
     pub fn local(store: impl Into<PathBuf>, port: u16) -> UiConfig {
         UiConfig {
             store: store.into(),
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port,
+            token: true,
         }
     }
 }
@@ -40,11 +45,18 @@ pub struct Ui {
 }
 
 impl Ui {
-    /// Binds the address. A non-loopback address gets a random token that
-    /// every request must carry. The store is not opened here: each request
-    /// opens it, so a store written later, or replaced, is seen.
+    /// Binds the address, with a random token that every request must
+    /// carry unless `config.token` is off (refused off loopback). The store
+    /// is not opened here: each request opens it, so a store written later,
+    /// or replaced, is seen.
     pub fn bind(config: &UiConfig) -> Result<Ui, UiError> {
         let want = SocketAddr::new(config.host, config.port);
+        let local = config.host.is_loopback();
+        if !config.token && !local {
+            return Err(UiError::TokenNeeded {
+                addr: want.to_string(),
+            });
+        }
         let bind_err = |source| UiError::Bind {
             addr: want.to_string(),
             source,
@@ -52,15 +64,15 @@ impl Ui {
         let listener = std::net::TcpListener::bind(want).map_err(bind_err)?;
         listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
-        let local = config.host.is_loopback();
-        let token = if local {
-            None
+        let token = if config.token {
+            Some(batchcast_runs::access::random_token().map_err(bind_err)?)
         } else {
-            Some(random_token().map_err(bind_err)?)
+            None
         };
         let state = AppState(Arc::new(Shared {
             store: config.store.clone(),
             token,
+            cookie: format!("batchcast_token_{}", addr.port()),
             loopback_only: local,
         }));
         Ok(Ui {
@@ -75,7 +87,7 @@ impl Ui {
         self.addr
     }
 
-    /// The token requests need (`None` when bound to loopback).
+    /// The token requests need (`None` with `--no-token`).
     pub fn token(&self) -> Option<&str> {
         self.state.0.token.as_deref()
     }
@@ -137,12 +149,4 @@ fn router(state: AppState) -> Router {
             crate::guard::check,
         ))
         .with_state(state)
-}
-
-/// 128 random bits from the kernel, as hex.
-fn random_token() -> std::io::Result<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")?.read_exact(&mut bytes)?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }

@@ -14,8 +14,12 @@ pub(crate) struct AppState(pub(crate) Arc<Shared>);
 #[derive(Debug)]
 pub(crate) struct Shared {
     pub(crate) store: PathBuf,
-    /// Required on every request when set (non-local address).
+    /// Required on every request when set (the default; `--no-token`
+    /// clears it on loopback).
     pub(crate) token: Option<String>,
+    /// The cookie that carries the token: named after the port, so that
+    /// two dashboards on one machine do not overwrite each other's.
+    pub(crate) cookie: String,
     /// Only loopback `Host` names are accepted when set (local address).
     pub(crate) loopback_only: bool,
 }

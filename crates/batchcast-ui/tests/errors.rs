@@ -186,6 +186,7 @@ fn another_address_needs_the_token_on_every_request() {
         store: path,
         host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         port: 0,
+        token: true,
     };
     let (addr, token) = serve_with(config);
     let token = token.expect("a token off loopback");
@@ -212,6 +213,92 @@ fn another_address_needs_the_token_on_every_request() {
     let bearer = format!("Bearer {token}");
     let with_bearer = [("Host", "somewhere.example"), ("Authorization", &bearer)];
     assert_eq!(request(local, "/static/app.js", &with_bearer).status, 200);
+}
+
+/// The dashboard on loopback, as `batchcast ui` starts it: another local
+/// user without the printed token reads nothing; the printed address sets
+/// an HttpOnly SameSite cookie that the later requests carry.
+#[test]
+fn a_local_dashboard_needs_its_token_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let (addr, token) = serve_with(UiConfig::local(&path, 0));
+    let token = token.expect("a token on loopback too");
+    let host = addr.to_string();
+    let host = [("Host", host.as_str())];
+    for page in ["/", "/runs/1", "/api/runs?runs=1", "/runs/1/log/stdout"] {
+        let r = request(addr, page, &host);
+        assert_eq!(r.status, 403, "{page}");
+        assert!(!r.text().contains("hello from run"), "{page}");
+    }
+    assert_eq!(request(addr, "/?token=0123", &host).status, 403);
+    let r = request(addr, &format!("/?token={token}"), &host);
+    assert_eq!(r.status, 200);
+    let set = r.header("set-cookie").unwrap().to_owned();
+    let name = format!("batchcast_token_{}=", addr.port());
+    assert!(set.starts_with(&name), "{set}");
+    assert!(
+        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
+        "{set}"
+    );
+    let cookie = set.split(';').next().unwrap().to_owned();
+    let with_cookie = [("Host", host[0].1), ("Cookie", cookie.as_str())];
+    let r = request(addr, "/runs/1/log/stdout", &with_cookie);
+    assert_eq!(r.status, 200);
+    assert!(r.text().contains("hello from run"));
+    // Another dashboard's cookie (another port) is not this one's.
+    let other = format!("batchcast_token_1={token}");
+    let with_other = [("Host", host[0].1), ("Cookie", other.as_str())];
+    assert_eq!(request(addr, "/", &with_other).status, 403);
+}
+
+/// `Host` is parsed strictly: a name that only starts like loopback is a
+/// page of another site (DNS rebinding), and so is a foreign `Origin`.
+#[test]
+fn a_host_or_origin_that_only_looks_local_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let addr = serve(&path);
+    let port = addr.port();
+    for host in [
+        format!("127.0.0.1:{port}@evil.com"),
+        "127.0.0.1:evil.com".to_owned(),
+        format!("127.0.0.1:{port}:1"),
+        "::1".to_owned(),
+    ] {
+        assert_eq!(request(addr, "/", &[("Host", &host)]).status, 421, "{host}");
+    }
+    let local = addr.to_string();
+    let r = request(
+        addr,
+        "/api/runs?runs=1",
+        &[("Host", &local), ("Origin", "https://evil.com")],
+    );
+    assert_eq!(r.status, 403);
+    let me = format!("http://{local}");
+    let r = request(
+        addr,
+        "/api/runs?runs=1",
+        &[("Host", &local), ("Origin", &me)],
+    );
+    assert_eq!(r.status, 200);
+}
+
+#[test]
+fn no_token_off_loopback_is_refused() {
+    let config = UiConfig {
+        store: "x.sqlite".into(),
+        host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        port: 0,
+        token: false,
+    };
+    let err = batchcast_ui::Ui::bind(&config).err().unwrap().to_string();
+    assert!(
+        err.contains("--no-token") && err.contains("127.0.0.1"),
+        "{err}"
+    );
 }
 
 #[test]

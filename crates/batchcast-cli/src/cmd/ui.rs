@@ -14,9 +14,15 @@ pub struct UiArgs {
     #[arg(long, default_value_t = 8470)]
     pub port: u16,
     /// The address to listen on. Anything but loopback exposes the store
-    /// to the network: a token is then required on every request.
+    /// to the network (the token then guards it).
     #[arg(long, default_value = "127.0.0.1")]
     pub host: IpAddr,
+    /// Serve without the random token that every request needs by
+    /// default (printed in the address; the browser keeps it in a cookie).
+    /// Any local user can then read the store: commands, environments,
+    /// output. Only with a loopback --host.
+    #[arg(long)]
+    pub no_token: bool,
 }
 
 /// Runs `batchcast ui` until interrupted.
@@ -35,9 +41,10 @@ pub fn run(args: UiArgs) -> anyhow::Result<()> {
         store,
         host: args.host,
         port: args.port,
+        token: !args.no_token,
     };
     let ui = batchcast_ui::Ui::bind(&config)?;
-    if ui.token().is_some() {
+    if ui.token().is_some() && !args.host.is_loopback() {
         eprintln!(
             "warning: serving the run store on {} (not only this machine); every request needs the token in the address below",
             ui.addr()

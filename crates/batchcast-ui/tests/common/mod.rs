@@ -134,9 +134,14 @@ pub fn make_store(path: &Path) -> Made {
     }
 }
 
-/// A dashboard on a free loopback port, serving until the test ends.
+/// A dashboard on a free loopback port without a token (`--no-token`),
+/// serving until the test ends.
 pub fn serve(store: &Path) -> SocketAddr {
-    serve_with(UiConfig::local(store, 0)).0
+    serve_with(UiConfig {
+        token: false,
+        ..UiConfig::local(store, 0)
+    })
+    .0
 }
 
 /// A dashboard with this configuration; its address and token.
