@@ -38,16 +38,30 @@ impl std::fmt::Debug for Store {
 
 impl Store {
     /// Opens a store for writing, creating the file (and its directory) when
-    /// there is none. A file that is not a batchcast store is refused and
-    /// left untouched.
+    /// there is none: the directories it makes 0700 and the file 0600 (its
+    /// WAL files follow), since runs hold command lines, environments and
+    /// output. A file that is not a batchcast store is refused and left
+    /// untouched.
     pub fn open(path: impl AsRef<Path>) -> Result<Store> {
+        use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
         let path = path.as_ref().to_path_buf();
         if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-            std::fs::create_dir_all(dir).map_err(|source| StoreError::CreateDir {
-                path: path.clone(),
-                source,
-            })?;
+            std::fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .map_err(|source| StoreError::CreateDir {
+                    path: path.clone(),
+                    source,
+                })?;
         }
+        // Made here only for its mode: an existing file is left as it is,
+        // and any other failure is SQLite's to report just below.
+        let _ = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .open(&path);
         let conn = Connection::open(&path).map_err(StoreError::sqlite(&path))?;
         let store = Store::configure(conn, path)?;
         // Look before writing anything: a foreign file is left as it was.
