@@ -16,6 +16,8 @@
 //! - Metric names written by batchcast itself are the constants of
 //!   [`keys`]; nothing else invents them.
 
+#![forbid(unsafe_code)]
+
 pub mod access;
 mod bounded;
 pub mod compare;

@@ -23,6 +23,8 @@
 //! - Nothing third-party is served: the script and style sheet are this
 //!   crate's own files, embedded at build time.
 
+#![forbid(unsafe_code)]
+
 mod api;
 mod assets;
 mod error;
