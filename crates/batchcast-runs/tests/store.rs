@@ -203,10 +203,9 @@ fn filters_search_names_and_parameters() {
     assert_eq!(by("alph"), vec!["alpha"]);
     assert_eq!(by("optimizer=adamw"), vec!["alpha"]);
     assert_eq!(by("lr=0.1"), vec!["beta", "alpha"]);
-    assert_eq!(
-        by("%"),
-        vec!["beta", "alpha"],
-        "wildcards in a search are taken literally (dropped)"
+    assert!(
+        by("%").is_empty(),
+        "wildcards in a search are taken literally"
     );
     let limited = store
         .runs(&RunFilter {
@@ -587,4 +586,40 @@ fn a_refused_point_never_costs_the_points_committed_with_it() {
         .expect_err("the refused point is reported")
         .to_string();
     assert!(err.contains("FOREIGN KEY"), "{err}");
+}
+
+/// `%` and `_` in a search are the characters themselves, not wildcards
+/// (nor dropped): `batch_size=64` finds the run with that parameter only.
+#[test]
+fn a_search_takes_percent_and_underscore_literally() {
+    let mut f = Fixture::new();
+    let a = f.run("drop50%");
+    let b = f.run("drop500");
+    let c = f.run("c\\d");
+    let Fixture { store, .. } = f;
+    store
+        .log_param(a, "batch_size", "64", ParamSource::Logged)
+        .unwrap();
+    store
+        .log_param(b, "batchXsize", "64", ParamSource::Logged)
+        .unwrap();
+    store
+        .log_param(c, "batchsize", "64", ParamSource::Logged)
+        .unwrap();
+    let by = |search: &str| {
+        store
+            .runs(&RunFilter {
+                search: Some(search.into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("batch_size=64"), vec!["drop50%"]);
+    assert_eq!(by("50%"), vec!["drop50%"]);
+    assert_eq!(by("drop50_"), Vec::<String>::new());
+    assert_eq!(by("c\\d"), vec!["c\\d"]);
+    assert_eq!(by("size=64").len(), 3);
 }

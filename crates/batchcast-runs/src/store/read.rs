@@ -155,15 +155,20 @@ impl Store {
 
     /// Runs that pass `filter`, newest first.
     pub fn runs(&self, filter: &RunFilter) -> Result<Vec<RunRow>> {
-        let like = filter
-            .search
-            .as_ref()
-            .map(|s| format!("%{}%", s.replace(['%', '_'], "")));
+        // The search is a substring: `%`, `_` and the escape itself are
+        // the characters, not wildcards.
+        let like = filter.search.as_ref().map(|s| {
+            let escaped = s
+                .replace('\\', "\\\\")
+                .replace('%', "\\%")
+                .replace('_', "\\_");
+            format!("%{escaped}%")
+        });
         let sql = format!(
             "SELECT {RUN_COLUMNS} {RUN_FROM}
              WHERE (?1 IS NULL OR e.name = ?1) AND (?2 IS NULL OR w.name = ?2) AND (?3 IS NULL OR r.status = ?3)
-               AND (?4 IS NULL OR r.name LIKE ?4 OR EXISTS (
-                    SELECT 1 FROM params p WHERE p.run_id = r.id AND (p.key || '=' || p.value) LIKE ?4))
+               AND (?4 IS NULL OR r.name LIKE ?4 ESCAPE '\\' OR EXISTS (
+                    SELECT 1 FROM params p WHERE p.run_id = r.id AND (p.key || '=' || p.value) LIKE ?4 ESCAPE '\\'))
              ORDER BY r.id DESC LIMIT ?5"
         );
         let limit = filter.limit.map_or(-1, |l| l.min(i64::MAX as usize) as i64);
