@@ -136,6 +136,115 @@ fn export_writes_every_point_as_csv_rows() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
 }
 
+/// An export that fails (run 99 does not exist) leaves the file it was to
+/// replace as it was, and no temporary file beside it.
+#[test]
+fn a_failed_csv_export_leaves_the_earlier_file_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, start) = started_run(&mut store, w, "a");
+    record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
+    drop(store);
+    let results = dir.path().join("results.csv");
+    std::fs::write(&results, "yesterday's results\n").unwrap();
+    let out = batchcast()
+        .args(["runs", "export", "99", "--csv"])
+        .arg(&results)
+        .arg("--store")
+        .arg(&path)
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("run 99 not found"), "{err}");
+    assert_eq!(
+        std::fs::read_to_string(&results).unwrap(),
+        "yesterday's results\n"
+    );
+    let mut files: Vec<String> = std::fs::read_dir(dir.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| !n.starts_with("runs.sqlite"))
+        .collect();
+    files.sort();
+    assert_eq!(files, ["results.csv"]);
+
+    batchcast()
+        .args(["runs", "export", &r.to_string(), "--csv"])
+        .arg(&results)
+        .arg("--store")
+        .arg(&path)
+        .succeed();
+    let text = std::fs::read_to_string(&results).unwrap();
+    assert_eq!(text.lines().count(), 4, "{text}");
+}
+
+/// TensorBoard-style names beside their parent (`loss`, `loss/val`) and a
+/// name MLflow refuses beside the one it would become (`a:b`, `a_b`): an
+/// MLflow export writes each series to a file of its own, with all its
+/// points, and says which were renamed.
+#[test]
+fn an_mlflow_export_keeps_every_series_apart() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, start) = started_run(&mut store, w, "a");
+    let series = [("loss", 1), ("loss/val", 2), ("a_b", 3), ("a:b", 4)];
+    for (key, n) in series {
+        record(&mut store, r, key, (start, 10), n, |_| n as f64);
+    }
+    drop(store);
+    let export = dir.path().join("mlruns");
+    let out = batchcast()
+        .args(["runs", "export", "--mlflow"])
+        .arg(&export)
+        .arg("--store")
+        .arg(&path)
+        .succeed();
+    let err = String::from_utf8_lossy(&out.stderr);
+    let exp = std::fs::read_dir(&export)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.file_name().unwrap() != "0")
+        .unwrap();
+    let run = std::fs::read_dir(&exp)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| p.is_dir())
+        .unwrap();
+    let metrics = run.join("metrics");
+    let read = |name: &str| {
+        std::fs::read_to_string(metrics.join(name)).unwrap_or_else(|e| panic!("{name}: {e}; {err}"))
+    };
+    // Each file holds one series: as many lines as its points, its value.
+    let mut seen = Vec::new();
+    for name in ["loss/val", "a_b", "loss_1", "a_b_1"] {
+        let text = read(name);
+        let values: Vec<&str> = text.lines().map(|l| l.split(' ').nth(1).unwrap()).collect();
+        assert!(values.windows(2).all(|v| v[0] == v[1]), "{name}: {text}");
+        seen.push((values[0].to_string(), values.len()));
+    }
+    assert_eq!(
+        seen,
+        [
+            ("2".into(), 2),
+            ("3".into(), 3),
+            ("1".into(), 1),
+            ("4".into(), 4)
+        ]
+    );
+    assert!(
+        err.contains("\"loss\" exported as \"loss_1\"")
+            && err.contains("\"a:b\" exported as \"a_b_1\""),
+        "{err}"
+    );
+}
+
 #[test]
 fn plot_draws_each_run_with_its_name() {
     let dir = tempfile::tempdir().unwrap();

@@ -331,17 +331,20 @@ fn fill_run_dir(
     if let Some(m) = &run.message {
         tags.push(("batchcast.message", m.clone()));
     }
-    for (k, v) in tags {
-        write_value(&dir.join("tags"), k, &v, out)?;
-    }
-    for p in store.params(run.id)? {
-        write_value(&dir.join("params"), &p.key, &p.value, out)?;
-    }
-    for key in store.metric_keys(run.id)? {
-        let path = named_file(&dir.join("metrics"), &key, out)?;
+    let tags: Vec<(String, String)> = tags.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
+    write_values(&dir.join("tags"), &tags, out)?;
+    let params: Vec<(String, String)> = store
+        .params(run.id)?
+        .into_iter()
+        .map(|p| (p.key, p.value))
+        .collect();
+    write_values(&dir.join("params"), &params, out)?;
+    let keys = store.metric_keys(run.id)?;
+    for (key, name) in keys.iter().zip(file_names(&keys)) {
+        let path = named_file(&dir.join("metrics"), key, &name, out)?;
         let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
         let mut w = BufWriter::new(file);
-        store.for_each_point(run.id, &key, |step, ts, value| {
+        store.for_each_point(run.id, key, |step, ts, value| {
             writeln!(w, "{ts} {value} {step}").map_err(|e| export_err("cannot write", &path, e))?;
             out.points += 1;
             Ok::<(), StoreError>(())
@@ -367,23 +370,69 @@ fn fill_run_dir(
     Ok(())
 }
 
-/// The file for `key` under `dir` (its parent directories made), noting a
-/// rename in `out`.
-fn named_file(dir: &Path, key: &str, out: &mut MlflowExport) -> Result<PathBuf> {
-    let name = mlflow_key(key);
-    if name != key {
-        out.renamed.push((key.to_string(), name.clone()));
+/// The file name each of `keys` is written under, in order: its
+/// [`mlflow_key`] (a `/` making a directory, as MLflow's own file store
+/// does), unless that is taken by another key of the same run, as a file or
+/// as a directory (`loss` beside `loss/val`, `a:b` beside `a_b`); then the
+/// first free `NAME_1`, `NAME_2`, ... Every key gets a file of its own.
+/// Deeper names and names MLflow accepts as they are choose first, so
+/// `loss/val` and `a_b` keep theirs.
+fn file_names(keys: &[String]) -> Vec<String> {
+    use std::collections::HashSet;
+    let bases: Vec<String> = keys.iter().map(|k| mlflow_key(k)).collect();
+    let mut order: Vec<usize> = (0..keys.len()).collect();
+    order.sort_by_key(|&i| {
+        (
+            std::cmp::Reverse(bases[i].matches('/').count()),
+            bases[i] != keys[i],
+        )
+    });
+    // Names taken by files, and by the directories above them. A name is
+    // placed after every deeper one, so none of its own directories can be
+    // a file already.
+    let mut files: HashSet<String> = HashSet::new();
+    let mut dirs: HashSet<String> = HashSet::new();
+    let mut names = vec![String::new(); keys.len()];
+    for i in order {
+        let base = &bases[i];
+        let mut name = base.clone();
+        let mut n = 1u64;
+        while files.contains(&name) || dirs.contains(&name) {
+            let mut stem = base.clone();
+            stem.truncate(230);
+            name = format!("{stem}_{n}");
+            n += 1;
+        }
+        for (at, _) in name.match_indices('/') {
+            dirs.insert(name[..at].to_string());
+        }
+        files.insert(name.clone());
+        names[i] = name;
     }
-    let path = dir.join(&name);
+    names
+}
+
+/// The file `name` under `dir` for `key` (its parent directories made),
+/// noting in `out` when it is not the key itself.
+fn named_file(dir: &Path, key: &str, name: &str, out: &mut MlflowExport) -> Result<PathBuf> {
+    if name != key {
+        out.renamed.push((key.to_string(), name.to_string()));
+    }
+    let path = dir.join(name);
     if let Some(parent) = path.parent() {
         fs::create_dir_all(parent).map_err(|e| export_err("cannot create", parent, e))?;
     }
     Ok(path)
 }
 
-fn write_value(dir: &Path, key: &str, value: &str, out: &mut MlflowExport) -> Result<()> {
-    let path = named_file(dir, key, out)?;
-    fs::write(&path, value).map_err(|e| export_err("cannot write", &path, e))
+/// Writes each `(key, value)` into a file of its own under `dir`.
+fn write_values(dir: &Path, values: &[(String, String)], out: &mut MlflowExport) -> Result<()> {
+    let keys: Vec<String> = values.iter().map(|(k, _)| k.clone()).collect();
+    for ((key, value), name) in values.iter().zip(file_names(&keys)) {
+        let path = named_file(dir, key, &name, out)?;
+        fs::write(&path, value).map_err(|e| export_err("cannot write", &path, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -404,6 +453,22 @@ mod tests {
         assert_eq!(mlflow_key("é"), "_");
         assert_eq!(mlflow_key(""), "_");
         assert!(mlflow_key(&"x".repeat(1000)).len() <= 250);
+    }
+
+    fn names(keys: &[&str]) -> Vec<String> {
+        file_names(&keys.iter().map(|k| k.to_string()).collect::<Vec<_>>())
+    }
+
+    #[test]
+    fn every_key_gets_a_file_of_its_own() {
+        assert_eq!(names(&["loss", "loss/val"]), ["loss_1", "loss/val"]);
+        assert_eq!(names(&["a:b", "a_b"]), ["a_b_1", "a_b"]);
+        assert_eq!(names(&["a:b", "a;b", "a_b_1"]), ["a_b", "a_b_2", "a_b_1"]);
+        assert_eq!(names(&["x/y", "x", "x/y/z"]), ["x/y_1", "x_1", "x/y/z"]);
+        let long = "k".repeat(300);
+        let got = names(&[&long, &format!("{long}:")]);
+        assert_ne!(got[0], got[1]);
+        assert!(got.iter().all(|n| n.len() <= 250), "{got:?}");
     }
 
     #[test]

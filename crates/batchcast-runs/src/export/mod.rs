@@ -5,5 +5,5 @@
 mod csv;
 mod mlflow;
 
-pub use self::csv::metrics_csv;
+pub use self::csv::{metrics_csv, metrics_csv_file};
 pub use self::mlflow::{mlflow_key, to_mlflow, MlflowExport};

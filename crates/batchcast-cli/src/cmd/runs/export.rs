@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
 use super::StoreArg;
 
@@ -45,7 +45,9 @@ pub fn run(args: ExportArgs) -> Result<()> {
         }
         let out = batchcast_runs::export::to_mlflow(&store, &runs, dir)?;
         for (from, to) in &out.renamed {
-            eprintln!("note: {from:?} is not a name MLflow accepts; exported as {to:?}");
+            eprintln!(
+                "note: metric/param {from:?} exported as {to:?} (MLflow refuses the name, or another series of the run has it)"
+            );
         }
         eprintln!(
             "wrote {} runs ({} metric points) to the MLflow file store {}\n\
@@ -74,10 +76,7 @@ fn csv(
             r => r.map(drop).map_err(Into::into),
         };
     }
-    let file =
-        std::fs::File::create(path).with_context(|| format!("cannot create {}", path.display()))?;
-    let rows =
-        batchcast_runs::export::metrics_csv(store, runs, metrics, std::io::BufWriter::new(file))?;
+    let rows = batchcast_runs::export::metrics_csv_file(store, runs, metrics, path)?;
     eprintln!(
         "wrote {rows} rows of {} runs to {}",
         runs.len(),
