@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions};
+use batchcast_runs::runner::CONSUMERS_ENV;
 
 use crate::out::outln;
 use crate::progress::Progress;
@@ -50,7 +51,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub no_wait: bool,
     /// Wait for this many consumers before the first epoch (so that all of
-    /// them see it whole).
+    /// them see it whole). Under `batchcast run` the workload's number of
+    /// trainers (BATCHCAST_CONSUMERS) is waited for too, within
+    /// --idle-timeout or 300 s.
     #[arg(long, default_value_t = 0)]
     pub consumers: usize,
     /// Give up after this many seconds with no consumer attached (with
@@ -62,8 +65,29 @@ pub struct ServeArgs {
     pub json: bool,
 }
 
+/// How long to wait for the trainers that `batchcast run` announced, when
+/// no --idle-timeout is given.
+const TRAINERS_WITHIN: Duration = Duration::from_secs(300);
+
+/// The number of trainers `batchcast run` gave the workload (0: none given).
+fn trainers_from_env() -> Result<usize> {
+    match std::env::var(CONSUMERS_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            anyhow::anyhow!(
+                "{CONSUMERS_ENV}={v:?} is not a number of consumers; `batchcast run` sets it to \
+                 the workload's number of trainers: unset it, or set a whole number"
+            )
+        }),
+        Err(std::env::VarError::NotUnicode(v)) => Err(anyhow::anyhow!(
+            "{CONSUMERS_ENV}={v:?} is not a number of consumers; unset it, or set a whole number"
+        )),
+    }
+}
+
 /// Runs `batchcast serve`.
 pub fn run(args: ServeArgs) -> Result<()> {
+    let trainers = trainers_from_env()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
     let source = args.source.open()?;
@@ -108,21 +132,35 @@ pub fn run(args: ServeArgs) -> Result<()> {
             args.source.batch_size,
         );
     }
-    if args.consumers > 0 {
+    let want = args.consumers.max(trainers);
+    if want > 0 {
         // Wait in short slices, so that Ctrl-C or SIGTERM (from `batchcast
         // run` stopping a workload, say) ends the wait at once.
-        let deadline = args
-            .idle_timeout
-            .map(|t| std::time::Instant::now() + Duration::from_secs_f64(t));
-        while !producer.wait_for_consumers(args.consumers, Some(Duration::from_millis(100))) {
+        let within = match (args.idle_timeout, trainers > args.consumers) {
+            (Some(t), _) => Some(Duration::from_secs_f64(t)),
+            (None, true) => Some(TRAINERS_WITHIN),
+            (None, false) => None,
+        };
+        let deadline = within.map(|t| std::time::Instant::now() + t);
+        while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
             if stop.load(std::sync::atomic::Ordering::SeqCst) {
                 producer.finish(batchcast::ShutdownReason::Interrupted);
                 return Ok(());
             }
             if deadline.is_some_and(|d| std::time::Instant::now() >= d) {
-                let err = batchcast::Error::NoConsumers {
-                    secs: args.idle_timeout.unwrap_or(0.0),
-                };
+                let secs = within.map_or(0.0, |t| t.as_secs_f64());
+                if trainers > args.consumers {
+                    let msg = format!(
+                        "only {} of the workload's {trainers} trainers attached within {secs} s \
+                         ({CONSUMERS_ENV}={trainers}, set by `batchcast run`); see the other runs' \
+                         output for a trainer that did not start or connects elsewhere, or pass \
+                         --idle-timeout to wait longer",
+                        producer.consumers()
+                    );
+                    producer.finish(batchcast::ShutdownReason::Failed(msg.clone()));
+                    return Err(anyhow::anyhow!(msg));
+                }
+                let err = batchcast::Error::NoConsumers { secs };
                 producer.finish(batchcast::ShutdownReason::Failed(err.to_string()));
                 return Err(err.into());
             }

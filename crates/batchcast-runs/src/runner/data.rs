@@ -1,6 +1,11 @@
 //! A workload's shared producer (`Data`): started before its jobs,
 //! watched and logged like a job (as the run named [`keys::DATA_RUN`]),
 //! stopped after them.
+//!
+//! It is told how many trainers the workload has ([`CONSUMERS_ENV`]), and
+//! `batchcast serve` and `batchcast.Producer` wait for that many before
+//! the first batch, so the first trainer to attach cannot drain the epochs
+//! before the last has started, whatever the producer's script says.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
@@ -14,12 +19,18 @@ use crate::store::{NewRun, RecorderHandle, Store};
 /// How long a producer may take to answer its first status query.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
+/// The variable that gives the Data command the number of the workload's
+/// trainers (consumers to wait for before the first epoch).
+pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+
 pub(crate) struct Producer {
     pub name: String,
     pub job: Job,
 }
 
-/// Starts the Data command and waits until its producer answers.
+/// Starts the Data command, for `trainers` trainers, and waits until its
+/// producer answers.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn start(
     store: &mut Store,
     plan: &Plan,
@@ -28,6 +39,7 @@ pub(crate) fn start(
     data: &str,
     rec: &RecorderHandle,
     env: &serde_json::Value,
+    trainers: usize,
 ) -> Result<Producer, String> {
     let name = format!("bc-run-{}-{workload}", std::process::id());
     let mut argv = shlex::split(data)
@@ -79,7 +91,8 @@ pub(crate) fn start(
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(&plan.dir)
-        .env("BATCHCAST_NAME", &name);
+        .env("BATCHCAST_NAME", &name)
+        .env(CONSUMERS_ENV, trainers.to_string());
     let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
         Ok(job) => job,
         Err(e) => return Err(failed(store, format!("cannot start {}: {e}", argv[0]))),

@@ -3,6 +3,7 @@
 //! endpoint, every status change committed to the store as it happens.
 
 mod data;
+pub use data::CONSUMERS_ENV;
 mod job;
 mod placement;
 mod started;
@@ -321,7 +322,17 @@ fn drive(
     // The shared producer.
     let mut producer_name = None;
     if let (Some(data), false) = (data, placed.is_empty()) {
-        match data::start(store, plan, opts, workload_id, data, &rec.handle(), env) {
+        let trainers = placed.len();
+        match data::start(
+            store,
+            plan,
+            opts,
+            workload_id,
+            data,
+            &rec.handle(),
+            env,
+            trainers,
+        ) {
             Ok(p) => {
                 producer_name = Some(p.name);
                 started.producer = Some(p.job);
