@@ -1,4 +1,5 @@
-//! `batchcast runs compare` on stores that are missing, foreign or real.
+//! `batchcast runs` (compare, export, plot, list) on stores that are
+//! missing, foreign, read-only or real.
 
 mod common;
 
@@ -347,4 +348,85 @@ fn plot_draws_each_run_with_its_name() {
         .output()
         .unwrap();
     assert!(String::from_utf8_lossy(&jpg.stderr).contains(".svg or .png"));
+}
+
+/// Runs `batchcast ARGS` as a user who cannot write `dir` (as nobody when
+/// the tests run as root, whom no mode stops).
+fn batchcast_outside(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    if rustix::process::geteuid().is_root() {
+        std::process::Command::new("setpriv")
+            .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+            .arg(env!("CARGO_BIN_EXE_batchcast"))
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .unwrap()
+    } else {
+        batchcast().args(args).current_dir(dir).output().unwrap()
+    }
+}
+
+/// A store in a directory its reader cannot write (a copy, another user's
+/// results): list, show and export read it. With commits still in its
+/// `-wal`, the reader is told why it cannot, and what to do.
+#[test]
+fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    let ro = dir.path().join("ro");
+    std::fs::create_dir(&ro).unwrap();
+    let path = ro.join("runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, "w", None, 0).unwrap();
+    let (r, start) = started_run(&mut store, w, "copied");
+    record(&mut store, r, "loss", (start, 10), 3, |i| i as f64);
+    drop(store);
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    if rustix::process::geteuid().is_root() {
+        std::os::unix::fs::chown(&path, Some(65534), Some(65534)).unwrap();
+    }
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let store = path.to_str().unwrap();
+
+    let out = batchcast_outside(dir.path(), &["runs", "list", "--store", store]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("copied"),
+        "{err}"
+    );
+    let out = batchcast_outside(
+        dir.path(),
+        &["runs", "show", &r.to_string(), "--store", store],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = batchcast_outside(
+        dir.path(),
+        &["runs", "export", "--csv", "-", "--store", store],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 4);
+    assert_eq!(
+        std::fs::read_dir(&ro).unwrap().count(),
+        1,
+        "nothing written beside it"
+    );
+
+    // Commits left in a -wal file cannot be read without a -shm: said so.
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o755)).unwrap();
+    std::fs::write(ro.join("runs.sqlite-wal"), vec![0u8; 4096]).unwrap();
+    std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
+    let out = batchcast_outside(dir.path(), &["runs", "list", "--store", store]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{err}");
+    assert!(err.contains("-wal") && err.contains(".backup"), "{err}");
 }

@@ -33,6 +33,14 @@ pub enum StoreError {
     /// A value in the store that a batchcast writer would never have written.
     #[error("the run store holds a bad value in {field}: {value:?} (was it edited by hand?)")]
     Corrupt { field: &'static str, value: String },
+    /// Read-only, in a directory this user cannot write, with commits
+    /// still in the `-wal` file, which SQLite cannot read without a `-shm`.
+    #[error(
+        "cannot read the run store {path}: its directory is not writable by this user and commits are still in \
+         its -wal file; read it as a user who may write the directory, or copy it with \
+         `sqlite3 {path} '.backup copy.sqlite'` where it is"
+    )]
+    WalUnreadable { path: PathBuf },
     /// An export could not be written.
     #[error("cannot write the export: {0}")]
     Export(String),

@@ -103,13 +103,61 @@ impl Store {
         if !path.is_file() {
             return Err(StoreError::Missing { path });
         }
+        match Store::read_only_connection(&path, false) {
+            // A WAL store needs its `-shm` file, which SQLite cannot make
+            // in a directory this user may not write (a copy, another
+            // user's store). With no `-wal` file beside it, every commit is
+            // in the file itself, and nobody can be writing it (a writer
+            // would have made both files): read it as it stands.
+            Err(StoreError::Sqlite {
+                source: rusqlite::Error::SqliteFailure(f, _),
+                ..
+            }) if matches!(
+                f.code,
+                rusqlite::ErrorCode::ReadOnly | rusqlite::ErrorCode::CannotOpen
+            ) && !Store::dir_writable(&path) =>
+            {
+                if Store::has_wal(&path) {
+                    Err(StoreError::WalUnreadable { path })
+                } else {
+                    Store::read_only_connection(&path, true)
+                }
+            }
+            other => other,
+        }
+    }
+
+    /// Whether this user may create files beside `path`.
+    fn dir_writable(path: &Path) -> bool {
+        let dir = path
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        rustix::fs::access(dir, rustix::fs::Access::WRITE_OK).is_ok()
+    }
+
+    /// A read-only connection to `path`, checked to be a store; `immutable`
+    /// tells SQLite that nobody writes the file (no locks, no `-shm`).
+    fn read_only_connection(path: &Path, immutable: bool) -> Result<Store> {
         let flags = OpenFlags::SQLITE_OPEN_READ_ONLY
             | OpenFlags::SQLITE_OPEN_NO_MUTEX
             | OpenFlags::SQLITE_OPEN_URI;
-        let conn = Connection::open_with_flags(&path, flags).map_err(StoreError::sqlite(&path))?;
-        let store = Store::configure(conn, path)?;
+        let conn = if immutable {
+            Connection::open_with_flags(format!("{}?mode=ro&immutable=1", file_uri(path)), flags)
+        } else {
+            Connection::open_with_flags(path, flags)
+        }
+        .map_err(StoreError::sqlite(path))?;
+        let store = Store::configure(conn, path.to_path_buf())?;
         store.check()?;
         Ok(store)
+    }
+
+    /// Whether `path` has a `-wal` file beside it holding anything.
+    fn has_wal(path: &Path) -> bool {
+        let mut wal = path.as_os_str().to_owned();
+        wal.push("-wal");
+        std::fs::metadata(PathBuf::from(wal)).is_ok_and(|m| m.len() > 0)
     }
 
     /// The store used when none is named: `$BATCHCAST_STORE`, else
@@ -188,6 +236,21 @@ impl Store {
     fn err(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
         StoreError::sqlite(&self.path)
     }
+}
+
+/// `path` as an SQLite `file:` URI (absolute, with what a URI cannot hold
+/// escaped).
+fn file_uri(path: &Path) -> String {
+    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
+    let mut uri = String::from("file:");
+    for &b in abs.as_os_str().as_encoded_bytes() {
+        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
+            uri.push(b as char);
+        } else {
+            uri.push_str(&format!("%{b:02X}"));
+        }
+    }
+    uri
 }
 
 /// Milliseconds since the Unix epoch, now.
