@@ -372,6 +372,34 @@ fn a_bad_plan_is_refused_before_anything_starts() {
     );
 }
 
+/// A command that exists nowhere, in a later workload's File or Data, is
+/// refused at load, before the earlier workloads run.
+#[test]
+fn a_command_found_nowhere_is_refused_before_anything_starts() {
+    let f = Fixture::new();
+    for (row, problem) in [
+        (
+            "e,w2,b,,no-such-trainer-cmd,b",
+            "\"no-such-trainer-cmd\" is neither a file",
+        ),
+        (
+            "e,w2,b,no-such-producer --x,job.sh,b",
+            "Data command \"no-such-producer\"",
+        ),
+    ] {
+        let plan = f.plan(&["e,w1,a,,job.sh,a", row]);
+        let out = f.run(&[plan.to_str().unwrap()]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(
+            err.contains("plan.csv, row 2") && err.contains(problem) && err.contains("PATH"),
+            "{err}"
+        );
+        assert_eq!(f.starts("a"), 0, "{err}");
+        assert!(!f.path("runs.sqlite").exists());
+    }
+}
+
 #[test]
 fn one_command_runs_without_a_plan() {
     let f = Fixture::new();

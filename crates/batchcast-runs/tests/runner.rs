@@ -190,3 +190,39 @@ fn a_store_error_after_jobs_started_leaves_nothing_running() {
     let mps = f.gpus.mps_state();
     assert!(!mps.running && mps.stops == 1, "{mps:?}");
 }
+
+/// A Data command that is there but cannot start (its interpreter is
+/// missing): the workload's `data` run and its jobs' runs are FAILED, none
+/// left RUNNING.
+#[test]
+fn a_data_command_that_cannot_start_leaves_no_run_running() {
+    let f = Fixture::new();
+    f.script("nostart.sh", "#!/nonexistent/interpreter\n");
+    f.script("job.sh", "#!/bin/sh\nexit 0\n");
+    let plan = f.plan(
+        "Experiment,Workload,Name,Data,File\n\
+         e,w,a,./nostart.sh --serve,job.sh\n",
+    );
+    let out = f.run(&plan).unwrap();
+    assert_eq!(out.failed, 1, "{out:?}");
+    let data = f.row(keys::DATA_RUN);
+    assert_eq!(data.run.status, RunStatus::Failed, "{data:?}");
+    assert!(
+        data.run
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("cannot start"),
+        "{data:?}"
+    );
+    let a = f.row("a");
+    assert_eq!(a.run.status, RunStatus::Failed, "{a:?}");
+    assert!(
+        a.run
+            .message
+            .as_deref()
+            .unwrap_or("")
+            .contains("Data did not start"),
+        "{a:?}"
+    );
+}

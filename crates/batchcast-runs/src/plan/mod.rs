@@ -233,6 +233,48 @@ impl Plan {
         }
     }
 
+    /// Checks that `command` (a row's File, or the first word of its Data)
+    /// can be started: a `.py` script that exists (run by the interpreter),
+    /// an executable file (a path, or a name in the plan's directory), or
+    /// a command on PATH. `what` names it in the message.
+    fn find_command(&self, command: &str, what: &str) -> Result<(), String> {
+        use std::os::unix::fs::PermissionsExt;
+        let file = self.resolve(command);
+        let executable = |p: &Path| {
+            std::fs::metadata(p).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        };
+        if command.ends_with(".py") {
+            return if file.is_file() {
+                Ok(())
+            } else {
+                Err(format!("{what} {} does not exist", file.display()))
+            };
+        }
+        if command.contains('/') || file != Path::new(command) {
+            return if executable(&file) {
+                Ok(())
+            } else if file.is_file() {
+                Err(format!(
+                    "{what} {} is not executable; make it so (chmod +x) or name its interpreter",
+                    file.display()
+                ))
+            } else {
+                Err(format!("{what} {} does not exist", file.display()))
+            };
+        }
+        let on_path = std::env::var_os("PATH")
+            .is_some_and(|path| std::env::split_paths(&path).any(|d| executable(&d.join(command))));
+        if on_path {
+            Ok(())
+        } else {
+            Err(format!(
+                "{what} {command:?} is neither a file in {} nor a command on PATH; \
+                 give its path, or install it",
+                self.dir.display()
+            ))
+        }
+    }
+
     fn check(&self) -> Result<(), PlanError> {
         let at = |row: usize, problem: String| PlanError {
             file: self.file.clone(),
@@ -289,24 +331,17 @@ impl Plan {
             for l in &r.listeners {
                 check_listener_name(l).map_err(|e| at(r.row, e))?;
             }
-            let file = self.resolve(&r.file);
-            if (r.file.ends_with(".py") || r.file.contains('/')) && !file.is_file() {
-                return Err(at(r.row, format!("File {} does not exist", file.display())));
-            }
+            self.find_command(&r.file, "File")
+                .map_err(|e| at(r.row, e))?;
             if let Some(d) = &r.data {
                 let first = shlex::split(d).and_then(|v| v.into_iter().next());
                 match first {
                     None => return Err(at(r.row, format!("Data {d:?} is not a command line"))),
-                    Some(f) if f.ends_with(".py") && !self.resolve(&f).is_file() => {
-                        return Err(at(
-                            r.row,
-                            format!(
-                                "the Data script {} does not exist",
-                                self.resolve(&f).display()
-                            ),
-                        ))
-                    }
-                    _ => {}
+                    // The runner runs its own binary for `batchcast`.
+                    Some(f) if f == "batchcast" => {}
+                    Some(f) => self
+                        .find_command(&f, "the Data command")
+                        .map_err(|e| at(r.row, e))?,
                 }
             }
         }
