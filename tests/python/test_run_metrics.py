@@ -97,17 +97,65 @@ def test_bad_values_are_refused_before_anything_is_sent(monkeypatch):
         batchcast.log_metrics([("loss", 1.0)])
 
 
-def test_a_runner_that_is_gone_is_named_in_the_error(monkeypatch):
+LOOP_SCRIPT = textwrap.dedent(
+    """
+    import sys, time
+    import batchcast
+    n = int(sys.argv[1])
+    t = time.monotonic()
+    for step in range(n):
+        batchcast.log_metrics({"loss": 1.0 / (step + 1)}, step=step)
+    print(f"LOOP {time.monotonic() - t:.3f}", flush=True)
+    """
+)
+
+
+def run_logging(port: int, n: int) -> tuple[subprocess.CompletedProcess, float]:
+    """LOOP_SCRIPT as a job whose runner is at `port`; the result, and the
+    seconds the training loop spent in n calls."""
+    env = dict(
+        os.environ,
+        BATCHCAST_RUN_ID="1",
+        MLFLOW_RUN_ID="0" * 31 + "1",
+        MLFLOW_TRACKING_URI=f"http://127.0.0.1:{port}",
+        MLFLOW_TRACKING_TOKEN="0" * 32,
+    )
+    out = subprocess.run([sys.executable, "-c", LOOP_SCRIPT, str(n)], env=env, capture_output=True, text=True, timeout=120)
+    loop = float(next(line.split()[1] for line in out.stdout.splitlines() if line.startswith("LOOP ")))
+    return out, loop
+
+
+def test_a_runner_that_is_gone_costs_the_loop_nothing_and_is_reported_once_at_the_end():
     import socket
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
-    monkeypatch.setenv("BATCHCAST_RUN_ID", "1")
-    monkeypatch.setenv("MLFLOW_RUN_ID", "0" * 31 + "1")
-    monkeypatch.setenv("MLFLOW_TRACKING_URI", f"http://127.0.0.1:{port}")
-    with pytest.raises(batchcast.IoError, match="cannot reach the batchcast runner"):
-        batchcast.log_metric("loss", 1.0)
+    out, loop = run_logging(port, 50)
+    assert out.returncode == 0, out.stderr
+    assert loop < 1.0
+    assert out.stderr.count("batchcast.log_metrics:") == 1, out.stderr
+    assert "50 value(s) were not recorded" in out.stderr and "cannot reach the batchcast runner" in out.stderr, out.stderr
+
+
+def test_a_stalled_runner_never_stalls_the_training_loop():
+    """The runner's endpoint accepts connections and never answers (a
+    runner stopped with SIGSTOP): the loop's calls return at once, the job
+    ends within the exit wait, and says what was lost."""
+    import socket
+    import time
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        t = time.monotonic()
+        out, loop = run_logging(s.getsockname()[1], 3000)
+        took = time.monotonic() - t
+    assert out.returncode == 0, out.stderr
+    assert loop < 2.0, loop
+    assert took < 40, took
+    assert out.stderr.count("batchcast.log_metrics:") == 1, out.stderr
+    assert "3000 value(s) were not recorded" in out.stderr, out.stderr
 
 
 EXPORT_SCRIPT = textwrap.dedent(
