@@ -126,7 +126,9 @@ class Consumer:
         copy_on_write: in-place writes to batch tensors land on private
             copies of the pages written instead of SIGSEGV (see above); costs
             a scan of each reused slot's page table (README: "Batches are
-            read-only shared memory").
+            read-only shared memory"). Ignored with a CUDA ``device``: the
+            batches are then device tensors, and the arena is mapped shared
+            and read-only, as page-locking for the GPU needs.
         on_evict: if a producer with ``lag_policy="evict"`` evicts this
             consumer for falling too far behind: ``"error"`` raises
             :class:`batchcast.FellBehind` at the next read; ``"rejoin"`` ends
@@ -227,7 +229,12 @@ class Consumer:
             connect_timeout=connect_timeout,
             label=label,
             dir=None if dir is None else os.fspath(dir),
-            copy_on_write=bool(copy_on_write),
+            # A GPU consumer's batches are device tensors (copies), so
+            # nothing writes to its mapping; and the page-locking of a
+            # copy-on-write mapping would pin private copies of its pages
+            # (Linux unshares them at a long-term pin), which the GPU would
+            # then read instead of what the producer writes.
+            copy_on_write=bool(copy_on_write) and self._transfers is None,
             on_evict=on_evict,
         )
         self._spec = StreamSpec(self._native.welcome())
