@@ -92,7 +92,7 @@ def run_cell(args, dataset: Dict[str, Any], run: Run, log, timeout: float) -> Di
     base = {"data": dataset["path"], "images": dataset["files"], "image_size": args.image_size,
             "batch_size": args.batch_size, "workers": cell["workers"], "epochs": args.epochs,
             "seed": args.seed, "classes": args.classes, "cuda": args.cuda, "device": args.device,
-            "name": name, "n": n, "window": args.window, "idle_timeout": args.stall_timeout, "mode": mode}
+            "name": name, "n": n, "window": args.window, "idle_timeout": max(args.stall_timeout, args.timeout), "mode": mode}
     if mode in ("tensorsocket", "tensorsocket-gpu"):
         base["ts_ports"] = _free_ports(4)
     sup = Supervisor(timeout, args.stall_timeout)

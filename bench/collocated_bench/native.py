@@ -45,7 +45,7 @@ def native_serve_argv(args, dataset: str, name: str, n: int, workers: int) -> Li
         _SERVE_HELP[binary] = helptext
     argv = [binary, "serve", "--name", name, "--data", dataset, "--batch-size", str(args.batch_size),
             "--epochs", str(args.epochs), "--workers", str(max(1, workers)), "--window",
-            str(args.window), "--consumers", str(n), "--idle-timeout", str(args.stall_timeout), "--json"]
+            str(args.window), "--consumers", str(n), "--idle-timeout", str(max(args.stall_timeout, args.timeout)), "--json"]
     if "--transform" in helptext:
         argv += ["--transform", "train"]
     for flag in ("--image-size", "--size"):
