@@ -16,11 +16,16 @@
 #                                    stand-in ordering tests, junit XML in tests.xml
 #   2. listener   ($LISTENER_S, 75)  scripts/gpu_listener_check.py: `batchcast run`'s
 #                                    NVML listener against nvidia-smi, its overhead, MPS, MIG
-#   3. benchmark  ($BENCH_S, 240)    bench/collocated.py on the GPU: timm models,
+#   3. transport  ($TRANSPORT_S, 60) scripts/gpu_transport.py: a GPU consumer's GB/s
+#                                    against plain pinned and pageable copies
+#   4. benchmark  ($BENCH_S, 240)    bench/collocated.py on the GPU: timm models,
 #                                    shared vs independent vs TensorSocket vs the ceiling
-# $OUT gets: summary.json (each step's status, rewritten as it goes), env.json,
-# tests.xml, listener.json, bench.json and check.log (everything printed). A step
-# that runs out of time is stopped and what it wrote stays.
+#                                    ($BENCH_MODELS, $BENCH_TRAINERS, $BENCH_MODES: its
+#                                    --model, --trainers and --modes)
+# $STEPS picks steps (default "tests listener transport bench"). $OUT gets:
+# summary.json (each step's status, rewritten as it goes), env.json, tests.xml,
+# listener.json, transport.json, bench.json and check.log (everything printed).
+# A step that runs out of time is stopped and what it wrote stays.
 set -uo pipefail
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -59,10 +64,12 @@ os.replace(tmp, path)
 PY
 }
 
-# run_step NAME SECONDS COMMAND...: runs one step under its budget.
+# run_step NAME SECONDS COMMAND...: runs one step under its budget (if $STEPS names it).
+steps=" ${STEPS:-tests listener transport bench} "
 run_step() {
     local name=$1 budget=$2
     shift 2
+    case "$steps" in *" $name "*) ;; *) log "$name: not in \$STEPS"; return 0 ;; esac
     log "$name: starting (budget ${budget} s)"
     step_status "$name" running
     timeout --kill-after=10 "$budget" "$@"
@@ -159,7 +166,12 @@ else
         --batchcast-bin "$bin" --python "$py" --out "$OUT/listener.json" --budget $((listener_budget - 10))
 fi
 
-# -- 3. the collocated benchmark ----------------------------------------------
+# -- 3. transport --------------------------------------------------------------
+if [ "$rehearsal" = 0 ]; then
+    run_step transport "${TRANSPORT_S:-60}" "$py" scripts/gpu_transport.py --out "$OUT/transport.json"
+fi
+
+# -- 4. the collocated benchmark ----------------------------------------------
 bench_budget=${BENCH_S:-240}
 if [ "$rehearsal" = 1 ]; then
     run_step bench "$bench_budget" "$py" bench/collocated.py --device cpu --model resnet18 \
@@ -170,8 +182,9 @@ else
     # Priority groups (a "/" starts the next): what the budget leaves out
     # is named as skipped in the JSON.
     run_step bench "$bench_budget" "$py" bench/collocated.py --device cuda \
-        --model resnet18,mobilenetv3_large_100/resnet50 --trainers 1,4/2,8 \
-        --modes ceiling,independent,shared-native,tensorsocket-gpu/shared-python \
+        --model "${BENCH_MODELS:-resnet18,mobilenetv3_large_100/resnet50}" \
+        --trainers "${BENCH_TRAINERS:-1,4/2,8}" \
+        --modes "${BENCH_MODES:-ceiling,independent,shared-native,tensorsocket-gpu/shared-python}" \
         --images 4096 --epochs 1 --batch-size 128 --image-size 224 --workers auto \
         --repeats 2 --budget $((bench_budget - 20)) --timeout 60 --stall-timeout 10 \
         --batchcast-bin "$bin" --json "$OUT/bench.json"
