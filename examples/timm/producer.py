@@ -43,13 +43,14 @@ def main() -> None:
         generate(args.data)
 
     import batchcast
+    import torch
     from timm.data import create_dataset, create_loader
 
     dataset = create_dataset("", root=args.data, split="train", is_training=True)
     loader = create_loader(dataset, input_size=(3, args.img_size, args.img_size),
                            batch_size=args.batch_size, is_training=True,
                            use_prefetcher=args.prefetcher, num_workers=args.workers,
-                           device="cpu")
+                           device=torch.device("cpu"))
     if args.prefetcher:
         loader = loader.loader  # the uint8 batches, before timm's PrefetchLoader
     producer = batchcast.Producer(loader, NAME, idle_timeout=args.idle_timeout,

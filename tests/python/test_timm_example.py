@@ -1,0 +1,139 @@
+"""timm's training modes through examples/timm: a stand-in for train.py
+(which the timm wheel does not ship) calls timm's own create_loader,
+FastCollateMixup and PrefetchLoader as train.py does, run by the wrapper
+shared_loader.py against examples/timm/producer.py."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+TIMM = ROOT / "examples" / "timm"
+
+pytest.importorskip("torch")
+pytest.importorskip("timm")
+pytest.importorskip("PIL")
+
+# train.py's create_loader call for the training split (huggingface/
+# pytorch-image-models, train.py), with train.py's defaults for its flags.
+TRAIN_STANDIN = """
+import argparse
+import torch
+from timm.data import FastCollateMixup, create_dataset, create_loader
+from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
+
+p = argparse.ArgumentParser()
+p.add_argument("data")
+p.add_argument("--img-size", type=int, default=32)
+p.add_argument("-b", "--batch-size", type=int, default=16)
+p.add_argument("--epochs", type=int, default=2)
+p.add_argument("--no-prefetcher", action="store_true")
+p.add_argument("--mixup", type=float, default=0.0)
+p.add_argument("--aa", default=None)
+p.add_argument("--reprob", type=float, default=0.0)
+p.add_argument("--hflip", type=float, default=0.5)
+p.add_argument("--distributed", action="store_true")
+args = p.parse_args()
+prefetcher = not args.no_prefetcher
+collate_fn = None
+if args.mixup > 0 and prefetcher:
+    collate_fn = FastCollateMixup(mixup_alpha=args.mixup, num_classes=4, label_smoothing=0.1)
+dataset = create_dataset("", root=args.data, split="train", is_training=True)
+loader = create_loader(
+    dataset, input_size=(3, args.img_size, args.img_size), batch_size=args.batch_size,
+    is_training=True, no_aug=False, re_prob=args.reprob, re_mode="pixel", re_count=1,
+    re_split=False, train_crop_mode=None, scale=[0.08, 1.0], ratio=[3 / 4, 4 / 3],
+    hflip=args.hflip, vflip=0.0, color_jitter=0.4, color_jitter_prob=None, grayscale_prob=0.0,
+    gaussian_blur_prob=0.0, auto_augment=args.aa, num_aug_repeats=0, num_aug_splits=0,
+    interpolation="random", mean=IMAGENET_DEFAULT_MEAN, std=IMAGENET_DEFAULT_STD,
+    num_workers=0, distributed=args.distributed, collate_fn=collate_fn, pin_memory=False,
+    img_dtype=torch.float32, device=torch.device("cpu"), use_prefetcher=prefetcher,
+    use_multi_epochs_loader=False, worker_seeding="all")
+print("mixup", getattr(loader, "mixup_enabled", None), flush=True)
+for epoch in range(args.epochs):
+    for name in ("dataset", "batch_sampler", "sampler"):  # train.py's _set_loader_epoch
+        if hasattr(getattr(loader, name), "set_epoch"):
+            getattr(loader, name).set_epoch(epoch)
+    n, low, high = 0, 0.0, 0.0
+    for input, target in loader:
+        n += 1
+        low, high = min(low, float(input.min())), max(high, float(input.max()))
+    # Normalised once: ImageNet-normalised pixels lie within about [-2.2, 2.7].
+    print("epoch", epoch, n, len(loader), str(input.dtype), tuple(input.shape),
+          str(target.dtype), tuple(target.shape), -2.3 < low < 0 < high < 2.7, flush=True)
+"""
+
+
+class Example:
+    """A data directory, the stand-in train.py and the environment."""
+
+    def __init__(self, bc_dir: Path, tmp_path: Path) -> None:
+        self.data = tmp_path / "data"
+        self.train_py = tmp_path / "train.py"
+        self.train_py.write_text(TRAIN_STANDIN)
+        self.env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
+        self.producers: List[subprocess.Popen] = []
+
+    def producer(self, *args: str) -> subprocess.Popen:
+        generate = [] if self.data.exists() else ["--generate"]
+        p = subprocess.Popen(
+            [sys.executable, TIMM / "producer.py", self.data, *generate, "--img-size", "32",
+             "--workers", "0", "--idle-timeout", "3", *args],
+            env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.producers.append(p)
+        while not (self.data / "validation").exists() and p.poll() is None:
+            pass  # (the producer writes the generated dataset first)
+        return p
+
+    def trainers(self, *argvs: List[str]) -> List[subprocess.CompletedProcess]:
+        procs = [subprocess.Popen([sys.executable, TIMM / "shared_loader.py", self.train_py,
+                                   self.data, *argv], env=self.env, stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for argv in argvs]
+        done = []
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            done.append(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+        return done
+
+    def finish(self) -> None:
+        for p in self.producers:
+            out, err = p.communicate(timeout=120)
+            assert p.returncode == 0, err[-3000:]
+            assert "producer: served" in out
+
+    def kill(self) -> None:
+        for p in self.producers:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+
+
+@pytest.fixture
+def example(bc_dir, tmp_path):
+    ex = Example(bc_dir, tmp_path)
+    try:
+        yield ex
+    finally:
+        ex.kill()
+
+
+def _ok(r: subprocess.CompletedProcess) -> List[str]:
+    assert r.returncode == 0, r.stderr[-3000:]
+    return r.stdout.splitlines()
+
+
+def test_prefetcher_mode_trains_on_uint8_batches_normalised_once_by_timm(example):
+    example.producer("-b", "32", "--prefetcher")
+    (r,) = example.trainers(["-b", "16"])
+    # 128 generated images, batches of 16: timm's PrefetchLoader gives
+    # float32 batches, normalised once.
+    assert _ok(r)[1:] == [
+        f"epoch {e} 8 8 torch.float32 (16, 3, 32, 32) torch.int64 (16,) True" for e in (0, 1)
+    ]
+    example.finish()
