@@ -8,11 +8,13 @@ own loader), then runs train.py as its __main__.
         --model resnet10t --img-size 32 -b 64 --epochs 3 --lr 0.1 --no-prefetcher --device cpu
 
 BATCHCAST_NAME picks the producer (default "timm-train"). The trainer states
-what it expects (its input size), so a trainer started with --img-size 96
-against a 32-px producer stops at connection with both sizes named instead
-of training on the wrong images. With the prefetcher on (train.py's
-default, on a GPU), timm's PrefetchLoader wraps the Consumer and normalises
-on the GPU: run the producer with --prefetcher then, so that it sends uint8.
+what it expects (its input size, and uint8 images with the prefetcher,
+float32 without), so a trainer started with --img-size 96 against a 32-px
+producer, or with the prefetcher against a producer without --prefetcher,
+stops at connection with both sides named instead of training on the wrong
+images. With the prefetcher on (train.py's default, on a GPU), timm's
+PrefetchLoader wraps the Consumer and normalises on the GPU: run the
+producer with --prefetcher then, so that it sends uint8.
 """
 
 from __future__ import annotations
@@ -37,9 +39,20 @@ def shared_create_loader(real: Any) -> Any:
 
         shape = tuple(input_size) if isinstance(input_size, (tuple, list)) else (3, input_size,
                                                                                  input_size)
-        consumer = batchcast.Consumer(NAME, batch_size=batch_size, connect_timeout=120,
-                                      expect={"batch[0]": {"shape": shape}})
-        if kwargs.get("use_prefetcher", True):
+        prefetcher = kwargs.get("use_prefetcher", True)
+        # timm's prefetcher normalises uint8 images in the trainer; without
+        # it the producer's transform sends them normalised, as float32.
+        dtype = "uint8" if prefetcher else "float32"
+        try:
+            consumer = batchcast.Consumer(NAME, batch_size=batch_size, connect_timeout=120,
+                                          expect={"batch[0]": {"shape": shape, "dtype": dtype}})
+        except batchcast.StreamMismatch as e:
+            raise batchcast.StreamMismatch(
+                f"{e}. A train.py with timm's prefetcher (its default) reads uint8 images: start "
+                "examples/timm/producer.py with --prefetcher; one run with --no-prefetcher reads "
+                "float32 images: start the producer without --prefetcher"
+            ) from None
+        if prefetcher:
             import torch
             from timm.data.loader import PrefetchLoader
 

@@ -137,3 +137,20 @@ def test_prefetcher_mode_trains_on_uint8_batches_normalised_once_by_timm(example
         f"epoch {e} 8 8 torch.float32 (16, 3, 32, 32) torch.int64 (16,) True" for e in (0, 1)
     ]
     example.finish()
+
+
+def test_a_trainer_whose_prefetcher_setting_differs_from_the_producers_is_refused(example):
+    example.producer("-b", "32")  # float32, normalised by the producer
+    prefetching, plain = example.trainers(["-b", "16"], ["-b", "16", "--no-prefetcher"])
+    assert prefetching.returncode != 0
+    assert "StreamMismatch" in prefetching.stderr
+    assert "'dtype': 'uint8'" in prefetching.stderr and "float32[3, 32, 32]" in prefetching.stderr
+    assert "--prefetcher" in prefetching.stderr
+    assert _ok(plain)[1].startswith("epoch 0 8 8 torch.float32")
+    example.finish()
+    example.producers.clear()
+    example.producer("-b", "32", "--prefetcher")  # uint8
+    (r,) = example.trainers(["-b", "16", "--no-prefetcher"])
+    assert r.returncode != 0
+    assert "'dtype': 'float32'" in r.stderr and "uint8[3, 32, 32]" in r.stderr
+    example.finish()
