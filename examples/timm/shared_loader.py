@@ -27,6 +27,27 @@ from typing import Any
 NAME = os.environ.get("BATCHCAST_NAME", "timm-train")
 
 
+class Recollated:
+    """A Consumer whose batches go through train.py's collate_fn (timm's
+    FastCollateMixup with --mixup/--cutmix and the prefetcher): each batch
+    is split into its samples and collated again, so the mixing happens in
+    this trainer, with its own draws. Everything else is the Consumer's."""
+
+    def __init__(self, consumer: Any, collate_fn: Any) -> None:
+        self.consumer = consumer
+        self.collate_fn = collate_fn  # PrefetchLoader.mixup_enabled reads it
+
+    def __iter__(self) -> Any:
+        for images, targets in self.consumer:
+            yield self.collate_fn(list(zip(images, targets)))
+
+    def __len__(self) -> int:
+        return len(self.consumer)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.consumer, name)
+
+
 def shared_create_loader(real: Any) -> Any:
     """timm.data.create_loader, with the training loader read from the
     producer NAME."""
@@ -44,7 +65,10 @@ def shared_create_loader(real: Any) -> Any:
         # it the producer's transform sends them normalised, as float32.
         dtype = "uint8" if prefetcher else "float32"
         try:
-            consumer = batchcast.Consumer(NAME, batch_size=batch_size, connect_timeout=120,
+            # drop_last as timm's own training loader: the same steps per
+            # epoch, and no short last batch (FastCollateMixup needs even ones).
+            consumer = batchcast.Consumer(NAME, batch_size=batch_size, drop_last=True,
+                                          connect_timeout=120,
                                           expect={"batch[0]": {"shape": shape, "dtype": dtype}})
         except batchcast.StreamMismatch as e:
             raise batchcast.StreamMismatch(
@@ -52,13 +76,16 @@ def shared_create_loader(real: Any) -> Any:
                 "examples/timm/producer.py with --prefetcher; one run with --no-prefetcher reads "
                 "float32 images: start the producer without --prefetcher"
             ) from None
+        loader: Any = consumer
+        if kwargs.get("collate_fn") is not None:
+            loader = Recollated(consumer, kwargs["collate_fn"])
         if prefetcher:
             import torch
             from timm.data.loader import PrefetchLoader
 
-            return PrefetchLoader(consumer, device=kwargs.get("device", torch.device("cuda")),
+            return PrefetchLoader(loader, device=kwargs.get("device", torch.device("cuda")),
                                   **{k: kwargs[k] for k in ("mean", "std") if k in kwargs})
-        return consumer
+        return loader
 
     return create_loader
 

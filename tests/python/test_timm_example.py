@@ -154,3 +154,17 @@ def test_a_trainer_whose_prefetcher_setting_differs_from_the_producers_is_refuse
     assert r.returncode != 0
     assert "'dtype': 'float32'" in r.stderr and "uint8[3, 32, 32]" in r.stderr
     example.finish()
+
+
+@pytest.mark.parametrize("mixup", [False, True])
+def test_train_py_collate_fn_and_drop_last_are_kept(example, mixup):
+    """A batch size (24) that does not divide the producer's (32): timm's
+    own loader drops the last, short batch (128 // 24 = 5 steps); with
+    --mixup and the prefetcher, train.py's FastCollateMixup mixes each batch
+    and its targets become soft (24, 4) float rows."""
+    example.producer("-b", "32", "--prefetcher")
+    (r,) = example.trainers(["-b", "24", "--epochs", "1"] + (["--mixup", "0.8"] if mixup else []))
+    target = "torch.float32 (24, 4)" if mixup else "torch.int64 (24,)"
+    assert _ok(r) == [f"mixup {mixup}",
+                      f"epoch 0 5 5 torch.float32 (24, 3, 32, 32) {target} True"]
+    example.finish()
