@@ -29,6 +29,8 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
             "4",
             "--policy",
             "fifo,dally",
+            "--format",
+            "batchcast",
         ])
         .arg("--trace")
         .arg(&trace)
@@ -127,4 +129,74 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success() && err.contains("pick from"), "{err}");
+}
+
+#[test]
+fn sim_reads_the_published_simulators_trace_and_cluster_files() {
+    // The format of github aakash-sharma/cluster-sim's configuration/jobs
+    // and configuration/cluster (written here: that repository has no
+    // licence). One 4-GPU slot; job 1: 400 iterations x 1 s on one GPU,
+    // over 4 GPUs 100 s; job 2 arrives at 10 (arrival_time, not its
+    // start_time), runs 100-200: FIFO mean JCT (100 + 190) / 2 = 145 s.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("small.json");
+    let rec = |id: u32, when: &str, iters: u32, tpi: &str| {
+        format!(
+            r#"{{"time_per_iteration": "{tpi}", "job_id": "{id}", "max_parallelism": "4", {when},
+            "cross_rack_slowdown": "0.6", "cross_machine_slowdown": "0.7", "job_group_id": "1",
+            "total_iterations": "{iters}", "cross_slot_slowdown": "0.8"}}"#
+        )
+    };
+    std::fs::write(
+        &trace,
+        format!(
+            "[{}, {}, {}]",
+            rec(1, r#""start_time": "0""#, 400, "1"),
+            rec(3, r#""start_time": "0""#, 0, "1"),
+            rec(2, r#""arrival_time": "10", "start_time": "0""#, 200, "2"),
+        ),
+    )
+    .unwrap();
+    let cluster = dir.path().join("cluster.json");
+    std::fs::write(
+        &cluster,
+        r#"{"lease_time": "20.0", "racks_in_cluster": "1", "machines_per_rack": "1", "epsilon": "1.0",
+            "gpus_per_slot": "4", "fairness_threshold": "0.0", "slots_per_machine": "1",
+            "cluster_policy": "Tiresias", "iteration_granularity": "500"}"#,
+    )
+    .unwrap();
+    let o = batchcast()
+        .args(["sim", "--policy", "fifo", "--json", "--trace"])
+        .arg(&trace)
+        .arg("--cluster")
+        .arg(&cluster)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{stderr}");
+    assert!(stderr.contains("skipped 1 records"), "{stderr}");
+    assert!(
+        stderr.contains("lease 20 s, restart cost 0 s, congestion 0 / 0"),
+        "{stderr}"
+    );
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let s = &v[0];
+    assert_eq!(s["jobs"], 2, "{stdout}");
+    let mean = s["mean_jct"].as_f64().unwrap();
+    assert!((mean - 145.0).abs() < 1e-6, "{stdout}");
+
+    // The same trace as batchcast's own format is refused, naming dally.
+    let o = batchcast()
+        .args(["sim", "--format", "batchcast", "--trace"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("--format dally"),
+        "{err}"
+    );
 }

@@ -25,7 +25,7 @@ fn parse_err(e: SimError) -> (String, usize, String) {
 }
 
 #[test]
-fn dally_json_job_list() {
+fn batchcast_json_job_list() {
     let dir = tempfile::tempdir().unwrap();
     let p = write(
         dir.path(),
@@ -38,7 +38,7 @@ fn dally_json_job_list() {
   "dataset": "imagenet", "model": "resnet50", "gpu_util": 80, "cpu_num": 12, "duration": 30, "submit_time": 160}
 ]"#,
     );
-    let t = read_file(&p, Format::Dally).unwrap();
+    let t = read_file(&p, Format::Batchcast).unwrap();
     assert_eq!(t.jobs.len(), 2);
     let (a, b) = (&t.jobs[0], &t.jobs[1]);
     assert_eq!(
@@ -64,7 +64,7 @@ fn dally_json_job_list() {
         r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2},
         {"job_id": 2, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 1.5}]"#,
     );
-    let (file, record, field) = parse_err(read_file(&bad, Format::Dally).unwrap_err());
+    let (file, record, field) = parse_err(read_file(&bad, Format::Batchcast).unwrap_err());
     assert!(file.ends_with("bad.json"));
     assert_eq!((record, field.as_str()), (2, "max_parallelism"));
     let bad = write(
@@ -73,12 +73,12 @@ fn dally_json_job_list() {
         r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2, "cross_rack_slowdown": 0.5}]"#,
     );
     assert_eq!(
-        parse_err(read_file(&bad, Format::Dally).unwrap_err()).2,
+        parse_err(read_file(&bad, Format::Batchcast).unwrap_err()).2,
         "cross_rack_slowdown"
     );
     let bad = write(dir.path(), "broken.json", "[{");
     assert_eq!(
-        parse_err(read_file(&bad, Format::Dally).unwrap_err()).2,
+        parse_err(read_file(&bad, Format::Batchcast).unwrap_err()).2,
         "(json)"
     );
 }

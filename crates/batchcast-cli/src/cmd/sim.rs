@@ -1,12 +1,12 @@
 //! `batchcast sim`: run scheduling policies over a trace on a simulated
 //! GPU cluster and compare them (the simulator is batchcast-sim).
 
-use std::io::{IsTerminal, Read};
+use std::io::IsTerminal;
 use std::path::PathBuf;
 
 use crate::out::{out, outln};
 use anyhow::{bail, Context, Result};
-use batchcast_sim::trace::{read_file, Format};
+use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
     by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, synthetic,
     utilisation_svg, ClusterSpec, DataSharing, SimConfig, Summary, SynthConfig,
@@ -14,22 +14,27 @@ use batchcast_sim::{
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
 
-/// Largest cluster file read, bytes.
-const MAX_CLUSTER_FILE: u64 = 64 * 1024;
-
 #[derive(Args)]
 pub struct SimArgs {
     /// Trace file; without it a seeded synthetic trace is generated.
     #[arg(long)]
     trace: Option<PathBuf>,
-    /// Trace format: dally (the delay-scheduling simulator's JSON), helios
-    /// (cluster_log.csv) or philly (cluster_job_log).
+    /// Trace format: dally (alias cluster-sim: the published delay-scheduling
+    /// simulator's JSON, slowdowns as throughput fractions <= 1,
+    /// time_per_iteration on one GPU), batchcast (the same fields,
+    /// slowdowns as multipliers >= 1, time_per_iteration of the whole job),
+    /// helios (cluster_log.csv) or philly (cluster_job_log).
     #[arg(long, default_value = "dally")]
     format: String,
     /// Policies to compare, comma-separated: fifo, sjf, srsf, tiresias, gandiva, dally.
     #[arg(long, default_value = "dally,tiresias,gandiva,srsf,fifo")]
     policy: String,
-    /// Cluster shape as JSON ({"racks":..,"machines_per_rack":..,"gpus_per_machine":..,"gpus_per_slot":..,"cpu_cores":..}).
+    /// Cluster file: the published simulator's ({"racks_in_cluster":..,
+    /// "machines_per_rack":..,"slots_per_machine":..,"gpus_per_slot":..,
+    /// "lease_time":..}) or batchcast's ({"racks":..,"machines_per_rack":..,
+    /// "gpus_per_machine":..,"gpus_per_slot":..,"cpu_cores":..}). A published
+    /// one sets the lease from lease_time and, unless given below, no
+    /// restart cost and no congestion, as the published simulator has.
     #[arg(long)]
     cluster: Option<PathBuf>,
     #[arg(long, default_value_t = 8)]
@@ -44,18 +49,22 @@ pub struct SimArgs {
     /// CPU cores per machine for data loading.
     #[arg(long, default_value_t = 64.0)]
     cpu_cores: f64,
-    /// Lease length, seconds (preemptive policies decide at its multiples).
-    #[arg(long, default_value_t = 360.0)]
-    lease: f64,
-    /// Seconds a preempted job loses to checkpoint and restart.
-    #[arg(long, default_value_t = 30.0)]
-    restart_cost: f64,
-    /// Congestion per extra job on a rack's cross-machine links.
-    #[arg(long, default_value_t = 0.02)]
-    rack_congestion: f64,
-    /// Congestion per extra job on the cross-rack links.
-    #[arg(long, default_value_t = 0.01)]
-    core_congestion: f64,
+    /// Lease length, seconds (preemptive policies decide at its multiples);
+    /// default 360, or a published cluster file's lease_time.
+    #[arg(long)]
+    lease: Option<f64>,
+    /// Seconds a preempted job loses to checkpoint and restart; default 30,
+    /// or 0 with a published cluster file.
+    #[arg(long)]
+    restart_cost: Option<f64>,
+    /// Congestion per extra job on a rack's cross-machine links; default
+    /// 0.02, or 0 with a published cluster file.
+    #[arg(long)]
+    rack_congestion: Option<f64>,
+    /// Congestion per extra job on the cross-rack links; default 0.01, or 0
+    /// with a published cluster file.
+    #[arg(long)]
+    core_congestion: Option<f64>,
     /// Data loading: off (a pipeline per job), share (one per dataset and
     /// machine), place (share, and place same-dataset jobs together).
     #[arg(long, default_value = "off")]
@@ -92,55 +101,88 @@ pub struct SimArgs {
     json: bool,
 }
 
-fn cluster(a: &SimArgs) -> Result<ClusterSpec> {
-    let spec = match &a.cluster {
-        Some(p) => {
-            let f = std::fs::File::open(p)
-                .with_context(|| format!("cannot open cluster file {}", p.display()))?;
-            let mut s = String::new();
-            f.take(MAX_CLUSTER_FILE + 1).read_to_string(&mut s)?;
-            if s.len() as u64 > MAX_CLUSTER_FILE {
-                bail!("{}: larger than {MAX_CLUSTER_FILE} bytes; a cluster file is a small JSON object", p.display());
+/// The cluster from `--cluster` or the shape flags.
+fn cluster(a: &SimArgs) -> Result<ClusterFile> {
+    let file = match &a.cluster {
+        Some(p) => read_cluster(p, a.cpu_cores)?,
+        None => {
+            let spec = ClusterSpec {
+                gpus_per_slot: a.gpus_per_slot,
+                ..ClusterSpec::new(
+                    a.racks,
+                    a.machines_per_rack,
+                    a.gpus_per_machine,
+                    a.cpu_cores,
+                )
+            };
+            spec.validate()?;
+            ClusterFile {
+                spec,
+                published: false,
+                lease: None,
+                policy: None,
+                iteration_granularity: None,
+                consolidate: None,
             }
-            serde_json::from_str(&s).with_context(|| {
-                format!("{}: expected {{\"racks\", \"machines_per_rack\", \"gpus_per_machine\", \"cpu_cores\"}}", p.display())
-            })?
         }
-        None => ClusterSpec {
-            gpus_per_slot: a.gpus_per_slot,
-            ..ClusterSpec::new(
-                a.racks,
-                a.machines_per_rack,
-                a.gpus_per_machine,
-                a.cpu_cores,
-            )
-        },
     };
-    spec.validate()?;
-    Ok(spec)
+    Ok(file)
+}
+
+/// The options: flags first, then a published cluster file's values and
+/// its model's defaults (no restart cost, no congestion), then batchcast's.
+fn config(a: &SimArgs, c: &ClusterFile, data_sharing: DataSharing) -> SimConfig {
+    let d = SimConfig::default();
+    let published = |v: f64, own: f64| if c.published { v } else { own };
+    SimConfig {
+        lease: a.lease.or(c.lease).unwrap_or(d.lease),
+        restart_cost: a.restart_cost.unwrap_or(published(0.0, d.restart_cost)),
+        rack_congestion: a
+            .rack_congestion
+            .unwrap_or(published(0.0, d.rack_congestion)),
+        core_congestion: a
+            .core_congestion
+            .unwrap_or(published(0.0, d.core_congestion)),
+        data_sharing,
+    }
 }
 
 pub fn run(a: SimArgs) -> Result<()> {
-    let spec = cluster(&a)?;
+    let cfile = cluster(&a)?;
+    let spec = cfile.spec;
     let data_sharing = match a.data_sharing.as_str() {
         "off" => DataSharing::Off,
         "share" => DataSharing::Share,
         "place" => DataSharing::SharePlace,
         o => bail!("unknown --data-sharing {o:?}; pick off, share or place"),
     };
-    let cfg = SimConfig {
-        lease: a.lease,
-        restart_cost: a.restart_cost,
-        rack_congestion: a.rack_congestion,
-        core_congestion: a.core_congestion,
-        data_sharing,
-    };
+    let cfg = config(&a, &cfile, data_sharing);
+    if cfile.published {
+        eprintln!(
+            "published cluster file: lease {} s, restart cost {} s, congestion {} / {}{}{}",
+            cfg.lease,
+            cfg.restart_cost,
+            cfg.rack_congestion,
+            cfg.core_congestion,
+            cfile
+                .policy
+                .as_deref()
+                .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
+                .unwrap_or_default(),
+            cfile
+                .iteration_granularity
+                .map(|g| format!(
+                    "; iteration_granularity {g} is not simulated (progress is continuous)"
+                ))
+                .unwrap_or_default(),
+        );
+    }
     let jobs = match &a.trace {
         Some(p) => {
             let t = read_file(p, Format::by_name(&a.format)?)?;
             if t.skipped > 0 {
                 eprintln!(
-                    "{}: skipped {} records without GPUs or run time",
+                    "{}: skipped {} records without GPUs, run time or iterations",
                     p.display(),
                     t.skipped
                 );

@@ -1,8 +1,26 @@
-//! The delay-scheduling simulator's JSON job lists: an array (or an object
-//! with a `jobs` array) of objects with job_id, arrival_time or start_time
-//! (or submit_time), total_iterations and time_per_iteration (or duration),
-//! max_parallelism (GPUs), cross_slot/machine/rack_slowdown, and optionally
-//! job_group_id, dataset, model, gpu_util, cpu_num.
+//! JSON job lists in two dialects that share their field names: an array
+//! (or an object with a `jobs` array) of objects with job_id, arrival_time
+//! or start_time (or submit_time), total_iterations and time_per_iteration
+//! (or duration), max_parallelism (GPUs), cross_slot/machine/rack_slowdown,
+//! and optionally job_group_id, dataset, model, gpu_util, cpu_num. Numbers
+//! may be JSON numbers or strings (the published files write strings).
+//!
+//! - [`Format::Dally`](super::Format::Dally), the published delay-scheduling
+//!   simulator's files (github aakash-sharma/cluster-sim, read as its
+//!   `IntraJobScheduler.java` at commit 2953d56 does): `time_per_iteration`
+//!   is the time of one iteration on ONE GPU, a job on n GPUs runs n
+//!   iterations per `time_per_iteration / s`, where `s` is the slowdown of
+//!   the widest level its GPUs span, a throughput fraction `0 < s <= 1`; so
+//!   its run time is `total_iterations * time_per_iteration / (n * s)`.
+//!   Arrival is `arrival_time`, else `start_time`. Records with zero
+//!   iterations are skipped and counted. Jobs of one `job_group_id` are
+//!   simulated as independent jobs: the published simulator's halving of a
+//!   group's iterations (hyper-parameter search) is not modelled.
+//! - [`Format::Batchcast`](super::Format::Batchcast), batchcast's own:
+//!   `time_per_iteration` is the iteration time of the whole job inside one
+//!   slot and slowdowns are iteration-time multipliers `>= 1`.
+//!
+//! A value on the wrong side of 1 names the other format in its error.
 
 use serde_json::Value;
 
@@ -76,8 +94,60 @@ pub(crate) fn records<'a>(file: &str, v: &'a Value) -> Result<&'a Vec<Value>, Si
     Ok(list)
 }
 
-/// Parses a delay-scheduling simulator job list.
+/// Parses a job list of the published delay-scheduling simulator.
 pub fn parse_dally(file: &str, text_in: &str) -> Result<Parsed, SimError> {
+    parse_json_jobs(file, text_in, true)
+}
+
+/// Parses a job list in batchcast's own JSON format.
+pub fn parse_batchcast(file: &str, text_in: &str) -> Result<Parsed, SimError> {
+    parse_json_jobs(file, text_in, false)
+}
+
+/// The slowdown field `k` of record `r` as an iteration-time multiplier:
+/// published fractions `s` become `1 / s`; batchcast's multipliers are kept.
+fn slowdown(
+    file: &str,
+    r: usize,
+    o: &Value,
+    k: &str,
+    default: f64,
+    published: bool,
+) -> Result<f64, SimError> {
+    let Some(v) = num(file, r, o, k)? else {
+        return Ok(default);
+    };
+    if !(v > 0.0 && v.is_finite()) {
+        return Err(bad(file, r, k, format!("{v} is not a positive number")));
+    }
+    match (published, v <= 1.0) {
+        (true, true) => Ok(1.0 / v),
+        (false, false) => Ok(v),
+        (true, false) => Err(bad(
+            file,
+            r,
+            k,
+            format!(
+                "{v} is above 1: the published simulator's slowdowns are throughput \
+                 fractions 0 < s <= 1; for a file of iteration-time multipliers >= 1 \
+                 (batchcast's own format) pass --format batchcast"
+            ),
+        )),
+        (false, true) if v == 1.0 => Ok(v),
+        (false, true) => Err(bad(
+            file,
+            r,
+            k,
+            format!(
+                "{v} is below 1: batchcast's own format takes iteration-time multipliers \
+                 >= 1; for the published cluster-sim files, whose slowdowns are throughput \
+                 fractions, pass --format dally"
+            ),
+        )),
+    }
+}
+
+fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed, SimError> {
     let v = parse_json(file, text_in)?;
     let mut out = Parsed::default();
     for (k, o) in records(file, &v)?.iter().enumerate() {
@@ -129,6 +199,10 @@ pub fn parse_dally(file: &str, text_in: &str) -> Result<Parsed, SimError> {
                 1.0,
             ),
         };
+        if iterations == 0.0 {
+            out.skipped += 1;
+            continue;
+        }
         if !(iterations > 0.0 && iter_time > 0.0 && (iterations * iter_time).is_finite()) {
             return Err(bad(
                 file,
@@ -137,15 +211,14 @@ pub fn parse_dally(file: &str, text_in: &str) -> Result<Parsed, SimError> {
                 "iterations and time per iteration must be > 0",
             ));
         }
-        let sd = |k: &str, d: f64| -> Result<f64, SimError> {
-            let v = num(file, r, o, k)?.unwrap_or(d);
-            if v >= 1.0 && v.is_finite() {
-                Ok(v)
-            } else {
-                Err(bad(file, r, k, format!("{v} is not a multiplier >= 1")))
-            }
+        // The published time is one GPU's; the job's n GPUs share the work.
+        let iter_time = if published {
+            iter_time / gpus
+        } else {
+            iter_time
         };
         let def = Slowdown::default();
+        let sd = |k: &str, d: f64| slowdown(file, r, o, k, d, published);
         let slowdown = Slowdown {
             cross_slot: sd("cross_slot_slowdown", def.cross_slot)?,
             cross_machine: sd("cross_machine_slowdown", def.cross_machine)?,

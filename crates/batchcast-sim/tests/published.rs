@@ -1,0 +1,219 @@
+//! The published delay-scheduling simulator's files (github
+//! aakash-sharma/cluster-sim, `configuration/jobs` and
+//! `configuration/cluster`) read as its Java code reads them, and the run
+//! times its `IntraJobScheduler` gives, on hand-worked traces.
+//!
+//! That repository carries no licence, so no file of it is copied here: the
+//! samples below are written by the test in its exact format (every value a
+//! JSON string, `"key": "value", ` layout, the fields its traces carry).
+
+mod common;
+
+use batchcast_sim::trace::{parse, parse_cluster, Format};
+use batchcast_sim::{by_name, SimConfig, SimError};
+
+/// A published-format record.
+fn record(id: u32, when: &str, gpus: u32, iters: u32, tpi: &str) -> String {
+    format!(
+        r#"  {{
+    "time_per_iteration": "{tpi}", 
+    "random_seed": "18", 
+    "job_id": "{id}", 
+    "max_parallelism": "{gpus}", 
+    {when}, 
+    "loss_function_type": "sublinear", 
+    "cross_rack_slowdown": "0.6", 
+    "cross_machine_slowdown": "0.7", 
+    "job_group_id": "1", 
+    "total_iterations": "{iters}", 
+    "cross_slot_slowdown": "0.8"
+  }}"#
+    )
+}
+
+fn trace(records: &[String]) -> String {
+    format!("[\n{}\n]\n", records.join(", \n"))
+}
+
+/// A published-format cluster file.
+fn cluster_file(racks: u32, machines: u32, slots: u32, per_slot: u32, lease: &str) -> String {
+    format!(
+        r#"{{
+  "lease_time": "{lease}", 
+  "racks_in_cluster": "{racks}", 
+  "machines_per_rack": "{machines}", 
+  "epsilon": "1.0", 
+  "gpus_per_slot": "{per_slot}", 
+  "fairness_threshold": "0.0", 
+  "slots_per_machine": "{slots}", 
+  "cluster_policy": "Tiresias",
+  "iteration_granularity": "500",
+  "consolidate": "true",
+  "astra_sim_path": "/path/to/astra-sim",
+  "astra_sim_bin_path": "/path/to/AnalyticalAstra"
+}}"#
+    )
+}
+
+/// The published model: no congestion, no restart cost, the file's lease.
+fn published_cfg(lease: f64) -> SimConfig {
+    SimConfig {
+        lease,
+        restart_cost: 0.0,
+        rack_congestion: 0.0,
+        core_congestion: 0.0,
+        ..SimConfig::default()
+    }
+}
+
+#[test]
+fn slowdowns_are_throughput_fractions_and_time_per_iteration_is_one_gpus() {
+    // IntraJobScheduler: n GPUs do n iterations per time_per_iteration / s,
+    // so 1000 iterations x 1 s on 4 GPUs take 1000 / (4 s) seconds.
+    let jobs = parse(
+        "t.json",
+        &trace(&[record(1, r#""start_time": "0""#, 4, 1000, "1")]),
+        Format::Dally,
+    )
+    .unwrap();
+    let j = &jobs.jobs[0];
+    assert!(common::close(j.slowdown.cross_slot, 1.0 / 0.8));
+    assert!(common::close(j.slowdown.cross_machine, 1.0 / 0.7));
+    assert!(common::close(j.slowdown.cross_rack, 1.0 / 0.6));
+    for ((racks, machines, slots, per_slot), want) in [
+        ((1, 1, 1, 4), 250.0),
+        ((1, 1, 2, 2), 312.5),
+        ((1, 2, 1, 2), 1000.0 / (4.0 * 0.7)),
+        ((2, 1, 1, 2), 1000.0 / (4.0 * 0.6)),
+    ] {
+        let c = parse_cluster(
+            "c.json",
+            &cluster_file(racks, machines, slots, per_slot, "20.0"),
+            64.0,
+        )
+        .unwrap();
+        assert!(c.published);
+        let mut p = by_name("fifo").unwrap();
+        let o = common::run(c.spec, &published_cfg(20.0), &jobs.jobs, p.as_mut());
+        let got = common::jct(&o, "1");
+        assert!(
+            common::close(got, want),
+            "{racks}x{machines}x{slots}x{per_slot}: {got} s, expected {want} s"
+        );
+    }
+}
+
+#[test]
+fn arrival_time_before_start_time_and_zero_iteration_records_skipped() {
+    // One 4-GPU slot. Job 1: 400 iterations x 1 s / 4 GPUs = 100 s from 0.
+    // Job 2 arrives at 10 (its start_time 0 is not its arrival), 200 x 2 s
+    // / 4 = 100 s, waits for job 1: runs 100-200, JCT 190. Job 3 has no
+    // iterations and is skipped, counted.
+    let text = trace(&[
+        record(1, r#""start_time": "0""#, 4, 400, "1"),
+        record(3, r#""start_time": "5""#, 2, 0, "1"),
+        record(2, r#""arrival_time": "10", "start_time": "0""#, 4, 200, "2"),
+    ]);
+    let jobs = parse("t.json", &text, Format::Dally).unwrap();
+    assert_eq!((jobs.jobs.len(), jobs.skipped), (2, 1));
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "20.0"), 64.0).unwrap();
+    assert_eq!(c.lease, Some(20.0));
+    for name in ["fifo", "sjf", "tiresias", "gandiva", "dally"] {
+        let mut p = by_name(name).unwrap();
+        let o = common::run(c.spec, &published_cfg(20.0), &jobs.jobs, p.as_mut());
+        assert_jcts!(o, "1" => 100.0, "2" => 190.0);
+    }
+}
+
+#[test]
+fn a_file_in_the_wrong_dialect_names_the_right_one() {
+    let published = trace(&[record(1, r#""start_time": "0""#, 4, 10, "1")]);
+    let e = parse("p.json", &published, Format::Batchcast).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("field `cross_slot_slowdown`") && msg.contains("--format dally"),
+        "{msg}"
+    );
+    let own = r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1,
+        "max_parallelism": 2, "cross_machine_slowdown": 1.5}]"#;
+    let msg = parse("own.json", own, Format::Dally)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        msg.contains("own.json: record 1: field `cross_machine_slowdown`")
+            && msg.contains("--format batchcast"),
+        "{msg}"
+    );
+    let zero = r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1,
+        "max_parallelism": 2, "cross_slot_slowdown": "0"}]"#;
+    assert!(matches!(
+        parse("z.json", zero, Format::Dally),
+        Err(SimError::Parse { ref field, .. }) if field == "cross_slot_slowdown"
+    ));
+}
+
+#[test]
+fn published_cluster_files_are_read_and_bad_ones_refused_naming_the_field() {
+    // synthetic_dally_small_consolidate.json's shape: 2 racks x 2 machines x
+    // 2 slots x 2 GPUs, lease 20 s.
+    let c = parse_cluster("c.json", &cluster_file(2, 2, 2, 2, "20.0"), 32.0).unwrap();
+    assert_eq!(
+        (
+            c.spec.racks,
+            c.spec.machines_per_rack,
+            c.spec.gpus_per_machine,
+            c.spec.slot_size(),
+            c.spec.cpu_cores
+        ),
+        (2, 2, 4, 2, 32.0)
+    );
+    assert_eq!(
+        (
+            c.lease,
+            c.policy.as_deref(),
+            c.iteration_granularity,
+            c.consolidate
+        ),
+        (Some(20.0), Some("Tiresias"), Some(500), Some(true))
+    );
+    // The smallest files carry only the shape, the lease and the policy.
+    let min = r#"{"lease_time" : "5", "racks_in_cluster" : "1", "machines_per_rack" : "1",
+        "slots_per_machine" : "1", "gpus_per_slot" : "4", "cluster_policy" : "Themis",
+        "fairness_threshold" : "0.0", "epsilon" : "1", "should_use_config" : "False"}"#;
+    let c = parse_cluster("min.json", min, 64.0).unwrap();
+    assert_eq!((c.spec.total_gpus(), c.lease), (4, Some(5.0)));
+    // batchcast's own cluster files keep working.
+    let own = r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 2, "cpu_cores": 16}"#;
+    let c = parse_cluster("own.json", own, 64.0).unwrap();
+    assert_eq!(
+        (c.published, c.spec.cpu_cores, c.lease),
+        (false, 16.0, None)
+    );
+
+    for (text, needle) in [
+        (
+            min.replace(r#""slots_per_machine" : "1","#, ""),
+            "field `slots_per_machine` is missing",
+        ),
+        (
+            min.replace(r#""gpus_per_slot" : "4""#, r#""gpus_per_slot" : "four""#),
+            "field `gpus_per_slot`: \"four\" is not a whole number",
+        ),
+        (
+            min.replace(r#""lease_time" : "5""#, r#""lease_time" : "-1""#),
+            "field `lease_time`",
+        ),
+        (
+            min.replace(r#""epsilon""#, r#""epsilom""#),
+            "unknown field `epsilom`",
+        ),
+    ] {
+        let msg = parse_cluster("bad.json", &text, 64.0)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            msg.starts_with("bad.json: ") && msg.contains(needle),
+            "{msg}"
+        );
+    }
+}
