@@ -19,12 +19,44 @@ producer with --prefetcher then, so that it sends uint8.
 
 from __future__ import annotations
 
+import inspect
 import os
 import runpy
 import sys
 from typing import Any
 
 NAME = os.environ.get("BATCHCAST_NAME", "timm-train")
+
+
+def check_augmentation(consumer: Any, options: dict, prefetcher: bool) -> None:
+    """Refuses train.py options that the producer would not honour: its
+    augmentation flags where they differ from the producer's (see
+    augmentation.py), and the modes a shared stream cannot give."""
+    import batchcast
+    from augmentation import FLAGS, announced
+
+    unsupported = {"num_aug_splits": "--aug-splits", "num_aug_repeats": "--aug-repeats",
+                   "input_size_choices": "scheduled input sizes"}
+    for key, flag in unsupported.items():
+        if options.get(key):
+            sys.exit(f"shared_loader.py: train.py's {flag} ({key}={options[key]!r}) is not "
+                     "supported with a shared producer; drop it, or train without "
+                     "examples/timm/shared_loader.py")
+    theirs = consumer.spec.metadata.get("augmentation")
+    if theirs is None:
+        raise batchcast.StreamMismatch(
+            f"producer {consumer.name!r} does not announce its augmentation (metadata "
+            "'augmentation'); start it with examples/timm/producer.py")
+    mine = announced(options, prefetcher)
+    differ = [k for k in sorted(set(mine) | set(theirs)) if mine.get(k) != theirs.get(k)]
+    if differ:
+        each = "; ".join(f"{k}={mine.get(k)!r} (train.py {FLAGS[k]}) against the producer's "
+                         f"{theirs.get(k)!r}" for k in differ)
+        raise batchcast.StreamMismatch(
+            f"train.py's augmentation differs from producer {consumer.name!r}'s: {each}. The "
+            "producer augments once for all its trainers: start examples/timm/producer.py with "
+            "the same flags, one producer per augmentation setting, each under its own "
+            "BATCHCAST_NAME")
 
 
 class Recollated:
@@ -52,6 +84,8 @@ def shared_create_loader(real: Any) -> Any:
     """timm.data.create_loader, with the training loader read from the
     producer NAME."""
 
+    defaults = {k: p.default for k, p in inspect.signature(real).parameters.items()}
+
     def create_loader(dataset: Any, input_size: Any, batch_size: int, is_training: bool = False,
                       **kwargs: Any) -> Any:
         if not is_training:
@@ -76,6 +110,12 @@ def shared_create_loader(real: Any) -> Any:
                 "examples/timm/producer.py with --prefetcher; one run with --no-prefetcher reads "
                 "float32 images: start the producer without --prefetcher"
             ) from None
+        try:
+            options = {**defaults, **kwargs}
+            check_augmentation(consumer, options, prefetcher)
+        except BaseException:
+            consumer.close()
+            raise
         loader: Any = consumer
         if kwargs.get("collate_fn") is not None:
             loader = Recollated(consumer, kwargs["collate_fn"])
@@ -83,8 +123,15 @@ def shared_create_loader(real: Any) -> Any:
             import torch
             from timm.data.loader import PrefetchLoader
 
-            return PrefetchLoader(loader, device=kwargs.get("device", torch.device("cuda")),
-                                  **{k: kwargs[k] for k in ("mean", "std") if k in kwargs})
+            # Normalisation and random erasing: this trainer's own options,
+            # applied here as timm's create_loader would.
+            re_split = options["re_split"]
+            return PrefetchLoader(
+                loader, mean=options["mean"], std=options["std"], channels=shape[0],
+                device=options["device"], img_dtype=options["img_dtype"], fp16=options["fp16"],
+                re_prob=0.0 if options["no_aug"] else options["re_prob"],
+                re_mode=options["re_mode"], re_count=options["re_count"],
+                re_num_splits=(options["num_aug_splits"] or 2) if re_split else 0)
         return loader
 
     return create_loader

@@ -40,7 +40,8 @@ from timm.data import create_dataset, create_loader  # as train.py imports them
 size = int(sys.argv[2])
 dataset = create_dataset("", root=sys.argv[1], split="train", is_training=True)
 loader = create_loader(dataset, input_size=(3, size, size), batch_size=16, is_training=True,
-                       use_prefetcher=False, device="cpu")
+                       use_prefetcher=False, device="cpu",
+                       interpolation="random")  # train.py's default --train-interpolation
 for epoch in range(2):
     for name in ("dataset", "batch_sampler", "sampler"):  # train.py's _set_loader_epoch
         if hasattr(getattr(loader, name), "set_epoch"):

@@ -55,7 +55,8 @@ loader = create_loader(
     num_workers=0, distributed=args.distributed, collate_fn=collate_fn, pin_memory=False,
     img_dtype=torch.float32, device=torch.device("cpu"), use_prefetcher=prefetcher,
     use_multi_epochs_loader=False, worker_seeding="all")
-print("mixup", getattr(loader, "mixup_enabled", None), flush=True)
+print("mixup", getattr(loader, "mixup_enabled", None),
+      "erasing", getattr(loader, "random_erasing", None) is not None, flush=True)
 for epoch in range(args.epochs):
     for name in ("dataset", "batch_sampler", "sampler"):  # train.py's _set_loader_epoch
         if hasattr(getattr(loader, name), "set_epoch"):
@@ -84,7 +85,7 @@ class Example:
         generate = [] if self.data.exists() else ["--generate"]
         p = subprocess.Popen(
             [sys.executable, TIMM / "producer.py", self.data, *generate, "--img-size", "32",
-             "--workers", "0", "--idle-timeout", "3", *args],
+             "--workers", "0", "--idle-timeout", "5", *args],
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.producers.append(p)
         while not (self.data / "validation").exists() and p.poll() is None:
@@ -153,7 +154,6 @@ def test_a_trainer_whose_prefetcher_setting_differs_from_the_producers_is_refuse
     (r,) = example.trainers(["-b", "16", "--no-prefetcher"])
     assert r.returncode != 0
     assert "'dtype': 'float32'" in r.stderr and "uint8[3, 32, 32]" in r.stderr
-    example.finish()
 
 
 @pytest.mark.parametrize("mixup", [False, True])
@@ -165,6 +165,26 @@ def test_train_py_collate_fn_and_drop_last_are_kept(example, mixup):
     example.producer("-b", "32", "--prefetcher")
     (r,) = example.trainers(["-b", "24", "--epochs", "1"] + (["--mixup", "0.8"] if mixup else []))
     target = "torch.float32 (24, 4)" if mixup else "torch.int64 (24,)"
-    assert _ok(r) == [f"mixup {mixup}",
+    assert _ok(r) == [f"mixup {mixup} erasing False",
                       f"epoch 0 5 5 torch.float32 (24, 3, 32, 32) {target} True"]
     example.finish()
+
+
+def test_augmentation_flags_take_effect_in_the_trainer_or_are_refused_by_name(example):
+    """The producer augments for all: a trainer asking for another
+    auto-augment or flip is refused, naming the option and its flag; random
+    erasing and normalisation, which timm's prefetcher applies in the
+    trainer, take effect there."""
+    example.producer("-b", "32", "--prefetcher", "--hflip", "0.0")
+    aa, flip, erase = example.trainers(["--aa", "rand-m9-mstd0.5", "--hflip", "0.0"], [],
+                                       ["--reprob", "0.5", "--hflip", "0.0", "--epochs", "1"])
+    assert aa.returncode != 0
+    assert "auto_augment='rand-m9-mstd0.5' (train.py --aa) against the producer's None" in aa.stderr
+    assert "hflip" not in aa.stderr.splitlines()[-1].split("differs")[1]
+    assert flip.returncode != 0
+    assert "hflip=0.5 (train.py --hflip) against the producer's 0.0" in flip.stderr
+    assert "BATCHCAST_NAME" in flip.stderr
+    assert _ok(erase)[0] == "mixup False erasing True"
+    assert _ok(erase)[1].startswith("epoch 0 8 8 torch.float32 (16, 3, 32, 32)")
+    example.finish()
+
