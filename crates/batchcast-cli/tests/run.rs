@@ -260,13 +260,14 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
     )
     .unwrap();
     runner.wait().unwrap();
-    // The orphaned job is the user's to clean up; end it.
-    rustix::process::kill_process_group(
-        rustix::process::Pid::from_raw(job as i32).unwrap(),
-        rustix::process::Signal::KILL,
-    )
-    .unwrap();
-    wait_until("the orphan to end", || !alive(job));
+    // Its job dies with it (its watcher kills the job's group).
+    let died = Instant::now();
+    wait_until("the job to die with its runner", || !alive(job));
+    assert!(
+        died.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        died.elapsed()
+    );
     assert_eq!(
         f.status("second", "wait"),
         RunStatus::Running,

@@ -35,7 +35,7 @@ mod store;
 
 pub use error::{Result, StoreError};
 pub use store::{
-    now_ms, Event, Experiment, ExperimentId, LogStream, MetricPoint, MetricSummary, NewRun, Param,
-    ParamSource, Recorder, RecorderHandle, Run, RunFilter, RunId, RunRow, RunStatus, Store,
+    now_ms, Event, Experiment, ExperimentId, LogStream, MetricPoint, MetricSummary, NewRun, Orphan,
+    Param, ParamSource, Recorder, RecorderHandle, Run, RunFilter, RunId, RunRow, RunStatus, Store,
     Workload, WorkloadId, BUSY_TIMEOUT, FLUSH_EVERY,
 };

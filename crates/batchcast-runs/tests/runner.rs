@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use batchcast_runs::gpu::FakeGpus;
 use batchcast_runs::plan::Plan;
-use batchcast_runs::runner::{run_plan, Outcome, RunError, RunOptions};
+use batchcast_runs::runner::{host_name, process_start, run_plan, Outcome, RunError, RunOptions};
 use batchcast_runs::{keys, RunFilter, RunRow, RunStatus, Store};
 
 struct Fixture {
@@ -224,5 +224,85 @@ fn a_data_command_that_cannot_start_leaves_no_run_running() {
             .unwrap_or("")
             .contains("Data did not start"),
         "{a:?}"
+    );
+}
+
+/// A sleeping process in a group of its own, standing in for a job.
+fn sleeper() -> std::process::Child {
+    use std::os::unix::process::CommandExt;
+    std::process::Command::new("sleep")
+        .arg("60")
+        .process_group(0)
+        .spawn()
+        .unwrap()
+}
+
+/// A runner killed with SIGKILL left run `a`'s job running (its watcher
+/// killed too). The next runner finds it by its recorded pid and start time
+/// and stops it before starting the row again, so no second copy runs
+/// beside it; run `b`'s recorded pid now belongs to another process (a
+/// different start time), which is left alone.
+#[test]
+fn a_job_left_running_by_a_dead_runner_is_stopped_by_the_next_one() {
+    let f = Fixture::new();
+    f.script("job.sh", "#!/bin/sh\necho again\n");
+    let plan = f.plan(
+        "Experiment,Workload,Name,File\n\
+         e,w,a,job.sh\n",
+    );
+    let mut dead = std::process::Command::new("true").spawn().unwrap();
+    let dead_pid = i64::from(dead.id());
+    dead.wait().unwrap();
+    let mut orphan = sleeper();
+    let mut stranger = sleeper();
+    let (orphan_pid, stranger_pid) = (i64::from(orphan.id()), i64::from(stranger.id()));
+    {
+        let mut store = Store::open(f.path("runs.sqlite")).unwrap();
+        let e = store.experiment("e").unwrap();
+        let w = store.workload(e, "w", None, 0).unwrap();
+        let env = serde_json::json!({});
+        for (name, pid, start) in [
+            ("a", orphan_pid, process_start(orphan_pid)),
+            (
+                "b",
+                stranger_pid,
+                process_start(stranger_pid).map(|s| s + 1),
+            ),
+        ] {
+            let new = batchcast_runs::NewRun {
+                name: name.into(),
+                command: vec!["job.sh".into()],
+                collocation: "-".into(),
+                host: host_name(),
+                ..Default::default()
+            };
+            let (id, _) = store.add_run(w, &new).unwrap();
+            assert!(store.claim_run(id, dead_pid, 1, &env).unwrap());
+            store.set_pid(id, pid, start).unwrap();
+        }
+    }
+    let out = f.run(&plan).unwrap();
+    let orphan_gone = orphan.try_wait().unwrap().is_some();
+    let stranger_alive = stranger.try_wait().unwrap().is_none();
+    let _ = orphan.kill();
+    let _ = stranger.kill();
+    let _ = (orphan.wait(), stranger.wait());
+    assert!(
+        orphan_gone,
+        "the dead runner's job still runs beside its second copy"
+    );
+    assert!(
+        stranger_alive,
+        "a process that reused a recorded pid was stopped"
+    );
+    assert_eq!((out.finished, out.repaired), (1, 2), "{out:?}");
+    assert_eq!(f.row("a").run.status, RunStatus::Finished);
+    assert_eq!(f.row("b").run.status, RunStatus::Killed);
+    let progress = f.progress.lock().unwrap().join("\n");
+    assert!(
+        progress.contains(&format!(
+            "stopped run 1 (a, pid {orphan_pid}), left running by runner pid {dead_pid} that died"
+        )),
+        "{progress}"
     );
 }

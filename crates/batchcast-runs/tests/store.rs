@@ -142,6 +142,34 @@ fn a_newer_store_is_refused() {
     );
 }
 
+/// A store of layout 1 (no job start times) is read as it stands, and a
+/// writer migrates it to layout 2 in place, keeping its runs.
+#[test]
+fn a_layout_1_store_is_read_and_migrated() {
+    let mut f = Fixture::new();
+    let a = f.run("a");
+    let Fixture {
+        _dir, path, store, ..
+    } = f;
+    drop(store);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("ALTER TABLE runs DROP COLUMN pid_start; PRAGMA user_version = 1;")
+        .unwrap();
+    let runs = Store::open_read_only(&path)
+        .unwrap()
+        .runs(&RunFilter::default())
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    let store = Store::open(&path).unwrap();
+    store.set_pid(a, 4242, Some(7)).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+}
+
 #[test]
 fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
     let mut f = Fixture::new();
@@ -155,7 +183,7 @@ fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
         "a RUNNING run cannot be claimed twice"
     );
     assert!(store.claim_run(b, 111, 5, &env).unwrap());
-    store.set_pid(a, 4242).unwrap();
+    store.set_pid(a, 4242, None).unwrap();
     store
         .finish_run(a, RunStatus::Finished, Some(0), None)
         .unwrap();
@@ -535,7 +563,7 @@ fn writers_that_read_first_never_find_the_store_locked() {
                     value: 1.0,
                 };
                 store.insert_metrics(&[point]).unwrap();
-                store.set_pid(r, i).unwrap();
+                store.set_pid(r, i, None).unwrap();
             }
         }));
     }

@@ -97,7 +97,7 @@ pub(crate) fn start(
         Ok(job) => job,
         Err(e) => return Err(failed(store, format!("cannot start {}: {e}", argv[0]))),
     };
-    let _ = store.set_pid(run, i64::from(job.pid()));
+    let _ = store.set_pid(run, i64::from(job.pid()), job.start);
     let deadline = Instant::now() + READY_WITHIN;
     loop {
         if batchcast::query_status(&endpoint, Duration::from_millis(500)).is_ok() {

@@ -1,11 +1,14 @@
 //! One process of a workload (a training job or the shared producer): its
 //! own process group, its output captured into the store, stopped as a
 //! group. A job dropped while still running is killed with its group: no
-//! way out of the runner leaves one behind.
+//! way out of the runner leaves one behind. A runner killed outright
+//! (SIGKILL, the OOM killer) takes its jobs with it too: each job has a
+//! watcher, a small `sh` in a group of its own that reads a pipe only the
+//! runner holds and kills the job's group when the pipe closes unasked.
 
 use std::io::Read;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::process::{Child, Command, ExitStatus, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -22,6 +25,10 @@ pub(crate) struct Job {
     pub run: RunId,
     pub name: String,
     pub child: Child,
+    /// Its start time (clock ticks since boot), recorded against pid reuse.
+    pub start: Option<i64>,
+    /// Kills its group if the runner dies without stopping it.
+    watcher: Option<Watcher>,
     readers: Vec<JoinHandle<()>>,
     /// The last line it wrote (stdout or stderr), for progress.
     pub last_line: Arc<Mutex<String>>,
@@ -48,6 +55,8 @@ impl Job {
             .stderr(Stdio::piped())
             .process_group(0);
         let mut child = command.spawn()?;
+        let start = super::process_start(i64::from(child.id()));
+        let watcher = Watcher::start(child.id());
         let last_line = Arc::new(Mutex::new(String::new()));
         let mut readers = Vec::new();
         if let Some(out) = child.stdout.take() {
@@ -72,6 +81,8 @@ impl Job {
             run,
             name: name.to_string(),
             child,
+            start,
+            watcher,
             readers,
             last_line,
             exit: None,
@@ -91,9 +102,20 @@ impl Job {
                 self.exit = Some(status);
                 // Workers it left behind (a DataLoader's, say) go with it.
                 self.signal(Signal::KILL);
+                self.end_watcher();
             }
         }
         self.exit.is_some()
+    }
+
+    /// Ends its watcher without letting it fire: once the job is reaped,
+    /// its group id may be reused.
+    fn end_watcher(&mut self) {
+        if let Some(mut w) = self.watcher.take() {
+            let _ = w.process.kill();
+            let _ = w.process.wait();
+            drop(w.pipe);
+        }
     }
 
     fn signal(&self, signal: Signal) {
@@ -135,6 +157,39 @@ impl Drop for Job {
                 self.exit = Some(status);
             }
         }
+        self.end_watcher();
+    }
+}
+
+/// A job's watcher: `sh` waiting for end-of-file on a pipe whose only
+/// writer is the runner (std's pipes are close-on-exec, so no other child
+/// inherits it). The runner never writes; when it dies, the kernel closes
+/// the pipe and the watcher kills the job's group. It lives in a group of
+/// its own, so a terminal's Ctrl-C reaches the runner, not it.
+struct Watcher {
+    process: Child,
+    pipe: ChildStdin,
+}
+
+impl Watcher {
+    /// `None` when no `sh` can be started: the job then runs unwatched, and
+    /// a later runner finds it by its recorded pid and start time.
+    fn start(group: u32) -> Option<Watcher> {
+        let mut process = Command::new("/bin/sh")
+            .args([
+                "-c",
+                "read -r _ || kill -s KILL -- \"-$1\" 2>/dev/null",
+                "batchcast-watch",
+                &group.to_string(),
+            ])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .process_group(0)
+            .spawn()
+            .ok()?;
+        let pipe = process.stdin.take()?;
+        Some(Watcher { process, pipe })
     }
 }
 
@@ -164,6 +219,7 @@ pub(crate) fn stop_all<'a>(
             if let Ok(status) = j.child.wait() {
                 j.exit = Some(status);
             }
+            j.end_watcher();
         }
     }
 }

@@ -5,6 +5,7 @@
 mod data;
 pub use data::CONSUMERS_ENV;
 mod job;
+mod orphans;
 mod placement;
 mod started;
 
@@ -91,6 +92,9 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
     let host = host_name();
     let me = i64::from(std::process::id());
     let my_start = process_start(me).unwrap_or(0);
+    for line in orphans::stop_orphans(&store, &host, opts.grace)? {
+        (opts.progress)(&line);
+    }
     let mut outcome = Outcome {
         repaired: store
             .repair_orphans(&host, |pid, start| process_start(pid) == Some(start))?
@@ -367,8 +371,9 @@ fn drive(
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
             Ok(job) => {
                 let pid = job.pid();
+                let job_start = job.start;
                 started.jobs.push(job);
-                store.set_pid(*id, i64::from(pid))?;
+                store.set_pid(*id, i64::from(pid), job_start)?;
                 watches.push(JobWatch {
                     run: *id,
                     pid,

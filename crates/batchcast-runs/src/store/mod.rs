@@ -67,7 +67,7 @@ impl Store {
         // Look before writing anything: a foreign file is left as it was.
         let found = store.inspect()?;
         if let schema::Found::Foreign(_) = found {
-            store.check()?;
+            store.check(schema::SCHEMA_VERSION)?;
         }
         // Switching a file to WAL needs it to itself for a moment; SQLite
         // answers BUSY at once (without its busy handler) while another
@@ -89,10 +89,12 @@ impl Store {
             .conn
             .pragma_update(None, "synchronous", "NORMAL")
             .map_err(store.err())?;
-        if let schema::Found::Empty = found {
+        if matches!(found, schema::Found::Empty)
+            || matches!(found, schema::Found::Store(v) if v < schema::SCHEMA_VERSION)
+        {
             schema::create(&store.conn).map_err(store.err())?;
         }
-        store.check()?;
+        store.check(schema::SCHEMA_VERSION)?;
         Ok(store)
     }
 
@@ -149,7 +151,7 @@ impl Store {
         }
         .map_err(StoreError::sqlite(path))?;
         let store = Store::configure(conn, path.to_path_buf())?;
-        store.check()?;
+        store.check(schema::OLDEST_READABLE)?;
         Ok(store)
     }
 
@@ -210,9 +212,10 @@ impl Store {
         })
     }
 
-    fn check(&self) -> Result<()> {
+    /// Whether this is a store of a layout from `oldest` to the current one.
+    fn check(&self, oldest: i64) -> Result<()> {
         match self.inspect()? {
-            schema::Found::Store(v) if v == schema::SCHEMA_VERSION => Ok(()),
+            schema::Found::Store(v) if (oldest..=schema::SCHEMA_VERSION).contains(&v) => Ok(()),
             schema::Found::Store(v) if v > schema::SCHEMA_VERSION => Err(StoreError::NewerSchema {
                 path: self.path.clone(),
                 found: v,

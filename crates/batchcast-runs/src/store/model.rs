@@ -352,3 +352,15 @@ mod tests {
         assert!((40.0..=60.0).contains(&s.p50), "p50 {}", s.p50);
     }
 }
+
+/// A run left RUNNING by a runner that died, and its job as recorded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Orphan {
+    pub run: RunId,
+    pub name: String,
+    pub runner_pid: Option<i64>,
+    /// The job's process (its group leader), once started.
+    pub pid: Option<i64>,
+    /// Its start time (clock ticks since boot), against pid reuse.
+    pub pid_start: Option<i64>,
+}

@@ -9,7 +9,9 @@ use rusqlite::Connection;
 /// "bcst": marks a SQLite file as a batchcast run store.
 pub(crate) const APPLICATION_ID: i64 = 0x6263_7374;
 /// The layout this code writes and reads.
-pub(crate) const SCHEMA_VERSION: i64 = 1;
+pub(crate) const SCHEMA_VERSION: i64 = 2;
+/// The oldest layout readers still read as it stands (a writer migrates it).
+pub(crate) const OLDEST_READABLE: i64 = 1;
 
 /// Layout version 1.
 ///
@@ -84,17 +86,33 @@ CREATE TABLE events (
 CREATE INDEX events_run ON events(run_id, ts_ms);
 "#;
 
-/// Makes an empty database a store of the current layout. Runners that
+/// Layout version 2: the job's start time beside its pid, so that a later
+/// runner finds a job its dead runner left running, and not a process that
+/// reused the pid.
+pub(crate) const SCHEMA_V2: &str = r#"
+ALTER TABLE runs ADD COLUMN pid_start INTEGER;  -- the job's start (clock ticks since boot)
+"#;
+
+/// Makes an empty database a store of the current layout, or migrates an
+/// older store forward, in one transaction. Runners that
 /// start together race here: the write lock of `BEGIN IMMEDIATE` lets one
 /// create the tables, and the others find them made.
 pub(crate) fn create(conn: &Connection) -> rusqlite::Result<()> {
     conn.execute_batch("BEGIN IMMEDIATE")?;
     let made = (|| {
-        if let Found::Empty = inspect(conn)? {
-            conn.execute_batch(SCHEMA_V1)?;
-            conn.execute_batch(&format!(
-                "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
-            ))?;
+        match inspect(conn)? {
+            Found::Empty => {
+                conn.execute_batch(SCHEMA_V1)?;
+                conn.execute_batch(SCHEMA_V2)?;
+                conn.execute_batch(&format!(
+                    "PRAGMA application_id = {APPLICATION_ID}; PRAGMA user_version = {SCHEMA_VERSION};"
+                ))?;
+            }
+            Found::Store(1) => {
+                conn.execute_batch(SCHEMA_V2)?;
+                conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
+            }
+            _ => {}
         }
         Ok(())
     })();

@@ -3,7 +3,8 @@
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
 use super::{
-    ExperimentId, LogStream, MetricPoint, NewRun, ParamSource, RunId, RunStatus, Store, WorkloadId,
+    ExperimentId, LogStream, MetricPoint, NewRun, Orphan, ParamSource, RunId, RunStatus, Store,
+    WorkloadId,
 };
 use crate::error::{Result, StoreError};
 
@@ -125,7 +126,7 @@ impl Store {
             .conn
             .execute(
                 "UPDATE runs SET status = 'RUNNING', runner_pid = ?2, runner_start = ?3, start_ms = ?4,
-                    end_ms = NULL, exit_code = NULL, message = NULL, pid = NULL, env = ?5
+                    end_ms = NULL, exit_code = NULL, message = NULL, pid = NULL, pid_start = NULL, env = ?5
                  WHERE id = ?1 AND status != 'RUNNING'",
                 params![run, runner_pid, runner_start, super::now_ms(), env.to_string()],
             )
@@ -133,12 +134,59 @@ impl Store {
         Ok(n == 1)
     }
 
-    /// Records the process id of a run's job once it is started.
-    pub fn set_pid(&self, run: RunId, pid: i64) -> Result<()> {
+    /// Records the process id of a run's job once it is started, with its
+    /// start time (clock ticks since boot; `None` when unknown), by which a
+    /// later runner tells the job from a process that reused its pid.
+    pub fn set_pid(&self, run: RunId, pid: i64, start: Option<i64>) -> Result<()> {
         self.conn
-            .execute("UPDATE runs SET pid = ?2 WHERE id = ?1", params![run, pid])
+            .execute(
+                "UPDATE runs SET pid = ?2, pid_start = ?3 WHERE id = ?1",
+                params![run, pid, start],
+            )
             .map_err(self.err())?;
         Ok(())
+    }
+
+    /// The runs of `host` left RUNNING by a runner that is no longer alive
+    /// (`runner_alive(pid, start)` says whether it is), with their jobs'
+    /// recorded pids and start times: what [`Store::repair_orphans`] will
+    /// mark KILLED, and whose jobs may still be running.
+    pub fn orphans(
+        &self,
+        host: &str,
+        runner_alive: impl Fn(i64, i64) -> bool,
+    ) -> Result<Vec<Orphan>> {
+        let mut st = self
+            .conn
+            .prepare(
+                "SELECT id, name, runner_pid, runner_start, pid, pid_start FROM runs
+                 WHERE status = 'RUNNING' AND host = ?1 ORDER BY id",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map([host], |r| {
+                Ok((
+                    Orphan {
+                        run: r.get(0)?,
+                        name: r.get(1)?,
+                        runner_pid: r.get(2)?,
+                        pid: r.get(4)?,
+                        pid_start: r.get(5)?,
+                    },
+                    r.get::<_, Option<i64>>(3)?,
+                ))
+            })
+            .map_err(self.err())?;
+        let all = rows
+            .collect::<rusqlite::Result<Vec<_>>>()
+            .map_err(self.err())?;
+        Ok(all
+            .into_iter()
+            .filter(|(o, start)| {
+                !matches!((o.runner_pid, start), (Some(p), Some(s)) if runner_alive(p, *s))
+            })
+            .map(|(o, _)| o)
+            .collect())
     }
 
     /// Records how a run ended.
