@@ -306,3 +306,52 @@ fn a_job_left_running_by_a_dead_runner_is_stopped_by_the_next_one() {
         "{progress}"
     );
 }
+
+/// A job that leaves a detached child (`setsid`) holding its stdout: the
+/// run ends when the job's own process ends, FINISHED with what the job
+/// wrote, not when the child lets go of the pipe.
+#[test]
+fn a_job_that_leaves_a_detached_child_holding_stdout_ends_with_its_process() {
+    let f = Fixture::new();
+    f.script("daemon.sh", "#!/bin/sh\nsleep 60\n");
+    f.script(
+        "job.sh",
+        "#!/bin/sh\nsetsid \"$(pwd)/daemon.sh\" &\necho job done\n",
+    );
+    let plan = f.plan(
+        "Experiment,Workload,Name,File\n\
+         e,w,a,job.sh\n",
+    );
+    let begun = Instant::now();
+    let out = f.run(&plan);
+    let took = begun.elapsed();
+    let left = running_in(f.dir.path());
+    for &p in &left {
+        let _ = rustix::process::kill_process(
+            rustix::process::Pid::from_raw(p).unwrap(),
+            rustix::process::Signal::KILL,
+        );
+    }
+    let out = out.unwrap();
+    assert!(took < Duration::from_secs(10), "the run took {took:?}");
+    assert_eq!(out.finished, 1, "{out:?}");
+    let row = f.row("a");
+    assert_eq!(row.run.status, RunStatus::Finished, "{row:?}");
+    let store = Store::open_read_only(f.path("runs.sqlite")).unwrap();
+    let (log, _) = store
+        .log(row.run.id, batchcast_runs::LogStream::Stdout, None)
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&log), "job done\n");
+    let events: Vec<String> = store
+        .events(row.run.id)
+        .unwrap()
+        .into_iter()
+        .map(|e| e.message)
+        .collect();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.contains("stdout after the job ended was not recorded")),
+        "{events:?}"
+    );
+}

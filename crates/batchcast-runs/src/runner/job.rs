@@ -7,8 +7,10 @@
 //! runner holds and kills the job's group when the pipe closes unasked.
 
 use std::io::Read;
+use std::os::fd::AsFd;
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -19,6 +21,13 @@ use crate::store::{now_ms, LogStream, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
 const LAST_LINE: usize = 200;
+/// How long the output readers may go on after the job's process ended
+/// (for what it wrote last to reach the pipe's end). Past that, a process it
+/// left behind outside its group (`setsid`, a daemon) holds the pipe: the
+/// run ends anyway, and what that process writes later is not recorded.
+const OUTPUT_AFTER_EXIT: Duration = Duration::from_secs(2);
+/// How often a reader looks whether it is told to stop.
+const READER_TICK: Duration = Duration::from_millis(100);
 
 /// A started process and the threads reading its output.
 pub(crate) struct Job {
@@ -30,6 +39,8 @@ pub(crate) struct Job {
     /// Kills its group if the runner dies without stopping it.
     watcher: Option<Watcher>,
     readers: Vec<JoinHandle<()>>,
+    /// Tells the readers to stop reading (the job ended long enough ago).
+    readers_stop: Arc<AtomicBool>,
     /// The last line it wrote (stdout or stderr), for progress.
     pub last_line: Arc<Mutex<String>>,
     pub exit: Option<ExitStatus>,
@@ -58,24 +69,20 @@ impl Job {
         let start = super::process_start(i64::from(child.id()));
         let watcher = Watcher::start(child.id());
         let last_line = Arc::new(Mutex::new(String::new()));
+        let readers_stop = Arc::new(AtomicBool::new(false));
         let mut readers = Vec::new();
+        let pumped = |stream| Pump {
+            run,
+            stream,
+            rec: rec.clone(),
+            last_line: last_line.clone(),
+            stop: readers_stop.clone(),
+        };
         if let Some(out) = child.stdout.take() {
-            readers.push(pump(
-                out,
-                run,
-                LogStream::Stdout,
-                rec.clone(),
-                last_line.clone(),
-            ));
+            readers.push(pumped(LogStream::Stdout).start(out));
         }
         if let Some(err) = child.stderr.take() {
-            readers.push(pump(
-                err,
-                run,
-                LogStream::Stderr,
-                rec.clone(),
-                last_line.clone(),
-            ));
+            readers.push(pumped(LogStream::Stderr).start(err));
         }
         Ok(Job {
             run,
@@ -84,6 +91,7 @@ impl Job {
             start,
             watcher,
             readers,
+            readers_stop,
             last_line,
             exit: None,
             stopped: None,
@@ -130,8 +138,17 @@ impl Job {
         stop_all(std::iter::once(self), grace, why);
     }
 
-    /// Waits for the output readers (its pipes closed when its group ended).
+    /// Waits for the output readers, once the job has ended: until its
+    /// pipes close (its group ended), but no longer than
+    /// [`OUTPUT_AFTER_EXIT`]; a process it left outside its group may hold
+    /// them open for ever. Output cut short so is noted in the run's
+    /// events.
     pub(crate) fn join_output(&mut self) {
+        let deadline = Instant::now() + OUTPUT_AFTER_EXIT;
+        while self.readers.iter().any(|r| !r.is_finished()) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        self.readers_stop.store(true, Ordering::SeqCst);
         for r in self.readers.drain(..) {
             let _ = r.join();
         }
@@ -224,29 +241,60 @@ pub(crate) fn stop_all<'a>(
     }
 }
 
-fn pump(
-    mut from: impl Read + Send + 'static,
+/// An output reader's share of the job.
+struct Pump {
     run: RunId,
     stream: LogStream,
     rec: RecorderHandle,
     last_line: Arc<Mutex<String>>,
-) -> JoinHandle<()> {
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match from.read(&mut buf) {
-                Ok(0) | Err(_) => return,
-                Ok(n) => {
-                    let chunk = &buf[..n];
-                    let text = String::from_utf8_lossy(chunk);
-                    if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
-                        if let Ok(mut l) = last_line.lock() {
-                            *l = line.chars().take(LAST_LINE).collect();
+    stop: Arc<AtomicBool>,
+}
+
+impl Pump {
+    /// Reads `from` into the run's log until end of file, or until told to
+    /// stop (it waits for data at most [`READER_TICK`] at a time, so a pipe
+    /// held open by someone else does not hold it).
+    fn start(self, mut from: impl Read + AsFd + Send + 'static) -> JoinHandle<()> {
+        use rustix::event::{poll, PollFd, PollFlags, Timespec};
+        std::thread::spawn(move || {
+            let tick = Timespec {
+                tv_sec: 0,
+                tv_nsec: READER_TICK.as_nanos() as _,
+            };
+            let mut buf = vec![0u8; 64 * 1024];
+            loop {
+                if self.stop.load(Ordering::SeqCst) {
+                    let note = format!(
+                        "{} after the job ended was not recorded: a process it left outside \
+                         its group (setsid, a daemon) still held it",
+                        self.stream.as_str()
+                    );
+                    self.rec.event(self.run, "runner", &note);
+                    return;
+                }
+                let mut fds = [PollFd::new(&from, PollFlags::IN)];
+                match poll(&mut fds, Some(&tick)) {
+                    Ok(0) | Err(rustix::io::Errno::INTR) => continue,
+                    Ok(_) => {}
+                    Err(_) => return,
+                }
+                match from.read(&mut buf) {
+                    Ok(0) => return,
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => return,
+                    Ok(n) => {
+                        let chunk = &buf[..n];
+                        let text = String::from_utf8_lossy(chunk);
+                        if let Some(line) = text.lines().rev().find(|l| !l.trim().is_empty()) {
+                            if let Ok(mut l) = self.last_line.lock() {
+                                *l = line.chars().take(LAST_LINE).collect();
+                            }
                         }
+                        self.rec
+                            .log(self.run, self.stream, now_ms(), chunk.to_vec());
                     }
-                    rec.log(run, stream, now_ms(), chunk.to_vec());
                 }
             }
-        }
-    })
+        })
+    }
 }
