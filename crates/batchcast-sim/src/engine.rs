@@ -272,9 +272,12 @@ pub fn simulate(
         stale: 0,
         datasets: vec![Vec::new(); spec.machines()],
     };
-    if policy.preemptive() {
-        core.push(cfg.lease, Kind::Lease);
-    }
+    // Lease rounds are armed only while a job waits: a round with nothing
+    // pending preempts nothing and starts nothing, so idle or uncontended
+    // stretches of simulated time cost no events. Boundaries stay at
+    // multiples of the lease.
+    let preemptive = policy.preemptive();
+    let mut armed = false;
     let total = jobs.len();
     let (mut next, mut finished, mut events) = (0usize, 0usize, 0u64);
     let mut timeline: Vec<Sample> = Vec::new();
@@ -307,6 +310,11 @@ pub fn simulate(
             next += 1;
             events += 1;
         }
+        if preemptive && !armed && core.pending.len() > core.stale {
+            let k = (now / cfg.lease).ceil().max(1.0);
+            core.push(k * cfg.lease, Kind::Lease);
+            armed = true;
+        }
         while core.heap.peek().is_some_and(|e| e.t <= now) {
             let Some(e) = core.heap.pop() else { break };
             events += 1;
@@ -321,14 +329,14 @@ pub fn simulate(
                         }
                     }
                 }
-                Kind::Lease => lease = true,
+                Kind::Lease => {
+                    lease = true;
+                    armed = false;
+                }
                 Kind::Wake => {
                     core.wakes.remove(&e.t.to_bits());
                 }
             }
-        }
-        if lease && finished < total {
-            core.push(now + cfg.lease, Kind::Lease);
         }
         // Outside lease rounds a pass can only start jobs: skip it when not
         // even the smallest waiting job fits in the free GPUs.
@@ -350,6 +358,10 @@ pub fn simulate(
             core.pending
                 .retain(|&i| core.jobs[i as usize].status == Status::Pending);
             core.stale = 0;
+        }
+        if lease && finished < total && core.pending.len() > core.stale {
+            core.push(now + cfg.lease, Kind::Lease);
+            armed = true;
         }
         if core.dirty {
             core.refresh();

@@ -14,7 +14,7 @@ pub fn validate(spec: &ClusterSpec, jobs: &[JobSpec]) -> Result<(), SimError> {
         let bad = |why: String| Err(SimError::Config(format!("job {}: {why}", j.id)));
         if j.gpus == 0 || j.gpus as u64 > spec.total_gpus() {
             return bad(format!(
-                "needs {} GPUs; the cluster has {} (give it 1 to {0})",
+                "needs {} GPUs; the cluster has {} (give it 1 to {1})",
                 j.gpus,
                 spec.total_gpus()
             ));

@@ -1,0 +1,68 @@
+//! Work bounded by the trace, not by simulated time: idle or uncontended
+//! stretches cost no events, however long.
+
+mod common;
+
+use batchcast_sim::{by_name, validate, ClusterSpec, SimConfig};
+
+#[test]
+fn one_very_long_job_costs_a_handful_of_events_under_preemptive_policies() {
+    // 1e15 s with a 360 s lease was 2.8e12 lease rounds: hours of CPU.
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let jobs = [common::job("long", 0.0, 4, 1e15)];
+    for name in ["dally", "tiresias", "srsf", "sjf", "gandiva", "fifo"] {
+        let mut p = by_name(name).unwrap();
+        let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+        assert!(common::close(common::jct(&o, "long"), 1e15), "{name}");
+        assert!(o.events < 10, "{name}: {} events", o.events);
+    }
+}
+
+#[test]
+fn an_arrival_far_in_the_future_costs_no_rounds_in_between() {
+    // A Helios submit_time of 9999-12-31 is ~2.5e11 s after the others.
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let jobs = [
+        common::job("a", 0.0, 8, 1000.0),
+        common::job("b", 10.0, 8, 100.0),
+        common::job("late", 2.5e11, 8, 50.0),
+    ];
+    for name in ["dally", "tiresias", "srsf"] {
+        let mut p = by_name(name).unwrap();
+        let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+        assert!(common::close(common::jct(&o, "late"), 50.0), "{name}");
+        assert!(o.events < 100, "{name}: {} events", o.events);
+    }
+}
+
+#[test]
+fn lease_rounds_still_preempt_at_multiples_of_the_lease() {
+    // SRSF, lease 100 s, one 8-GPU machine: "a" (8 GPUs, 1000 s) runs from
+    // 0; "b" (8 GPUs, 100 s) arrives at 150 and has less remaining service,
+    // so "a" is preempted at the boundary 200 (restart cost 0): b runs
+    // 200-300, a resumes at 300 with 800 s left and ends at 1100.
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let cfg = SimConfig {
+        lease: 100.0,
+        restart_cost: 0.0,
+        ..SimConfig::default()
+    };
+    let jobs = [
+        common::job("a", 0.0, 8, 1000.0),
+        common::job("b", 150.0, 8, 100.0),
+    ];
+    let mut p = by_name("srsf").unwrap();
+    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    assert_jcts!(o, "a" => 1100.0, "b" => 150.0);
+}
+
+#[test]
+fn a_job_wider_than_the_cluster_is_told_the_range_it_may_take() {
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let e = validate(&spec, &[common::job("wide", 0.0, 9, 10.0)]).unwrap_err();
+    let msg = e.to_string();
+    assert!(
+        msg.contains("needs 9 GPUs; the cluster has 8 (give it 1 to 8)"),
+        "{msg}"
+    );
+}
