@@ -424,6 +424,35 @@ fn one_command_runs_without_a_plan() {
     assert_eq!(row.run.command, vec!["./job.sh", "one"]);
 }
 
+/// `--log-cap MIB` bounds what a run keeps of each stream: the first and
+/// last half of it, with a note of what was dropped between them.
+#[test]
+fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
+    let f = Fixture::new();
+    let out = f.run(&[
+        "--log-cap",
+        "1",
+        "--name",
+        "long",
+        "--",
+        "sh",
+        "-c",
+        "echo first; yes 0123456789abcdef | head -c 8388608; echo; echo last",
+    ]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = f.store();
+    let row = store.runs(&RunFilter::default()).unwrap().remove(0);
+    let (log, _) = store.log(row.run.id, LogStream::Stdout, None).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(log.len() < (1 << 20) + 1024, "{} bytes kept", log.len());
+    assert!(text.starts_with("first\n") && text.ends_with("\nlast\n"));
+    assert!(text.contains("bytes of stdout dropped here"), "no note");
+}
+
 /// The runner stops a workload's producer with SIGTERM; one still waiting
 /// for its consumers (`--consumers N`) must end then, not at SIGKILL.
 #[test]

@@ -37,5 +37,5 @@ pub use error::{Result, StoreError};
 pub use store::{
     now_ms, Event, Experiment, ExperimentId, LogStream, MetricPoint, MetricSummary, NewRun, Orphan,
     Param, ParamSource, Recorder, RecorderHandle, Run, RunFilter, RunId, RunRow, RunStatus, Store,
-    Workload, WorkloadId, BUSY_TIMEOUT, FLUSH_EVERY,
+    Workload, WorkloadId, BUSY_TIMEOUT, DEFAULT_LOG_CAP, FLUSH_EVERY, MIN_LOG_CAP, QUEUE_BYTES,
 };

@@ -16,6 +16,7 @@ struct Fixture {
     dir: tempfile::TempDir,
     gpus: Arc<FakeGpus>,
     progress: Arc<Mutex<Vec<String>>>,
+    log_cap: u64,
 }
 
 impl Fixture {
@@ -24,6 +25,7 @@ impl Fixture {
             dir: tempfile::tempdir().unwrap(),
             gpus: Arc::new(FakeGpus::plain(2).with_fields(vec![("power_w".into(), 100.0)])),
             progress: Arc::default(),
+            log_cap: batchcast_runs::DEFAULT_LOG_CAP,
         }
     }
 
@@ -55,6 +57,7 @@ impl Fixture {
             exe: PathBuf::from("batchcast"),
             python: "python3".into(),
             grace: Duration::from_secs(2),
+            log_cap: self.log_cap,
             progress: Box::new(move |line: &str| progress.lock().unwrap().push(line.to_string())),
         };
         run_plan(plan, &mut opts)

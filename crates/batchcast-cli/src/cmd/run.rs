@@ -30,6 +30,11 @@ pub struct RunArgs {
     /// Seconds a stopped job gets between SIGTERM and SIGKILL.
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     pub grace: f64,
+    /// MiB of each output stream (stdout, stderr) a run keeps: its first
+    /// half and its last half, with a note of how much was dropped between
+    /// them; 0 keeps everything.
+    #[arg(long, default_value_t = 64, value_name = "MIB")]
+    pub log_cap: u64,
     /// Experiment of a single command.
     #[arg(long, default_value = "default")]
     pub experiment: String,
@@ -75,6 +80,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         exe: std::env::current_exe().context("cannot find the batchcast binary itself")?,
         python: std::env::var("BATCHCAST_PYTHON").unwrap_or_else(|_| "python3".into()),
         grace: Duration::from_secs_f64(args.grace.clamp(0.0, 600.0)),
+        log_cap: args.log_cap.saturating_mul(1 << 20),
         progress: Box::new(move |line: &str| {
             if tty {
                 eprintln!("\x1b[2m[batchcast run]\x1b[0m {line}");

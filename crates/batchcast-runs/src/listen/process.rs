@@ -17,8 +17,11 @@ use crate::keys;
 /// Samples one job's tree.
 pub(crate) struct ProcessTree {
     root: i32,
-    /// (pid, start) -> CPU ticks last seen.
+    /// (pid, start) -> CPU ticks last seen, of the members alive at the
+    /// last sample (a job that starts a process per step must not grow it).
     seen: HashMap<(i32, u64), u64>,
+    /// CPU ticks of members that have ended, as last seen.
+    cpu_dead: u64,
     last: Option<(Instant, u64, u64, u64)>, // when, total cpu ticks, read bytes, write bytes
     /// Bytes read and written by members that have ended.
     io_dead: (u64, u64),
@@ -34,6 +37,7 @@ impl ProcessTree {
         ProcessTree {
             root,
             seen: HashMap::new(),
+            cpu_dead: 0,
             last: None,
             io_dead: (0, 0),
             io_seen: HashMap::new(),
@@ -72,8 +76,9 @@ impl ProcessTree {
         self.members = members.iter().map(|(p, _)| *p).collect();
         let (mut rss, mut pss, mut threads) = (0u64, 0u64, 0u64);
         let mut alive_io: HashMap<(i32, u64), (u64, u64)> = HashMap::new();
+        let mut alive_cpu: HashMap<(i32, u64), u64> = HashMap::with_capacity(members.len());
         for (pid, s) in &members {
-            self.seen.insert((*pid, s.start), s.cpu_ticks);
+            alive_cpu.insert((*pid, s.start), s.cpu_ticks);
             rss += s.rss_pages * self.page;
             threads += s.threads;
             if let Some(t) = procfs::read(format!("/proc/{pid}/smaps_rollup")) {
@@ -97,7 +102,13 @@ impl ProcessTree {
             written += v.1;
         }
         self.io_seen = alive_io;
-        let ticks: u64 = self.seen.values().sum();
+        for (k, v) in self.seen.drain() {
+            if !alive_cpu.contains_key(&k) {
+                self.cpu_dead += v;
+            }
+        }
+        self.seen = alive_cpu;
+        let ticks: u64 = self.cpu_dead + self.seen.values().sum::<u64>();
         let now = Instant::now();
         out.push((
             keys::PROC_CPU_SECONDS.into(),
@@ -132,4 +143,51 @@ pub(crate) fn snapshot() -> Vec<(i32, Stat)> {
         .into_iter()
         .filter_map(|p| Some((p, procfs::stat(p)?)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn stat(pid: i32, root: i32, start: u64, cpu_ticks: u64) -> (i32, Stat) {
+        let s = Stat {
+            ppid: if pid == root { 1 } else { root },
+            pgrp: root,
+            cpu_ticks,
+            threads: 1,
+            start,
+            rss_pages: 1,
+        };
+        (pid, s)
+    }
+
+    /// A job that starts a short process at every step: what the tree
+    /// remembers stays the size of what is alive, and the CPU total still
+    /// counts every process that ended.
+    #[test]
+    fn a_job_starting_a_process_per_step_does_not_grow_the_tree() {
+        let root = 100;
+        let mut tree = ProcessTree::new(root);
+        let mut out = Vec::new();
+        for step in 0..10_000u64 {
+            let all = [
+                stat(root, root, 1, step),
+                stat(1000 + (step % 30_000) as i32, root, 10 + step, 2),
+            ];
+            out.clear();
+            tree.sample(&all, &mut out);
+        }
+        assert!(tree.seen.len() <= 2, "{} remembered", tree.seen.len());
+        assert!(tree.io_seen.len() <= 2);
+        let cpu = out
+            .iter()
+            .find(|(k, _)| k == keys::PROC_CPU_SECONDS)
+            .map(|(_, v)| *v)
+            .unwrap_or(0.0);
+        let ticks = 9_999 + 2 * 10_000;
+        assert!(
+            (cpu - ticks as f64 / tree.ticks_per_s).abs() < 1e-9,
+            "{cpu} s"
+        );
+    }
 }

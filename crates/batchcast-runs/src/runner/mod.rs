@@ -42,6 +42,10 @@ pub struct RunOptions {
     pub python: String,
     /// Time between SIGTERM and SIGKILL when stopping a job.
     pub grace: Duration,
+    /// Bytes of each stream (stdout, stderr) a run keeps: the first half
+    /// and the last half, with a note of what was dropped between them; 0
+    /// keeps everything. [`crate::DEFAULT_LOG_CAP`] unless told otherwise.
+    pub log_cap: u64,
     /// Where progress lines go (which workload, which jobs are alive, the
     /// elapsed time, each job's last line).
     pub progress: Box<dyn FnMut(&str) + Send>,
@@ -223,7 +227,7 @@ fn run_workload(
     todo: &[(&PlanRow, RunId)],
     env: &serde_json::Value,
 ) -> Result<HashMap<RunId, RunStatus>, RunError> {
-    let rec = Recorder::start(&opts.store)?;
+    let rec = Recorder::with_log_cap(&opts.store, opts.log_cap)?;
     let endpoint = mlflow::Endpoint::start(&opts.store)?;
     let label = format!("{experiment}/{workload}");
     let mut started = Started::new(opts.store.clone(), opts.gpus.clone(), opts.grace);

@@ -19,7 +19,9 @@ use rusqlite::{Connection, OpenFlags};
 use crate::error::{Result, StoreError};
 
 pub use model::*;
-pub use recorder::{Recorder, RecorderHandle, FLUSH_EVERY};
+pub use recorder::{
+    Recorder, RecorderHandle, DEFAULT_LOG_CAP, FLUSH_EVERY, MIN_LOG_CAP, QUEUE_BYTES,
+};
 
 /// How long a connection waits for another's lock before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);

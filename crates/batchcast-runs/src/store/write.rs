@@ -285,14 +285,15 @@ impl Store {
         Ok(nans)
     }
 
-    /// Appends output of a job to its stored log.
+    /// Appends output of a job to its stored log; returns the chunks it
+    /// stored, `(seq, length)` each.
     pub fn append_log(
         &mut self,
         run: RunId,
         stream: LogStream,
         ts_ms: i64,
         bytes: &[u8],
-    ) -> Result<()> {
+    ) -> Result<Vec<(i64, usize)>> {
         let path = self.path.clone();
         let tx = self.write_transaction()?;
         let first: i64 = tx
@@ -302,13 +303,47 @@ impl Store {
                 |r| r.get(0),
             )
             .map_err(StoreError::sqlite(&path))?;
+        let mut stored = Vec::new();
         for (seq, chunk) in (first..).zip(bytes.chunks(LOG_CHUNK)) {
             tx.execute(
                 "INSERT INTO logs (run_id, stream, seq, ts_ms, data) VALUES (?1, ?2, ?3, ?4, ?5)",
                 params![run, stream.as_str(), seq, ts_ms, chunk],
             )
             .map_err(StoreError::sqlite(&path))?;
+            stored.push((seq, chunk.len()));
         }
+        tx.commit().map_err(StoreError::sqlite(&path))?;
+        Ok(stored)
+    }
+
+    /// Drops the stored chunks `seqs` of a run's log, and writes (or
+    /// rewrites) the chunk `note = (seq, ts_ms, text)`: a log cut to its
+    /// head and tail says in its middle what was dropped.
+    pub fn cut_log(
+        &mut self,
+        run: RunId,
+        stream: LogStream,
+        seqs: &[i64],
+        note: (i64, i64, &str),
+    ) -> Result<()> {
+        let path = self.path.clone();
+        let tx = self.write_transaction()?;
+        {
+            let mut del = tx
+                .prepare_cached("DELETE FROM logs WHERE run_id = ?1 AND stream = ?2 AND seq = ?3")
+                .map_err(StoreError::sqlite(&path))?;
+            for seq in seqs {
+                del.execute(params![run, stream.as_str(), seq])
+                    .map_err(StoreError::sqlite(&path))?;
+            }
+        }
+        let (seq, ts_ms, text) = note;
+        tx.execute(
+            "INSERT INTO logs (run_id, stream, seq, ts_ms, data) VALUES (?1, ?2, ?3, ?4, ?5)
+             ON CONFLICT(run_id, stream, seq) DO UPDATE SET data = excluded.data",
+            params![run, stream.as_str(), seq, ts_ms, text.as_bytes()],
+        )
+        .map_err(StoreError::sqlite(&path))?;
         tx.commit().map_err(StoreError::sqlite(&path))
     }
 

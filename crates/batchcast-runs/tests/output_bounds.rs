@@ -1,0 +1,114 @@
+//! A job's output, bounded: a job that writes far more than the log cap
+//! leaves its run the first and the last half of the cap with a note of
+//! what was dropped between them, and the runner's memory stays bounded
+//! (the recorder's queue is bounded in bytes) however much it writes. Its
+//! own test binary, so that the process's peak memory is this test's.
+
+use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use batchcast_runs::gpu::FakeGpus;
+use batchcast_runs::plan::Plan;
+use batchcast_runs::runner::{run_plan, RunOptions};
+use batchcast_runs::{LogStream, RunFilter, RunStatus, Store};
+
+/// This process's peak resident memory, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+#[test]
+fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
+    const WRITTEN: u64 = 512 << 20;
+    const CAP: u64 = 1 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let job = dir.path().join("job.sh");
+    std::fs::write(
+        &job,
+        format!("#!/bin/sh\nyes 0123456789abcdef | head -c {WRITTEN}\necho the end\n"),
+    )
+    .unwrap();
+    std::fs::set_permissions(&job, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let plan_file = dir.path().join("plan.csv");
+    std::fs::write(&plan_file, "Experiment,Workload,Name,File\ne,w,a,job.sh\n").unwrap();
+    let plan = Plan::load(&plan_file).unwrap();
+    let store_file = dir.path().join("runs.sqlite");
+    let progress = Arc::new(Mutex::new(Vec::<String>::new()));
+    let p = progress.clone();
+    let mut opts = RunOptions {
+        store: store_file.clone(),
+        interval: Duration::from_millis(200),
+        rerun_failed: false,
+        gpus: Arc::new(FakeGpus::plain(0)),
+        stop: Arc::new(AtomicBool::new(false)),
+        exe: PathBuf::from("batchcast"),
+        python: "python3".into(),
+        grace: Duration::from_secs(2),
+        log_cap: CAP,
+        progress: Box::new(move |line: &str| p.lock().unwrap().push(line.to_string())),
+    };
+    let before = peak_rss();
+    let out = run_plan(&plan, &mut opts).unwrap();
+    let peak = peak_rss();
+    println!(
+        "{} MiB written: peak RSS {} MiB before the run, {} MiB after",
+        WRITTEN >> 20,
+        before >> 20,
+        peak >> 20
+    );
+    assert_eq!(out.finished, 1, "{out:?}");
+    assert!(
+        peak < before + (96 << 20),
+        "the runner grew by {} MiB for {} MiB of output",
+        (peak - before) >> 20,
+        WRITTEN >> 20
+    );
+
+    let store = Store::open_read_only(&store_file).unwrap();
+    let run = store.runs(&RunFilter::default()).unwrap().remove(0);
+    assert_eq!(run.run.status, RunStatus::Finished);
+    let (log, _) = store.log(run.run.id, LogStream::Stdout, None).unwrap();
+    let text = String::from_utf8_lossy(&log);
+    assert!(
+        (log.len() as u64) < CAP + 1024,
+        "{} bytes stored",
+        log.len()
+    );
+    assert!(text.starts_with("0123456789abcdef\n"), "the head is kept");
+    // `head -c` cut the last line short: 512 MiB is not a multiple of 17.
+    let last = format!(
+        "{}the end\n",
+        &"0123456789abcdef\n"[..(WRITTEN % 17) as usize]
+    );
+    assert!(
+        text.ends_with(&format!("0123456789abcdef\n{last}")),
+        "the tail is kept: {:?}",
+        &text[text.len() - 100..]
+    );
+    let note = text
+        .lines()
+        .find(|l| l.contains("dropped here"))
+        .expect("a note of what was dropped");
+    let dropped: u64 = note
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    let kept = log.len() as u64 - note.len() as u64 - 2;
+    assert_eq!(kept + dropped, WRITTEN + "the end\n".len() as u64, "{note}");
+    let events = store.events(run.run.id).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message.contains("stdout passed the log cap")),
+        "{events:?}"
+    );
+}
