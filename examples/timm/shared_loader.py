@@ -35,6 +35,11 @@ def check_augmentation(consumer: Any, options: dict, prefetcher: bool) -> None:
     import batchcast
     from augmentation import FLAGS, announced
 
+    if options.get("distributed"):
+        sys.exit("shared_loader.py: train.py runs distributed (torchrun), but a shared producer's "
+                 "stream is not split between ranks: every rank would read every batch. Run "
+                 "each trainer as a single process (no torchrun), or train distributed without "
+                 "examples/timm/shared_loader.py")
     unsupported = {"num_aug_splits": "--aug-splits", "num_aug_repeats": "--aug-repeats",
                    "input_size_choices": "scheduled input sizes"}
     for key, flag in unsupported.items():

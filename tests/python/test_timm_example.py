@@ -24,6 +24,7 @@ pytest.importorskip("PIL")
 # pytorch-image-models, train.py), with train.py's defaults for its flags.
 TRAIN_STANDIN = """
 import argparse
+import os
 import torch
 from timm.data import FastCollateMixup, create_dataset, create_loader
 from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
@@ -38,8 +39,10 @@ p.add_argument("--mixup", type=float, default=0.0)
 p.add_argument("--aa", default=None)
 p.add_argument("--reprob", type=float, default=0.0)
 p.add_argument("--hflip", type=float, default=0.5)
-p.add_argument("--distributed", action="store_true")
 args = p.parse_args()
+args.distributed = int(os.environ.get("WORLD_SIZE", "1")) > 1  # as train.py, under torchrun
+if args.distributed:
+    torch.distributed.init_process_group("gloo")
 prefetcher = not args.no_prefetcher
 collate_fn = None
 if args.mixup > 0 and prefetcher:
@@ -188,3 +191,15 @@ def test_augmentation_flags_take_effect_in_the_trainer_or_are_refused_by_name(ex
     assert _ok(erase)[1].startswith("epoch 0 8 8 torch.float32 (16, 3, 32, 32)")
     example.finish()
 
+
+def test_train_py_under_torchrun_is_refused_on_every_rank(example):
+    """Two CPU ranks (gloo): the stream is not split between ranks, so
+    each rank stops with the reason instead of reading every batch."""
+    example.producer("-b", "32", "--prefetcher")
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
+         "--standalone", TIMM / "shared_loader.py", example.train_py, example.data],
+        env=example.env, capture_output=True, text=True, timeout=120)
+    assert r.returncode != 0
+    assert r.stderr.count("train.py runs distributed (torchrun)") == 2, r.stderr[-3000:]
+    assert "every rank would read every batch" in r.stderr
