@@ -16,7 +16,7 @@ from ._device import Transfers, open_device
 from ._pinned import try_pin
 from ._prefetch import Pending, holds_a_batch, take_and_augment
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
-from ._surface import StreamBatchSampler, StreamDataset, StreamSampler
+from ._surface import SkipFirstBatches, StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
 
 __all__ = ["Consumer", "EpochInfo"]
@@ -377,6 +377,24 @@ class Consumer:
         come in which order is the producer loader's choice; each ``for``
         loop reads the next epoch in the stream."""
         self._sampler.set_epoch(epoch)
+
+    def skip_first_batches(self, num_batches: int) -> SkipFirstBatches:
+        """The next epoch without its first ``num_batches`` batches, to
+        resume an epoch from a checkpoint: an iterable of that one epoch
+        whose ``len()`` is the batches left. The skipped batches are
+        released unread (the producer has loaded them for everyone)."""
+        return SkipFirstBatches(self, num_batches)
+
+    @property
+    def prefetch_factor(self) -> None:
+        """Raises: read by code that rebuilds a DataLoader from this one's
+        attributes (accelerate's ``skip_first_batches``), which cannot work
+        for a stream; :meth:`skip_first_batches` is the way to skip."""
+        raise TypeError(
+            f"batchcast.Consumer({self.name!r}) cannot be rebuilt as a torch DataLoader (as "
+            "accelerate's skip_first_batches does): its batches come from the producer, not "
+            f"from a dataset it can index; use consumer.skip_first_batches(n) instead"
+        )
 
     def _samples_per_epoch(self) -> int:
         if self._last_full is not None and self._last_full.samples is not None:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Iterator, Optional
 
-__all__ = ["StreamDataset", "StreamSampler", "StreamBatchSampler"]
+__all__ = ["StreamDataset", "StreamSampler", "StreamBatchSampler", "SkipFirstBatches"]
 
 
 class _Described:
@@ -92,3 +92,33 @@ class StreamBatchSampler(_Described):
     @property
     def batch_size(self) -> Optional[int]:
         return self._batch_size()
+
+
+class SkipFirstBatches:
+    """``Consumer.skip_first_batches(n)``: the consumer's next epoch without
+    its first ``n`` batches (to resume an epoch from a checkpoint, as
+    accelerate's ``skip_first_batches`` does for a DataLoader). The skipped
+    batches are taken from the stream and released at once: nothing is
+    loaded or copied for them. ``len()`` is the batches left."""
+
+    def __init__(self, consumer: Any, num_batches: int) -> None:
+        if isinstance(num_batches, bool) or not hasattr(num_batches, "__index__"):
+            raise TypeError(f"num_batches must be an int, not {type(num_batches).__name__}")
+        if num_batches.__index__() < 0:
+            raise ValueError(f"num_batches must be at least 0, not {num_batches}")
+        self._consumer = consumer
+        self._skip = num_batches.__index__()
+
+    def __len__(self) -> int:
+        return max(len(self._consumer) - self._skip, 0)
+
+    def __iter__(self) -> Iterator[Any]:
+        batches = iter(self._consumer)
+        for _ in range(self._skip):
+            if next(batches, None) is None:
+                return
+        yield from batches
+
+    def __getattr__(self, name: str) -> Any:
+        # dataset, sampler, batch_size, ...: the consumer's.
+        return getattr(self._consumer, name)

@@ -62,6 +62,23 @@ def test_accelerate_prepare_passes_the_consumer_through(spawn):
     prod.expect("done")
 
 
+def test_skip_first_batches_resumes_an_epoch_and_accelerates_is_refused_by_name(spawn):
+    pytest.importorskip("accelerate")
+    prod = spawn("produce_id_loader", name="skip", epochs=2)
+    prod.expect("ready")
+    t = spawn("train_accelerate_skip", name="skip")
+    refused = t.expect("refused")
+    assert "cannot be rebuilt as a torch DataLoader" in refused
+    assert "consumer.skip_first_batches(n)" in refused
+    got = _epochs(t, 2)
+    expected = dataloader_epochs(2)
+    # 5 batches of 8 an epoch: the first 3 skipped, the next epoch whole.
+    assert [e["ids"] for e in got] == [expected[0][24:], expected[1]]
+    assert [e["len"] for e in got] == [2, 5]
+    t.expect("fitted")
+    prod.expect("done")
+
+
 def test_a_plain_loop_that_drops_an_iterator_skips_nothing(spawn):
     prod = spawn("produce_id_loader", name="plain", epochs=3)
     prod.expect("ready")

@@ -132,6 +132,24 @@ def train_accelerate(o: Dict[str, Any]) -> None:
     say("fitted")
 
 
+def train_accelerate_skip(o: Dict[str, Any]) -> None:
+    """accelerator.skip_first_batches on a Consumer (refused, naming the way
+    that works), then consumer.skip_first_batches for one epoch."""
+    from accelerate import Accelerator
+
+    accelerator = Accelerator(cpu=True)
+    loader = _consumer(o)
+    try:
+        accelerator.skip_first_batches(loader, 3)
+    except TypeError as e:
+        say("refused", str(e))
+    skipped = loader.skip_first_batches(3)
+    length = len(skipped)
+    _report(0, [int(i) for _, ids in skipped for i in ids], length)
+    _report(1, [int(i) for _, ids in loader for i in ids], len(loader))
+    say("fitted")
+
+
 def train_plain(o: Dict[str, Any]) -> None:
     """A plain loop that first calls iter() and drops the iterator, as
     libraries do to check that a loader is iterable."""
