@@ -110,7 +110,8 @@ class Consumer:
             current epoch if its start is still in the producer's window,
             else starts at the next epoch; ``"next-epoch"`` always starts at
             the next epoch; ``"now"`` starts with the next batch (a partial
-            first epoch).
+            first epoch, which the first ``len()`` counts: size LR schedules
+            from :attr:`batches_per_epoch`).
         connect_timeout: seconds to wait for the producer to appear; None
             fails at once with :class:`batchcast.ProducerNotFound`.
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
@@ -429,6 +430,13 @@ class Consumer:
         at connection how many samples are left), and a full epoch
         otherwise. A loop left early (``break``) does not count: the next
         loop starts a new, full epoch.
+
+        **The join="now" trap.** A schedule sized once from ``len()`` at
+        connection (``OneCycleLR(steps_per_epoch=len(loader))``, timm's and
+        Lightning's step counts) is sized from that partial first epoch
+        when the consumer joined mid-epoch, and runs out (OneCycleLR
+        raises) in the next, full epoch. Size such schedules from
+        :attr:`batches_per_epoch`, the length of a full epoch.
         """
         if self._in_epoch and self._owner is not None and self._current is not None:
             if self._current.batches is not None:
@@ -438,6 +446,15 @@ class Consumer:
             first = self._first_epoch_batches()
             if first is not None:
                 return first
+        return self._full_batches()
+
+    @property
+    def batches_per_epoch(self) -> int:
+        """Batches of a full epoch at this consumer's batch size and
+        ``drop_last``, whatever epoch the next loop reads (``len()`` of a
+        ``join="now"`` consumer is first its partial first epoch; see
+        :meth:`__len__`). Raises TypeError when the producer did not
+        announce its epoch size."""
         return self._full_batches()
 
     def _first_epoch_batches(self) -> Optional[int]:
