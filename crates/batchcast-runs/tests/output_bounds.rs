@@ -1,8 +1,10 @@
 //! A job's output, bounded: a job that writes far more than the log cap
 //! leaves its run the first and the last half of the cap with a note of
 //! what was dropped between them, and the runner's memory stays bounded
-//! (the recorder's queue is bounded in bytes) however much it writes. Its
-//! own test binary, so that the process's peak memory is this test's.
+//! (the recorder's queue is bounded in bytes) however much it writes; an
+//! MLflow export streams a long log to its file. A test binary of its own,
+//! its tests one at a time, so that the process's peak memory (reset before
+//! each) is one test's.
 
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
@@ -13,6 +15,14 @@ use batchcast_runs::gpu::FakeGpus;
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{run_plan, RunOptions};
 use batchcast_runs::{LogStream, RunFilter, RunStatus, Store};
+
+/// One test at a time measures the process's memory.
+static ALONE: Mutex<()> = Mutex::new(());
+
+/// Resets this process's peak resident memory to what it holds now.
+fn reset_peak() {
+    std::fs::write("/proc/self/clear_refs", "5").unwrap();
+}
 
 /// This process's peak resident memory, in bytes.
 fn peak_rss() -> u64 {
@@ -55,6 +65,8 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
         log_cap: CAP,
         progress: Box::new(move |line: &str| p.lock().unwrap().push(line.to_string())),
     };
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    reset_peak();
     let before = peak_rss();
     let out = run_plan(&plan, &mut opts).unwrap();
     let peak = peak_rss();
@@ -111,4 +123,72 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
             .any(|e| e.message.contains("stdout passed the log cap")),
         "{events:?}"
     );
+}
+
+/// `runs export --mlflow` of a run with a long stdout writes it to its
+/// artifact file a stored chunk at a time, not as a copy in memory.
+#[test]
+fn an_mlflow_export_of_a_long_log_streams_it() {
+    const LOG: usize = 128 << 20;
+    let dir = tempfile::tempdir().unwrap();
+    let store_file = dir.path().join("runs.sqlite");
+    let id = {
+        let mut store = Store::open(&store_file).unwrap();
+        let e = store.experiment("e").unwrap();
+        let w = store.workload(e, "w", None, 0).unwrap();
+        let new = batchcast_runs::NewRun {
+            name: "long".into(),
+            command: vec!["job.sh".into()],
+            collocation: "-".into(),
+            host: "h".into(),
+            ..Default::default()
+        };
+        let (id, _) = store.add_run(w, &new).unwrap();
+        let piece: Vec<u8> = b"0123456789abcdef".repeat(1 << 16);
+        for _ in 0..LOG / piece.len() {
+            store.append_log(id, LogStream::Stdout, 1, &piece).unwrap();
+        }
+        store
+            .finish_run(id, RunStatus::Finished, Some(0), None)
+            .unwrap();
+        id
+    };
+    let store = Store::open_read_only(&store_file).unwrap();
+    let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
+    reset_peak();
+    let before = peak_rss();
+    let out = batchcast_runs::export::to_mlflow(&store, &[id], &dir.path().join("mlruns")).unwrap();
+    let peak = peak_rss();
+    println!(
+        "export of a {} MiB stdout: peak RSS {} MiB before, {} MiB during",
+        LOG >> 20,
+        before >> 20,
+        peak >> 20
+    );
+    assert_eq!(out.runs.len(), 1);
+    let artifact = walk(&dir.path().join("mlruns"))
+        .into_iter()
+        .find(|p| p.ends_with("artifacts/stdout.txt"))
+        .expect("stdout.txt exported");
+    assert_eq!(std::fs::metadata(&artifact).unwrap().len(), LOG as u64);
+    assert!(
+        peak < before + (32 << 20),
+        "the export grew by {} MiB for a {} MiB log",
+        (peak - before) >> 20,
+        LOG >> 20
+    );
+}
+
+/// Every file under `dir`.
+fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out
 }

@@ -6,17 +6,19 @@
 //! - `GET /api/csv?…same…`: the same points, every one, as CSV.
 //! - `GET /api/runs?runs=1,2`: status and duration of runs (live tables).
 //! - `GET /runs/{id}/log/{stdout|stderr}[?tail=BYTES]`: a run's whole
-//!   output (a download), or its last bytes.
+//!   output (a download, streamed a stored chunk at a time), or its last
+//!   bytes.
 
 use std::collections::BTreeSet;
 use std::fmt::Write;
 
+use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
 use batchcast_runs::plot::{unit_label, XAxis};
-use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store, StoreError};
 use serde::Serialize;
 
 use crate::error::{ApiError, UiError};
@@ -29,8 +31,8 @@ const MAX_DRAWN: usize = 5_000;
 /// 1 Hz is 86,400 per series): it bounds the request's time, as only the
 /// thinned points are held. More is refused, not cut short silently.
 const MAX_POINTS: usize = 2_000_000;
-/// Bytes of a log download, at most (its last ones).
-const MAX_LOG: usize = 256 * 1024 * 1024;
+/// Stored chunks (64 KiB each) of a log download read ahead of the client.
+const LOG_AHEAD: usize = 4;
 /// Bytes of a log tail asked with `?tail=`, at most.
 const MAX_TAIL: usize = 1024 * 1024;
 
@@ -273,21 +275,68 @@ pub(crate) async fn log(
             )))
         }
     };
-    let bytes = state
-        .read(move |store| {
-            store.run(id)?;
-            Ok(store.log(id, stream, Some(tail.unwrap_or(MAX_LOG)))?.0)
-        })
-        .await?;
-    let disposition = match tail {
-        Some(_) => "inline".to_string(),
-        None => format!("attachment; filename=\"run-{id}-{}.log\"", stream.as_str()),
+    let (disposition, body) = match tail {
+        Some(n) => {
+            let bytes = state
+                .read(move |store| {
+                    store.run(id)?;
+                    Ok(store.log(id, stream, Some(n))?.0)
+                })
+                .await?;
+            ("inline".to_string(), Body::from(bytes))
+        }
+        None => {
+            state
+                .read(move |store| Ok(store.run(id).map(|_| ())?))
+                .await?;
+            (
+                format!("attachment; filename=\"run-{id}-{}.log\"", stream.as_str()),
+                stream_log(&state, id, stream),
+            )
+        }
     };
     Ok((
         [
             (CONTENT_TYPE, "text/plain; charset=utf-8".to_string()),
             (CONTENT_DISPOSITION, disposition),
         ],
-        bytes,
+        body,
     ))
+}
+
+/// Why a log download stopped early.
+enum Stop {
+    Store(StoreError),
+    /// The client went away.
+    Gone,
+}
+
+impl From<StoreError> for Stop {
+    fn from(e: StoreError) -> Stop {
+        Stop::Store(e)
+    }
+}
+
+/// A run's whole log as a response body, read a stored chunk at a time on
+/// a blocking thread, at most [`LOG_AHEAD`] chunks ahead of the client: a
+/// download holds a few chunks, never the log.
+fn stream_log(state: &AppState, id: RunId, stream: LogStream) -> Body {
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(LOG_AHEAD);
+    let path = state.0.store.clone();
+    tokio::task::spawn_blocking(move || {
+        let sent = Store::open_read_only(&path)
+            .map_err(Stop::Store)
+            .and_then(|store| {
+                store.for_each_log_chunk(id, stream, |chunk| {
+                    tx.blocking_send(Ok(chunk.to_vec())).map_err(|_| Stop::Gone)
+                })
+            });
+        if let Err(Stop::Store(e)) = sent {
+            // The client sees the download end early, not a whole file.
+            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+        }
+    });
+    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|chunk| (chunk, rx))
+    }))
 }

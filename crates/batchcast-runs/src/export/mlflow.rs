@@ -354,9 +354,15 @@ fn fill_run_dir(
     }
     let artifacts = dir.join("artifacts");
     for stream in [LogStream::Stdout, LogStream::Stderr] {
-        let (bytes, _) = store.log(run.id, stream, None)?;
         let path = artifacts.join(format!("{}.txt", stream.as_str()));
-        fs::write(&path, bytes).map_err(|e| export_err("cannot write", &path, e))?;
+        let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
+        let mut w = BufWriter::new(file);
+        store.for_each_log_chunk(run.id, stream, |chunk| {
+            w.write_all(chunk)
+                .map_err(|e| export_err("cannot write", &path, e))
+        })?;
+        w.flush()
+            .map_err(|e| export_err("cannot write", &path, e))?;
     }
     let events = store.events(run.id)?;
     if !events.is_empty() {
