@@ -29,10 +29,11 @@ pub(crate) fn expand(
         Method::Grid => {
             let total = parameters
                 .iter()
-                .try_fold(1usize, |n, (_, v)| n.checked_mul(v.len()))
-                .filter(|n| *n <= max);
-            let total =
-                total.ok_or_else(|| format!("the grid has more than {max} combinations"))?;
+                .fold(1u128, |n, (_, v)| n.saturating_mul(v.len() as u128));
+            let total = usize::try_from(total)
+                .ok()
+                .filter(|n| *n <= max)
+                .ok_or_else(|| too_many("the grid has", total, max))?;
             Ok((0..total)
                 .map(|mut i| {
                     // The last parameter varies fastest.
@@ -51,8 +52,11 @@ pub(crate) fn expand(
                 .collect())
         }
         Method::Random { count, seed } => {
-            if count == 0 || count > max {
-                return Err(format!("a random sweep's count is 1 to {max}"));
+            if count == 0 {
+                return Err("a random sweep's count must be at least 1".into());
+            }
+            if count > max {
+                return Err(too_many("the random sweep draws", count as u128, max));
             }
             let mut state = seed;
             Ok((0..count)
@@ -70,6 +74,16 @@ pub(crate) fn expand(
                 })
                 .collect())
         }
+    }
+}
+
+/// Why a sweep of `n` runs does not fit in the `left` runs the plan has
+/// room for.
+fn too_many(what: &str, n: u128, left: usize) -> String {
+    if left == 0 {
+        format!("{what} {n} combinations, and the entries before it leave no room for any")
+    } else {
+        format!("{what} {n} combinations, more than the {left} runs left")
     }
 }
 

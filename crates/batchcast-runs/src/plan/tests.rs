@@ -167,6 +167,34 @@ fn a_sweep_that_would_copy_its_entry_past_the_budget_is_refused_before_it_is_cop
     assert!(e.contains("at most 100000 runs"), "{e}");
 }
 
+/// A sweep after entries that already fill the plan says how many runs
+/// it asks for and that none are left, not "more than 0 combinations".
+#[test]
+fn a_sweep_past_the_plan_limit_says_how_many_it_asks_for() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    let grid: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
+    let text = format!(
+        "experiment: e\nruns:\n  - workload: w\n    name: a\n    file: train.py\n    \
+         parameters: {{lr: [{}]}}\n  - workload: w\n    name: b\n    file: train.py\n    \
+         parameters: {{lr: [1, 2], wd: [3, 4, 5]}}\n",
+        grid.join(", ")
+    );
+    let e = refused("full.yaml", &text).to_string();
+    assert!(!e.contains("more than 0"), "{e}");
+    assert!(
+        e.contains("the grid has 6 combinations, and the entries before it leave no room for any")
+            && e.contains("at most 100000 runs"),
+        "{e}"
+    );
+    let text = text.replace(
+        "parameters: {lr: [1, 2], wd: [3, 4, 5]}",
+        "method: random\n    count: 7\n    parameters: {lr: [1, 2]}",
+    );
+    let e = refused("full.yaml", &text).to_string();
+    assert!(e.contains("the random sweep draws 7 combinations"), "{e}");
+}
+
 #[test]
 fn status_is_written_back_into_a_csv_plan() {
     let dir = tempfile::tempdir().unwrap();
