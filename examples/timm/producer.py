@@ -38,6 +38,9 @@ def main() -> None:
     parser.add_argument("--prefetcher", action="store_true",
                         help="send uint8 images (for trainers that use timm's prefetcher)")
     parser.add_argument("--idle-timeout", type=float, default=60.0)
+    parser.add_argument("--trainers", type=int, default=1,
+                        help="wait for this many trainers before the first batch (under "
+                             "torchrun: one per rank)")
     # train.py's augmentation flags, with train.py's defaults: a trainer
     # whose flags differ from these is refused (see augmentation.py).
     aug = parser.add_argument_group("augmentation (train.py's flags and defaults)")
@@ -80,7 +83,7 @@ def main() -> None:
     metadata = {"img_size": args.img_size, "source": "timm",
                 "augmentation": announced(options, args.prefetcher)}
     producer = batchcast.Producer(loader, NAME, idle_timeout=args.idle_timeout,
-                                  metadata=metadata)
+                                  wait_for_consumers=args.trainers, metadata=metadata)
     print(f"producer: served {producer.run()} epochs", flush=True)
 
 

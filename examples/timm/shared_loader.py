@@ -14,7 +14,9 @@ producer, or with the prefetcher against a producer without --prefetcher,
 stops at connection with both sides named instead of training on the wrong
 images. With the prefetcher on (train.py's default, on a GPU), timm's
 PrefetchLoader wraps the Consumer and normalises on the GPU: run the
-producer with --prefetcher then, so that it sends uint8.
+producer with --prefetcher then, so that it sends uint8. Under torchrun each
+rank reads its own rows of every batch (start the producer with
+--trainers N for N ranks).
 """
 
 from __future__ import annotations
@@ -35,11 +37,6 @@ def check_augmentation(consumer: Any, options: dict, prefetcher: bool) -> None:
     import batchcast
     from augmentation import FLAGS, announced
 
-    if options.get("distributed"):
-        sys.exit("shared_loader.py: train.py runs distributed (torchrun), but a shared producer's "
-                 "stream is not split between ranks: every rank would read every batch. Run "
-                 "each trainer as a single process (no torchrun), or train distributed without "
-                 "examples/timm/shared_loader.py")
     unsupported = {"num_aug_splits": "--aug-splits", "num_aug_repeats": "--aug-repeats",
                    "input_size_choices": "scheduled input sizes"}
     for key, flag in unsupported.items():
@@ -64,19 +61,48 @@ def check_augmentation(consumer: Any, options: dict, prefetcher: bool) -> None:
             "BATCHCAST_NAME")
 
 
-class Recollated:
-    """A Consumer whose batches go through train.py's collate_fn (timm's
-    FastCollateMixup with --mixup/--cutmix and the prefetcher): each batch
-    is split into its samples and collated again, so the mixing happens in
-    this trainer, with its own draws. Everything else is the Consumer's."""
+class TrainLoader:
+    """The Consumer as train.py's training loader. Under torchrun (world > 1)
+    the consumer reads batches of batch_size * world rows and each rank
+    takes its own rows [rank * batch_size, (rank + 1) * batch_size): the
+    ranks share one stream and each sample goes to one rank; the ranks check
+    at each epoch's first batch that they read the same epoch. train.py's
+    collate_fn (timm's FastCollateMixup with --mixup/--cutmix and the
+    prefetcher) then mixes this rank's rows, in this trainer, with its own
+    draws. Everything else is the Consumer's."""
 
-    def __init__(self, consumer: Any, collate_fn: Any) -> None:
+    def __init__(self, consumer: Any, batch_size: int, collate_fn: Any, rank: int,
+                 world: int) -> None:
         self.consumer = consumer
+        self.batch_size = batch_size
         self.collate_fn = collate_fn  # PrefetchLoader.mixup_enabled reads it
+        self.rank, self.world = rank, world
 
     def __iter__(self) -> Any:
+        first = True
         for images, targets in self.consumer:
-            yield self.collate_fn(list(zip(images, targets)))
+            if self.world > 1:
+                if first:
+                    self._check_same_epoch()
+                rows = slice(self.rank * self.batch_size, (self.rank + 1) * self.batch_size)
+                images, targets = images[rows], targets[rows]
+            first = False
+            if self.collate_fn is not None:
+                yield self.collate_fn(list(zip(images, targets)))
+            else:
+                yield images, targets
+
+    def _check_same_epoch(self) -> None:
+        import torch.distributed as dist
+
+        epochs: list = [None] * self.world
+        dist.all_gather_object(epochs, self.consumer.epoch)
+        if len(set(epochs)) > 1:
+            raise RuntimeError(
+                f"shared_loader.py: the ranks read different epochs of producer "
+                f"{self.consumer.name!r} (rank by rank: {epochs}): they joined it at different "
+                f"times; start the producer with --trainers {self.world} (one per rank) so that "
+                "it waits for all of them")
 
     def __len__(self) -> int:
         return len(self.consumer)
@@ -100,13 +126,18 @@ def shared_create_loader(real: Any) -> Any:
         shape = tuple(input_size) if isinstance(input_size, (tuple, list)) else (3, input_size,
                                                                                  input_size)
         prefetcher = kwargs.get("use_prefetcher", True)
+        rank, world = 0, 1
+        if kwargs.get("distributed"):  # train.py under torchrun: one shard of each batch a rank
+            import torch.distributed as dist
+
+            rank, world = dist.get_rank(), dist.get_world_size()
         # timm's prefetcher normalises uint8 images in the trainer; without
         # it the producer's transform sends them normalised, as float32.
         dtype = "uint8" if prefetcher else "float32"
         try:
             # drop_last as timm's own training loader: the same steps per
             # epoch, and no short last batch (FastCollateMixup needs even ones).
-            consumer = batchcast.Consumer(NAME, batch_size=batch_size, drop_last=True,
+            consumer = batchcast.Consumer(NAME, batch_size=batch_size * world, drop_last=True,
                                           connect_timeout=120,
                                           expect={"batch[0]": {"shape": shape, "dtype": dtype}})
         except batchcast.StreamMismatch as e:
@@ -122,8 +153,8 @@ def shared_create_loader(real: Any) -> Any:
             consumer.close()
             raise
         loader: Any = consumer
-        if kwargs.get("collate_fn") is not None:
-            loader = Recollated(consumer, kwargs["collate_fn"])
+        if world > 1 or kwargs.get("collate_fn") is not None:
+            loader = TrainLoader(consumer, batch_size, kwargs.get("collate_fn"), rank, world)
         if prefetcher:
             import torch
             from timm.data.loader import PrefetchLoader

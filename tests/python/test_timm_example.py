@@ -192,14 +192,50 @@ def test_augmentation_flags_take_effect_in_the_trainer_or_are_refused_by_name(ex
     example.finish()
 
 
-def test_train_py_under_torchrun_is_refused_on_every_rank(example):
-    """Two CPU ranks (gloo): the stream is not split between ranks, so
-    each rank stops with the reason instead of reading every batch."""
-    example.producer("-b", "32", "--prefetcher")
+@pytest.mark.parametrize("mixup", [False, True])
+def test_train_py_under_torchrun_reads_one_shard_of_each_batch_a_rank(example, mixup):
+    """Two CPU ranks (gloo) on one producer: each rank reads its 16 rows of
+    every batch of 32, so an epoch of 128 images is 4 steps a rank (8 for a
+    single trainer at -b 16), in both epochs."""
+    example.producer("-b", "32", "--prefetcher", "--trainers", "2")
     r = subprocess.run(
-        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2",
-         "--standalone", TIMM / "shared_loader.py", example.train_py, example.data],
+        [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
+         "--tee", "1", TIMM / "shared_loader.py", example.train_py, example.data, "-b", "16"]
+        + (["--mixup", "0.8"] if mixup else []),
         env=example.env, capture_output=True, text=True, timeout=120)
-    assert r.returncode != 0
-    assert r.stderr.count("train.py runs distributed (torchrun)") == 2, r.stderr[-3000:]
-    assert "every rank would read every batch" in r.stderr
+    assert r.returncode == 0, r.stderr[-3000:]
+    target = "torch.float32 (16, 4)" if mixup else "torch.int64 (16,)"
+    for rank in (0, 1):
+        lines = [line.split("]:", 1)[1] for line in r.stdout.splitlines()
+                 if line.startswith(f"[default{rank}]:epoch")]
+        assert lines == [f"epoch {e} 4 4 torch.float32 (16, 3, 32, 32) {target} True"
+                         for e in (0, 1)], r.stdout
+    example.finish()
+
+
+def test_ranks_that_read_different_epochs_stop_with_the_flag_that_aligns_them(monkeypatch):
+    import importlib.util
+
+    import torch
+    import torch.distributed as dist
+
+    spec = importlib.util.spec_from_file_location("shared_loader", TIMM / "shared_loader.py")
+    shared_loader = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(shared_loader)
+
+    class Stream:  # a consumer in epoch 0, whose other rank is in epoch 1
+        name, epoch = "timm-train", 0
+
+        def __iter__(self):
+            yield torch.zeros(4, 3, 2, 2), torch.arange(4)
+
+    def all_gather_object(out, epoch):
+        out[:] = [epoch, epoch + 1]
+
+    monkeypatch.setattr(dist, "all_gather_object", all_gather_object)
+    loader = shared_loader.TrainLoader(Stream(), 2, None, rank=0, world=2)
+    with pytest.raises(RuntimeError, match=r"different epochs .* \[0, 1\].*--trainers 2"):
+        next(iter(loader))
+    monkeypatch.setattr(dist, "all_gather_object", lambda out, e: out.__setitem__(slice(None), [e, e]))
+    images, targets = next(iter(shared_loader.TrainLoader(Stream(), 2, None, rank=1, world=2)))
+    assert targets.tolist() == [2, 3]  # rank 1's rows
