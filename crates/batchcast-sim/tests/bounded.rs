@@ -66,3 +66,20 @@ fn a_job_wider_than_the_cluster_is_told_the_range_it_may_take() {
         "{msg}"
     );
 }
+
+#[test]
+fn sjf_backfills_past_wider_shorter_jobs_in_duration_order() {
+    // 8 GPUs. "a" (6 GPUs, 100 s) runs from 0. At 1: "w" (4 GPUs, 10 s,
+    // the shortest) cannot fit; "n" (2 GPUs, 50 s) backfills at 1; "n2"
+    // (1 GPU, 60 s) waits for n, runs 51-111; w runs when a ends, 100-110.
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let jobs = [
+        common::job("a", 0.0, 6, 100.0),
+        common::job("w", 1.0, 4, 10.0),
+        common::job("n2", 1.0, 1, 60.0),
+        common::job("n", 1.0, 2, 50.0),
+    ];
+    let mut p = by_name("sjf").unwrap();
+    let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+    assert_jcts!(o, "a" => 100.0, "n" => 50.0, "n2" => 110.0, "w" => 109.0);
+}

@@ -1,9 +1,11 @@
 //! SJF: shortest (ideal duration) job first, backfilling what fits. Never
-//! preempts. Keeps its own queue ordered by (duration, arrival, index), fed
-//! by `Policy::arrived`, so a pass reads only the head of the queue.
+//! preempts. Keeps its own queues, one per GPU demand, each ordered by
+//! (duration, arrival, index) and fed by `Policy::arrived`: the next job to
+//! start is the best head among the demands no wider than the free GPUs,
+//! so a pass never walks past waiting jobs that cannot fit (which made a
+//! long queue cost quadratic time).
 
-use std::collections::BTreeSet;
-use std::ops::Bound;
+use std::collections::{BTreeMap, BTreeSet};
 
 use super::Policy;
 use crate::job::Locality;
@@ -16,7 +18,8 @@ type Key = (u64, u64, u32);
 /// Shortest job first.
 #[derive(Default)]
 pub struct Sjf {
-    queue: BTreeSet<Key>,
+    /// Waiting jobs by GPU demand.
+    queues: BTreeMap<u32, BTreeSet<Key>>,
 }
 
 impl Policy for Sjf {
@@ -25,7 +28,7 @@ impl Policy for Sjf {
     }
 
     fn arrived(&mut self, i: u32, j: &JobState) {
-        self.queue.insert((
+        self.queues.entry(j.spec.gpus).or_default().insert((
             j.spec.ideal_duration().to_bits(),
             j.spec.arrival.to_bits(),
             i,
@@ -33,29 +36,29 @@ impl Policy for Sjf {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let mut cursor: Option<Key> = None;
         loop {
-            let batch: Vec<Key> = match cursor {
-                None => self.queue.iter().take(256).copied().collect(),
-                Some(c) => self
-                    .queue
-                    .range((Bound::Excluded(c), Bound::Unbounded))
-                    .take(256)
-                    .copied()
-                    .collect(),
-            };
-            if batch.is_empty() {
+            let free = s.free_gpus();
+            if free == 0 || free < s.smallest_demand() {
                 return;
             }
-            for e in batch {
-                if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
-                    return;
-                }
-                cursor = Some(e);
-                let i = e.2;
-                if s.job(i).status != Status::Pending || s.try_start(i, Locality::Cluster).is_some()
-                {
-                    self.queue.remove(&e);
+            let widest = free.min(u32::MAX as u64) as u32;
+            let best = self
+                .queues
+                .range(..=widest)
+                .filter_map(|(&g, q)| q.first().map(|&k| (k, g)))
+                .min();
+            let Some((k, g)) = best else { return };
+            let i = k.2;
+            // A pending job no wider than the free GPUs always fits
+            // somewhere at cluster level; should placement ever refuse it,
+            // the pass ends rather than spin.
+            if s.job(i).status == Status::Pending && s.try_start(i, Locality::Cluster).is_none() {
+                return;
+            }
+            if let Some(q) = self.queues.get_mut(&g) {
+                q.remove(&k);
+                if q.is_empty() {
+                    self.queues.remove(&g);
                 }
             }
         }
