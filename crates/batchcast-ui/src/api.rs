@@ -18,7 +18,7 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
 use batchcast_runs::plot::{unit_label, XAxis};
-use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store, StoreError};
+use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store};
 use serde::Serialize;
 
 use crate::error::{ApiError, UiError};
@@ -31,8 +31,8 @@ const MAX_DRAWN: usize = 5_000;
 /// 1 Hz is 86,400 per series): it bounds the request's time, as only the
 /// thinned points are held. More is refused, not cut short silently.
 const MAX_POINTS: usize = 2_000_000;
-/// Stored chunks (64 KiB each) of a log download read ahead of the client.
-const LOG_AHEAD: usize = 4;
+/// Stored chunks (64 KiB each) of a log download read at once.
+const LOG_AHEAD: usize = 16;
 /// Bytes of a log tail asked with `?tail=`, at most.
 const MAX_TAIL: usize = 1024 * 1024;
 
@@ -304,39 +304,29 @@ pub(crate) async fn log(
     ))
 }
 
-/// Why a log download stopped early.
-enum Stop {
-    Store(StoreError),
-    /// The client went away.
-    Gone,
-}
-
-impl From<StoreError> for Stop {
-    fn from(e: StoreError) -> Stop {
-        Stop::Store(e)
-    }
-}
-
-/// A run's whole log as a response body, read a stored chunk at a time on
-/// a blocking thread, at most [`LOG_AHEAD`] chunks ahead of the client: a
-/// download holds a few chunks, never the log.
+/// A run's whole log as a response body, read [`LOG_AHEAD`] stored chunks
+/// at a time (a short read on a blocking thread each, none held while the
+/// client is slow): a download holds a few chunks, never the log.
 fn stream_log(state: &AppState, id: RunId, stream: LogStream) -> Body {
-    let (tx, rx) = tokio::sync::mpsc::channel::<Result<Vec<u8>, std::io::Error>>(LOG_AHEAD);
-    let path = state.0.store.clone();
-    tokio::task::spawn_blocking(move || {
-        let sent = Store::open_read_only(&path)
-            .map_err(Stop::Store)
-            .and_then(|store| {
-                store.for_each_log_chunk(id, stream, |chunk| {
-                    tx.blocking_send(Ok(chunk.to_vec())).map_err(|_| Stop::Gone)
-                })
-            });
-        if let Err(Stop::Store(e)) = sent {
-            // The client sees the download end early, not a whole file.
-            let _ = tx.blocking_send(Err(std::io::Error::other(e.to_string())));
+    let state = state.clone();
+    let pages = futures_util::stream::unfold(Some(-1i64), move |after| {
+        let state = state.clone();
+        async move {
+            let after = after?;
+            let page = state
+                .read(move |store| Ok(store.log_chunks(id, stream, after, LOG_AHEAD)?))
+                .await;
+            match page {
+                Ok(page) if page.is_empty() => None,
+                Ok(page) => {
+                    let next = (page.len() == LOG_AHEAD).then(|| page[page.len() - 1].0);
+                    let bytes: Vec<u8> = page.into_iter().flat_map(|(_, d)| d).collect();
+                    Some((Ok(bytes), next))
+                }
+                // The client sees the download end early, not a whole file.
+                Err(e) => Some((Err(std::io::Error::other(e.to_string())), None)),
+            }
         }
     });
-    Body::from_stream(futures_util::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|chunk| (chunk, rx))
-    }))
+    Body::from_stream(pages)
 }

@@ -36,4 +36,4 @@ mod server;
 mod state;
 
 pub use error::UiError;
-pub use server::{Ui, UiConfig};
+pub use server::{Ui, UiConfig, HEADER_TIMEOUT, MAX_CONNECTIONS};

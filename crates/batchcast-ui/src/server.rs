@@ -3,12 +3,22 @@
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::routing::get;
 use axum::Router;
 
 use crate::error::UiError;
 use crate::state::{AppState, Shared};
+
+/// How long a client may take to send a request's headers (hyper's
+/// default is 30 s; a browser sends them at once): a connection that has
+/// not sent them by then is closed, before any token is looked at.
+pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// Connections served at once; one past it is answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 256;
+/// Bytes of a request's head, at most (hyper's smallest buffer is 8 KiB).
+const MAX_HEAD: usize = 64 * 1024;
 
 /// What `batchcast ui` was asked for.
 #[derive(Clone, Debug)]
@@ -23,6 +33,10 @@ pub struct UiConfig {
     /// (`--no-token`) only on a loopback address: then any local user may
     /// read the store.
     pub token: bool,
+    /// See [`HEADER_TIMEOUT`].
+    pub header_timeout: Duration,
+    /// See [`MAX_CONNECTIONS`].
+    pub max_connections: usize,
 }
 
 impl UiConfig {
@@ -33,6 +47,8 @@ impl UiConfig {
             host: IpAddr::V4(Ipv4Addr::LOCALHOST),
             port,
             token: true,
+            header_timeout: HEADER_TIMEOUT,
+            max_connections: MAX_CONNECTIONS,
         }
     }
 }
@@ -42,6 +58,8 @@ pub struct Ui {
     listener: std::net::TcpListener,
     addr: SocketAddr,
     state: AppState,
+    header_timeout: Duration,
+    max_connections: usize,
 }
 
 impl Ui {
@@ -79,6 +97,8 @@ impl Ui {
             listener,
             addr,
             state,
+            header_timeout: config.header_timeout,
+            max_connections: config.max_connections.max(1),
         })
     }
 
@@ -119,9 +139,57 @@ impl Ui {
             .map_err(io)?;
         rt.block_on(async {
             let listener = tokio::net::TcpListener::from_std(self.listener).map_err(io)?;
-            axum::serve(listener, router(self.state)).await.map_err(io)
+            let app = router(self.state);
+            let slots = Arc::new(tokio::sync::Semaphore::new(self.max_connections));
+            loop {
+                let stream = match listener.accept().await {
+                    Ok((stream, _)) => stream,
+                    // Out of descriptors, say: wait for some to close.
+                    Err(_) => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let Ok(slot) = slots.clone().try_acquire_owned() else {
+                    tokio::spawn(refuse(stream));
+                    continue;
+                };
+                let service = hyper_util::service::TowerToHyperService::new(app.clone());
+                let conn = hyper::server::conn::http1::Builder::new()
+                    .timer(hyper_util::rt::TokioTimer::new())
+                    .header_read_timeout(self.header_timeout)
+                    .max_buf_size(MAX_HEAD)
+                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+                tokio::spawn(async move {
+                    let _ = conn.await;
+                    drop(slot);
+                });
+            }
         })
     }
+}
+
+/// Answers a connection past [`MAX_CONNECTIONS`]: 503, then closed.
+async fn refuse(mut stream: tokio::net::TcpStream) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
+                 Content-Length: 49\r\nConnection: close\r\n\r\n\
+                 too many connections to the dashboard; try again\n";
+    let answer = async {
+        stream.write_all(busy).await?;
+        stream.shutdown().await?;
+        // Read what the client sent (a little, briefly): closing with its
+        // request unread would reset the connection before it reads the
+        // answer.
+        let mut sink = [0u8; 4096];
+        for _ in 0..16 {
+            if stream.read(&mut sink).await? == 0 {
+                break;
+            }
+        }
+        Ok::<(), std::io::Error>(())
+    };
+    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }
 
 fn router(state: AppState) -> Router {

@@ -183,10 +183,8 @@ fn another_address_needs_the_token_on_every_request() {
     let path = dir.path().join("runs.sqlite");
     make_store(&path);
     let config = UiConfig {
-        store: path,
         host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        port: 0,
-        token: true,
+        ..UiConfig::local(path, 0)
     };
     let (addr, token) = serve_with(config);
     let token = token.expect("a token off loopback");
@@ -289,10 +287,9 @@ fn a_host_or_origin_that_only_looks_local_is_refused() {
 #[test]
 fn no_token_off_loopback_is_refused() {
     let config = UiConfig {
-        store: "x.sqlite".into(),
         host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
-        port: 0,
         token: false,
+        ..UiConfig::local("x.sqlite", 0)
     };
     let err = batchcast_ui::Ui::bind(&config).err().unwrap().to_string();
     assert!(
@@ -312,5 +309,65 @@ fn a_port_in_use_is_a_clear_error() {
     assert!(
         err.contains(&format!("127.0.0.1:{port}")) && err.contains("--port"),
         "{err}"
+    );
+}
+
+/// Clients that open a connection and never finish their headers (a
+/// slowloris, or a port scanner) cannot lock others out: each is closed
+/// after the header timeout, before any token is looked at, and a
+/// connection past the cap is answered 503 at once instead of waiting.
+#[test]
+fn clients_that_never_finish_their_headers_are_cut_off_and_capped() {
+    use std::io::{Read, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    make_store(&path);
+    let (addr, token) = serve_with(UiConfig {
+        header_timeout: Duration::from_secs(1),
+        max_connections: 8,
+        ..UiConfig::local(&path, 0)
+    });
+    let token = token.unwrap();
+    let slow: Vec<std::net::TcpStream> = (0..8)
+        .map(|_| {
+            let mut s = std::net::TcpStream::connect(addr).unwrap();
+            s.write_all(b"GET / HTTP/1.1\r\nHost: 127.0.0.1").unwrap();
+            s
+        })
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let busy = get(addr, &format!("/?token={token}"));
+    assert_eq!(busy.status, 503, "{}", busy.text());
+    assert!(
+        busy.text().contains("too many connections"),
+        "{}",
+        busy.text()
+    );
+    let begun = Instant::now();
+    for mut s in slow {
+        s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let mut buf = [0u8; 256];
+        // Closed by the server: end of file (or a reset), not a timeout.
+        let closed = loop {
+            match s.read(&mut buf) {
+                Ok(0) => break true,
+                Ok(_) => continue,
+                Err(e) => break e.kind() != std::io::ErrorKind::WouldBlock,
+            }
+        };
+        assert!(closed, "a connection without headers was kept open");
+    }
+    assert!(
+        begun.elapsed() < Duration::from_secs(4),
+        "closed after {:?}",
+        begun.elapsed()
+    );
+    let ok = get(addr, &format!("/?token={token}"));
+    assert!(
+        ok.status == 200 || ok.status == 303,
+        "{} {}",
+        ok.status,
+        ok.text()
     );
 }

@@ -38,10 +38,9 @@ pub fn run(args: UiArgs) -> anyhow::Result<()> {
         eprintln!("warning: {e}");
     }
     let config = batchcast_ui::UiConfig {
-        store,
         host: args.host,
-        port: args.port,
         token: !args.no_token,
+        ..batchcast_ui::UiConfig::local(store, args.port)
     };
     let ui = batchcast_ui::Ui::bind(&config)?;
     if ui.token().is_some() && !args.host.is_loopback() {

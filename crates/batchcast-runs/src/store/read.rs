@@ -424,8 +424,8 @@ impl Store {
 
     /// A run's whole output on one stream, handed to `each` a stored chunk
     /// (at most 64 KiB) at a time, in order: a reader holds one chunk, not
-    /// the log. It is read a few chunks per query, so no read transaction
-    /// stays open while `each` waits (a slow download): a log written
+    /// the log. It is read a few chunks per query ([`Store::log_chunks`]),
+    /// so no read transaction stays open while `each` waits: a log written
     /// meanwhile is read as far as it has come.
     pub fn for_each_log_chunk<E: From<StoreError>>(
         &self,
@@ -433,32 +433,49 @@ impl Store {
         stream: LogStream,
         mut each: impl FnMut(&[u8]) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E> {
-        const PAGE: i64 = 16;
+        const PAGE: usize = 16;
         let mut after = -1i64;
         loop {
-            let page: Vec<(i64, Vec<u8>)> = {
-                let mut st = self
-                    .conn
-                    .prepare_cached(
-                        "SELECT seq, data FROM logs WHERE run_id = ?1 AND stream = ?2 AND seq > ?3
-                         ORDER BY seq LIMIT ?4",
-                    )
-                    .map_err(self.err())?;
-                let rows = st
-                    .query_map(params![run, stream.as_str(), after, PAGE], |r| {
-                        Ok((r.get(0)?, r.get(1)?))
-                    })
-                    .map_err(self.err())?;
-                rows.collect::<rusqlite::Result<_>>().map_err(self.err())?
-            };
+            let page = self.log_chunks(run, stream, after, PAGE)?;
             for (seq, data) in &page {
                 after = *seq;
                 each(data)?;
             }
-            if (page.len() as i64) < PAGE {
+            if page.len() < PAGE {
                 return Ok(());
             }
         }
+    }
+
+    /// Up to `limit` stored chunks of a run's output on one stream, in
+    /// order, those after the chunk `after` (-1: from the start), each with
+    /// its place, which the next page starts after.
+    pub fn log_chunks(
+        &self,
+        run: RunId,
+        stream: LogStream,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<(i64, Vec<u8>)>> {
+        let mut st = self
+            .conn
+            .prepare_cached(
+                "SELECT seq, data FROM logs WHERE run_id = ?1 AND stream = ?2 AND seq > ?3
+                 ORDER BY seq LIMIT ?4",
+            )
+            .map_err(self.err())?;
+        let rows = st
+            .query_map(
+                params![
+                    run,
+                    stream.as_str(),
+                    after,
+                    limit.min(i64::MAX as usize) as i64
+                ],
+                |r| Ok((r.get(0)?, r.get(1)?)),
+            )
+            .map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
     }
 
     /// What happened to a run that its reader should know (listeners that
