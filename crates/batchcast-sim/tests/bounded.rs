@@ -83,3 +83,20 @@ fn sjf_backfills_past_wider_shorter_jobs_in_duration_order() {
     let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
     assert_jcts!(o, "a" => 100.0, "n" => 50.0, "n2" => 110.0, "w" => 109.0);
 }
+
+#[test]
+fn gandiva_backfills_in_arrival_order_past_jobs_that_cannot_fit() {
+    // 8 GPUs. "a" (6 GPUs, 100 s) runs from 0. At 1, in this order: "w"
+    // (4 GPUs) cannot fit; "n2" (1 GPU, 60 s) backfills at 1; "n" (2 GPUs,
+    // 50 s) waits for n2, runs 61-111; w runs when a ends, 100-110.
+    let spec = ClusterSpec::new(1, 1, 8, 64.0);
+    let jobs = [
+        common::job("a", 0.0, 6, 100.0),
+        common::job("w", 1.0, 4, 10.0),
+        common::job("n2", 1.0, 1, 60.0),
+        common::job("n", 1.0, 2, 50.0),
+    ];
+    let mut p = by_name("gandiva").unwrap();
+    let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+    assert_jcts!(o, "a" => 100.0, "n2" => 60.0, "n" => 110.0, "w" => 109.0);
+}

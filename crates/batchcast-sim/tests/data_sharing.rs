@@ -33,16 +33,26 @@ fn a_shared_pipeline_unstarves_a_cpu_bound_machine() {
         loader("a", 0.0, 100.0, "imagenet"),
         loader("b", 0.0, 100.0, "imagenet"),
     ];
-    let o = run(spec, &cfg(DataSharing::Off), &same, &mut Gandiva);
+    let o = run(spec, &cfg(DataSharing::Off), &same, &mut Gandiva::default());
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
     assert!(common::close(o.jobs[0].cpu_lost, 100.0));
-    let o = run(spec, &cfg(DataSharing::Share), &same, &mut Gandiva);
+    let o = run(
+        spec,
+        &cfg(DataSharing::Share),
+        &same,
+        &mut Gandiva::default(),
+    );
     assert_jcts!(o, "a" => 100.0, "b" => 100.0);
     let diff = [
         loader("a", 0.0, 100.0, "imagenet"),
         loader("b", 0.0, 100.0, "coco"),
     ];
-    let o = run(spec, &cfg(DataSharing::Share), &diff, &mut Gandiva);
+    let o = run(
+        spec,
+        &cfg(DataSharing::Share),
+        &diff,
+        &mut Gandiva::default(),
+    );
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
 }
 
@@ -61,8 +71,18 @@ fn dataset_aware_placement_puts_same_dataset_jobs_together() {
         loader("C", 0.0, 10_000.0, "x"),
         loader("E", 500.0, 100.0, "x"),
     ];
-    let o = run(spec, &cfg(DataSharing::Share), &jobs, &mut Gandiva);
+    let o = run(
+        spec,
+        &cfg(DataSharing::Share),
+        &jobs,
+        &mut Gandiva::default(),
+    );
     assert_jcts!(o, "A" => 200.0, "E" => 200.0);
-    let o = run(spec, &cfg(DataSharing::SharePlace), &jobs, &mut Gandiva);
+    let o = run(
+        spec,
+        &cfg(DataSharing::SharePlace),
+        &jobs,
+        &mut Gandiva::default(),
+    );
     assert_jcts!(o, "A" => 200.0, "E" => 100.0);
 }

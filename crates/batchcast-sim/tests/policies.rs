@@ -45,7 +45,7 @@ fn fifo_blocks_and_gandiva_backfills() {
     ];
     let o = run(one_machine(), &no_leases(), &jobs, &mut Fifo);
     assert_jcts!(o, "A" => 100.0, "B" => 149.0, "C" => 155.0);
-    let o = run(one_machine(), &no_leases(), &jobs, &mut Gandiva);
+    let o = run(one_machine(), &no_leases(), &jobs, &mut Gandiva::default());
     assert_jcts!(o, "A" => 100.0, "B" => 149.0, "C" => 10.0);
 }
 
@@ -101,7 +101,7 @@ fn dally_waits_for_its_rack_timer_to_expire() {
         job("X2", 0.0, 3, 1000.0),
         job("Z", 10.0, 2, 100.0),
     ];
-    let o = run(spec, &no_leases(), &jobs, &mut Gandiva);
+    let o = run(spec, &no_leases(), &jobs, &mut Gandiva::default());
     assert_jcts!(o, "Z" => 150.0);
     let o = run(spec, &no_leases(), &jobs, &mut fixed_dally(50.0, 100.0));
     assert_jcts!(o, "Z" => 200.0);

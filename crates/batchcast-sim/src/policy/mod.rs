@@ -5,6 +5,7 @@
 //! pending jobs with `Sched::try_start` and, at lease boundaries, may
 //! preempt running ones with `Sched::preempt`.
 
+mod by_demand;
 mod dally;
 mod fifo;
 mod gandiva;
@@ -49,7 +50,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
         "sjf" => Box::new(Sjf::default()),
         "srsf" => Box::new(Srsf),
         "tiresias" => Box::new(Tiresias::default()),
-        "gandiva" => Box::new(Gandiva),
+        "gandiva" => Box::new(Gandiva::default()),
         "dally" => Box::new(Dally::new(DallyConfig::default())),
         other => {
             return Err(SimError::Config(format!(
