@@ -3,7 +3,7 @@
 //!
 //! A cluster is racks x machines x GPUs (optionally slots inside a
 //! machine) with CPU cores per machine. Jobs (from a trace or the seeded
-//! generator) arrive, wait, are placed by a `Policy` (FIFO, SJF, SRSF,
+//! generator) arrive, wait, are placed by a `Policy` (FIFO, SJF, SRSF, LAS,
 //! Tiresias, Gandiva-style packing, Dally) and run at an iteration time set
 //! by the network model (widest span level and link congestion) and the CPU
 //! model (data loading per machine, optionally shared by same-dataset jobs

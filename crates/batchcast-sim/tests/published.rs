@@ -217,3 +217,26 @@ fn published_cluster_files_are_read_and_bad_ones_refused_naming_the_field() {
         );
     }
 }
+
+#[test]
+fn las_ranks_by_service_received_as_the_published_srsf_does() {
+    // One 8-GPU machine, lease 100 s, no restart cost. "a" (8 GPUs, 1000 s)
+    // from 0; "b" (8 GPUs, 300 s) at 150. At 200 b has received nothing,
+    // a 1600 GPU-s: a is preempted. At 400 both have 1600: the earlier
+    // arrival, a, runs 400-500; then b (1600 < 2400) runs 500-600 and
+    // ends; a resumes with 700 s left and ends at 1300.
+    let spec = batchcast_sim::ClusterSpec::new(1, 1, 8, 64.0);
+    let cfg = published_cfg(100.0);
+    let jobs = [
+        common::job("a", 0.0, 8, 1000.0),
+        common::job("b", 150.0, 8, 300.0),
+    ];
+    let mut p = by_name("las").unwrap();
+    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    assert_jcts!(o, "a" => 1300.0, "b" => 450.0);
+    // batchcast's srsf ranks by service remaining: b (300) beats a (800 at
+    // 200) and runs to its end, 200-500.
+    let mut p = by_name("srsf").unwrap();
+    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    assert_jcts!(o, "a" => 1300.0, "b" => 350.0);
+}

@@ -26,7 +26,9 @@ pub struct SimArgs {
     /// helios (cluster_log.csv) or philly (cluster_job_log).
     #[arg(long, default_value = "dally")]
     format: String,
-    /// Policies to compare, comma-separated: fifo, sjf, srsf, tiresias, gandiva, dally.
+    /// Policies to compare, comma-separated: fifo, sjf, srsf (least service
+    /// remaining), las (least service received: what the published
+    /// simulator calls SRSF), tiresias, gandiva, dally.
     #[arg(long, default_value = "dally,tiresias,gandiva,srsf,fifo")]
     policy: String,
     /// Cluster file: the published simulator's ({"racks_in_cluster":..,

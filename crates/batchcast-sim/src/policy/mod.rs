@@ -9,6 +9,7 @@ mod by_demand;
 mod dally;
 mod fifo;
 mod gandiva;
+mod las;
 mod sjf;
 mod srsf;
 mod tiresias;
@@ -17,6 +18,7 @@ mod tuner;
 pub use dally::{Dally, DallyConfig};
 pub use fifo::Fifo;
 pub use gandiva::Gandiva;
+pub use las::Las;
 pub use sjf::Sjf;
 pub use srsf::Srsf;
 pub use tiresias::Tiresias;
@@ -41,7 +43,7 @@ pub trait Policy {
 }
 
 /// The policies `by_name` knows.
-pub const NAMES: [&str; 6] = ["fifo", "sjf", "srsf", "tiresias", "gandiva", "dally"];
+pub const NAMES: [&str; 7] = ["fifo", "sjf", "srsf", "las", "tiresias", "gandiva", "dally"];
 
 /// A policy with default parameters by name.
 pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
@@ -49,6 +51,7 @@ pub fn by_name(name: &str) -> Result<Box<dyn Policy>, SimError> {
         "fifo" => Box::new(Fifo),
         "sjf" => Box::new(Sjf::default()),
         "srsf" => Box::new(Srsf),
+        "las" => Box::new(Las),
         "tiresias" => Box::new(Tiresias::default()),
         "gandiva" => Box::new(Gandiva::default()),
         "dally" => Box::new(Dally::new(DallyConfig::default())),

@@ -1,5 +1,6 @@
 //! SRSF: shortest remaining service (remaining ideal time x GPUs) first,
-//! preempting at lease boundaries.
+//! preempting at lease boundaries. The published delay-scheduling
+//! simulator's "SRSF" ranks by service received instead: that is `las`.
 
 use super::{preemptive_round, Policy};
 use crate::job::Locality;

@@ -1,0 +1,36 @@
+//! LAS: least attained service first, preempting at lease boundaries; the
+//! policy the published delay-scheduling simulator (aakash-sharma/
+//! cluster-sim) calls "SRSF". Service is the work done, in seconds of one
+//! GPU (iterations done x time per iteration on one GPU, as its
+//! `SRSFIntraJobScheduler` bids), so a badly placed job is not charged
+//! for its slowdown; ties go to the earlier arrival. Unlike the published
+//! simulator, GPUs are given to a job all at once (gang scheduling), not
+//! one by one through per-GPU bids.
+
+use super::{preemptive_round, Policy};
+use crate::job::Locality;
+use crate::sched::Sched;
+
+/// Least attained service (the published simulator's "SRSF").
+pub struct Las;
+
+impl Policy for Las {
+    fn name(&self) -> &str {
+        "las"
+    }
+
+    fn preemptive(&self) -> bool {
+        true
+    }
+
+    fn schedule(&mut self, s: &mut Sched<'_>) {
+        let key = |s: &Sched<'_>, i: u32| {
+            let j = s.job(i);
+            let done = j.spec.ideal_duration() - s.remaining_now(i);
+            (done * j.spec.gpus as f64, j.spec.arrival)
+        };
+        preemptive_round(s, key, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
+    }
+}
