@@ -48,8 +48,9 @@ def announced(options: Mapping[str, Any], prefetcher: bool) -> Dict[str, Any]:
 def _canonical(key: str, value: Any) -> Any:
     from timm.data.constants import IMAGENET_DEFAULT_MEAN, IMAGENET_DEFAULT_STD
 
+    # What create_transform does with None (train.py's default for some).
     defaults = {"scale": (0.08, 1.0), "ratio": (3 / 4, 4 / 3), "mean": IMAGENET_DEFAULT_MEAN,
-                "std": IMAGENET_DEFAULT_STD}  # what create_transform uses for None
+                "std": IMAGENET_DEFAULT_STD, "grayscale_prob": 0.0, "gaussian_blur_prob": 0.0}
     if value is None:
         value = defaults.get(key)
     if isinstance(value, (tuple, list)):
