@@ -149,3 +149,95 @@ fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
         assert!(body.contains("RESOURCE_DOES_NOT_EXIST"), "{body}");
     }
 }
+
+/// This process's peak resident memory, in bytes.
+fn peak_rss() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap();
+    kb * 1024
+}
+
+/// A client that sends a 64 MB request line is cut off after 16 KiB (431,
+/// or a reset while it is still sending), not buffered, and the endpoint
+/// goes on answering others.
+#[test]
+fn a_64_mb_request_line_is_cut_off_not_buffered() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
+    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let token = endpoint.token_for(1).unwrap();
+    let before = peak_rss();
+    let begun = std::time::Instant::now();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    // Sent a MiB at a time: the test itself holds no 64 MB line.
+    let piece = vec![b'a'; 1 << 20];
+    let sent = s.write_all(b"GET /").and_then(|()| {
+        for _ in 0..64 {
+            s.write_all(&piece)?;
+        }
+        s.write_all(b" HTTP/1.1\r\n")
+    });
+    let mut answer = String::new();
+    let read = s.read_to_string(&mut answer);
+    let peak = peak_rss();
+    println!(
+        "64 MB request line: peak RSS {} MiB before, {} MiB after",
+        before >> 20,
+        peak >> 20
+    );
+    assert!(
+        sent.is_err() || read.is_err() || answer.starts_with("HTTP/1.1 431"),
+        "{:?}",
+        answer.chars().take(200).collect::<String>()
+    );
+    assert!(
+        begun.elapsed() < Duration::from_secs(10),
+        "{:?}",
+        begun.elapsed()
+    );
+    assert!(
+        peak < before + (32 << 20),
+        "grew by {} MiB",
+        (peak - before) >> 20
+    );
+    let reply = request(
+        &addr,
+        &format!(
+            "GET /api/2.0/mlflow/experiments/get-by-name?experiment_name=none HTTP/1.1\r\n\
+             Host: {addr}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n"
+        ),
+    )
+    .unwrap();
+    assert!(reply.contains("RESOURCE_DOES_NOT_EXIST"), "{reply}");
+}
+
+/// A client that never finishes its headers is closed after 10 s, not
+/// kept (with its thread) for ever.
+#[test]
+fn a_client_that_never_finishes_its_headers_is_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
+    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let mut s = TcpStream::connect(&addr).unwrap();
+    s.write_all(b"POST /api/2.0/mlflow/runs/log-metric HTTP/1.1\r\nHost: 127.0.0.1")
+        .unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    let begun = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    let closed = match s.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() == std::io::ErrorKind::ConnectionReset,
+    };
+    assert!(closed, "kept open for {:?}", begun.elapsed());
+    assert!(
+        begun.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        begun.elapsed()
+    );
+}

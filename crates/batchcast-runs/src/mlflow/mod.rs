@@ -18,14 +18,19 @@
 //! is read, and answered, on a thread of its own. So a client that stops in
 //! the middle of a request (a trainer paused with SIGSTOP, a debugger) holds
 //! up only its own request, never the others' logging; at most
-//! [`MAX_IN_FLIGHT`] requests are read at once.
+//! [`MAX_IN_FLIGHT`] requests are read at once. Its HTTP is read within
+//! bounds (a head of 16 KiB sent within 10 s, a body of 4 MiB within 30 s;
+//! one request per connection): a client can hold a thread for that long,
+//! and no more memory than that.
 
 mod api;
 
+mod http;
+
 use std::collections::{HashMap, HashSet};
-use std::io::Read;
+use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::path::Path;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 
@@ -51,7 +56,8 @@ pub fn run_from_mlflow_id(id: &str) -> Option<RunId> {
 /// Largest request body accepted (a log-batch of 1000 metrics is ~100 KiB).
 const MAX_BODY: u64 = 4 << 20;
 
-/// Requests read at once (one thread each); more are answered 503 at once.
+/// Connections served at once (one request each, on a thread of its own);
+/// more are answered 503 at once.
 pub const MAX_IN_FLIGHT: usize = 64;
 
 /// The secrets this endpoint has given out, each with the runs it may
@@ -62,7 +68,8 @@ type Keys = Arc<Mutex<HashMap<String, HashSet<RunId>>>>;
 pub struct Endpoint {
     url: String,
     keys: Keys,
-    server: Arc<tiny_http::Server>,
+    addr: SocketAddr,
+    stop: Arc<AtomicBool>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -81,22 +88,27 @@ impl Endpoint {
             store: Store::open(store)?,
             rec: rec.handle(),
         };
-        let server =
-            tiny_http::Server::http("127.0.0.1:0").map_err(|e| StoreError::Serve(e.to_string()))?;
-        let port = server.server_addr().to_ip().map(|a| a.port()).unwrap_or(0);
-        let server = Arc::new(server);
+        let serve_err = |e: std::io::Error| {
+            StoreError::Serve(format!(
+                "cannot listen on 127.0.0.1 for the MLflow endpoint: {e}"
+            ))
+        };
+        let listener = TcpListener::bind("127.0.0.1:0").map_err(serve_err)?;
+        let addr = listener.local_addr().map_err(serve_err)?;
         let keys = Keys::default();
+        let stop = Arc::new(AtomicBool::new(false));
         let thread = {
-            let (server, keys) = (server.clone(), keys.clone());
+            let (keys, stop) = (keys.clone(), stop.clone());
             std::thread::Builder::new()
                 .name("batchcast-mlflow".into())
-                .spawn(move || serve(&server, ctx, rec, keys))
+                .spawn(move || serve(&listener, ctx, rec, keys, &stop))
                 .map_err(StoreError::Thread)?
         };
         Ok(Endpoint {
-            url: format!("http://127.0.0.1:{port}"),
+            url: format!("http://127.0.0.1:{}", addr.port()),
             keys,
-            server,
+            addr,
+            stop,
             thread: Some(thread),
         })
     }
@@ -126,7 +138,9 @@ impl Endpoint {
 impl Drop for Endpoint {
     /// Stops serving and commits what was logged.
     fn drop(&mut self) {
-        self.server.unblock();
+        self.stop.store(true, Ordering::SeqCst);
+        // Wakes the accepting thread, which then sees `stop`.
+        let _ = TcpStream::connect_timeout(&self.addr, std::time::Duration::from_secs(1));
         if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
@@ -143,7 +157,7 @@ struct Call {
 /// A call and where its reply goes.
 type Job = (Call, mpsc::Sender<api::Reply>);
 
-fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder, keys: Keys) {
+fn serve(listener: &TcpListener, mut ctx: api::Ctx, rec: Recorder, keys: Keys, stop: &AtomicBool) {
     let (jobs, store_side) = mpsc::channel::<Job>();
     let store = std::thread::Builder::new()
         .name("batchcast-mlflow-store".into())
@@ -161,17 +175,22 @@ fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder, keys: Key
     // client cannot keep the store's thread (and Endpoint::drop) waiting.
     let jobs = Arc::new(Mutex::new(Some(jobs)));
     let in_flight = Arc::new(AtomicUsize::new(0));
-    for request in server.incoming_requests() {
+    for conn in listener.incoming() {
+        if stop.load(Ordering::SeqCst) {
+            break;
+        }
+        let request = match conn {
+            Ok(stream) => stream,
+            // Out of descriptors, say: wait for some to close.
+            Err(_) => {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                continue;
+            }
+        };
         if in_flight.fetch_add(1, Ordering::SeqCst) >= MAX_IN_FLIGHT {
             in_flight.fetch_sub(1, Ordering::SeqCst);
-            respond(
-                request,
-                (
-                    503,
-                    serde_json::json!({"error_code": "TEMPORARILY_UNAVAILABLE",
-                    "message": format!("more than {MAX_IN_FLIGHT} requests at once")}),
-                ),
-            );
+            let message = format!("more than {MAX_IN_FLIGHT} requests at once");
+            http::respond(request, 503, &http::error_body(503, &message));
             continue;
         }
         let (thread_jobs, thread_in_flight) = (Arc::clone(&jobs), Arc::clone(&in_flight));
@@ -194,10 +213,14 @@ fn serve(server: &tiny_http::Server, mut ctx: api::Ctx, rec: Recorder, keys: Key
 
 /// Reads one request, has the store's thread answer it, and responds.
 fn handle(
-    mut request: tiny_http::Request,
+    stream: TcpStream,
     jobs: &Mutex<Option<mpsc::Sender<Job>>>,
     keys: &Mutex<HashMap<String, HashSet<RunId>>>,
 ) {
+    let mut request = match http::read_head(stream) {
+        Ok(request) => request,
+        Err(unread) => return http::answer(unread),
+    };
     let token = match admit(&request, keys) {
         Ok(token) => token,
         Err(reply) => return respond(request, reply),
@@ -237,20 +260,16 @@ fn handle(
     respond(request, reply);
 }
 
-/// The value of header `name`, if sent once as text.
-fn header<'a>(request: &'a tiny_http::Request, name: &'static str) -> Option<&'a str> {
-    request
-        .headers()
-        .iter()
-        .find(|h| h.field.equiv(name))
-        .map(|h| h.value.as_str())
+/// The value of header `name`, if sent.
+fn header<'a>(request: &'a http::Request, name: &'static str) -> Option<&'a str> {
+    request.header(name)
 }
 
 /// Checks who asks, before anything of the body is read: a `Host` (and any
 /// `Origin`) of this machine, and a secret this endpoint gave out. The
 /// secret, or the reply that refuses the request.
 fn admit(
-    request: &tiny_http::Request,
+    request: &http::Request,
     keys: &Mutex<HashMap<String, HashSet<RunId>>>,
 ) -> std::result::Result<String, api::Reply> {
     let denied = |message: String| {
@@ -322,22 +341,16 @@ fn allowed(
     }
 }
 
-fn respond(request: tiny_http::Request, (status, body): api::Reply) {
-    let response = tiny_http::Response::from_string(body.to_string())
-        .with_status_code(status)
-        .with_header(
-            tiny_http::Header::from_bytes("Content-Type", "application/json")
-                .expect("static header"),
-        );
-    let _ = request.respond(response);
+fn respond(request: http::Request, (status, body): api::Reply) {
+    request.respond(status, &body.to_string());
 }
 
 /// The method, path and arguments of a request (the query of a GET, the
 /// JSON body of the others), or the reply that refuses it.
-fn read_call(request: &mut tiny_http::Request) -> std::result::Result<Call, api::Reply> {
+fn read_call(request: &mut http::Request) -> std::result::Result<Call, api::Reply> {
     let url = request.url().to_string();
     let (path, query) = url.split_once('?').unwrap_or((&url, ""));
-    let method = request.method().as_str().to_ascii_uppercase();
+    let method = request.method().to_ascii_uppercase();
     let args = if method == "GET" {
         let map: serde_json::Map<String, Value> = form_urlencoded::parse(query.as_bytes())
             .take(64)
@@ -345,25 +358,12 @@ fn read_call(request: &mut tiny_http::Request) -> std::result::Result<Call, api:
             .collect();
         Value::Object(map)
     } else {
-        if request.body_length().is_some_and(|n| n as u64 > MAX_BODY) {
-            return Err((
-                413,
-                serde_json::json!({"error_code": "INVALID_PARAMETER_VALUE", "message": "request body over 4 MiB"}),
-            ));
-        }
-        let mut body = Vec::new();
-        if request
-            .as_reader()
-            .take(MAX_BODY + 1)
-            .read_to_end(&mut body)
-            .is_err()
-            || body.len() as u64 > MAX_BODY
-        {
-            return Err((
-                413,
-                serde_json::json!({"error_code": "INVALID_PARAMETER_VALUE", "message": "request body over 4 MiB or unreadable"}),
-            ));
-        }
+        let body = request.body(MAX_BODY).map_err(|(status, message)| {
+            (
+                status,
+                serde_json::json!({"error_code": "INVALID_PARAMETER_VALUE", "message": message}),
+            )
+        })?;
         if body.iter().all(u8::is_ascii_whitespace) {
             serde_json::json!({})
         } else {
