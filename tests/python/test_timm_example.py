@@ -6,6 +6,7 @@ shared_loader.py against examples/timm/producer.py."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -198,11 +199,19 @@ def test_train_py_under_torchrun_reads_one_shard_of_each_batch_a_rank(example, m
     every batch of 32, so an epoch of 128 images is 4 steps a rank (8 for a
     single trainer at -b 16), in both epochs."""
     example.producer("-b", "32", "--prefetcher", "--trainers", "2")
-    r = subprocess.run(
+    torchrun = subprocess.Popen(
         [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--standalone",
          "--tee", "1", TIMM / "shared_loader.py", example.train_py, example.data, "-b", "16"]
         + (["--mixup", "0.8"] if mixup else []),
-        env=example.env, capture_output=True, text=True, timeout=120)
+        env=example.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        start_new_session=True)  # its ranks go with it on a timeout
+    try:
+        out, err = torchrun.communicate(timeout=120)
+    finally:
+        if torchrun.poll() is None:
+            os.killpg(torchrun.pid, signal.SIGKILL)
+            torchrun.communicate()
+    r = subprocess.CompletedProcess(torchrun.args, torchrun.returncode, out, err)
     assert r.returncode == 0, r.stderr[-3000:]
     target = "torch.float32 (16, 4)" if mixup else "torch.int64 (16,)"
     for rank in (0, 1):
