@@ -9,6 +9,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import List
 
@@ -93,7 +94,7 @@ class Example:
             env=self.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         self.producers.append(p)
         while not (self.data / "validation").exists() and p.poll() is None:
-            pass  # (the producer writes the generated dataset first)
+            time.sleep(0.05)  # (the producer writes the generated dataset first)
         return p
 
     def trainers(self, *argvs: List[str]) -> List[subprocess.CompletedProcess]:
