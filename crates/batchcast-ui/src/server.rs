@@ -16,7 +16,7 @@ use crate::state::{AppState, Shared};
 /// not sent them by then is closed, before any token is looked at.
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections served at once; one past it is answered 503 and closed.
-pub const MAX_CONNECTIONS: usize = 256;
+pub const MAX_CONNECTIONS: usize = 512;
 /// Bytes of a request's head, at most (hyper's smallest buffer is 8 KiB).
 const MAX_HEAD: usize = 64 * 1024;
 
