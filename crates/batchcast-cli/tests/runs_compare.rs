@@ -352,11 +352,18 @@ fn plot_draws_each_run_with_its_name() {
 
 /// Runs `batchcast ARGS` as a user who cannot write `dir` (as nobody when
 /// the tests run as root, whom no mode stops).
+/// Runs `batchcast` in `dir` as a user who cannot write there: as root,
+/// `nobody`, from a copy of the binary in `dir` (the build tree, and `/tmp`
+/// where it is 0700, may be out of that user's reach).
 fn batchcast_outside(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     if rustix::process::geteuid().is_root() {
+        let exe = dir.join("batchcast");
+        if !exe.exists() {
+            std::fs::copy(env!("CARGO_BIN_EXE_batchcast"), &exe).unwrap();
+        }
         std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
-            .arg(env!("CARGO_BIN_EXE_batchcast"))
+            .arg(&exe)
             .args(args)
             .current_dir(dir)
             .output()
@@ -372,7 +379,12 @@ fn batchcast_outside(dir: &std::path::Path, args: &[&str]) -> std::process::Outp
 #[test]
 fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
     use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
+    // In /var/tmp (1777 by convention), which `nobody` can reach.
+    let dir = tempfile::Builder::new()
+        .prefix("batchcast-ro-")
+        .tempdir_in("/var/tmp")
+        .or_else(|_| tempfile::tempdir())
+        .unwrap();
     let ro = dir.path().join("ro");
     std::fs::create_dir(&ro).unwrap();
     let path = ro.join("runs.sqlite");
