@@ -316,10 +316,16 @@ fn a_job_left_running_by_a_dead_runner_is_stopped_by_the_next_one() {
 #[test]
 fn a_job_that_leaves_a_detached_child_holding_stdout_ends_with_its_process() {
     let f = Fixture::new();
-    f.script("daemon.sh", "#!/bin/sh\nsleep 60\n");
+    // The job ends only once the child is in a session of its own (it says
+    // so with a file), so that the end of the job's group cannot take it.
+    f.script(
+        "daemon.sh",
+        "#!/bin/sh\ntouch \"$(pwd)/detached\"\nexec sleep 60\n",
+    );
     f.script(
         "job.sh",
-        "#!/bin/sh\nsetsid \"$(pwd)/daemon.sh\" &\necho job done\n",
+        "#!/bin/sh\nsetsid \"$(pwd)/daemon.sh\" &\n\
+         while [ ! -e \"$(pwd)/detached\" ]; do sleep 0.01; done\necho job done\n",
     );
     let plan = f.plan(
         "Experiment,Workload,Name,File\n\
