@@ -412,3 +412,34 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
     );
     assert!(p.finish().success(), "{}", p.stderr_text());
 }
+
+/// `batchcast stalls` run with a Python that lacks batchcast says which
+/// Python and how to fix it, instead of the child's bare
+/// `ModuleNotFoundError`, and starts nothing.
+#[test]
+fn stalls_names_a_python_without_batchcast_and_the_fix() {
+    use std::os::unix::fs::PermissionsExt;
+    let env = Env::new();
+    // A Python that cannot see any installed package (-I -S).
+    let py = env.path().join("python-bare");
+    std::fs::write(&py, "#!/bin/sh\nexec python3 -I -S \"$@\"\n").unwrap();
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let marker = env.path().join("ran");
+    let script = format!("open({:?}, 'w').close()", marker.to_str().unwrap());
+    let out = env
+        .cmd(&["stalls", "--", py.to_str().unwrap(), "-c", &script])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    for needle in [
+        "python-bare",
+        "cannot import",
+        "pip install batchcast",
+        "BATCHCAST_PYTHON",
+    ] {
+        assert!(stderr.contains(needle), "no {needle:?} in: {stderr}");
+    }
+    assert!(!stderr.contains("Traceback"), "{stderr}");
+    assert!(!marker.exists(), "the training script ran");
+}

@@ -69,8 +69,41 @@ fn python(command: &[String]) -> String {
     }
 }
 
+/// Checks that `py` can import the analysis, so that a Python without
+/// batchcast is named with the fix instead of ending in a bare
+/// `ModuleNotFoundError` from the child.
+fn check_python(py: &str) -> Result<()> {
+    let probe = Command::new(py)
+        .args([
+            "-c",
+            "import sys\ntry:\n    import batchcast.stalls\nexcept ImportError as e:\n    \
+             print(sys.executable, sys.version.split()[0], e, sep='\\n'); sys.exit(3)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .output()
+        .with_context(|| {
+            format!("cannot run {py}: the analysis runs in the Python that runs the script; set BATCHCAST_PYTHON")
+        })?;
+    if probe.status.code() != Some(3) {
+        return Ok(()); // importable, or a failure the analysis itself reports
+    }
+    let text = String::from_utf8_lossy(&probe.stdout);
+    let mut lines = text.lines();
+    let exe = lines.next().unwrap_or(py);
+    let version = lines.next().unwrap_or("?");
+    let why = lines.next().unwrap_or("no module named 'batchcast'");
+    anyhow::bail!(
+        "the Python that runs the analysis, {py} ({exe}, Python {version}), cannot import \
+         batchcast.stalls ({why}). Install batchcast into it (`{exe} -m pip install batchcast`, \
+         or `maturin develop` from a checkout), or name a Python that has it: run the script \
+         with that Python (`batchcast stalls -- /path/to/python train.py`) or set BATCHCAST_PYTHON"
+    )
+}
+
 pub fn run(a: StallsArgs) -> Result<i32> {
     let py = python(&a.command);
+    check_python(&py)?;
     let mut cmd = Command::new(&py);
     cmd.args(["-m", "batchcast.stalls"]);
     if let Some(s) = a.steps {
