@@ -4,8 +4,8 @@
 # binary, and wheels for Python 3.12 of tensorsocket 0.0.5, pyzmq, tornado,
 # pytest (and its dependencies) and nvidia-ml-py. Run it from the
 # repository root on the build machine (it needs the venv of
-# scripts/test-python.sh for maturin and pip); the folder stays out of git
-# (add "/.gpu-carry/" to .git/info/exclude) and travels with the run.
+# scripts/test-python.sh for maturin and pip); the folder is ignored by git
+# and travels with the run as a carried path.
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
