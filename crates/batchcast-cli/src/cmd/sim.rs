@@ -118,14 +118,7 @@ fn cluster(a: &SimArgs) -> Result<ClusterFile> {
                 )
             };
             spec.validate()?;
-            ClusterFile {
-                spec,
-                published: false,
-                lease: None,
-                policy: None,
-                iteration_granularity: None,
-                consolidate: None,
-            }
+            ClusterFile::from(spec)
         }
     };
     Ok(file)

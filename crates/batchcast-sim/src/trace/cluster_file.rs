@@ -58,6 +58,21 @@ pub struct ClusterFile {
     pub consolidate: Option<bool>,
 }
 
+impl From<ClusterSpec> for ClusterFile {
+    /// A cluster in batchcast's own terms: the shape alone, none of the
+    /// published simulator's options.
+    fn from(spec: ClusterSpec) -> ClusterFile {
+        ClusterFile {
+            spec,
+            published: false,
+            lease: None,
+            policy: None,
+            iteration_granularity: None,
+            consolidate: None,
+        }
+    }
+}
+
 fn err(file: &str, problem: String) -> SimError {
     SimError::File {
         file: file.into(),
@@ -149,14 +164,7 @@ pub fn parse_cluster(file: &str, text: &str, cpu_cores: f64) -> Result<ClusterFi
             )
         })?;
         spec.validate().map_err(|e| err(file, e.to_string()))?;
-        return Ok(ClusterFile {
-            spec,
-            published: false,
-            lease: None,
-            policy: None,
-            iteration_granularity: None,
-            consolidate: None,
-        });
+        return Ok(spec.into());
     }
     if let Some(k) = o.keys().find(|k| !PUBLISHED_FIELDS.contains(&k.as_str())) {
         return Err(err(
