@@ -605,10 +605,13 @@ class Consumer:
         the device in flight, it first looks, and while nothing has arrived
         waits for the oldest copy instead (its slot may be the one the
         producer needs to publish the next batch); it waits for the
-        producer only once no copy holds a slot."""
+        producer only once no copy holds a slot. (The loop collects the
+        completed copies at each ``next()``, just before this; a completed
+        one still counted here is dropped by its wait, which returns at
+        once.)"""
         transfers = self._transfers
         if transfers is not None:
-            while transfers.collect():
+            while transfers.in_flight():
                 event = self._native.poll_event()
                 if event is not None:
                     return event
