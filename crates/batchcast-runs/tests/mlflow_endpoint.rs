@@ -2,6 +2,8 @@
 //! middle of a request (a trainer paused by SIGSTOP while it logs) holds up
 //! neither the other clients nor the endpoint's shutdown.
 
+mod common;
+
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
@@ -150,17 +152,6 @@ fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
     }
 }
 
-/// This process's peak resident memory, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
-
 /// A client that sends a 64 MB request line is cut off after 16 KiB (431,
 /// or a reset while it is still sending), not buffered, and the endpoint
 /// goes on answering others.
@@ -170,7 +161,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
     let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
     let addr = endpoint.url().trim_start_matches("http://").to_owned();
     let token = endpoint.token_for(1).unwrap();
-    let before = peak_rss();
+    let before = common::peak_rss();
     let begun = std::time::Instant::now();
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -184,7 +175,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
     });
     let mut answer = String::new();
     let read = s.read_to_string(&mut answer);
-    let peak = peak_rss();
+    let peak = common::peak_rss();
     println!(
         "64 MB request line: peak RSS {} MiB before, {} MiB after",
         before >> 20,

@@ -6,6 +6,8 @@
 //! its tests one at a time, so that the process's peak memory (reset before
 //! each) is one test's.
 
+mod common;
+
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -22,17 +24,6 @@ static ALONE: Mutex<()> = Mutex::new(());
 /// Resets this process's peak resident memory to what it holds now.
 fn reset_peak() {
     std::fs::write("/proc/self/clear_refs", "5").unwrap();
-}
-
-/// This process's peak resident memory, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
 }
 
 #[test]
@@ -67,9 +58,9 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
     };
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     reset_peak();
-    let before = peak_rss();
+    let before = common::peak_rss();
     let out = run_plan(&plan, &mut opts).unwrap();
-    let peak = peak_rss();
+    let peak = common::peak_rss();
     println!(
         "{} MiB written: peak RSS {} MiB before the run, {} MiB after",
         WRITTEN >> 20,
@@ -156,9 +147,9 @@ fn an_mlflow_export_of_a_long_log_streams_it() {
     let store = Store::open_read_only(&store_file).unwrap();
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     reset_peak();
-    let before = peak_rss();
+    let before = common::peak_rss();
     let out = batchcast_runs::export::to_mlflow(&store, &[id], &dir.path().join("mlruns")).unwrap();
-    let peak = peak_rss();
+    let peak = common::peak_rss();
     println!(
         "export of a {} MiB stdout: peak RSS {} MiB before, {} MiB during",
         LOG >> 20,
