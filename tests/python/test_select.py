@@ -265,6 +265,28 @@ def test_the_drift_trigger_fires_once_when_the_embeddings_shift():
         DriftTrigger(10, 0.1, metric="kl")
 
 
+def test_the_selection_example_trains_from_a_producer(bc_dir):
+    # The example's roles started by hand: its producer waits for trainers
+    # as long as they take to start, and stops once both have finished.
+    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
+    script = str(ROOT / "examples" / "selective_training.py")
+    common = ["--epochs=2", "--samples=512"]
+
+    def start(*args):
+        return Proc([sys.executable, script, *args], env)
+
+    producer = start("producer", *common, "--workers=0", "--idle-timeout=600")
+    trainers = [start("trainer", *common, f"--select={m}") for m in ("loss", "entropy")]
+    try:
+        for t, method in zip(trainers, ("loss", "entropy")):
+            line = t.expect(f"select={method}: epoch 1:", timeout=300)
+            assert line.startswith("trained on 128 of 512 samples")
+            assert t.wait() == 0
+    finally:
+        for p in trainers + [producer]:
+            p.reap()
+
+
 def test_the_package_exports_the_module():
     assert batchcast.select.Downsampler is Downsampler
     assert Path(batchcast.select.__file__).name == "select.py"
