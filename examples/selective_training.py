@@ -5,8 +5,9 @@ The producer loads and augments every image once; each trainer runs a
 forward pass over every batch it receives, keeps a quarter of it (by loss,
 or by the entropy of its predictions), and trains on batches of 64 chosen
 samples, assembled on its own device. A DriftTrigger compares the model's
-penultimate activations window by window; where it fires, a continual
-training loop would retrain (here it is reported).
+penultimate activations window by window, and a PerformanceTrigger watches
+its accuracy on the batches before it trains on them; where either fires, a
+continual training loop would retrain (here it is reported).
 
     python examples/selective_training.py             # producer + 2 trainers
     python examples/selective_training.py producer    # or by hand
@@ -27,12 +28,13 @@ def train(args: argparse.Namespace) -> None:
     from torch import nn
 
     import batchcast
-    from batchcast.select import METHODS, Downsampler, DriftTrigger
+    from batchcast.select import METHODS, Downsampler, DriftTrigger, PerformanceTrigger
 
     own = argparse.ArgumentParser()
     own.add_argument("--select", default="loss", choices=METHODS)
     own.add_argument("--ratio", type=float, default=0.25)
     own.add_argument("--drift-threshold", type=float, default=0.5)
+    own.add_argument("--accuracy-threshold", type=float, default=0.05)
     opts, _ = own.parse_known_args(sys.argv[1:])
     device = torch.device("cuda:0" if torch.cuda.is_available() else "cpu")
     torch.manual_seed(0)
@@ -44,6 +46,7 @@ def train(args: argparse.Namespace) -> None:
     loader = batchcast.Consumer(NAME, batch_size=args.batch_size, device=str(device), connect_timeout=60)
     select = Downsampler(opts.select, ratio=opts.ratio, batch_size=args.batch_size)
     drift = DriftTrigger(window=4 * args.batch_size, threshold=opts.drift_threshold)
+    performance = PerformanceTrigger(window=4 * args.batch_size, threshold=opts.accuracy_threshold)
     tag = f"select={opts.select}"
 
     def step(images: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> float:
@@ -59,10 +62,14 @@ def train(args: argparse.Namespace) -> None:
             with torch.no_grad():
                 h = body(images)
                 logits = head(h)
+            right = logits.argmax(1) == labels
             seen += len(labels)
-            correct += int((logits.argmax(1) == labels).sum())
+            correct += int(right.sum())
             if drift.update(h):
                 print(f"{tag}: drift {drift.distance:.3f} in epoch {epoch} (retrain here)", flush=True)
+            if performance.update(right):
+                print(f"{tag}: accuracy {performance.accuracy:.1%} in epoch {epoch} (retrain here)",
+                      flush=True)
             for (x, y), w in select((images, labels), logits, labels, embeddings=h):
                 losses.append(step(x, y, w))
                 trained += len(y)
@@ -73,7 +80,7 @@ def train(args: argparse.Namespace) -> None:
             trained += len(y)
         print(f"{tag}: epoch {epoch}: trained on {trained} of {seen} samples, loss "
               f"{sum(losses) / max(len(losses), 1):.3f}, accuracy before the step {correct / seen:.1%}, "
-              f"drift triggers so far {drift.fired}", flush=True)
+              f"triggers so far: {drift.fired} drift, {performance.fired} accuracy", flush=True)
     loader.close()
 
 

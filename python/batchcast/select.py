@@ -51,8 +51,9 @@ every leaf of the batch tree (tuples, lists and dicts of tensors, and
 per-sample lists). A ratio that does not keep a whole number of samples of a
 batch is refused with a ValueError naming both sizes.
 
-Model-dependent triggers (drift of a model's embeddings) live here too:
-:class:`DriftTrigger`.
+Model-dependent triggers live here too, since only the trainer has its
+model: :class:`DriftTrigger` (its embeddings' distribution moved) and
+:class:`PerformanceTrigger` (its accuracy on incoming data fell).
 """
 
 from __future__ import annotations
@@ -60,7 +61,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Tuple
 
-from ._drift import DriftTrigger
+from ._triggers import DriftTrigger, PerformanceTrigger
 from ._tree import Spec, _list_kind, unflatten
 
 if TYPE_CHECKING:
@@ -71,6 +72,7 @@ __all__ = [
     "Accumulator",
     "Downsampler",
     "DriftTrigger",
+    "PerformanceTrigger",
     "Selection",
     "choose",
     "keep_count",
@@ -103,11 +105,12 @@ def keep_count(ratio: float, batch_size: int) -> int:
     exact = ratio * batch_size
     keep = round(exact)
     if keep < 1 or abs(exact - keep) > 1e-6:
-        whole = [f"{k / batch_size:g}" for k in range(1, batch_size + 1) if batch_size % k == 0]
+        near = [k for k in (math.floor(exact), math.floor(exact) + 1) if 1 <= k <= batch_size]
+        options = " or ".join(f"{k / batch_size:g} ({k})" for k in near)
         raise ValueError(
             f"a ratio of {ratio:g} keeps {exact:g} of a {batch_size}-sample batch, not a whole "
-            f"number of samples; choose a ratio that keeps whole samples of {batch_size} "
-            f"(e.g. {', '.join(whole[:6])}) or another batch size"
+            f"number of samples; choose a ratio that keeps whole samples of {batch_size}, "
+            f"e.g. {options}, or another batch size"
         )
     return int(keep)
 
@@ -191,12 +194,14 @@ def choose(
     return Selection(indices, weights.float())
 
 
-def take(batch: Any, indices: "torch.Tensor") -> Any:
-    """The rows ``indices`` of every leaf of ``batch``: ``index_select`` on
+def take(batch: Any, indices: Any) -> Any:
+    """The rows ``indices`` (a tensor or a sequence of ints) of every leaf of ``batch``: ``index_select`` on
     each tensor's own device (fresh memory; the batch is left as it was),
     and the same items of per-sample lists."""
     import torch
 
+    if not isinstance(indices, torch.Tensor):
+        indices = torch.as_tensor(indices, dtype=torch.int64)
     spec, leaves = _split(batch)
     picked: List[Any] = []
     rows: Optional[List[int]] = None
@@ -328,8 +333,9 @@ class Downsampler:
     from each ``batch_size``-sample batch, keeps ``ratio`` of it, and
     returns full batches of ``batch_size`` chosen samples with their weights.
 
-    ``ratio * batch_size`` must be whole (else ValueError). A smaller batch
-    (an epoch's tail) keeps ``floor(ratio * n)``, at least one. ``importance``
+    ``ratio * batch_size`` must be whole (else ValueError). A batch of
+    another size ``n`` (an epoch's tail) keeps ``floor(ratio * n)``, at
+    least one. ``importance``
     draws in proportion to the scores (loss and gradnorm) and weights the
     samples ``1 / (n p_i)``; ``generator`` seeds the draw.
     """

@@ -60,7 +60,8 @@ def consume_selecting(o: Dict[str, Any]) -> None:
     def step(batch: Any, w: Any) -> None:
         assert batch["name"] == [f"s{i}" for i in batch["id"].tolist()]  # leaves stay aligned
         trained.extend(batch["id"].tolist())
-        loss = (F.cross_entropy(model(batch["x"] / o["n"]), batch["id"] % CLASSES, reduction="none") * w).mean()
+        per_sample = F.cross_entropy(model(batch["x"] / o["n"]), batch["id"] % CLASSES, reduction="none")
+        loss = (per_sample * w).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()

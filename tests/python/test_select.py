@@ -8,7 +8,6 @@ import hashlib
 import json
 import math
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -22,6 +21,7 @@ from batchcast.select import (  # noqa: E402
     Accumulator,
     Downsampler,
     DriftTrigger,
+    PerformanceTrigger,
     choose,
     keep_count,
     scores,
@@ -119,7 +119,8 @@ def test_importance_sampling_weights_each_drawn_sample_by_one_over_n_p():
 
 def test_a_ratio_that_cannot_fill_batches_is_refused_naming_both_sizes():
     assert keep_count(0.25, 64) == 16
-    with pytest.raises(ValueError, match=r"0\.3 keeps 19\.2 of a 64-sample batch"):
+    named = r"0\.3 keeps 19\.2 of a 64-sample batch.*e\.g\. 0\.296875 \(19\) or 0\.3125 \(20\)"
+    with pytest.raises(ValueError, match=named):
         Downsampler("loss", ratio=0.3, batch_size=64)
     with pytest.raises(ValueError, match="fraction in"):
         keep_count(25, 64)
@@ -133,7 +134,8 @@ def tree(x, y, start):
     """A batch as batchcast delivers them: a tuple holding a dict with a
     per-sample list."""
     n = len(x)
-    return (x, {"y": y, "id": torch.arange(start, start + n), "name": [f"s{i}" for i in range(start, start + n)]})
+    ids = range(start, start + n)
+    return (x, {"y": y, "id": torch.tensor(list(ids)), "name": [f"s{i}" for i in ids]})
 
 
 def test_the_accumulator_emits_one_64_sample_batch_after_4_source_batches():
@@ -157,6 +159,10 @@ def test_the_accumulator_emits_one_64_sample_batch_after_4_source_batches():
     assert w.tolist() == [1.0] * 64 and select.flush() is None
 
 
+def y_of(n):
+    return torch.zeros(n, dtype=torch.int64)
+
+
 def test_the_accumulator_carries_a_remainder_and_flushes_it():
     acc = Accumulator(64)
     out = [acc.add(tree(*data(24, seed=k), 24 * k)) for k in range(3)]
@@ -168,6 +174,10 @@ def test_the_accumulator_carries_a_remainder_and_flushes_it():
     assert x.shape == (8, 8) and len(w) == 8 and acc.flush() is None
     with pytest.raises(ValueError, match="same structure"):
         acc.add({"other": torch.zeros(2)})
+    assert take({"x": x, "n": [7, 8, 9, 10, 11, 12, 13, 14]}, [0, 2])["n"] == [7, 9]
+    np = pytest.importorskip("numpy")
+    with pytest.raises(TypeError, match=r"batch\[0\]: cannot select rows of ndarray.*format=\"torch\""):
+        take((np.zeros((4, 2)), y_of(4)), [1])
 
 
 def test_selection_is_an_index_select_on_the_batchs_device_never_a_copy(monkeypatch):
@@ -263,6 +273,17 @@ def test_the_drift_trigger_fires_once_when_the_embeddings_shift():
     assert means.update(torch.randn(100, 4, generator=g) + 3) and means.distance > 5
     with pytest.raises(ValueError, match="unknown drift metric"):
         DriftTrigger(10, 0.1, metric="kl")
+
+
+def test_the_performance_trigger_fires_on_each_window_below_its_threshold():
+    trigger = PerformanceTrigger(window=100, threshold=0.8)
+    good, bad = torch.arange(50) % 10 != 0, torch.arange(50) % 2 == 0  # 90% and 50% right
+    assert [trigger.update(good) for _ in range(4)] == [False] * 4 and trigger.accuracy == 0.9
+    assert [trigger.update(bad) for _ in range(4)] == [False, True, False, True]
+    assert trigger.accuracy == 0.5 and trigger.fired == 2
+    assert trigger.update(torch.cat([bad] * 4)) and trigger.fired == 4  # two windows in one batch
+    with pytest.raises(ValueError, match=r"threshold must be an accuracy in \(0, 1\]"):
+        PerformanceTrigger(10, 80)
 
 
 def test_the_selection_example_trains_from_a_producer(bc_dir):

@@ -1,6 +1,7 @@
-"""A trigger that depends on the trainer's own model: drift of its
-embeddings, compared window by window (exported as
-``batchcast.select.DriftTrigger``)."""
+"""Triggers that depend on the trainer's own model, so that they run in the
+trainer rather than the producer: drift of its embeddings, and a drop of
+its accuracy, each judged window by window (exported from
+:mod:`batchcast.select`)."""
 
 from __future__ import annotations
 
@@ -84,6 +85,50 @@ class DriftTrigger:
         self._reference = current
         self.fired += 1
         return True
+
+
+class PerformanceTrigger:
+    """Fires when the model's accuracy on the data it is about to train on
+    falls below ``threshold``.
+
+    :meth:`update` takes each batch's per-sample correctness (a bool tensor,
+    e.g. ``logits.argmax(1) == labels`` before the step) and judges every
+    ``window`` samples: :attr:`accuracy` holds the last window's accuracy,
+    and where it is below ``threshold`` the trigger fires (:meth:`update`
+    returns True, :attr:`fired` counts it).
+    """
+
+    def __init__(self, window: int, threshold: float) -> None:
+        if isinstance(window, bool) or not isinstance(window, int) or window < 1:
+            raise ValueError(f"window must be a positive int of samples, not {window!r}")
+        if not 0 < threshold <= 1:
+            raise ValueError(f"threshold must be an accuracy in (0, 1], not {threshold!r}")
+        self.window = window
+        self.threshold = float(threshold)
+        #: The accuracy of the last full window (None before one).
+        self.accuracy: Optional[float] = None
+        #: How many times the trigger has fired.
+        self.fired = 0
+        self._right = 0
+        self._rows = 0
+
+    def update(self, correct: "torch.Tensor") -> bool:
+        """Adds a batch's per-sample correctness; True when a window
+        completed by it fell below the threshold."""
+        flags = correct.detach().reshape(-1).bool()
+        fired = False
+        while len(flags):
+            room = self.window - self._rows
+            part, flags = flags[:room], flags[room:]
+            self._right += int(part.sum())
+            self._rows += len(part)
+            if self._rows == self.window:
+                self.accuracy = self._right / self.window
+                self._right = self._rows = 0
+                if self.accuracy < self.threshold:
+                    self.fired += 1
+                    fired = True
+        return fired
 
 
 def distance(a: "torch.Tensor", b: "torch.Tensor", metric: str = "mmd",
