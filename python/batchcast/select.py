@@ -40,7 +40,8 @@ metric (Modyn scores least confidence on raw outputs).
 By default the ``keep`` highest scores are chosen, with weights of one. With
 ``importance=True`` (loss and gradnorm only) ``keep`` samples are drawn
 without replacement with probability proportional to their score and weighted
-``1 / (n p_i)``, as Modyn does, so the weighted loss stays unbiased.
+``1 / (n p_i)``, as Modyn does: the less likely a sample was to be drawn, the
+more its loss counts.
 
 The selection never copies the shared batch: every array leaf is cut with
 ``index_select`` on the device it is on (the consumer's ``device=``, or the
@@ -50,6 +51,11 @@ assembles the chosen rows back into batches of the trainer's size, carrying
 every leaf of the batch tree (tuples, lists and dicts of tensors, and
 per-sample lists). A ratio that does not keep a whole number of samples of a
 batch is refused with a ValueError naming both sizes.
+
+:class:`Downsampler` puts the pieces together; each is usable alone:
+:func:`scores` (per-sample scores), :func:`choose` (indices and weights),
+:func:`take` (the chosen rows of a batch tree), :class:`Accumulator` and
+:func:`keep_count` (the ratio check).
 
 Model-dependent triggers live here too, since only the trainer has its
 model: :class:`DriftTrigger` (its embeddings' distribution moved) and
