@@ -1,8 +1,8 @@
 //! Per-slot counts of outstanding holders, so that only the last consumer
 //! to release a slot wakes a blocked producer.
 //!
-//! A small sealed memfd that the producer and every consumer map writable:
-//! one `u32` per slot. The producer sets a slot's count to the number of
+//! A small region (`crate::region`) that the producer and every consumer
+//! map writable: one `u32` per slot. The producer sets a slot's count to the number of
 //! consumers its batch is published to (and adds one for a catch-up joiner);
 //! each consumer decrements it when it releases the batch, after writing the
 //! release in its ledger. The consumer that takes the count to zero is the
@@ -21,23 +21,39 @@ use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
-
 use crate::error::{Error, Result};
-use crate::shm;
+use crate::region::{Access, Geometry, Kind, Region, RegionOpenError, Shared, Writers};
+
+/// The holder counts' fixed part: nothing; the items are the counts
+/// (`AtomicU32`, one per slot).
+#[repr(C)]
+pub(crate) struct HoldsHead {}
+
+// SAFETY: `#[repr(C)]`, empty.
+unsafe impl Shared for HoldsHead {}
+
+impl Kind for HoldsHead {
+    const MAGIC: [u8; 8] = *b"BCHOLDS2";
+    const WHAT: &'static str = "holder counts";
+}
+
+const COUNT: usize = std::mem::size_of::<AtomicU32>();
 
 /// The producer's side.
 pub struct Holds {
     file: File,
-    map: MmapRaw,
-    slots: usize,
+    region: Region<HoldsHead>,
 }
 
 impl Holds {
     /// Counts for `slots` slots, all zero.
     pub fn create(slots: usize) -> Result<Holds> {
-        let (file, map) = shm::create_sealed("batchcast-holds", 4 * slots.max(1))?;
-        Ok(Holds { file, map, slots })
+        let geometry = Geometry {
+            items: slots,
+            item_size: COUNT,
+        };
+        let (region, file) = Region::create("batchcast-holds", geometry, slots, Writers::Anyone)?;
+        Ok(Holds { file, region })
     }
 
     /// A descriptor to send to consumers (they map it writable).
@@ -49,7 +65,7 @@ impl Holds {
     }
 
     fn count(&self, slot: usize) -> Option<&AtomicU32> {
-        (slot < self.slots).then(|| shm::atomic_u32(&self.map, 4 * slot))
+        self.region.item(slot)
     }
 
     /// Sets slot `slot`'s count (at publish, before the batch is visible).
@@ -82,38 +98,23 @@ impl Holds {
 
 /// A consumer's side.
 pub struct HoldsView {
-    map: MmapRaw,
-    slots: usize,
+    region: Region<HoldsHead>,
 }
 
 impl HoldsView {
     /// Maps the counts the producer sent, for `slots` slots.
-    pub fn open(fd: OwnedFd, slots: usize) -> Result<HoldsView> {
-        let file = File::from(fd);
-        let len = shm::file_len(&file)?;
-        if len < 4 * slots || !shm::is_sealed(&file) {
-            return Err(Error::Protocol(format!(
-                "the producer sent holder counts of {len} bytes (unsealed or too small for \
-                 {slots} slots)"
-            )));
-        }
-        // A shared mapping of the producer's sealed memfd, which cannot
-        // shrink under us; its words are accessed only as atomics.
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&file)
-            .map_err(|e| Error::io("cannot map the holder counts", e))?;
-        Ok(HoldsView { map, slots })
+    pub fn open(fd: OwnedFd, slots: usize) -> Result<HoldsView, RegionOpenError> {
+        let region = Region::open(fd, Access::ReadWrite, Some(slots), COUNT)?;
+        Ok(HoldsView { region })
     }
 
     /// Counts one release of slot `slot` (already written in the ledger);
     /// true when this was the last holder, or the count is unusable, so
     /// that the caller should wake a waiting producer.
     pub fn release(&self, slot: usize) -> bool {
-        if slot >= self.slots {
+        let Some(count) = self.region.item::<AtomicU32>(slot) else {
             return true;
-        }
-        let count = shm::atomic_u32(&self.map, 4 * slot);
+        };
         match count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
             Ok(before) => before == 1,
             Err(_) => true,

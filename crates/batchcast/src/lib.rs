@@ -49,7 +49,7 @@ mod ledger;
 mod peer;
 mod private_pages;
 mod producer;
-mod shm;
+mod region;
 mod status;
 mod stream;
 mod warn;
@@ -66,6 +66,7 @@ pub use producer::{
     EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
     DEFAULT_LAG_BYTES,
 };
+pub use region::RegionOpenError;
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;

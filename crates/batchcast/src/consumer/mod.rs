@@ -717,7 +717,7 @@ impl Consumer {
                 self.cut_off = true;
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         if !self.link.acquire(slot, seq) {
             self.cut_off = true;
