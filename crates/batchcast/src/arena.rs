@@ -45,6 +45,7 @@ unsafe impl Shared for ArenaHead {}
 impl Kind for ArenaHead {
     const MAGIC: [u8; 8] = *b"BCARENA2";
     const WHAT: &'static str = "arena";
+    const ITEMS: &'static str = "slots";
     /// Slots start on pages, so that a consumer can drop its private pages
     /// of one slot without touching the header or another slot.
     fn item_align() -> usize {

@@ -63,6 +63,7 @@ unsafe impl Shared for BoardHead {}
 impl Kind for BoardHead {
     const MAGIC: [u8; 8] = *b"BCBOARD2";
     const WHAT: &'static str = "board";
+    const ITEMS: &'static str = "ring entries";
 }
 
 /// Bytes of a ring entry.

@@ -35,6 +35,7 @@ unsafe impl Shared for HoldsHead {}
 impl Kind for HoldsHead {
     const MAGIC: [u8; 8] = *b"BCHOLDS2";
     const WHAT: &'static str = "holder counts";
+    const ITEMS: &'static str = "slots";
 }
 
 const COUNT: usize = std::mem::size_of::<AtomicU32>();

@@ -48,6 +48,7 @@ unsafe impl Shared for LedgerHead {}
 impl Kind for LedgerHead {
     const MAGIC: [u8; 8] = *b"BCLEDGR2";
     const WHAT: &'static str = "ledger";
+    const ITEMS: &'static str = "slots";
 }
 
 /// A ledger's item: one per slot, `seq + 1` of a batch in that slot.

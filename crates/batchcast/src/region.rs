@@ -64,6 +64,8 @@ pub(crate) trait Kind: Shared {
     const MAGIC: [u8; 8];
     /// Its name in messages ("board").
     const WHAT: &'static str;
+    /// What its items are, in messages ("slots").
+    const ITEMS: &'static str;
     /// Where items may start: a multiple of this (a power of two, at least 8).
     fn item_align() -> usize {
         8
@@ -175,8 +177,9 @@ pub enum RegionOpenError {
     },
     /// The file could shrink under the mapping (SIGBUS on read).
     #[error(
-        "the producer sent a {what} that is not sealed against shrinking; refusing to map it \
-         (a batchcast producer always seals it: is the peer batchcast?)"
+        "the producer's {what} is not sealed against shrinking, so reading it could crash \
+         this process (SIGBUS); refusing to map it (a batchcast producer always seals it: is \
+         the peer batchcast?)"
     )]
     NotSealed {
         /// The kind of region.
@@ -411,7 +414,8 @@ impl<T: Kind> Region<T> {
         let size = header.item_size.load(Ordering::Relaxed);
         if size != item_size as u64 {
             return malformed(format!(
-                "its items have {size} bytes, the producer announced {item_size}"
+                "its {} have {size} bytes each, the producer announced {item_size}",
+                T::ITEMS
             ));
         }
         let count = header.items.load(Ordering::Relaxed);
@@ -419,7 +423,7 @@ impl<T: Kind> Region<T> {
             Some(n) if count != n as u64 => {
                 return malformed(format!("it has {count} items, the producer announced {n}"))
             }
-            None if count == 0 => return malformed("it has no items".into()),
+            None if count == 0 => return malformed(format!("it has no {}", T::ITEMS)),
             _ => {}
         }
         let end = count
@@ -428,7 +432,8 @@ impl<T: Kind> Region<T> {
         match (end, usize::try_from(count)) {
             (Some(end), Ok(items)) if end <= len as u64 => Ok(Geometry { items, item_size }),
             _ => malformed(format!(
-                "{count} items of {item_size} bytes do not fit its {len} bytes"
+                "{count} {} of {item_size} bytes do not fit its {len} bytes",
+                T::ITEMS
             )),
         }
     }
@@ -536,6 +541,7 @@ mod tests {
     impl Kind for Test {
         const MAGIC: [u8; 8] = *b"BCTEST01";
         const WHAT: &'static str = "test region";
+        const ITEMS: &'static str = "words";
     }
 
     #[repr(C)]
@@ -547,6 +553,7 @@ mod tests {
     impl Kind for Other {
         const MAGIC: [u8; 8] = *b"BCOTHER1";
         const WHAT: &'static str = "other region";
+        const ITEMS: &'static str = "words";
     }
 
     fn made(items: usize) -> (Region<Test>, File) {
