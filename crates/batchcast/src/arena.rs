@@ -304,6 +304,15 @@ impl ArenaView {
     ) -> Result<ArenaView, RegionOpenError> {
         // The producer writes a slot only while this consumer holds no lease
         // on it, so bytes read through a lease are stable for its lifetime.
+        if slot_size < SLOT_HEADER {
+            return Err(RegionOpenError::Malformed {
+                what: ArenaHead::WHAT,
+                why: format!(
+                    "the producer announced slots of {slot_size} bytes, fewer than a slot's \
+                     {SLOT_HEADER}-byte header"
+                ),
+            });
+        }
         let access = match copy_on_write {
             true => Access::CopyOnWrite,
             false => Access::ReadOnly,
@@ -580,6 +589,22 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn slot_sizes_that_would_misplace_a_slot_header_are_refused() {
+        // Too small for the slot header, or slots that do not start on
+        // pages: a hostile welcome, never read through.
+        let arena = Arena::create("t", 2, 4096).unwrap();
+        for (slots, slot_size) in [(1, 8), (2, 4097), (1, 8191), (0, 0)] {
+            let err = ArenaView::map(arena.readonly_fd().unwrap(), slots, slot_size, false)
+                .err()
+                .unwrap();
+            assert!(
+                matches!(err, RegionOpenError::Malformed { .. }),
+                "{slots} x {slot_size}: {err}"
+            );
+        }
     }
 
     #[test]

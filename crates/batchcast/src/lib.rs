@@ -34,6 +34,12 @@
 //! - A consumer learns of its producer's death from its socket closing, and
 //!   its next call fails with [`Error::ProducerGone`]; nothing waits on a
 //!   timeout. Nothing is deserialised but closed, bounded message types.
+//! - Shared memory is a region (arena, board, ledger, holder counts) with a
+//!   `#[repr(C)]` header (magic, layout version, length, geometry) and
+//!   `#[repr(C)]` structs of atomics; a consumer maps nothing it has not
+//!   validated (sealed, kind, version, length, geometry against the
+//!   welcome), and refuses it with a [`RegionOpenError`] that says what is
+//!   wrong.
 //! - This crate knows nothing of Python or CUDA.
 #![deny(missing_docs)]
 

@@ -66,7 +66,9 @@ pub(crate) trait Kind: Shared {
     const WHAT: &'static str;
     /// What its items are, in messages ("slots").
     const ITEMS: &'static str;
-    /// Where items may start: a multiple of this (a power of two, at least 8).
+    /// Where items start: a multiple of this (a power of two, at least the
+    /// alignment of what is read at an item's start). Item sizes are
+    /// multiples of it too, so that every item starts aligned.
     fn item_align() -> usize {
         8
     }
@@ -410,6 +412,13 @@ impl<T: Kind> Region<T> {
         let said = header.length.load(Ordering::Relaxed);
         if said != len as u64 {
             return malformed(format!("its header says {said} bytes, its file has {len}"));
+        }
+        if item_size == 0 || item_size % T::item_align() != 0 {
+            return malformed(format!(
+                "the producer announced {} of {item_size} bytes, not a multiple of {}",
+                T::ITEMS,
+                T::item_align()
+            ));
         }
         let size = header.item_size.load(Ordering::Relaxed);
         if size != item_size as u64 {
