@@ -91,45 +91,6 @@ pub struct SlotHeader {
     pub layout: Layout,
 }
 
-/// Why a slot cannot be read for a batch: the producer (or memory) broke
-/// the protocol. The consumer reports it in the batch's place.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum SlotReadError {
-    /// The slot number is not in the arena.
-    #[error("slot {0} out of range")]
-    OutOfRange(usize),
-    /// The slot holds another batch.
-    #[error("slot {slot} does not hold batch {seq} (header names batch {names})")]
-    NotThisBatch {
-        /// The slot.
-        slot: usize,
-        /// The batch asked for.
-        seq: u64,
-        /// The batch its header names.
-        names: u64,
-    },
-    /// The header places the layout outside the slot, or arrays over it.
-    #[error("slot {0}'s header places its layout out of bounds")]
-    LayoutOutOfBounds(usize),
-    /// The layout does not decode.
-    #[error("slot {slot} holds a malformed layout: {why}")]
-    Malformed {
-        /// The slot.
-        slot: usize,
-        /// The decoder's complaint.
-        why: String,
-    },
-    /// The arrays overlap the encoded layout.
-    #[error("slot {0}'s arrays overlap its layout")]
-    Overlap(usize),
-}
-
-impl From<SlotReadError> for Error {
-    fn from(e: SlotReadError) -> Error {
-        Error::Protocol(e.to_string())
-    }
-}
-
 /// The producer's read-write arena.
 pub struct Arena {
     file: File,
@@ -342,7 +303,7 @@ impl ArenaView {
     /// then).
     pub fn refresh(&self, i: usize) -> Result<()> {
         if i >= self.region.items() {
-            return Err(SlotReadError::OutOfRange(i).into());
+            return Err(Error::Protocol(format!("slot {i} out of range")));
         }
         let Some(private) = &self.private else {
             return Ok(());
@@ -395,19 +356,14 @@ impl ArenaView {
     /// Reads slot `i`'s header, checks that it holds batch `seq`, and
     /// decodes and validates the batch's layout.
     pub fn header(&self, i: usize, seq: u64) -> Result<SlotHeader> {
-        let head = self
-            .region
-            .item::<SlotHead>(i)
-            .ok_or(SlotReadError::OutOfRange(i))?;
+        let out_of_range = || Error::Protocol(format!("slot {i} out of range"));
+        let head = self.region.item::<SlotHead>(i).ok_or_else(out_of_range)?;
         let word = |w: &AtomicU64| w.load(Ordering::Relaxed);
         let names = word(&head.seq);
         if word(&head.magic) != SLOT_MAGIC || names != seq {
-            return Err(SlotReadError::NotThisBatch {
-                slot: i,
-                seq,
-                names,
-            }
-            .into());
+            return Err(Error::Protocol(format!(
+                "slot {i} does not hold batch {seq} (header names batch {names})"
+            )));
         }
         let (used, epoch) = (word(&head.used), word(&head.epoch));
         let (at, len) = (word(&head.layout_at), word(&head.layout_len));
@@ -415,19 +371,20 @@ impl ArenaView {
             .checked_add(len)
             .filter(|&e| e <= self.slot_size() as u64);
         if at < layout_offset(used) || len as usize > crate::wire::MAX_FRAME || end.is_none() {
-            return Err(SlotReadError::LayoutOutOfBounds(i).into());
+            return Err(Error::Protocol(format!(
+                "slot {i}'s header places its layout out of bounds"
+            )));
         }
         let encoded = self
             .bytes(i, at as usize, len as usize)
-            .ok_or(SlotReadError::OutOfRange(i))?;
-        let layout: Layout =
-            postcard::from_bytes(encoded).map_err(|e| SlotReadError::Malformed {
-                slot: i,
-                why: e.to_string(),
-            })?;
+            .ok_or_else(out_of_range)?;
+        let layout: Layout = postcard::from_bytes(encoded)
+            .map_err(|e| Error::Protocol(format!("slot {i} holds a malformed layout: {e}")))?;
         layout.validate(self.slot_size())?;
         if layout.slot_bytes() > at {
-            return Err(SlotReadError::Overlap(i).into());
+            return Err(Error::Protocol(format!(
+                "slot {i}'s arrays overlap its layout"
+            )));
         }
         Ok(SlotHeader { seq, epoch, layout })
     }
