@@ -325,7 +325,10 @@ impl<T: Kind> Region<T> {
         let count = header.items.load(Ordering::Relaxed);
         match items {
             Some(n) if count != n as u64 => {
-                return malformed(format!("it has {count} items, the producer announced {n}"))
+                return malformed(format!(
+                    "it has {count} {}, the producer announced {n}",
+                    T::ITEMS
+                ))
             }
             None if count == 0 => return malformed(format!("it has no {}", T::ITEMS)),
             _ => {}
@@ -350,6 +353,7 @@ impl<T: Kind> Region<T> {
 
     /// The kind's fixed part.
     pub fn fixed(&self) -> &T {
+        const { assert!(align_of::<T>() <= 8, "a fixed part is at most 8-aligned") };
         // SAFETY: the fixed part follows the header (48 bytes, so 8-aligned,
         // and `T: Shared` needs at most 8), inside the mapping (checked at
         // open, made so at create); the reference borrows the mapping.
