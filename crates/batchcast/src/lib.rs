@@ -49,6 +49,7 @@ mod ledger;
 mod peer;
 mod private_pages;
 mod producer;
+mod serving;
 mod shm;
 mod status;
 mod stream;
@@ -66,6 +67,7 @@ pub use producer::{
     EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
     DEFAULT_LAG_BYTES,
 };
+pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;
