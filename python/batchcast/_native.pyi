@@ -209,10 +209,10 @@ class Augmenter:
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
 
-def serve(args: List[str], events: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
-    """`batchcast serve ARGS` in this process; returns the summary
-    (epochs, batches, samples, seconds, interrupted, idle). Bad flags and
-    --help raise InvalidArgument with `.exit_code`."""
+def serve(args: List[str], events: Optional[Callable[[str], None]] = None) -> str:
+    """`batchcast serve ARGS` in this process; returns the summary as JSON
+    text (epochs, batches, samples, seconds, interrupted, idle). Bad flags
+    and --help raise InvalidArgument with `.exit_code`."""
     ...
 
 class ServeRule:

@@ -9,6 +9,7 @@ summary; ``batchcast.ray`` serves ``serve=[...]`` this way.
 
 from __future__ import annotations
 
+import json
 import signal
 import sys
 from typing import Any, Callable, Dict, List, Optional, Sequence
@@ -25,7 +26,7 @@ def serve(args: Sequence[str], events: Optional[Callable[[str], None]] = None) -
     ``events(line)`` (default: stdout). Ctrl-C stops it cleanly, then
     re-raises :class:`KeyboardInterrupt`; errors raise the
     :class:`batchcast.BatchcastError` subclass that names them."""
-    return _native.serve([str(a) for a in args], events)
+    return json.loads(_native.serve([str(a) for a in args], events))
 
 
 def _stop(signum: int, frame: Any) -> None:

@@ -16,10 +16,10 @@
 
 use batchcast::{AfterLoanError, ServeUntil};
 use batchcast_pipeline::PipelineError;
-use batchcast_serve::{Face, ServeArgs, ServeError, ServeSummary};
+use batchcast_serve::{Face, ServeArgs, ServeError};
 use clap::Parser;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict};
+use pyo3::types::PyBool;
 
 use crate::errors::{to_py, Exc};
 
@@ -108,28 +108,18 @@ fn serve_to_py(py: Python<'_>, err: ServeError, pending: Option<PyErr>) -> PyErr
     }
 }
 
-fn summary_to_py<'py>(py: Python<'py>, s: &ServeSummary) -> PyResult<Bound<'py, PyDict>> {
-    let d = PyDict::new(py);
-    d.set_item("epochs", s.epochs)?;
-    d.set_item("batches", s.batches)?;
-    d.set_item("samples", s.samples)?;
-    d.set_item("seconds", s.seconds)?;
-    d.set_item("interrupted", s.interrupted)?;
-    d.set_item("idle", s.idle)?;
-    Ok(d)
-}
-
 /// Runs `batchcast serve ARGS` in this process (see the module docs) and
-/// returns its summary as a dict. Flags it cannot parse (and `--help`)
+/// returns its summary as a JSON object's text (the `summary` of the
+/// `finished` event line). Flags it cannot parse (and `--help`)
 /// raise `InvalidArgument` with the usage text and `.exit_code` (2, or 0
 /// for `--help`).
 #[pyfunction]
 #[pyo3(signature = (args, events=None))]
-pub(crate) fn serve<'py>(
-    py: Python<'py>,
+pub(crate) fn serve(
+    py: Python<'_>,
     args: Vec<String>,
     events: Option<Py<PyAny>>,
-) -> PyResult<Bound<'py, PyDict>> {
+) -> PyResult<String> {
     let argv = std::iter::once("batchcast serve".to_string()).chain(args);
     let command = Command::try_parse_from(argv).map_err(|e| {
         let code = e.exit_code().into_pyobject(py).map(|c| c.into_any()).ok();
@@ -146,7 +136,8 @@ pub(crate) fn serve<'py>(
         Ok(summary) => match face.pending {
             // Interrupted cleanly: the consumers were told; re-raise.
             Some(e) => Err(e),
-            None => summary_to_py(py, &summary),
+            None => serde_json::to_string(&summary)
+                .map_err(|e| Exc::Base.err(py, format!("cannot encode the summary: {e}"), &[])),
         },
         Err(e) => Err(serve_to_py(py, e, face.pending)),
     }
