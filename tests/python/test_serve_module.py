@@ -59,12 +59,13 @@ def test_the_module_serves_like_the_binary_and_prints_its_events(bc_dir):
     assert (s["epochs"], s["batches"], s["samples"], s["interrupted"], s["idle"]) == (2, 12, 192, False, False)
 
 
-def test_sigterm_stops_the_module_cleanly_and_tells_the_consumers(bc_dir):
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT], ids=["sigterm", "sigint"])
+def test_a_signal_stops_the_module_cleanly_and_tells_the_consumers(bc_dir, sig):
     proc = start(["--name", "term", "--epochs", "0", *SYNTH], bc_dir)
     try:
         with batchcast.Consumer("term", connect_timeout=30) as c:
             next(iter(c))
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(sig)
             with pytest.raises(batchcast.ProducerFinished) as e:
                 while True:
                     for _ in c:
