@@ -16,7 +16,7 @@ from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from . import _native
 
-__all__ = ["serve", "main"]
+__all__ = ["main", "serve"]
 
 
 def serve(args: Sequence[str], events: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:

@@ -80,19 +80,20 @@ def test_a_signal_stops_the_module_cleanly_and_tells_the_consumers(bc_dir, sig):
 
 
 def test_the_module_takes_the_binarys_flags_and_refuses_others(bc_dir):
-    out = subprocess.run([sys.executable, "-m", "batchcast.serve", "--help"], capture_output=True, text=True, timeout=60)
+    out = subprocess.run([sys.executable, "-m", "batchcast.serve", "--help"], check=False, capture_output=True, text=True, timeout=60)
     assert out.returncode == 0
     for flag in ("--name", "--data", "--synthetic", "--idle-timeout", "--max-lag", "--decode-only", "--json"):
         assert flag in out.stdout
     bad = subprocess.run(
         [sys.executable, "-m", "batchcast.serve", "--name", "x", "--no-such-flag"],
+        check=False,
         capture_output=True,
         text=True,
         timeout=60,
     )
     assert bad.returncode == 2 and "--no-such-flag" in bad.stderr
     nothing = subprocess.run(
-        [sys.executable, "-m", "batchcast.serve", "--name", "x"], capture_output=True, text=True, timeout=60
+        [sys.executable, "-m", "batchcast.serve", "--name", "x"], check=False, capture_output=True, text=True, timeout=60
     )
     assert nothing.returncode == 1
     assert "error: say what to serve: --data PATH (an image dataset) or --synthetic" in nothing.stderr
