@@ -137,6 +137,8 @@ def test_serve_in_process_until_idle_ends_once_the_last_consumer_has_gone(bc_dir
 def test_serve_in_process_raises_typed_errors(bc_dir):
     with pytest.raises(batchcast.InvalidArgument, match="--workers must be at least 1"):
         serve(["--name", "bad", *SYNTH, "--workers", "0"])
+    with pytest.raises(batchcast.InvalidArgument, match="--idle-timeout must be a non-negative number"):
+        serve(["--name", "bad", *SYNTH, "--idle-timeout=-1"])
     with pytest.raises(batchcast.InvalidArgument, match="no class folders in"):
         serve(["--name", "bad", "--data", str(bc_dir)])
     with pytest.raises(batchcast.InvalidArgument) as e:

@@ -102,12 +102,28 @@ fn trainers_from_env() -> Result<usize> {
     }
 }
 
+impl ServeArgs {
+    /// `--idle-timeout` as a duration.
+    fn idle_timeout(&self) -> Result<Option<Duration>> {
+        self.idle_timeout
+            .map(|t| {
+                Duration::try_from_secs_f64(t).map_err(|_| {
+                    ServeError::invalid(format!(
+                        "--idle-timeout must be a non-negative number of seconds, not {t}"
+                    ))
+                })
+            })
+            .transpose()
+    }
+}
+
 /// Runs `batchcast serve`: prints what it serves (stderr, or a
 /// `listening` event line with `--json`), waits for the consumers it was
 /// told to, serves, tells the consumers why it ended, and prints the
 /// summary (stderr, or a `finished` event line).
 pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let trainers = trainers_from_env()?;
+    let idle_timeout = args.idle_timeout()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
     let source = args.source.open()?;
@@ -121,7 +137,7 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             idle: if args.no_wait {
                 IdlePolicy::Run
             } else {
-                IdlePolicy::Wait(args.idle_timeout.map(Duration::from_secs_f64))
+                IdlePolicy::Wait(idle_timeout)
             },
             dir: None,
             max_lag,
@@ -150,7 +166,7 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     }
     let want = args.consumers.max(trainers);
     if want > 0 {
-        match wait_for_start(&mut producer, args, trainers, face) {
+        match wait_for_start(&mut producer, args, idle_timeout, trainers, face) {
             Ok(true) => {}
             Ok(false) => {
                 producer.finish(ShutdownReason::Interrupted);
@@ -205,16 +221,18 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
 fn wait_for_start(
     producer: &mut Producer,
     args: &ServeArgs,
+    idle_timeout: Option<Duration>,
     trainers: usize,
     face: &mut dyn Face,
 ) -> Result<bool> {
     let want = args.consumers.max(trainers);
-    let within = match (args.idle_timeout, trainers > args.consumers) {
-        (Some(t), _) => Some(Duration::from_secs_f64(t)),
+    let within = match (idle_timeout, trainers > args.consumers) {
+        (Some(t), _) => Some(t),
         (None, true) => Some(TRAINERS_WITHIN),
         (None, false) => None,
     };
-    let deadline = within.map(|t| Instant::now() + t);
+    // A deadline past what the clock can count is none.
+    let deadline = within.and_then(|t| Instant::now().checked_add(t));
     while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
         if face.interrupted() {
             return Ok(false);
