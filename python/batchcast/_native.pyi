@@ -2,7 +2,7 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Callable, Dict, List, Optional, Tuple, Union
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -72,6 +72,8 @@ class FellBehind(BatchcastError):
 
 class InvalidArgument(BatchcastError, ValueError):
     """An argument out of range or malformed."""
+
+    exit_code: int  # only from serve(): 2 for flags it cannot parse, 0 for --help
 
 class InvalidBatch(BatchcastError, ValueError):
     """A batch that breaks the rules (ragged rows, no rows, too deep)."""
@@ -206,3 +208,18 @@ class Augmenter:
     def apply_op(name: str, image: Any, magnitude: float = ...) -> None: ...
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
+
+def serve(args: List[str], events: Optional[Callable[[str], None]] = None) -> str:
+    """`batchcast serve ARGS` in this process; returns the summary as JSON
+    text (epochs, batches, samples, seconds, interrupted, idle). Bad flags
+    and --help raise InvalidArgument with `.exit_code`."""
+    ...
+
+class ServeRule:
+    """When serving ends: the core's rule, which `batchcast serve` follows."""
+
+    def __init__(self, epochs: Optional[int] = None, *, forever: bool = False) -> None: ...
+    @property
+    def forever(self) -> bool: ...
+    def wants_epoch(self, done: int) -> bool: ...
+    def after_no_consumers(self, served: int) -> str: ...

@@ -56,6 +56,7 @@ mod peer;
 mod private_pages;
 mod producer;
 mod region;
+mod serving;
 mod status;
 mod stream;
 mod warn;
@@ -73,6 +74,7 @@ pub use producer::{
     DEFAULT_LAG_BYTES,
 };
 pub use region::RegionOpenError;
+pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;

@@ -5,10 +5,10 @@
 
 use std::time::Instant;
 
-use anyhow::Result;
 use batchcast::{DType, LeafSpec, Node};
 
-use super::BatchSource;
+use crate::error::Result;
+use crate::source::BatchSource;
 
 /// The payload byte `k` of sample `id`.
 pub fn expected_byte(id: u64, k: usize) -> u8 {

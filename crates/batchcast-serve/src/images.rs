@@ -5,14 +5,14 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Context, Result};
 use batchcast::{DType, LeafSpec, Node};
 use batchcast_pipeline::{
     DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, Transform,
     DEFAULT_MAX_PIXELS,
 };
 
-use super::BatchSource;
+use crate::error::{Result, ServeError};
+use crate::source::BatchSource;
 
 /// How images are read and augmented.
 #[derive(Debug, Clone, clap::Args)]
@@ -115,24 +115,40 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
             resize: (size as u64 * 256 / 224) as u32,
             crop: size,
         },
-        other => bail!("unknown --transform {other:?}; use train or eval"),
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --transform {other:?}; use train or eval"
+            )))
+        }
     };
     let layout = match args.layout.as_str() {
         _ if args.decode_only => Layout::Nhwc,
         "nchw" => Layout::Nchw,
         "nhwc" => Layout::Nhwc,
-        other => bail!("unknown --layout {other:?}; use nchw or nhwc"),
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --layout {other:?}; use nchw or nhwc"
+            )))
+        }
     };
     let (pixel, dtype) = match args.dtype.as_str() {
         _ if args.decode_only => (PixelType::U8, DType::U8),
         "u8" => (PixelType::U8, DType::U8),
         "f32" => (PixelType::imagenet(), DType::F32),
-        other => bail!("unknown --dtype {other:?}; use u8 or f32"),
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --dtype {other:?}; use u8 or f32"
+            )))
+        }
     };
     let on_error = match args.on_error.as_str() {
         "skip" => OnError::Skip,
         "fail" => OnError::Fail,
-        other => bail!("unknown --on-error {other:?}; use skip or fail"),
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --on-error {other:?}; use skip or fail"
+            )))
+        }
     };
     let sampler = Sampler::new(dataset.len(), batch_size as usize)?
         .with_seed(args.seed)
@@ -143,10 +159,10 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         dtype: pixel,
     };
     if args.dct_scale && !matches!(transform, Transform::Eval { .. }) {
-        bail!(
+        return Err(ServeError::invalid(
             "--dct-scale applies to a resize (--decode-only, or --transform eval); \
-             random crops (--transform train) always decode at full size: drop --dct-scale"
-        );
+             random crops (--transform train) always decode at full size: drop --dct-scale",
+        ));
     }
     let pipeline = Pipeline::new(dataset, transform, output, workers, on_error)?
         .with_seed(args.seed)
@@ -185,18 +201,17 @@ impl BatchSource for Images {
     }
 
     fn fill(&self, epoch: u64, indices: &[u64], mut leaves: Vec<&mut [u8]>) -> Result<u64> {
-        let labels = leaves
-            .pop()
-            .context("a batch has an images and a labels array")?;
-        let images = leaves
-            .pop()
-            .context("a batch has an images and a labels array")?;
+        let missing = || ServeError::invalid("a batch has an images and a labels array");
+        let labels = leaves.pop().ok_or_else(missing)?;
+        let images = leaves.pop().ok_or_else(missing)?;
         // SAFETY: any bit pattern is a valid i64; align_to_mut hands back
         // only the aligned middle part, and we check there is no rest (slot
         // leaves are 64-byte aligned and 8 bytes per label).
         let (pre, labels, post) = unsafe { labels.align_to_mut::<i64>() };
         if !pre.is_empty() || !post.is_empty() {
-            bail!("the labels array is not 8-byte aligned in the slot");
+            return Err(ServeError::invalid(
+                "the labels array is not 8-byte aligned in the slot",
+            ));
         }
         let indices: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let report = self.pipeline.fill_batch(epoch, &indices, images, labels)?;

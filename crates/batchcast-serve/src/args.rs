@@ -1,14 +1,13 @@
 //! The command-line description of a batch source, shared by `serve`,
 //! `demo` and the demo's trainers (which get the same flags back through
-//! [`SourceArgs::to_flags`]).
+//! [`SourceArgs::to_flags`]), and by `python -m batchcast.serve`.
 
 use std::path::PathBuf;
 
-use anyhow::{bail, Result};
-
-use super::images::{self, ImageArgs};
-use super::synthetic::Synthetic;
-use super::BatchSource;
+use crate::error::{Result, ServeError};
+use crate::images::{self, ImageArgs};
+use crate::source::{check_batch_size, BatchSource};
+use crate::synthetic::Synthetic;
 
 /// Pipeline threads by default: the machine's cores.
 pub fn default_workers() -> usize {
@@ -31,8 +30,10 @@ pub struct SourceArgs {
     /// Worker threads of the pipeline.
     #[arg(long, default_value_t = default_workers())]
     pub workers: usize,
+    /// How images are read and augmented.
     #[command(flatten)]
     pub images: ImageArgs,
+    /// Options of the synthetic source.
     #[command(flatten)]
     pub synth: SyntheticArgs,
 }
@@ -57,9 +58,9 @@ pub struct SyntheticArgs {
 impl SourceArgs {
     /// Opens the source these arguments describe.
     pub fn open(&self) -> Result<Box<dyn BatchSource>> {
-        super::check_batch_size(self.batch_size)?;
+        check_batch_size(self.batch_size)?;
         if self.workers == 0 {
-            bail!("--workers must be at least 1");
+            return Err(ServeError::invalid("--workers must be at least 1"));
         }
         if self.synthetic {
             let s = &self.synth;
@@ -79,7 +80,9 @@ impl SourceArgs {
                 self.workers,
                 &self.images,
             )?)),
-            None => bail!("say what to serve: --data PATH (an image dataset) or --synthetic"),
+            None => Err(ServeError::invalid(
+                "say what to serve: --data PATH (an image dataset) or --synthetic",
+            )),
         }
     }
 
