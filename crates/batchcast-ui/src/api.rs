@@ -17,8 +17,8 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
-use batchcast_runs::plot::{unit_label, XAxis};
-use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_store::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_store::{unit_label, XAxis};
 use serde::Serialize;
 
 use crate::error::{ApiError, UiError};
@@ -96,7 +96,7 @@ fn read(
     key: &str,
     after: Option<i64>,
     budget: &mut usize,
-) -> Result<Vec<batchcast_runs::MetricPoint>, UiError> {
+) -> Result<Vec<batchcast_store::MetricPoint>, UiError> {
     let n = store.metric_len(run, key, after)?;
     if n > *budget {
         return Err(UiError::BadRequest(format!(

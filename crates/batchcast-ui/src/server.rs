@@ -83,7 +83,7 @@ impl Ui {
         listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let token = if config.token {
-            Some(batchcast_runs::access::random_token().map_err(bind_err)?)
+            Some(batchcast_store::access::random_token().map_err(bind_err)?)
         } else {
             None
         };

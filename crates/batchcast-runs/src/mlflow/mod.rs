@@ -37,8 +37,8 @@ use std::thread::JoinHandle;
 use serde_json::Value;
 
 use crate::access;
-use crate::error::{Result, StoreError};
-use crate::store::{Recorder, RunId, Store};
+use crate::{Recorder, RunId, Store};
+use crate::{Result, StoreError};
 
 /// The MLflow run id that stands for a batchcast run.
 pub fn mlflow_run_id(run: RunId) -> String {

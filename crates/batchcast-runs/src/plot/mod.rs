@@ -11,20 +11,12 @@ use std::path::Path;
 
 use plotters::prelude::*;
 
-use crate::error::{Result, StoreError};
-use crate::store::{RunId, Store};
+pub use batchcast_store::{unit_label, XAxis};
+
+use crate::{Result, RunId, Store, StoreError};
 
 /// Points per run drawn, at most (longer series are thinned evenly).
 const MAX_DRAWN: usize = 20_000;
-
-/// What the x axis shows.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum XAxis {
-    /// Seconds since each run started.
-    Elapsed,
-    /// The logged step.
-    Step,
-}
 
 /// The kinds of file a chart is written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -145,26 +137,4 @@ fn draw_svg(store: &Store, runs: &[RunId], key: &str, x: XAxis) -> Result<String
         root.present().map_err(|e| draw(&e))?;
     }
     Ok(text)
-}
-
-/// The y axis label: the metric's name with the unit its suffix gives
-/// (also the dashboard's).
-pub fn unit_label(key: &str) -> String {
-    let unit = [
-        ("_bytes_per_s", "bytes/s"),
-        ("_per_s", "per second"),
-        ("_bytes", "bytes"),
-        ("_percent", "%"),
-        ("_seconds", "s"),
-        ("_share", "fraction of time"),
-        ("_w", "W"),
-        ("_mhz", "MHz"),
-    ]
-    .iter()
-    .find(|(suffix, _)| key.ends_with(suffix))
-    .map(|(_, u)| *u);
-    match unit {
-        Some(u) => format!("{key} ({u})"),
-        None => key.to_string(),
-    }
 }

@@ -16,12 +16,12 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::StoreError;
 use crate::gpu::GpuLayer;
 use crate::listen::{self, JobWatch, WatchOptions};
 use crate::mlflow::{self, mlflow_run_id};
 use crate::plan::{Collocation, Plan, PlanRow};
-use crate::store::{NewRun, Recorder, RunId, RunStatus, Store};
+use crate::StoreError;
+use crate::{NewRun, Recorder, RunId, RunStatus, Store};
 use job::{stop_all, Job};
 use started::{end_of, Started};
 

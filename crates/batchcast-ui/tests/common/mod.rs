@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use batchcast_runs::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
+use batchcast_store::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
 use batchcast_ui::{Ui, UiConfig};
 
 /// Ids of what [`make_store`] wrote.
