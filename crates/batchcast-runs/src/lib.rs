@@ -12,12 +12,20 @@
 //!   `batchcast-store`).
 //! - A runner that returns, on an error too, leaves nothing it started
 //!   running and no run of its own RUNNING.
+//!
+//! Optional parts, behind Cargo features (all on by default, and in the
+//! `batchcast` binary): `mlflow` (the MLflow REST endpoint a job logs to),
+//! `export` (metrics as CSV, runs as an MLflow file store) and `plot`
+//! (`batchcast runs plot`'s SVG and PNG charts). With none of them the
+//! crate plans, runs and records, and depends on no HTTP or drawing code.
 
 #![forbid(unsafe_code)]
 
+#[cfg(feature = "export")]
 pub mod export;
 pub mod gpu;
 pub mod listen;
+#[cfg(feature = "mlflow")]
 pub mod mlflow;
 pub mod plan;
 pub mod plot;
