@@ -1,4 +1,4 @@
-//! Test helpers: a store written through batchcast-runs' own write API, a
+//! Test helpers: a store written through the store's own write API, a
 //! dashboard serving it on a real socket, and a tiny HTTP/1.1 client.
 
 #![allow(dead_code)]
