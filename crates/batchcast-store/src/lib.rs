@@ -6,8 +6,9 @@
 //! derive from them ([`compare`], [`unit_label`]). The runner
 //! (`batchcast-runs`) writes it; the dashboard (`batchcast-ui`) and
 //! `batchcast runs` read it, and depend on nothing else to do so. Who may
-//! talk to the toolkit's local HTTP servers is decided by [`access`], which
-//! both servers use.
+//! talk to the toolkit's local HTTP servers is decided by [`access`], and
+//! both serve through `http`, their one HTTP stack (the `http` feature, off
+//! by default: without it the crate is SQLite and serde alone).
 //!
 //! Invariants:
 //! - The store is the only state. A runner keeps nothing in memory that a
@@ -30,6 +31,8 @@ mod axis;
 pub mod bounded;
 pub mod compare;
 mod error;
+#[cfg(feature = "http")]
+pub mod http;
 pub mod keys;
 mod model;
 mod read;

@@ -139,17 +139,17 @@ impl Ui {
             .map_err(io)?;
         rt.block_on(async {
             let listener = tokio::net::TcpListener::from_std(self.listener).map_err(io)?;
-            let limits = batchcast_http::Limits {
+            let limits = batchcast_store::http::Limits {
                 header_timeout: self.header_timeout,
                 max_head: MAX_HEAD,
                 max_connections: self.max_connections,
                 keep_alive: true,
             };
-            let busy = batchcast_http::Busy {
+            let busy = batchcast_store::http::Busy {
                 content_type: "text/plain",
                 body: "too many connections to the dashboard; try again\n".into(),
             };
-            batchcast_http::serve(
+            batchcast_store::http::serve(
                 listener,
                 router(self.state),
                 limits,

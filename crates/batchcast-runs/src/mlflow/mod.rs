@@ -15,7 +15,7 @@
 //! another local user nor a web page the user visits can write the store.
 //!
 //! One thread owns the store and answers calls one at a time; requests are
-//! read, and answered, concurrently on another (`batchcast-http`, the
+//! read, and answered, concurrently on another (`batchcast_store::http`, the
 //! toolkit's one HTTP stack). So a client that stops in the middle of a
 //! request (a trainer paused with SIGSTOP, a debugger) holds up only its
 //! own request, never the others' logging; at most [`MAX_IN_FLIGHT`]

@@ -1,6 +1,6 @@
 //! The endpoint's two threads: one serves HTTP (the toolkit's one stack,
-//! `batchcast-http`, on a single-threaded runtime), one owns the store and
-//! answers the calls it is handed, one at a time.
+//! `batchcast_store::http`, on a single-threaded runtime), one owns the
+//! store and answers the calls it is handed, one at a time.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,7 +12,7 @@ use axum::extract::{Request, State};
 use axum::http::header::CONTENT_TYPE;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use batchcast_http::BodyError;
+use batchcast_store::http::BodyError;
 use serde_json::{json, Value};
 
 use super::api::{self, Reply};
@@ -69,13 +69,13 @@ pub(super) fn start(
     let app = axum::Router::new()
         .fallback(answer)
         .with_state(Shared { jobs, keys });
-    let limits = batchcast_http::Limits {
+    let limits = batchcast_store::http::Limits {
         header_timeout: HEAD_TIMEOUT,
         max_head: MAX_HEAD,
         max_connections: MAX_IN_FLIGHT,
         keep_alive: false,
     };
-    let busy = batchcast_http::Busy {
+    let busy = batchcast_store::http::Busy {
         content_type: "application/json",
         body: json!({"error_code": "TEMPORARILY_UNAVAILABLE",
                      "message": format!("more than {MAX_IN_FLIGHT} requests at once")})
@@ -84,7 +84,9 @@ pub(super) fn start(
     let http = std::thread::Builder::new()
         .name("batchcast-mlflow".into())
         .spawn(move || {
-            rt.block_on(batchcast_http::serve(listener, app, limits, busy, stop));
+            rt.block_on(batchcast_store::http::serve(
+                listener, app, limits, busy, stop,
+            ));
             // Drops the requests still being read, and with them the last
             // senders of calls: the store's thread then ends.
             drop(rt);
@@ -153,7 +155,7 @@ async fn read_call(request: Request<Body>) -> Result<Call, Reply> {
             .collect();
         Value::Object(map)
     } else {
-        let body = batchcast_http::read_body(request, MAX_BODY, BODY_TIMEOUT)
+        let body = batchcast_store::http::read_body(request, MAX_BODY, BODY_TIMEOUT)
             .await
             .map_err(|e| {
                 let message = match e {

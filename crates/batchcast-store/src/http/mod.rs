@@ -1,8 +1,10 @@
-//! The one HTTP stack of batchcast's local servers: the dashboard
-//! (`batchcast-ui`) and the MLflow endpoint (`batchcast-runs`) both serve
-//! an axum [`Router`](axum::Router) over hyper's HTTP/1 through [`serve`],
-//! and read request bodies through [`read_body`]. Who may ask (loopback
-//! `Host`/`Origin`, secrets) is `batchcast_store::access`, which both apply.
+//! The one HTTP stack of batchcast's local servers (the `http` feature):
+//! the dashboard (`batchcast-ui`) and the MLflow endpoint
+//! (`batchcast-runs`) both serve an axum [`Router`](axum::Router) over
+//! hyper's HTTP/1 through [`serve`], and read request bodies through
+//! [`read_body`]. Who may ask (loopback `Host`/`Origin`, secrets) is
+//! [`crate::access`], which both apply. It lives beside the store so that
+//! both servers share it while the dashboard depends on the store alone.
 //!
 //! Invariants (what a client can cost a server):
 //! - at most [`Limits::max_connections`] connections are served at once;
@@ -14,8 +16,6 @@
 //! - a body is read only to its declared length, at most the caller's
 //!   bound, within the caller's time; one over the bound is read and
 //!   dropped up to [`DRAIN`] so that its client sees the answer.
-
-#![forbid(unsafe_code)]
 
 mod body;
 mod serve;

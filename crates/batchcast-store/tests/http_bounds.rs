@@ -7,7 +7,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::time::{Duration, Instant};
 
 use axum::extract::Request;
-use batchcast_http::{read_body, serve, Busy, Limits};
+use batchcast_store::http::{read_body, serve, Busy, Limits};
 
 /// Bytes of a body the handler accepts.
 const MAX: u64 = 1024;
