@@ -2,11 +2,11 @@
 
 use rusqlite::{params, OptionalExtension, Transaction, TransactionBehavior};
 
-use super::{
+use crate::error::{Result, StoreError};
+use crate::{
     ExperimentId, LogStream, MetricPoint, NewRun, Orphan, ParamSource, RunId, RunStatus, Store,
     WorkloadId,
 };
-use crate::error::{Result, StoreError};
 
 /// Longest chunk of output stored in one row; longer writes are split.
 const LOG_CHUNK: usize = 64 * 1024;

@@ -5,7 +5,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use batchcast_runs::{NewRun, Store};
+use batchcast_store::{NewRun, Store};
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777

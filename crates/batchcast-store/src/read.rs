@@ -2,11 +2,11 @@
 
 use rusqlite::{params, OptionalExtension, Row};
 
-use super::{
+use crate::error::{Result, StoreError};
+use crate::{
     Event, Experiment, ExperimentId, LogStream, MetricPoint, Param, ParamSource, Run, RunFilter,
     RunId, RunRow, Store, Workload, WorkloadId,
 };
-use crate::error::{Result, StoreError};
 
 const RUN_COLUMNS: &str = "e.name, w.name, r.id, r.workload_id, r.name, r.status, r.command, r.devices, r.collocation,
      r.listeners, r.host, r.plan_file, r.plan_row, r.pid, r.runner_pid, r.runner_start, r.start_ms, r.end_ms,

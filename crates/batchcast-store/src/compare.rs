@@ -21,7 +21,8 @@ use serde::Serialize;
 
 use crate::error::{Result, StoreError};
 use crate::keys;
-use crate::store::{MetricSummary, Run, RunId, RunRow, Store, Summarizer};
+use crate::model::Summarizer;
+use crate::{MetricSummary, Run, RunId, RunRow, Store};
 
 /// Values of one metric held to take its percentiles, at most (a day at
 /// 1 Hz is 86,400); longer metrics are sampled evenly for them.
@@ -113,7 +114,7 @@ fn summarize_workload(
     runs: &[Run],
 ) -> Result<WorkloadSummary> {
     let training: Vec<&Run> = runs.iter().filter(|r| r.name != keys::DATA_RUN).collect();
-    let now = crate::store::now_ms();
+    let now = crate::now_ms();
     let (mut samples, mut rate, mut cpu) = (None::<f64>, None::<f64>, None::<f64>);
     let (mut waits, mut gpu, mut mem) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs {

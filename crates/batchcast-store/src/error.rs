@@ -1,4 +1,5 @@
-//! The errors of the run store.
+//! The errors of the run store, and of what the runs crate builds on it
+//! (exports, the MLflow endpoint), which callers meet as one type.
 
 use std::path::PathBuf;
 

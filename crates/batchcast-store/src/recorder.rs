@@ -19,8 +19,8 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::{LogStream, MetricPoint, RunId, Store};
 use crate::error::Result;
+use crate::{LogStream, MetricPoint, RunId, Store};
 
 /// Longest time a recorded point waits before it is committed.
 pub const FLUSH_EVERY: Duration = Duration::from_millis(500);

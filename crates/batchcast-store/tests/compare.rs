@@ -1,7 +1,7 @@
 //! The collocation summary on a store written as a runner would.
 
-use batchcast_runs::compare::{collocation, speedups, summarize_runs};
-use batchcast_runs::{keys, MetricPoint, NewRun, RunStatus, Store};
+use batchcast_store::compare::{collocation, speedups, summarize_runs};
+use batchcast_store::{keys, MetricPoint, NewRun, RunStatus, Store};
 
 fn point(run: i64, key: &str, ts: i64, value: f64) -> MetricPoint {
     MetricPoint {

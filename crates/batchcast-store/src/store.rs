@@ -5,31 +5,21 @@
 //! [`BUSY_TIMEOUT`] for a lock instead of failing. Each thread opens its own
 //! [`Store`] (a connection is not shared between threads).
 
-mod model;
-mod read;
-mod recorder;
-mod schema;
-mod write;
-
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 
 use crate::error::{Result, StoreError};
-
-pub use model::*;
-pub use recorder::{
-    Recorder, RecorderHandle, DEFAULT_LOG_CAP, FLUSH_EVERY, MIN_LOG_CAP, QUEUE_BYTES,
-};
+use crate::schema;
 
 /// How long a connection waits for another's lock before it gives up.
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A connection to a run store.
 pub struct Store {
-    conn: Connection,
-    path: PathBuf,
+    pub(crate) conn: Connection,
+    pub(crate) path: PathBuf,
 }
 
 impl std::fmt::Debug for Store {
@@ -238,7 +228,7 @@ impl Store {
         }
     }
 
-    fn err(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
+    pub(crate) fn err(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
         StoreError::sqlite(&self.path)
     }
 }

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 
-use batchcast_runs::{
+use batchcast_store::{
     LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, RunStatus, Store,
     StoreError, WorkloadId,
 };
@@ -359,7 +359,7 @@ fn recorded_points_are_committed_within_the_flush_period() {
         value: 0.5,
     });
     h.log(r, LogStream::Stdout, 1, b"epoch 1\n".to_vec());
-    let deadline = std::time::Instant::now() + batchcast_runs::FLUSH_EVERY * 10;
+    let deadline = std::time::Instant::now() + batchcast_store::FLUSH_EVERY * 10;
     let ro = Store::open_read_only(&path).unwrap();
     loop {
         let n = ro.metric(r, "loss", None, 10).unwrap().len();
@@ -447,17 +447,6 @@ fn runners_opening_a_new_store_at_once_all_succeed() {
             .len(),
         4
     );
-}
-
-/// The example plans in the repository stay valid.
-#[test]
-fn the_example_plans_load() {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/run");
-    let csv = batchcast_runs::plan::Plan::load(&dir.join("plan.csv")).unwrap();
-    assert_eq!(csv.workloads().len(), 2);
-    let yaml = batchcast_runs::plan::Plan::load(&dir.join("sweep.yaml")).unwrap();
-    assert_eq!(yaml.rows.len(), 4);
-    assert_eq!(yaml.rows[0].args, vec!["--epochs", "1", "--lr", "0.1"]);
 }
 
 /// A chart's read of a long metric keeps at most what it draws, evenly,

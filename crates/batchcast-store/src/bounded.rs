@@ -8,7 +8,7 @@ use std::path::Path;
 
 /// The text of `path`, at most `max` bytes of it; a longer file is an
 /// [`io::ErrorKind::FileTooLarge`] error, read no further than `max + 1`.
-pub(crate) fn read_text(path: &Path, max: u64) -> io::Result<String> {
+pub fn read_text(path: &Path, max: u64) -> io::Result<String> {
     let mut text = String::new();
     File::open(path)?
         .take(max.saturating_add(1))
