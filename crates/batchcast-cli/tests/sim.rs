@@ -135,9 +135,10 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
 fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     // The format of github aakash-sharma/cluster-sim's configuration/jobs
     // and configuration/cluster (written here: that repository has no
-    // licence). One 4-GPU slot; job 1: 400 iterations x 1 s on one GPU,
-    // over 4 GPUs 100 s; job 2 arrives at 10 (arrival_time, not its
-    // start_time), runs 100-200: FIFO mean JCT (100 + 190) / 2 = 145 s.
+    // licence). One 4-GPU slot, iterations in whole chunks of 500; job 1:
+    // 400 (run as 500) iterations x 1 s on one GPU, over 4 GPUs 125 s; job
+    // 2 arrives at 10 (arrival_time, not its start_time), 200 (500)
+    // iterations x 2 s, runs 125-375: FIFO mean JCT (125 + 365) / 2 = 245 s.
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("small.json");
     let rec = |id: u32, when: &str, iters: u32, tpi: &str| {
@@ -186,7 +187,11 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     let s = &v[0];
     assert_eq!(s["jobs"], 2, "{stdout}");
     let mean = s["mean_jct"].as_f64().unwrap();
-    assert!((mean - 145.0).abs() < 1e-6, "{stdout}");
+    assert!((mean - 245.0).abs() < 1e-6, "{stdout}");
+    assert!(
+        stderr.contains("2 jobs rounded up to whole chunks of iteration_granularity 500"),
+        "{stderr}"
+    );
 
     // The same trace as batchcast's own format is refused, naming dally.
     let o = batchcast()

@@ -164,23 +164,45 @@ pub fn run(a: SimArgs) -> Result<()> {
                 .as_deref()
                 .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
                 .unwrap_or_default(),
-            cfile
-                .iteration_granularity
-                .map(|g| format!(
-                    "; iteration_granularity {g} is not simulated (progress is continuous)"
-                ))
-                .unwrap_or_default(),
+            if cfile.shape_used {
+                ""
+            } else {
+                "; should_use_config is not \"true\": the published simulator would ignore \
+                 the shape and build its fixed heterogeneous cluster, batchcast simulates \
+                 the shape as written"
+            },
+        );
+        eprintln!(
+            "not simulated from the published model: per-GPU bidding (jobs run gang-scheduled \
+             on all their GPUs, never on fewer), a chunk of iterations holding its GPUs past \
+             the lease, Gandiva's time-slicing and Themis"
         );
     }
     let jobs = match &a.trace {
         Some(p) => {
-            let t = read_file(p, Format::by_name(&a.format)?)?;
+            let mut t = read_file(p, Format::by_name(&a.format)?)?;
             if t.skipped > 0 {
                 eprintln!(
                     "{}: skipped {} records without GPUs, run time or iterations",
                     p.display(),
                     t.skipped
                 );
+            }
+            if t.halved > 0 {
+                eprintln!(
+                    "{}: {} jobs cut by the published simulator's job_group_id halving",
+                    p.display(),
+                    t.halved
+                );
+            }
+            let grew = cfile.whole_chunks(&mut t.jobs);
+            if grew > 0 {
+                if let Some(g) = cfile.iteration_granularity {
+                    eprintln!(
+                        "{grew} jobs rounded up to whole chunks of iteration_granularity {g}, \
+                         as the published simulator runs them"
+                    );
+                }
             }
             t.jobs
         }

@@ -6,6 +6,7 @@
 
 mod cluster_file;
 mod dally;
+mod groups;
 mod helios;
 mod philly;
 mod time;
@@ -66,6 +67,9 @@ pub struct Parsed {
     /// Records skipped as not simulable (CPU-only jobs, never ran, zero
     /// iterations).
     pub skipped: usize,
+    /// Jobs whose iterations the published simulator's job-group halving
+    /// cut (`--format dally` only).
+    pub halved: usize,
 }
 
 /// The text of `path`, refused unread when larger than `limit` bytes.
