@@ -18,6 +18,7 @@
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
 
+mod bidding;
 mod chart;
 mod cluster;
 mod config;
@@ -34,6 +35,7 @@ mod synth;
 pub mod trace;
 mod validate;
 
+pub use bidding::{simulate_bidding, Bidder};
 pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
 pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
 pub use config::{DataSharing, SimConfig};

@@ -10,61 +10,8 @@
 mod common;
 
 use batchcast_sim::trace::{parse, parse_cluster, Format};
-use batchcast_sim::{by_name, SimConfig, SimError};
-
-/// A published-format record.
-fn record(id: u32, when: &str, gpus: u32, iters: u32, tpi: &str) -> String {
-    format!(
-        r#"  {{
-    "time_per_iteration": "{tpi}", 
-    "random_seed": "18", 
-    "job_id": "{id}", 
-    "max_parallelism": "{gpus}", 
-    {when}, 
-    "loss_function_type": "sublinear", 
-    "cross_rack_slowdown": "0.6", 
-    "cross_machine_slowdown": "0.7", 
-    "job_group_id": "1", 
-    "total_iterations": "{iters}", 
-    "cross_slot_slowdown": "0.8"
-  }}"#
-    )
-}
-
-fn trace(records: &[String]) -> String {
-    format!("[\n{}\n]\n", records.join(", \n"))
-}
-
-/// A published-format cluster file.
-fn cluster_file(racks: u32, machines: u32, slots: u32, per_slot: u32, lease: &str) -> String {
-    format!(
-        r#"{{
-  "lease_time": "{lease}", 
-  "racks_in_cluster": "{racks}", 
-  "machines_per_rack": "{machines}", 
-  "epsilon": "1.0", 
-  "gpus_per_slot": "{per_slot}", 
-  "fairness_threshold": "0.0", 
-  "slots_per_machine": "{slots}", 
-  "cluster_policy": "Tiresias",
-  "iteration_granularity": "500",
-  "consolidate": "true",
-  "astra_sim_path": "/path/to/astra-sim",
-  "astra_sim_bin_path": "/path/to/AnalyticalAstra"
-}}"#
-    )
-}
-
-/// The published model: no congestion, no restart cost, the file's lease.
-fn published_cfg(lease: f64) -> SimConfig {
-    SimConfig {
-        lease,
-        restart_cost: 0.0,
-        rack_congestion: 0.0,
-        core_congestion: 0.0,
-        ..SimConfig::default()
-    }
-}
+use batchcast_sim::{by_name, SimError};
+use common::published::{cluster_file, published_cfg, record, regroup, trace};
 
 #[test]
 fn slowdowns_are_throughput_fractions_and_time_per_iteration_is_one_gpus() {
@@ -241,11 +188,11 @@ fn las_ranks_by_service_received_as_the_published_srsf_does() {
     assert_jcts!(o, "a" => 1300.0, "b" => 350.0);
 }
 
-/// A published-format record of job group `group`.
+/// A published-format one-GPU record of job group `group`.
 fn grouped(id: u32, group: u32, start: u32, iters: u32) -> String {
-    record(id, &format!(r#""start_time": "{start}""#), 1, iters, "1").replace(
-        r#""job_group_id": "1""#,
-        &format!(r#""job_group_id": "{group}""#),
+    regroup(
+        record(id, &format!(r#""start_time": "{start}""#), 1, iters, "1"),
+        group,
     )
 }
 
@@ -297,8 +244,7 @@ fn iterations_run_in_whole_chunks_of_the_iteration_granularity() {
         "t.json",
         &trace(&[
             record(1, r#""start_time": "0""#, 4, 400, "1"),
-            record(2, r#""start_time": "0""#, 4, 1000, "1")
-                .replace(r#""job_group_id": "1""#, r#""job_group_id": "2""#),
+            regroup(record(2, r#""start_time": "0""#, 4, 1000, "1"), 2),
         ]),
         Format::Dally,
     )

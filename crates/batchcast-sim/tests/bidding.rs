@@ -1,0 +1,90 @@
+//! `--model bidding`: the published simulator's (cluster-sim at 2953d56)
+//! per-GPU auctions, leases and chunks of iterations, on hand-worked cases
+//! read from files in its format. Every case: one slot of 2 GPUs, jobs of
+//! 2 GPUs and 100 iterations of 1 s on one GPU, in groups of their own.
+
+mod common;
+
+use batchcast_sim::trace::{parse, parse_cluster, Format};
+use batchcast_sim::{simulate_bidding, Bidder, JobSpec, Outcome, SimConfig};
+use common::published::{cluster_file, published_cfg, record, regroup, trace};
+
+/// Jobs 1..=n, each in its own group, from 0.
+fn jobs(n: u32) -> Vec<JobSpec> {
+    let recs: Vec<String> = (1..=n)
+        .map(|id| regroup(record(id, r#""start_time": "0""#, 2, 100, "1"), id))
+        .collect();
+    parse("t.json", &trace(&recs), Format::Dally).unwrap().jobs
+}
+
+fn run(cfg: &SimConfig, jobs: &[JobSpec], granularity: u64, policy: &str) -> Outcome {
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
+    simulate_bidding(
+        &c.spec,
+        cfg,
+        jobs,
+        granularity,
+        Bidder::by_name(policy).unwrap(),
+    )
+    .unwrap()
+}
+
+#[test]
+fn tied_bids_spread_the_gpus_one_per_job() {
+    // LAS and Tiresias: the first GPU goes to job 1 (equal bids, equal GPUs
+    // held, lower id), the second to job 2, which holds fewer. Each runs on
+    // one GPU, 1 s per iteration, and keeps it (lease 100 s, each iteration
+    // ends by its lease end): both end at 100. Gang-scheduled, one would
+    // run on both GPUs and end at 50.
+    for p in ["las", "tiresias"] {
+        let o = run(&published_cfg(100.0), &jobs(2), 1, p);
+        assert_jcts!(o, "1" => 100.0, "2" => 100.0);
+    }
+    // SJF bids the run time on the GPUs it would hold: for the second GPU
+    // job 1 bids -100 x 1 / 2 = -50 against job 2's -100 and takes both.
+    let o = run(&published_cfg(100.0), &jobs(2), 1, "sjf");
+    assert_jcts!(o, "1" => 50.0, "2" => 100.0);
+}
+
+#[test]
+fn gandiva_bids_throughput_so_one_job_takes_both_and_leases_rotate_them() {
+    // Gandiva bids n x s: job 1 gets GPU 0 (tie, lower id), then bids 2
+    // for GPU 1 against job 2's 1. At 0.5 s per iteration it does 40 by
+    // its lease end at 20; its GPUs expire, it last got GPUs at 20, job 2
+    // never (-1): job 2 wins both, 20-40, then job 1 40-60 (80 done), job 2
+    // 60-80 (80 done), job 1 80-90 (done), job 2 90-100.
+    let o = run(&published_cfg(20.0), &jobs(2), 1, "gandiva");
+    assert_jcts!(o, "1" => 90.0, "2" => 100.0);
+    // With a lease past both, job 1 runs 0-50 and job 2 50-100.
+    let o = run(&published_cfg(1000.0), &jobs(2), 1, "gandiva");
+    assert_jcts!(o, "1" => 50.0, "2" => 100.0);
+}
+
+#[test]
+fn chunks_run_whole_and_past_the_lease() {
+    // Granularity 30: chunks of 30 iterations, 15 s on 2 GPUs. The chunk
+    // that starts at 15 ends at 30, past the lease end at 20; 100
+    // iterations take 4 chunks (the last runs 30 for the 10 left): 60 s.
+    let o = run(&published_cfg(20.0), &jobs(1), 30, "las");
+    assert_jcts!(o, "1" => 60.0);
+}
+
+#[test]
+fn released_gpus_are_auctioned_after_the_restart_cost_per_gpu() {
+    // Restart cost 1 s per GPU: at the lease end (20) the job's 2 GPUs are
+    // auctioned at 22; 40 iterations per 20 s lease: 0-20, 22-42, 44-54.
+    let cfg = SimConfig {
+        restart_cost: 1.0,
+        ..published_cfg(20.0)
+    };
+    let o = run(&cfg, &jobs(1), 1, "las");
+    assert_jcts!(o, "1" => 54.0);
+}
+
+#[test]
+fn policies_outside_the_published_code_are_refused_naming_the_choices() {
+    for (name, needle) in [("srsf", "pick las"), ("dally", "pick sjf, las")] {
+        let e = Bidder::by_name(name).unwrap_err().to_string();
+        assert!(e.contains(needle), "{e}");
+    }
+}
