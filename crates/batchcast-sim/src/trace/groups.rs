@@ -12,6 +12,8 @@
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
+use super::java_sort::java_sort;
+
 /// One record of a published job list, as the halving sees it.
 pub(crate) struct Member {
     /// `job_group_id`, when the record has one.
@@ -29,6 +31,14 @@ fn by_id(a: &str, b: &str) -> Ordering {
         (Ok(x), Ok(y)) => x.cmp(&y),
         _ => a.cmp(b),
     }
+}
+
+/// The published comparator: `(int) (iterations_a - iterations_b)`, then
+/// the ids. The cast keeps the low 32 bits, so a difference of 2^31
+/// iterations or more (the sense_* traces have them) can flip the sign.
+fn java_order(a: &Member, b: &Member) -> Ordering {
+    let d = (a.iterations as i64).wrapping_sub(b.iterations as i64) as i32;
+    d.cmp(&0).then_with(|| by_id(&a.id, &b.id))
 }
 
 /// The iterations each member runs after its group's halving, in input
@@ -56,12 +66,7 @@ pub(crate) fn halved(members: &[Member]) -> (Vec<f64>, usize) {
         if n < 2 {
             continue;
         }
-        idx.sort_by(|&a, &b| {
-            members[a]
-                .iterations
-                .total_cmp(&members[b].iterations)
-                .then_with(|| by_id(&members[a].id, &members[b].id))
-        });
+        java_sort(&mut idx, &|a, b| java_order(&members[a], &members[b]));
         let max = members[idx[n - 1]].iterations.floor();
         let steps = ((n as f64).log10() / 2f64.log10()) as u64;
         let step = (max as u64 / steps.max(1)) as f64;
@@ -109,6 +114,16 @@ mod tests {
         // Sorted: 2 (800), 3 (900), 1 (1000), 4 (1000).
         assert_eq!(it, vec![1000.0, 500.0, 500.0, 1000.0]);
         assert_eq!(cut, 2);
+    }
+
+    #[test]
+    fn a_difference_past_2_pow_31_iterations_sorts_as_java_does() {
+        // (int) (2_300_000_000 - 100) is negative: Java's insertion sort
+        // leaves the big job first, so it is the one cut (to 100 / 1) and
+        // the 100-iteration job, now last, keeps its count.
+        let g = [m("3", "1", 0.0, 2_300_000_000.0), m("3", "2", 0.0, 100.0)];
+        let (it, cut) = halved(&g);
+        assert_eq!((it, cut), (vec![100.0, 100.0], 1));
     }
 
     #[test]

@@ -8,6 +8,7 @@ mod cluster_file;
 mod dally;
 mod groups;
 mod helios;
+mod java_sort;
 mod philly;
 mod time;
 
