@@ -23,6 +23,7 @@ fn run(cfg: &SimConfig, jobs: &[JobSpec], granularity: u64, policy: &str) -> Out
         &c.spec,
         cfg,
         jobs,
+        0.0,
         granularity,
         Bidder::by_name(policy).unwrap(),
     )
@@ -55,6 +56,18 @@ fn gandiva_bids_throughput_so_one_job_takes_both_and_leases_rotate_them() {
     // 60-80 (80 done), job 1 80-90 (done), job 2 90-100.
     let o = run(&published_cfg(20.0), &jobs(2), 1, "gandiva");
     assert_jcts!(o, "1" => 90.0, "2" => 100.0);
+    // The clock runs on the trace's own times (here from 100), the
+    // results are reported from the first arrival.
+    let recs: Vec<String> = (1..=2)
+        .map(|id| regroup(record(id, r#""start_time": "100""#, 2, 100, "1"), id))
+        .collect();
+    let t = parse("t.json", &trace(&recs), Format::Dally).unwrap();
+    assert_eq!(t.origin, 100.0);
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
+    let g = Bidder::by_name("gandiva").unwrap();
+    let o = simulate_bidding(&c.spec, &published_cfg(20.0), &t.jobs, t.origin, 1, g).unwrap();
+    assert_jcts!(o, "1" => 90.0, "2" => 100.0);
+    assert_eq!(o.jobs[0].finish, Some(90.0));
     // With a lease past both, job 1 runs 0-50 and job 2 50-100.
     let o = run(&published_cfg(1000.0), &jobs(2), 1, "gandiva");
     assert_jcts!(o, "1" => 50.0, "2" => 100.0);

@@ -188,7 +188,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             );
         }
     }
-    let jobs = match &a.trace {
+    let (jobs, origin) = match &a.trace {
         Some(p) => {
             let mut t = read_file(p, Format::by_name(&a.format)?)?;
             if t.skipped > 0 {
@@ -219,7 +219,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                     );
                 }
             }
-            t.jobs
+            (t.jobs, t.origin)
         }
         None => {
             let sc = SynthConfig {
@@ -233,7 +233,10 @@ pub fn run(a: SimArgs) -> Result<()> {
                 datasets: a.datasets,
                 ..SynthConfig::default()
             };
-            synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?
+            (
+                synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?,
+                0.0,
+            )
         }
     };
     let bidding = match a.model.as_str() {
@@ -258,6 +261,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                 &spec,
                 &cfg,
                 &jobs,
+                origin,
                 g,
                 Bidder::by_name(n)?,
             )?);

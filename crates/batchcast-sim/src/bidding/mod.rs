@@ -65,6 +65,7 @@ struct Job {
 
 struct Sim {
     spec: ClusterSpec,
+    origin: f64,
     lease: f64,
     per_gpu: f64,
     chunk: i64,
@@ -194,7 +195,7 @@ impl Sim {
         job.service += current.len() as f64 * one;
         job.current = current;
         let o = &mut self.out[j];
-        o.first_start.get_or_insert(self.now);
+        o.first_start.get_or_insert(self.now - self.origin);
         if o.status != Status::Running {
             o.queued += self.now - o.wait_since;
             o.status = Status::Running;
@@ -228,7 +229,7 @@ impl Sim {
             self.release(&mine, self.per_gpu * mine.len() as f64);
             self.running.retain(|&r| r != j);
             let o = &mut self.out[j];
-            o.finish = Some(self.now);
+            o.finish = Some(self.now - self.origin);
             o.status = Status::Done;
             o.done = o.spec.iterations;
             return;
@@ -297,7 +298,7 @@ impl Sim {
             .is_none_or(|s| s.busy != busy || s.pending != pending)
         {
             self.timeline.push(Sample {
-                t: self.now,
+                t: self.now - self.origin,
                 busy,
                 pending,
             });
@@ -308,14 +309,24 @@ impl Sim {
 /// Runs `jobs` on `spec` under the published simulator's model with
 /// `bidder`'s bids, chunks of `granularity` iterations, `cfg.lease` and
 /// `cfg.restart_cost` seconds per released GPU (congestion, CPU and data
-/// sharing are not part of that model and are ignored).
+/// sharing are not part of that model and are ignored). `origin` is the
+/// trace's first arrival ([`Parsed::origin`](crate::trace::Parsed)): the
+/// clock runs on the trace's own times, as the published code's does, so
+/// that its rounding and its ties are the same; times are reported from
+/// the first arrival, as `simulate` reports them.
 pub fn simulate_bidding(
     spec: &ClusterSpec,
     cfg: &SimConfig,
     jobs: &[JobSpec],
+    origin: f64,
     granularity: u64,
     bidder: Bidder,
 ) -> Result<Outcome, SimError> {
+    if !(origin.is_finite() && origin >= 0.0) {
+        return Err(SimError::Config(format!(
+            "origin {origin}: the trace's first arrival must be a time >= 0"
+        )));
+    }
     spec.validate()?;
     if !(cfg.lease.is_finite() && cfg.lease > 0.0 && cfg.restart_cost >= 0.0) {
         return Err(SimError::Config(
@@ -369,13 +380,14 @@ pub fn simulate_bidding(
             next: Vec::new(),
             expected: Vec::new(),
             waiting: true,
-            last: j.arrival - 1.0,
+            last: j.arrival + origin - 1.0,
             id: j.id.parse().unwrap_or(k as i64),
         });
         state.push(JobState::new(j.clone(), 0));
     }
     let mut sim = Sim {
         spec: *spec,
+        origin,
         lease: cfg.lease,
         per_gpu: cfg.restart_cost,
         chunk: granularity as i64,
@@ -393,7 +405,7 @@ pub fn simulate_bidding(
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
     for j in order {
-        sim.push(jobs[j].arrival, Kind::Arrive, j);
+        sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
     }
     while let Some(Reverse((t, kind, _, j))) = sim.queue.pop() {
         sim.now = f64::from_bits(t);
