@@ -101,3 +101,25 @@ fn policies_outside_the_published_code_are_refused_naming_the_choices() {
         assert!(e.contains(needle), "{e}");
     }
 }
+
+#[test]
+fn a_run_of_too_many_chunks_is_refused_naming_the_fix() {
+    // One event per chunk: 1e15 iterations in chunks of 1 would never end;
+    // in chunks of 1e12 they are 1000 chunks, done at once.
+    let mut big = jobs(1);
+    big[0].iterations = 1e15;
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
+    let las = Bidder::by_name("las").unwrap();
+    let e = simulate_bidding(&c.spec, &published_cfg(20.0), &big, 0.0, 1, las).unwrap_err();
+    assert!(e.to_string().contains("raise iteration_granularity"), "{e}");
+    let o = simulate_bidding(
+        &c.spec,
+        &published_cfg(20.0),
+        &big,
+        0.0,
+        1_000_000_000_000,
+        las,
+    )
+    .unwrap();
+    assert_jcts!(o, "1" => 1e15 / 2.0);
+}

@@ -31,7 +31,7 @@ use crate::job::{JobSpec, Locality};
 use crate::state::{JobState, Status};
 
 /// Most chunks one run may take (it costs a few events each).
-const MAX_CHUNKS: f64 = 1e9;
+const MAX_CHUNKS: f64 = 1e8;
 
 /// Event kinds in the published order for one instant.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
