@@ -28,9 +28,11 @@ pub struct SimArgs {
     format: String,
     /// Policies to compare, comma-separated: fifo, sjf, srsf (least service
     /// remaining), las (least service received: what the published
-    /// simulator calls SRSF), tiresias, gandiva, dally.
-    #[arg(long, default_value = "dally,tiresias,gandiva,srsf,fifo")]
-    policy: String,
+    /// simulator calls SRSF), tiresias, gandiva, dally. Default:
+    /// dally,tiresias,gandiva,srsf,fifo; under --model bidding
+    /// sjf,las,tiresias,gandiva.
+    #[arg(long)]
+    policy: Option<String>,
     /// Cluster file: the published simulator's ({"racks_in_cluster":..,
     /// "machines_per_rack":..,"slots_per_machine":..,"gpus_per_slot":..,
     /// "lease_time":..}) or batchcast's ({"racks":..,"machines_per_rack":..,
@@ -56,7 +58,9 @@ pub struct SimArgs {
     #[arg(long)]
     lease: Option<f64>,
     /// Seconds a preempted job loses to checkpoint and restart; default 30,
-    /// or 0 with a published cluster file.
+    /// or 0 with a published cluster file. Under --model bidding: seconds
+    /// per released GPU before it is offered again, as the published
+    /// simulator's checkpointing overhead.
     #[arg(long)]
     restart_cost: Option<f64>,
     /// Congestion per extra job on a rack's cross-machine links; default
@@ -244,8 +248,12 @@ pub fn run(a: SimArgs) -> Result<()> {
         "bidding" => true,
         o => bail!("unknown --model {o:?}; pick gang or bidding"),
     };
-    let names: Vec<&str> = a
-        .policy
+    let policy = a.policy.as_deref().unwrap_or(if bidding {
+        "sjf,las,tiresias,gandiva"
+    } else {
+        "dally,tiresias,gandiva,srsf,fifo"
+    });
+    let names: Vec<&str> = policy
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
