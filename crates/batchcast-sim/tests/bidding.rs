@@ -6,7 +6,7 @@
 mod common;
 
 use batchcast_sim::trace::{parse, parse_cluster, Format};
-use batchcast_sim::{simulate_bidding, Bidder, JobSpec, Outcome, SimConfig};
+use batchcast_sim::{simulate_bidding, Bidder, BiddingRun, JobSpec, Outcome, SimConfig};
 use common::published::{cluster_file, published_cfg, record, regroup, trace};
 
 /// Jobs 1..=n, each in its own group, from 0.
@@ -17,14 +17,22 @@ fn jobs(n: u32) -> Vec<JobSpec> {
     parse("t.json", &trace(&recs), Format::Dally).unwrap().jobs
 }
 
+/// The shape as written, chunks of `granularity`, the clock from `origin`.
+fn chunks(origin: f64, granularity: u64) -> BiddingRun {
+    BiddingRun {
+        origin,
+        granularity,
+        published_default_cluster: false,
+    }
+}
+
 fn run(cfg: &SimConfig, jobs: &[JobSpec], granularity: u64, policy: &str) -> Outcome {
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
     simulate_bidding(
         &c.spec,
         cfg,
         jobs,
-        0.0,
-        granularity,
+        &chunks(0.0, granularity),
         Bidder::by_name(policy).unwrap(),
     )
     .unwrap()
@@ -65,7 +73,14 @@ fn gandiva_bids_throughput_so_one_job_takes_both_and_leases_rotate_them() {
     assert_eq!(t.origin, 100.0);
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
     let g = Bidder::by_name("gandiva").unwrap();
-    let o = simulate_bidding(&c.spec, &published_cfg(20.0), &t.jobs, t.origin, 1, g).unwrap();
+    let o = simulate_bidding(
+        &c.spec,
+        &published_cfg(20.0),
+        &t.jobs,
+        &chunks(t.origin, 1),
+        g,
+    )
+    .unwrap();
     assert_jcts!(o, "1" => 90.0, "2" => 100.0);
     assert_eq!(o.jobs[0].finish, Some(90.0));
     // With a lease past both, job 1 runs 0-50 and job 2 50-100.
@@ -110,16 +125,43 @@ fn a_run_of_too_many_chunks_is_refused_naming_the_fix() {
     big[0].iterations = 1e15;
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
     let las = Bidder::by_name("las").unwrap();
-    let e = simulate_bidding(&c.spec, &published_cfg(20.0), &big, 0.0, 1, las).unwrap_err();
+    let e =
+        simulate_bidding(&c.spec, &published_cfg(20.0), &big, &chunks(0.0, 1), las).unwrap_err();
     assert!(e.to_string().contains("raise iteration_granularity"), "{e}");
     let o = simulate_bidding(
         &c.spec,
         &published_cfg(20.0),
         &big,
-        0.0,
-        1_000_000_000_000,
+        &chunks(0.0, 1_000_000_000_000),
         las,
     )
     .unwrap();
     assert_jcts!(o, "1" => 1e15 / 2.0);
+}
+
+#[test]
+fn without_should_use_config_the_published_default_cluster_is_built() {
+    // cluster_file() writes no should_use_config: the published code then
+    // builds 32 GPUs a rack whatever the shape says; its first machine has
+    // 2 slots of 2 GPUs. A 4-GPU job (100 iterations of 1 s) takes GPUs
+    // 0-3 and spans the slots: 100 / (4 x 0.8) = 31.25 s. On the shape as
+    // written (one slot of 4): 25 s.
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "100.0"), 64.0).unwrap();
+    assert!(!c.shape_used);
+    let t = parse(
+        "t.json",
+        &trace(&[record(1, r#""start_time": "0""#, 4, 100, "1")]),
+        Format::Dally,
+    )
+    .unwrap();
+    let las = Bidder::by_name("las").unwrap();
+    for (default, gpus, jct) in [(true, 32, 31.25), (false, 4, 25.0)] {
+        let run = BiddingRun {
+            published_default_cluster: default,
+            ..chunks(0.0, 1)
+        };
+        let o = simulate_bidding(&c.spec, &published_cfg(100.0), &t.jobs, &run, las).unwrap();
+        assert_eq!(o.total_gpus, gpus);
+        assert_jcts!(o, "1" => jct);
+    }
 }

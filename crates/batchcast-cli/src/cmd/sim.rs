@@ -9,7 +9,8 @@ use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
     by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, simulate_bidding,
-    synthetic, utilisation_svg, Bidder, ClusterSpec, DataSharing, SimConfig, Summary, SynthConfig,
+    synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing, SimConfig, Summary,
+    SynthConfig,
 };
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -176,12 +177,18 @@ pub fn run(a: SimArgs) -> Result<()> {
                 .as_deref()
                 .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
                 .unwrap_or_default(),
-            if cfile.shape_used {
-                ""
-            } else {
-                "; should_use_config is not \"true\": the published simulator would ignore \
-                 the shape and build its fixed heterogeneous cluster, batchcast simulates \
-                 the shape as written"
+            match (cfile.shape_used, a.model.as_str()) {
+                (true, _) => "",
+                (false, "bidding") => {
+                    "; should_use_config is not \"true\": as the published simulator does, \
+                     the shape is ignored for its fixed cluster of 32 GPUs a rack (6 machines \
+                     of 2 slots x 2 GPUs, 3 of 2 GPUs, 2 of 1 GPU)"
+                }
+                (false, _) => {
+                    "; should_use_config is not \"true\": the published simulator would ignore \
+                     the shape and build its fixed cluster of 32 GPUs a rack; batchcast \
+                     simulates the shape as written (--model bidding builds that cluster)"
+                }
             },
         );
         if a.model != "bidding" {
@@ -263,14 +270,17 @@ pub fn run(a: SimArgs) -> Result<()> {
     }
     let mut outcomes = Vec::new();
     if bidding {
-        let g = cfile.iteration_granularity.unwrap_or(1);
+        let run = BiddingRun {
+            origin,
+            granularity: cfile.iteration_granularity.unwrap_or(1),
+            published_default_cluster: cfile.published && !cfile.shape_used,
+        };
         for n in &names {
             outcomes.push(simulate_bidding(
                 &spec,
                 &cfg,
                 &jobs,
-                origin,
-                g,
+                &run,
                 Bidder::by_name(n)?,
             )?);
         }
@@ -306,6 +316,14 @@ pub fn run(a: SimArgs) -> Result<()> {
     let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
+    } else if bidding && cfile.published && !cfile.shape_used {
+        outln!(
+            "{} jobs on {} GPUs (the published simulator's fixed cluster: {} racks of 32 GPUs)",
+            jobs.len(),
+            outcomes.first().map_or(0, |o| o.total_gpus),
+            spec.racks,
+        )?;
+        out!("{}", comparison_table(&summaries))?;
     } else {
         outln!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",

@@ -16,12 +16,14 @@
 //! own model (`simulate`) gang-schedules and moves progress continuously.
 
 mod bids;
+mod layout;
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 pub use bids::Bidder;
 use bids::{better, value, Asking, Bid};
+use layout::Layout;
 
 use crate::cluster::ClusterSpec;
 use crate::config::SimConfig;
@@ -64,7 +66,7 @@ struct Job {
 }
 
 struct Sim {
-    spec: ClusterSpec,
+    layout: Layout,
     origin: f64,
     lease: f64,
     per_gpu: f64,
@@ -92,28 +94,8 @@ impl Sim {
         self.queue.push(Reverse((key(t), kind, self.seq, job)));
     }
 
-    /// The level `set` spans, checked as the published code does: racks,
-    /// then machines, then slots.
-    fn level(&self, set: &[usize]) -> Locality {
-        let per_machine = self.spec.gpus_per_machine as usize;
-        let per_rack = per_machine * self.spec.machines_per_rack as usize;
-        let slot = self.spec.slot_size() as usize;
-        let differs = |f: &dyn Fn(usize) -> usize| set.iter().any(|&g| f(g) != f(set[0]));
-        if set.is_empty() {
-            Locality::Slot
-        } else if differs(&|g| g / per_rack) {
-            Locality::Cluster
-        } else if differs(&|g| g / per_machine) {
-            Locality::Rack
-        } else if differs(&|g| g / slot) {
-            Locality::Machine
-        } else {
-            Locality::Slot
-        }
-    }
-
     fn fraction(&self, j: usize, set: &[usize]) -> f64 {
-        match self.level(set) {
+        match self.layout.level(set) {
             Locality::Slot => 1.0,
             Locality::Machine => self.jobs[j].s[0],
             Locality::Rack => self.jobs[j].s[1],
@@ -200,7 +182,7 @@ impl Sim {
             o.queued += self.now - o.wait_since;
             o.status = Status::Running;
         }
-        let level = self.level(&self.jobs[j].current);
+        let level = self.layout.level(&self.jobs[j].current);
         let o = &mut self.out[j];
         o.level = level;
         o.widest = o.widest.max(level);
@@ -306,22 +288,38 @@ impl Sim {
     }
 }
 
+/// How a run of the published model is set up beyond the cluster shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BiddingRun {
+    /// The trace's first arrival ([`Parsed::origin`](crate::trace::Parsed)):
+    /// the clock runs on the trace's own times, as the published code's
+    /// does, so that its rounding and its ties are the same; times are
+    /// reported from the first arrival, as `simulate` reports them.
+    pub origin: f64,
+    /// Iterations per chunk (the cluster file's `iteration_granularity`).
+    pub granularity: u64,
+    /// The cluster file's `should_use_config` is not "true": the published
+    /// code (2953d56) then ignores the shape and builds, per rack, 6
+    /// machines of 2 slots x 2 GPUs, 3 of 2 GPUs and 2 of 1 GPU.
+    pub published_default_cluster: bool,
+}
+
 /// Runs `jobs` on `spec` under the published simulator's model with
-/// `bidder`'s bids, chunks of `granularity` iterations, `cfg.lease` and
-/// `cfg.restart_cost` seconds per released GPU (congestion, CPU and data
-/// sharing are not part of that model and are ignored). `origin` is the
-/// trace's first arrival ([`Parsed::origin`](crate::trace::Parsed)): the
-/// clock runs on the trace's own times, as the published code's does, so
-/// that its rounding and its ties are the same; times are reported from
-/// the first arrival, as `simulate` reports them.
+/// `bidder`'s bids, `cfg.lease` and `cfg.restart_cost` seconds per released
+/// GPU (congestion, CPU and data sharing are not part of that model and are
+/// ignored).
 pub fn simulate_bidding(
     spec: &ClusterSpec,
     cfg: &SimConfig,
     jobs: &[JobSpec],
-    origin: f64,
-    granularity: u64,
+    run: &BiddingRun,
     bidder: Bidder,
 ) -> Result<Outcome, SimError> {
+    let BiddingRun {
+        origin,
+        granularity,
+        published_default_cluster,
+    } = *run;
     if !(origin.is_finite() && origin >= 0.0) {
         return Err(SimError::Config(format!(
             "origin {origin}: the trace's first arrival must be a time >= 0"
@@ -386,13 +384,17 @@ pub fn simulate_bidding(
         state.push(JobState::new(j.clone(), 0));
     }
     let mut sim = Sim {
-        spec: *spec,
+        layout: if published_default_cluster {
+            Layout::published_default(spec.racks)
+        } else {
+            Layout::of(spec)
+        },
         origin,
         lease: cfg.lease,
         per_gpu: cfg.restart_cost,
         chunk: granularity as i64,
         bidder,
-        gpus: vec![None; spec.total_gpus() as usize],
+        gpus: Vec::new(),
         jobs: js,
         out: state,
         running: Vec::new(),
@@ -402,6 +404,7 @@ pub fn simulate_bidding(
         timeline: Vec::new(),
         events: 0,
     };
+    sim.gpus = vec![None; sim.layout.len()];
     let mut order: Vec<usize> = (0..jobs.len()).collect();
     order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
     for j in order {
@@ -428,7 +431,7 @@ pub fn simulate_bidding(
         policy: bidder.name().to_string(),
         jobs: sim.out,
         timeline: sim.timeline,
-        total_gpus: spec.total_gpus(),
+        total_gpus: sim.gpus.len() as u64,
         events: sim.events,
     })
 }
