@@ -49,14 +49,18 @@ MODELS = ["bidding", "gang"]
 # batchcast policies with no counterpart in the Java code at 2953d56.
 UNMATCHED = ["fifo", "dally"]
 
-# (trace, cluster file, iteration_granularity when the cluster file has none)
+# (trace, cluster file, iteration_granularity when the cluster file has none,
+# should_use_config as published: False sets it to "true" so that both
+# models run the shape the file writes)
 CASES = [
-    ("small_debug.json", "debug.json", "1"),
-    ("small_debug.json", "test.json", "1"),
-    ("online_workload_comparison.json", "synthetic_tiresias.json", "100"),
-    ("sense_50jobs_0start-max8.json", "synthetic_tiresias.json", "1000000"),
-    ("sense_100jobs_0start-max8.json", "synthetic_tiresias.json", "1000000"),
-    ("sense_500jobs_0start-max8.json", "synthetic_tiresias.json", "1000000"),
+    ("small_debug.json", "debug.json", "1", False),
+    ("small_debug.json", "test.json", "1", False),
+    ("online_workload_comparison.json", "synthetic_tiresias.json", "100", False),
+    ("sense_50jobs_0start-max8.json", "synthetic_tiresias.json", "1000000", False),
+    ("sense_100jobs_0start-max8.json", "synthetic_tiresias.json", "1000000", False),
+    ("sense_500jobs_0start-max8.json", "synthetic_tiresias.json", "1000000", False),
+    ("small_debug.json", "test.json", "1", True),
+    ("online_workload_comparison.json", "synthetic_tiresias.json", "100", True),
 ]
 
 
@@ -92,16 +96,19 @@ def trace_file(checkout, traces_dir, rev, name, work):
     return out
 
 
-def cluster_file(checkout, name, policy, granularity, work):
+def cluster_file(checkout, name, policy, granularity, as_published, work):
     """The cluster file as published, with the policy set, an
     iteration_granularity where it has none (2953d56 cannot run without one)
-    and should_use_config "true" (without it the Java code ignores the
-    shape and builds a fixed heterogeneous cluster)."""
+    and, unless as_published, should_use_config "true" (without it the Java
+    code ignores the shape and builds a fixed heterogeneous cluster, which
+    only batchcast's bidding model builds too)."""
     c = json.loads((checkout / "configuration" / "cluster" / name).read_text())
     c["cluster_policy"] = policy
     c.setdefault("iteration_granularity", granularity)
-    c["should_use_config"] = "true"
-    out = work / f"{Path(name).stem}-{policy}-g{c['iteration_granularity']}.json"
+    if not as_published:
+        c["should_use_config"] = "true"
+    shape = "published" if as_published else "shape"
+    out = work / f"{Path(name).stem}-{policy}-g{c['iteration_granularity']}-{shape}.json"
     out.write_text(json.dumps(c, indent=1))
     return out
 
@@ -174,21 +181,22 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         classes = build_java(checkout, work)
-        for n, (tname, cname, gran) in enumerate(cases, 1):
+        for n, (tname, cname, gran, as_published) in enumerate(cases, 1):
             trace = trace_file(checkout, a.traces_dir and Path(a.traces_dir), a.traces_rev, tname, work)
             bc_out = work / f"bc{n}"
             # One cluster file serves batchcast (its policy field is not used there).
-            bc_cluster = cluster_file(checkout, cname, "Tiresias", gran, work)
+            bc_cluster = cluster_file(checkout, cname, "Tiresias", gran, as_published, work)
             names = list(dict.fromkeys(b for _, b in POLICIES))
             ours = {"bidding": run_batchcast(bin_, bc_cluster, trace, names, "bidding", bc_out / "b"),
                     "gang": run_batchcast(bin_, bc_cluster, trace, names + UNMATCHED, "gang",
                                           bc_out / "g")}
             g = json.loads(bc_cluster.read_text())["iteration_granularity"]
-            case = f"{tname} / {cname} (G={g})"
+            case = f"{tname} / {cname} (G={g}" + (", should_use_config as published)" if as_published else ")")
             java = {}
             for jp, bp in POLICIES:
                 if jp not in java:
-                    java[jp] = run_java(classes, cluster_file(checkout, cname, jp, gran, work), trace)
+                    cj = cluster_file(checkout, cname, jp, gran, as_published, work)
+                    java[jp] = run_java(classes, cj, trace)
                 jjct, jspan = java[jp]
                 for model in MODELS:
                     if model == "bidding" and (jp, bp) == ("Tiresias", "las"):
