@@ -22,6 +22,9 @@ a script's own values in its run.
 Every error derives from :class:`BatchcastError`.
 """
 
+from ._consumer import Consumer, EpochInfo
+from ._decoded import DecodedImages, store_image
+from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._native import (
     BatchcastError,
     BatchTooLarge,
@@ -41,9 +44,6 @@ from ._native import (
     UsageError,
     __version__,
 )
-from ._consumer import Consumer, EpochInfo
-from ._decoded import DecodedImages, store_image
-from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
 

@@ -2,7 +2,7 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -30,7 +30,7 @@ class NameInUse(BatchcastError):
     """A live producer already holds the name."""
 
     name: str
-    pid: Optional[int]
+    pid: int | None
 
 class JoinRefused(BatchcastError):
     """The producer refused this consumer."""
@@ -80,7 +80,7 @@ class PermissionDenied(BatchcastError, PermissionError):
     """The socket directory or the peer belongs to another user (the
     producer runs as another user)."""
 
-    path: Optional[str]
+    path: str | None
 
 class UsageError(BatchcastError, RuntimeError):
     """A call out of order, or on a closed object."""
@@ -93,7 +93,7 @@ class ArrayView:
     DLPack (``torch.from_dlpack(view)``, ``numpy.from_dlpack(view)``)."""
 
     @property
-    def shape(self) -> Tuple[int, ...]: ...
+    def shape(self) -> tuple[int, ...]: ...
     @property
     def dtype(self) -> str: ...
     @property
@@ -104,14 +104,14 @@ class ArrayView:
         self,
         *,
         stream: Any = None,
-        max_version: Optional[Tuple[int, int]] = None,
-        dl_device: Optional[Tuple[int, int]] = None,
-        copy: Optional[bool] = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
     ) -> Any: ...
-    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
 
 Spec = Any
-Leaf = Tuple[int, Any]
+Leaf = tuple[int, Any]
 
 class Producer:
     def __init__(
@@ -119,47 +119,47 @@ class Producer:
         name: str,
         *,
         window: int = 8,
-        slot_size: Optional[int] = None,
-        samples_per_epoch: Optional[int] = None,
-        batch_size: Optional[int] = None,
+        slot_size: int | None = None,
+        samples_per_epoch: int | None = None,
+        batch_size: int | None = None,
         wait_for_consumers: bool = True,
-        idle_timeout: Optional[float] = None,
-        dir: Union[str, os.PathLike, None] = None,
-        max_lag: Union[int, str, None] = None,
+        idle_timeout: float | None = None,
+        dir: str | os.PathLike | None = None,
+        max_lag: int | str | None = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
     ) -> None: ...
     @property
     def name(self) -> str: ...
     @property
-    def socket_path(self) -> "os.PathLike[str]": ...
+    def socket_path(self) -> os.PathLike[str]: ...
     @property
-    def slot_size(self) -> Optional[int]: ...
+    def slot_size(self) -> int | None: ...
     @property
     def consumers(self) -> int: ...
     @property
     def closed(self) -> bool: ...
-    def set_samples_per_epoch(self, samples: Optional[int]) -> None: ...
+    def set_samples_per_epoch(self, samples: int | None) -> None: ...
     def set_metadata(self, json: str) -> None: ...
-    def wait_for_consumers(self, n: int, timeout: Optional[float] = None) -> bool: ...
+    def wait_for_consumers(self, n: int, timeout: float | None = None) -> bool: ...
     def begin_epoch(self) -> int: ...
-    def publish(self, tree: Spec, leaves: List[Leaf]) -> int: ...
-    def end_epoch(self) -> Tuple[int, int, int]: ...
-    def finish(self, reason: str = "finished", message: Optional[str] = None) -> None: ...
+    def publish(self, tree: Spec, leaves: list[Leaf]) -> int: ...
+    def end_epoch(self) -> tuple[int, int, int]: ...
+    def finish(self, reason: str = "finished", message: str | None = None) -> None: ...
     def close(self) -> None: ...
-    def status(self) -> Dict[str, Any]: ...
+    def status(self) -> dict[str, Any]: ...
 
 class Consumer:
     def __init__(
         self,
         name: str,
         *,
-        batch_size: Optional[int] = None,
+        batch_size: int | None = None,
         drop_last: bool = False,
         join: str = "catch-up",
-        connect_timeout: Optional[float] = None,
+        connect_timeout: float | None = None,
         label: str = "",
-        dir: Union[str, os.PathLike, None] = None,
+        dir: str | os.PathLike | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
     ) -> None: ...
@@ -167,12 +167,12 @@ class Consumer:
     def name(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    def welcome(self) -> Dict[str, Any]: ...
-    def batches_per_epoch(self) -> Optional[int]: ...
-    def next_event(self) -> Tuple[Any, ...]: ...
-    def poll_event(self) -> Optional[Tuple[Any, ...]]: ...
-    def wait_event(self) -> Tuple[Any, ...]: ...
-    def stats(self) -> Dict[str, Any]: ...
+    def welcome(self) -> dict[str, Any]: ...
+    def batches_per_epoch(self) -> int | None: ...
+    def next_event(self) -> tuple[Any, ...]: ...
+    def poll_event(self) -> tuple[Any, ...] | None: ...
+    def wait_event(self) -> tuple[Any, ...]: ...
+    def stats(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
 class Augmenter:
@@ -187,16 +187,16 @@ class Augmenter:
         ratio: tuple[float, float] = ...,
         hflip_p: float = ...,
         layout: str = ...,
-        mean: Optional[tuple[float, float, float]] = ...,
-        std: Optional[tuple[float, float, float]] = ...,
+        mean: tuple[float, float, float] | None = ...,
+        std: tuple[float, float, float] | None = ...,
         threads: int = ...,
         seed: int = ...,
-        jitter: Optional[tuple[Optional[tuple[float, float]], ...]] = ...,
-        auto: Optional[str] = ...,
+        jitter: tuple[tuple[float, float] | None, ...] | None = ...,
+        auto: str | None = ...,
         num_ops: int = ...,
         magnitude: int = ...,
         num_magnitude_bins: int = ...,
-        resize: Optional[int] = ...,
+        resize: int | None = ...,
     ) -> None: ...
     def image_shape(self) -> tuple[int, int, int]: ...
     def augment(self, images: Any, epoch: int, first_key: int, out: Any) -> None: ...

@@ -163,7 +163,7 @@ class _ProducerHost:
             raise _native.UsageError(f"`{' '.join(argv)}` did not start: {err.strip() or first.strip()}")
         self._socket = event.get("socket")
         self._ready.set()
-        for _ in proc.stdout:  # events, until it finishes
+        for _ in proc.stdout or ():  # events, until it finishes
             pass
         proc.wait()
 

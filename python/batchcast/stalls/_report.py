@@ -1,6 +1,5 @@
 """The human-readable table of a ``batchcast stalls`` analysis."""
 
-from typing import List
 
 
 def _ms(s: float) -> str:
@@ -8,7 +7,7 @@ def _ms(s: float) -> str:
 
 
 def table(report: dict) -> str:
-    lines: List[str] = []
+    lines: list[str] = []
     lines.append(f"batchcast stalls: {' '.join(report['command'])}  ({report['cores']} cores, {report['free_cores']:.1f} free)")
     lines.append("")
     head = f"{'mode':<11}{'steps/s':>9}{'samples/s':>11}{'wait mean':>11}{'wait p50':>10}{'wait p95':>10}{'CPU s/1000':>12}"
