@@ -2,7 +2,37 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
-from typing import Any
+from typing import Any, final
+
+__all__ = [
+    "__version__",
+    "PROTOCOL_VERSION",
+    "LEAF_ARRAY",
+    "LEAF_INTS",
+    "LEAF_FLOATS",
+    "LEAF_STRS",
+    "Producer",
+    "Consumer",
+    "ArrayView",
+    "Augmenter",
+    "store_image",
+    "BatchcastError",
+    "ProducerGone",
+    "ProducerNotFound",
+    "NameInUse",
+    "JoinRefused",
+    "BatchTooLarge",
+    "OutOfSharedMemory",
+    "NoConsumers",
+    "ProtocolError",
+    "ProducerFinished",
+    "InvalidArgument",
+    "InvalidBatch",
+    "PermissionDenied",
+    "UsageError",
+    "IoError",
+    "FellBehind",
+]
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -88,6 +118,7 @@ class UsageError(BatchcastError, RuntimeError):
 class IoError(BatchcastError, OSError):
     """An operating-system call failed."""
 
+@final
 class ArrayView:
     """An array of a received batch; crosses into torch or NumPy through
     DLPack (``torch.from_dlpack(view)``, ``numpy.from_dlpack(view)``)."""
@@ -110,12 +141,13 @@ class ArrayView:
     ) -> Any: ...
     def __dlpack_device__(self) -> tuple[int, int]: ...
 
-Spec = Any
-Leaf = tuple[int, Any]
+_Spec = Any
+_Leaf = tuple[int, Any]
 
+@final
 class Producer:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         *,
         window: int = 8,
@@ -128,7 +160,7 @@ class Producer:
         max_lag: int | str | None = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
-    ) -> None: ...
+    ) -> Producer: ...
     @property
     def name(self) -> str: ...
     @property
@@ -143,26 +175,27 @@ class Producer:
     def set_metadata(self, json: str) -> None: ...
     def wait_for_consumers(self, n: int, timeout: float | None = None) -> bool: ...
     def begin_epoch(self) -> int: ...
-    def publish(self, tree: Spec, leaves: list[Leaf]) -> int: ...
+    def publish(self, tree: _Spec, leaves: list[_Leaf]) -> int: ...
     def end_epoch(self) -> tuple[int, int, int]: ...
     def finish(self, reason: str = "finished", message: str | None = None) -> None: ...
     def close(self) -> None: ...
     def status(self) -> dict[str, Any]: ...
 
+@final
 class Consumer:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         *,
         batch_size: int | None = None,
         drop_last: bool = False,
         join: str = "catch-up",
         connect_timeout: float | None = None,
-        label: str = "",
+        label: str = ...,  # "": no label (the runtime's signature shows no default)
         dir: str | os.PathLike | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
-    ) -> None: ...
+    ) -> Consumer: ...
     @property
     def name(self) -> str: ...
     @property
@@ -175,29 +208,30 @@ class Consumer:
     def stats(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
+@final
 class Augmenter:
     """A consumer's own augmentation of a decoded stream, on native threads
     (see batchcast.transforms)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         size: int,
         *,
-        scale: tuple[float, float] = ...,
-        ratio: tuple[float, float] = ...,
-        hflip_p: float = ...,
-        layout: str = ...,
-        mean: tuple[float, float, float] | None = ...,
-        std: tuple[float, float, float] | None = ...,
-        threads: int = ...,
-        seed: int = ...,
-        jitter: tuple[tuple[float, float] | None, ...] | None = ...,
-        auto: str | None = ...,
-        num_ops: int = ...,
-        magnitude: int = ...,
-        num_magnitude_bins: int = ...,
-        resize: int | None = ...,
-    ) -> None: ...
+        scale: tuple[float, float] = ...,  # (0.08, 1.0)
+        ratio: tuple[float, float] = ...,  # (0.75, 4 / 3)
+        hflip_p: float = 0.5,
+        layout: str = "nchw",
+        mean: tuple[float, float, float] | None = None,
+        std: tuple[float, float, float] | None = None,
+        threads: int = 2,
+        seed: int = 0,
+        jitter: tuple[tuple[float, float] | None, ...] | None = None,
+        auto: str | None = None,
+        num_ops: int = 2,
+        magnitude: int = 9,
+        num_magnitude_bins: int = 31,
+        resize: int | None = None,
+    ) -> Augmenter: ...
     def image_shape(self) -> tuple[int, int, int]: ...
     def augment(self, images: Any, epoch: int, first_key: int, out: Any) -> None: ...
     def augment_pooled(self, images: Any, epoch: int, first_key: int) -> ArrayView: ...
