@@ -1,5 +1,16 @@
-"""The human-readable table of a ``batchcast stalls`` analysis."""
+"""The layout version and the human-readable table of a ``batchcast
+stalls`` analysis (the dict that ``analyse`` returns, written as JSON by
+``--json`` and ``--json-out``)."""
 
+#: The version of the analysis's JSON layout, written as its
+#: ``schema_version``. ``batchcast stalls --store`` reads the analysis back
+#: into typed structs (crates/batchcast-runs/src/stalls.rs, which lists the
+#: versions it reads and documents the fields); an analysis without the field
+#: is version 1. A new field needs no new version; a field that changes
+#: meaning or goes away does, and the reader learns it in the same change.
+#: tests/data/stalls-report-v1.json is an analysis of this layout, read by
+#: the tests of both sides.
+SCHEMA_VERSION = 1
 
 
 def _ms(s: float) -> str:

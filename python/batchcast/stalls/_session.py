@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from . import _analysis, _cache, _protocol
+from ._report import SCHEMA_VERSION
 from ._runner import StallsError, can_pin, make_job, run_all
 
 
@@ -267,6 +268,7 @@ def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], no
         m: [_analysis.figures(r[m]).samples_per_s for r in rounds] for m in ("synthetic", "cold", "warm") if m in first
     }
     return {
+        "schema_version": SCHEMA_VERSION,
         "command": list(opts.command),
         "cores": cores,
         "free_cores": free,
