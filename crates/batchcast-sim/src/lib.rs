@@ -18,6 +18,9 @@
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod chart;
 mod cluster;
 mod config;
