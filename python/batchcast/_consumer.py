@@ -127,8 +127,8 @@ class Consumer:
         dir: the socket directory (see :class:`batchcast.Producer`).
         copy_on_write: in-place writes to batch tensors land on private
             copies of the pages written instead of SIGSEGV (see above); costs
-            a scan of each reused slot's page table (README: "Batches are
-            read-only shared memory"). Ignored with a CUDA ``device``: the
+            a scan of each reused slot's page table (docs/share.md: "Batches
+            are read-only shared memory"). Ignored with a CUDA ``device``: the
             batches are then device tensors, and the arena is mapped shared
             and read-only, as page-locking for the GPU needs.
         on_evict: if a producer with ``lag_policy="evict"`` evicts this

@@ -2,6 +2,7 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
+from collections.abc import Callable
 from typing import Any, final
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "ArrayView",
     "Augmenter",
     "store_image",
+    "serve",
+    "ServeRule",
     "BatchcastError",
     "ProducerGone",
     "ProducerNotFound",
@@ -102,6 +105,8 @@ class FellBehind(BatchcastError):
 
 class InvalidArgument(BatchcastError, ValueError):
     """An argument out of range or malformed."""
+
+    exit_code: int  # only from serve(): 2 for flags it cannot parse, 0 for --help
 
 class InvalidBatch(BatchcastError, ValueError):
     """A batch that breaks the rules (ragged rows, no rows, too deep)."""
@@ -240,3 +245,19 @@ class Augmenter:
     def apply_op(name: str, image: Any, magnitude: float = ...) -> None: ...
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
+
+def serve(args: list[str], events: Callable[[str], None] | None = None) -> str:
+    """`batchcast serve ARGS` in this process; returns the summary as JSON
+    text (epochs, batches, samples, seconds, interrupted, idle). Bad flags
+    and --help raise InvalidArgument with `.exit_code`."""
+    ...
+
+@final
+class ServeRule:
+    """When serving ends: the core's rule, which `batchcast serve` follows."""
+
+    def __new__(cls, epochs: int | None = None, *, forever: bool = False) -> ServeRule: ...
+    @property
+    def forever(self) -> bool: ...
+    def wants_epoch(self, done: int) -> bool: ...
+    def after_no_consumers(self, served: int) -> str: ...

@@ -11,8 +11,9 @@ where that fails (no CUDA, an old driver, a locked-memory limit).
 
 The mapping is found by its name in ``/proc/self/maps``
 (``/memfd:batchcast:NAME``): the arena is mapped at connection, before any
-batch. **This has not yet run on a GPU**: only the decision and the calls
-are tested, with a stand-in for the CUDA runtime.
+batch. tests/python/test_gpu.py checks it on a real GPU (``pytest -m gpu``);
+the CPU suite tests the decision and the calls with a stand-in for the CUDA
+runtime.
 """
 
 from __future__ import annotations

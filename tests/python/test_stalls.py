@@ -215,7 +215,7 @@ def _layout(value):
 
 
 def test_the_analysis_has_the_layout_the_run_store_reads():
-    # The run store's reader (crates/batchcast-runs/src/stalls.rs) is tested
+    # The run store's reader (crates/batchcast-store/src/stalls.rs) is tested
     # on the fixture: an analysis of another layout fails here first.
     from batchcast.stalls._report import SCHEMA_VERSION, table
 
@@ -380,7 +380,7 @@ def test_prediction_against_validate(tmp_path):
     # 60 measured steps a mode: the prediction's inputs (rates, CPU per
     # sample) from windows of a few seconds, not a noisy half second; five
     # rounds, medians: this VM's speed drifts by tens of percent over
-    # seconds (README, "Finding data stalls"), and single validation rounds
+    # seconds (docs/stalls.md), and single validation rounds
     # of one run differed by up to 25%.
     proc, r = _analyse(tmp_path, "--images", "256", "--prep", "4", "--compute", "1",
                        extra=["--steps", "60", "--repeats", "5", "--jobs", "2,4", "--validate"], timeout=1500)

@@ -12,7 +12,6 @@ mod cpu;
 mod out;
 mod progress;
 mod signals;
-mod source;
 
 use clap::{Parser, Subcommand};
 

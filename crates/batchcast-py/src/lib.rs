@@ -34,6 +34,7 @@ mod dlpack;
 mod errors;
 mod outpool;
 mod producer;
+mod serve;
 mod stored;
 mod stream;
 mod warnings;
@@ -254,6 +255,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::ArrayView>()?;
     m.add_class::<augment::PyAugmenter>()?;
     m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;
+    serve::register(m)?;
     errors::register(m)?;
     Ok(())
 }

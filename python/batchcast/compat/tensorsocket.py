@@ -25,7 +25,7 @@ from TensorSocket, by design: every consumer gets every sample of an epoch
 (the last partial batch included), a late consumer replays the current
 epoch if its start is still in the window (where TensorSocket used a
 rubber band), a dead consumer holds nobody up, and a producer that exits
-ends the consumers' loops at once (see batchcast's README).
+ends the consumers' loops at once (see docs/python.md).
 """
 
 from __future__ import annotations

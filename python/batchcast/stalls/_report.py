@@ -4,7 +4,7 @@ stalls`` analysis (the dict that ``analyse`` returns, written as JSON by
 
 #: The version of the analysis's JSON layout, written as its
 #: ``schema_version``. ``batchcast stalls --store`` reads the analysis back
-#: into typed structs (crates/batchcast-runs/src/stalls.rs, which lists the
+#: into typed structs (crates/batchcast-store/src/stalls.rs, which lists the
 #: versions it reads and documents the fields); an analysis without the field
 #: is version 1. A new field needs no new version; a field that changes
 #: meaning or goes away does, and the reader learns it in the same change.

@@ -17,7 +17,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::gpu::GpuLayer;
-use crate::store::{now_ms, MetricPoint, RecorderHandle, RunId};
+use crate::{now_ms, MetricPoint, RecorderHandle, RunId};
 use gpu::Gpus;
 use process::ProcessTree;
 use shared::Consumers;

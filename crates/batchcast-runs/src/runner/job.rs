@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use rustix::process::{kill_process_group, Pid, Signal};
 
-use crate::store::{now_ms, LogStream, RecorderHandle, RunId};
+use crate::{now_ms, LogStream, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
 const LAST_LINE: usize = 200;
