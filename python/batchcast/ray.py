@@ -149,7 +149,7 @@ class _ProducerHost:
         # `batchcast serve` in this actor, through the binding: no binary needed.
         if os.environ.get("BATCHCAST_BIN"):
             warnings.warn(
-                "batchcast.ray: BATCHCAST_BIN is no longer used: serve=[...] runs the serve loop "
+                "batchcast.ray: BATCHCAST_BIN is ignored: serve=[...] runs the serve loop "
                 "of the Python package in the producer's actor; unset it",
                 DeprecationWarning,
                 stacklevel=2,
