@@ -24,6 +24,10 @@ device, with :mod:`batchcast.select`.
 Every error derives from :class:`BatchcastError`.
 """
 
+from . import select
+from ._consumer import Consumer, EpochInfo
+from ._decoded import DecodedImages, store_image
+from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._native import (
     BatchcastError,
     BatchTooLarge,
@@ -43,12 +47,8 @@ from ._native import (
     UsageError,
     __version__,
 )
-from ._consumer import Consumer, EpochInfo
-from ._decoded import DecodedImages, store_image
-from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
-from . import select
 
 __all__ = [
     "Producer",

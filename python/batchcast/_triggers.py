@@ -5,7 +5,7 @@ its accuracy, each judged window by window (exported from
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, List, Optional
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import torch
@@ -35,7 +35,7 @@ class DriftTrigger:
         threshold: float,
         *,
         metric: str = "mmd",
-        bandwidth: Optional[float] = None,
+        bandwidth: float | None = None,
     ) -> None:
         if isinstance(window, bool) or not isinstance(window, int) or window < 2:
             raise ValueError(f"window must be an int of at least 2 samples, not {window!r}")
@@ -50,14 +50,14 @@ class DriftTrigger:
         self.metric = metric
         self.bandwidth = bandwidth
         #: The distance of the last full window to the reference (None before one).
-        self.distance: Optional[float] = None
+        self.distance: float | None = None
         #: How many times the trigger has fired.
         self.fired = 0
-        self._reference: Optional["torch.Tensor"] = None
-        self._current: List["torch.Tensor"] = []
+        self._reference: torch.Tensor | None = None
+        self._current: list[torch.Tensor] = []
         self._rows = 0
 
-    def update(self, embeddings: "torch.Tensor") -> bool:
+    def update(self, embeddings: torch.Tensor) -> bool:
         """Adds a batch's embeddings; True when a window completed by them
         drifted past the threshold."""
         x = embeddings.detach().float().reshape(len(embeddings), -1)
@@ -106,13 +106,13 @@ class PerformanceTrigger:
         self.window = window
         self.threshold = float(threshold)
         #: The accuracy of the last full window (None before one).
-        self.accuracy: Optional[float] = None
+        self.accuracy: float | None = None
         #: How many times the trigger has fired.
         self.fired = 0
         self._right = 0
         self._rows = 0
 
-    def update(self, correct: "torch.Tensor") -> bool:
+    def update(self, correct: torch.Tensor) -> bool:
         """Adds a batch's per-sample correctness; True when a window
         completed by it fell below the threshold."""
         flags = correct.detach().reshape(-1).bool()
@@ -131,8 +131,8 @@ class PerformanceTrigger:
         return fired
 
 
-def distance(a: "torch.Tensor", b: "torch.Tensor", metric: str = "mmd",
-             bandwidth: Optional[float] = None) -> float:
+def distance(a: torch.Tensor, b: torch.Tensor, metric: str = "mmd",
+             bandwidth: float | None = None) -> float:
     """The distance between two samples ``(n, d)`` and ``(m, d)``: ``"mmd"``
     (the square root of the biased squared MMD, Gaussian kernel) or
     ``"mean"`` (of the means)."""

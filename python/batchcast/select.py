@@ -65,10 +65,10 @@ model: :class:`DriftTrigger` (its embeddings' distribution moved) and
 from __future__ import annotations
 
 import math
-from typing import TYPE_CHECKING, Any, Callable, List, NamedTuple, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Callable, NamedTuple
 
-from ._triggers import DriftTrigger, PerformanceTrigger
 from ._tree import Spec, _list_kind, unflatten
+from ._triggers import DriftTrigger, PerformanceTrigger
 
 if TYPE_CHECKING:
     import torch
@@ -95,8 +95,8 @@ class Selection(NamedTuple):
     """The rows chosen from one batch, in ascending order, and their
     per-sample weights (float32), both on the scores' device."""
 
-    indices: "torch.Tensor"
-    weights: "torch.Tensor"
+    indices: torch.Tensor
+    weights: torch.Tensor
 
 
 def keep_count(ratio: float, batch_size: int) -> int:
@@ -123,12 +123,12 @@ def keep_count(ratio: float, batch_size: int) -> int:
 
 def scores(
     method: str,
-    logits: "torch.Tensor",
-    targets: Optional["torch.Tensor"] = None,
+    logits: torch.Tensor,
+    targets: torch.Tensor | None = None,
     *,
-    embeddings: Optional["torch.Tensor"] = None,
-    loss_fn: Optional[Callable[[Any, Any], Any]] = None,
-) -> "torch.Tensor":
+    embeddings: torch.Tensor | None = None,
+    loss_fn: Callable[[Any, Any], Any] | None = None,
+) -> torch.Tensor:
     """Per-sample scores (shape ``(n,)``, float32, on the logits' device) by
     ``method`` (one of :data:`METHODS`); the higher, the more a sample is
     worth a step. ``logits`` are a classifier's outputs ``(n, classes)``;
@@ -166,11 +166,11 @@ def scores(
 
 
 def choose(
-    score: "torch.Tensor",
+    score: torch.Tensor,
     keep: int,
     *,
     importance: bool = False,
-    generator: Optional["torch.Generator"] = None,
+    generator: torch.Generator | None = None,
 ) -> Selection:
     """Chooses ``keep`` rows by ``score``: the highest (weights of one), or
     with ``importance`` drawn in proportion to the scores without
@@ -209,8 +209,8 @@ def take(batch: Any, indices: Any) -> Any:
     if not isinstance(indices, torch.Tensor):
         indices = torch.as_tensor(indices, dtype=torch.int64)
     spec, leaves = _split(batch)
-    picked: List[Any] = []
-    rows: Optional[List[int]] = None
+    picked: list[Any] = []
+    rows: list[int] | None = None
     moved = {}
     for leaf in leaves:
         if isinstance(leaf, list):
@@ -229,14 +229,14 @@ def _same(x: Any) -> Any:
     return x
 
 
-def _split(batch: Any) -> Tuple[Spec, List[Any]]:
+def _split(batch: Any) -> tuple[Spec, list[Any]]:
     """A batch's structure (the spec batchcast's :func:`unflatten` reads)
     and its leaves: torch tensors and per-sample lists."""
-    leaves: List[Any] = []
+    leaves: list[Any] = []
     return _visit(batch, "batch", leaves), leaves
 
 
-def _visit(x: Any, path: str, leaves: List[Any]) -> Spec:
+def _visit(x: Any, path: str, leaves: list[Any]) -> Spec:
     if hasattr(x, "index_select") and hasattr(x, "device"):
         if x.dim() == 0:
             raise TypeError(f"{path}: a 0-d tensor has no rows to select")
@@ -272,8 +272,8 @@ class Accumulator:
         if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
             raise ValueError(f"batch_size must be a positive int, not {batch_size!r}")
         self.batch_size = batch_size
-        self._spec: Optional[Spec] = None
-        self._parts: List[Tuple[List[Any], "torch.Tensor"]] = []
+        self._spec: Spec | None = None
+        self._parts: list[tuple[list[Any], torch.Tensor]] = []
         self._rows = 0
 
     @property
@@ -281,7 +281,7 @@ class Accumulator:
         """Rows held until the next batch is full."""
         return self._rows
 
-    def add(self, batch: Any, weights: Optional["torch.Tensor"] = None) -> List[Tuple[Any, "torch.Tensor"]]:
+    def add(self, batch: Any, weights: torch.Tensor | None = None) -> list[tuple[Any, torch.Tensor]]:
         """Adds one selected batch; returns the batches now full."""
         import torch
 
@@ -305,13 +305,13 @@ class Accumulator:
             ready.append(self._cut(self.batch_size))
         return ready
 
-    def flush(self) -> Optional[Tuple[Any, "torch.Tensor"]]:
+    def flush(self) -> tuple[Any, torch.Tensor] | None:
         """The rows left (fewer than ``batch_size``) as one batch, or None."""
         if self._rows == 0:
             return None
         return self._cut(self._rows)
 
-    def _cut(self, rows: int) -> Tuple[Any, "torch.Tensor"]:
+    def _cut(self, rows: int) -> tuple[Any, torch.Tensor]:
         import torch
 
         parts, self._parts = self._parts, []
@@ -324,7 +324,7 @@ class Accumulator:
         return unflatten(self._spec, head, _same), weights[:rows]
 
 
-def _join(pieces: List[Any]) -> Any:
+def _join(pieces: list[Any]) -> Any:
     if isinstance(pieces[0], list):
         return [v for piece in pieces for v in piece]
     if len(pieces) == 1:
@@ -353,8 +353,8 @@ class Downsampler:
         batch_size: int,
         *,
         importance: bool = False,
-        loss_fn: Optional[Callable[[Any, Any], Any]] = None,
-        generator: Optional["torch.Generator"] = None,
+        loss_fn: Callable[[Any, Any], Any] | None = None,
+        generator: torch.Generator | None = None,
     ) -> None:
         if method not in METHODS:
             raise ValueError(f"unknown selection method {method!r}; choose one of {', '.join(METHODS)}")
@@ -377,9 +377,9 @@ class Downsampler:
 
     def select(
         self,
-        logits: "torch.Tensor",
-        targets: Optional["torch.Tensor"] = None,
-        embeddings: Optional["torch.Tensor"] = None,
+        logits: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        embeddings: torch.Tensor | None = None,
     ) -> Selection:
         """The rows to keep of the batch whose outputs are ``logits``."""
         n = int(logits.shape[0])
@@ -390,15 +390,15 @@ class Downsampler:
     def __call__(
         self,
         batch: Any,
-        logits: "torch.Tensor",
-        targets: Optional["torch.Tensor"] = None,
-        embeddings: Optional["torch.Tensor"] = None,
-    ) -> List[Tuple[Any, "torch.Tensor"]]:
+        logits: torch.Tensor,
+        targets: torch.Tensor | None = None,
+        embeddings: torch.Tensor | None = None,
+    ) -> list[tuple[Any, torch.Tensor]]:
         """Selects from ``batch``; returns the batches now full, each
         ``(batch, weights)``."""
         chosen = self.select(logits, targets, embeddings)
         return self._batches.add(take(batch, chosen.indices), chosen.weights)
 
-    def flush(self) -> Optional[Tuple[Any, "torch.Tensor"]]:
+    def flush(self) -> tuple[Any, torch.Tensor] | None:
         """The chosen samples not yet returned, as one smaller batch, or None."""
         return self._batches.flush()

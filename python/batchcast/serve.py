@@ -12,14 +12,15 @@ from __future__ import annotations
 import json
 import signal
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from . import _native
 
 __all__ = ["main", "serve"]
 
 
-def serve(args: Sequence[str], events: Optional[Callable[[str], None]] = None) -> Dict[str, Any]:
+def serve(args: Sequence[str], events: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Runs ``batchcast serve *args`` in this process, the GIL released, and
     returns its summary (``epochs``, ``batches``, ``samples``, ``seconds``,
     ``interrupted``, ``idle``). With ``--json``, each event line goes to
@@ -33,7 +34,7 @@ def _stop(signum: int, frame: Any) -> None:
     raise KeyboardInterrupt
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: list[str] | None = None) -> int:
     """The command: returns its exit status."""
     args = sys.argv[1:] if argv is None else argv
     signal.signal(signal.SIGTERM, _stop)

@@ -20,6 +20,9 @@
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
 mod bidding;
 mod chart;
 mod cluster;
