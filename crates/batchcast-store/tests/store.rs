@@ -39,6 +39,21 @@ impl Fixture {
     }
 }
 
+/// The names of the runs that a search for `search` finds, newest first.
+fn found(store: &Store, search: &str) -> Vec<String> {
+    let filter = RunFilter {
+        search: Some(search.into()),
+        ..Default::default()
+    };
+    let runs = store.runs(&filter).unwrap();
+    runs.into_iter().map(|r| r.run.name).collect()
+}
+
+/// Logs parameter `key` = `value` of run `r`, as the run itself would.
+fn log_param(store: &Store, r: RunId, key: &str, value: &str) {
+    store.log_param(r, key, value, ParamSource::Logged).unwrap();
+}
+
 fn new_run(name: &str) -> NewRun {
     NewRun {
         name: name.into(),
@@ -214,20 +229,8 @@ fn filters_search_names_and_parameters() {
     let a = f.run("alpha");
     let _b = f.run("beta");
     let Fixture { store, .. } = f;
-    store
-        .log_param(a, "optimizer", "adamw", ParamSource::Logged)
-        .unwrap();
-    let by = |search: &str| {
-        store
-            .runs(&RunFilter {
-                search: Some(search.into()),
-                ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|r| r.run.name)
-            .collect::<Vec<_>>()
-    };
+    log_param(&store, a, "optimizer", "adamw");
+    let by = |search: &str| found(&store, search);
     assert_eq!(by("alph"), vec!["alpha"]);
     assert_eq!(by("optimizer=adamw"), vec!["alpha"]);
     assert_eq!(by("lr=0.1"), vec!["beta", "alpha"]);
@@ -614,26 +617,10 @@ fn a_search_takes_percent_and_underscore_literally() {
     let b = f.run("drop500");
     let c = f.run("c\\d");
     let Fixture { store, .. } = f;
-    store
-        .log_param(a, "batch_size", "64", ParamSource::Logged)
-        .unwrap();
-    store
-        .log_param(b, "batchXsize", "64", ParamSource::Logged)
-        .unwrap();
-    store
-        .log_param(c, "batchsize", "64", ParamSource::Logged)
-        .unwrap();
-    let by = |search: &str| {
-        store
-            .runs(&RunFilter {
-                search: Some(search.into()),
-                ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|r| r.run.name)
-            .collect::<Vec<_>>()
-    };
+    log_param(&store, a, "batch_size", "64");
+    log_param(&store, b, "batchXsize", "64");
+    log_param(&store, c, "batchsize", "64");
+    let by = |search: &str| found(&store, search);
     assert_eq!(by("batch_size=64"), vec!["drop50%"]);
     assert_eq!(by("50%"), vec!["drop50%"]);
     assert_eq!(by("drop50_"), Vec::<String>::new());
