@@ -40,6 +40,26 @@ impl Succeed for Command {
     }
 }
 
+/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
+/// batches of 4, for `consumers` consumers, as JSON lines. More options may
+/// be added after them.
+pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&'a str> {
+    vec![
+        "serve",
+        "--name",
+        name,
+        "--data",
+        data,
+        "--batch-size",
+        "4",
+        "--image-size",
+        "16",
+        "--consumers",
+        consumers,
+        "--json",
+    ]
+}
+
 /// A private socket directory for one test.
 pub struct Env {
     pub dir: tempfile::TempDir,
