@@ -14,7 +14,7 @@ use batchcast_runs::{MetricPoint, NewRun, RunId, Store, WorkloadId};
 /// and the workload.
 fn new_store(dir: &Path, workload: &str, launcher: Option<&str>) -> (PathBuf, Store, WorkloadId) {
     let path = dir.join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
+    let store = Store::open(&path).unwrap();
     let e = store.experiment("exp").unwrap();
     let w = store.workload(e, workload, launcher, 0).unwrap();
     (path, store, w)
