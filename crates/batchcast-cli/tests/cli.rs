@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{assert_full_epoch, serve_data, Env, Succeed};
+use common::{assert_full_epoch, serve_data, Env, Fail, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     let config = GenerateConfig {
@@ -117,12 +117,9 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     let name = victim.file_name().unwrap().to_str().unwrap();
     assert!(err.contains(name), "the warning names the file: {err}");
 
-    let out = env
+    let err = env
         .cmd(&["serve", "--name", "x", "--data", "/nonexistent/imagenet"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("/nonexistent/imagenet"), "{err}");
 }
 

@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{batchcast, Succeed};
+use common::{batchcast, Fail, Succeed};
 
 use std::path::{Path, PathBuf};
 
@@ -58,13 +58,10 @@ fn record(
 fn a_missing_or_foreign_store_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("none.sqlite");
-    let out = batchcast()
+    let err = batchcast()
         .args(["runs", "compare", "--store"])
         .arg(&missing)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         err.contains("no run store at") && err.contains("batchcast run"),
         "{err}"
@@ -153,15 +150,12 @@ fn a_failed_csv_export_leaves_the_earlier_file_whole() {
     drop(store);
     let results = dir.path().join("results.csv");
     std::fs::write(&results, "yesterday's results\n").unwrap();
-    let out = batchcast()
+    let err = batchcast()
         .args(["runs", "export", "99", "--csv"])
         .arg(&results)
         .arg("--store")
         .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("run 99 not found"), "{err}");
     assert_eq!(
         std::fs::read_to_string(&results).unwrap(),

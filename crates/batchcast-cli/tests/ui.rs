@@ -1,12 +1,14 @@
 //! `batchcast ui` as a user starts it: what it prints, and refusing to
 //! start where it cannot listen.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
+use common::{batchcast, Fail};
 
 /// A running `batchcast ui` and the address it printed; killed when
 /// dropped.
@@ -19,7 +21,7 @@ impl Ui {
     /// Starts `batchcast ui --port 0 ARGS --store STORE`; returns once it
     /// printed its address.
     fn start(args: &[&str], store: &Path) -> Ui {
-        let mut child = Command::new(BIN)
+        let mut child = batchcast()
             .args(["ui", "--port", "0"])
             .args(args)
             .arg("--store")
@@ -136,7 +138,7 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
         .unwrap();
     assert!(get(port, "/").starts_with("HTTP/1.1 200"));
 
-    let out = Command::new(BIN)
+    let err = batchcast()
         .args([
             "ui",
             "--port",
@@ -147,10 +149,7 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
             "--store",
         ])
         .arg(&store)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("--no-token is refused on 0.0.0.0"), "{err}");
 }
 
@@ -158,12 +157,9 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
 fn a_port_in_use_fails_with_the_address_and_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let out = Command::new(BIN)
+    let err = batchcast()
         .args(["ui", "--store", "x.sqlite", "--port", &port])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         err.contains(&format!(
             "error: cannot serve the dashboard on 127.0.0.1:{port}"

@@ -60,6 +60,22 @@ pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&
     ]
 }
 
+/// Runs a command to its end and insists that it failed as `batchcast`
+/// fails on a user's error.
+pub trait Fail {
+    /// The command's stderr; panics unless it exited with status 1.
+    fn fail(&mut self) -> String;
+}
+
+impl Fail for Command {
+    fn fail(&mut self) -> String {
+        let out = self.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{self:?}: {err}");
+        err
+    }
+}
+
 /// A private socket directory for one test.
 pub struct Env {
     pub dir: tempfile::TempDir,
