@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{assert_full_epoch, Env, Succeed};
+use common::{assert_full_epoch, serve_data, Env, Fail, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     let config = GenerateConfig {
@@ -71,24 +71,9 @@ fn serve_data_delivers_every_image_once_per_epoch() {
     let env = Env::new();
     let data = tiny_dataset(env.path(), 3, 7); // 21 images
     let data = data.to_str().unwrap();
-    let mut producer = env.spawn(&[
-        "serve",
-        "--name",
-        "img",
-        "--data",
-        data,
-        "--batch-size",
-        "4",
-        "--epochs",
-        "2",
-        "--image-size",
-        "16",
-        "--consumers",
-        "2",
-        "--json",
-        "--workers",
-        "2",
-    ]);
+    let mut args = serve_data("img", data, "2");
+    args.extend(["--epochs", "2", "--workers", "2"]);
+    let mut producer = env.spawn(&args);
     producer.expect("listening");
     let mut consumers: Vec<_> = ["5", "4"]
         .iter()
@@ -122,20 +107,7 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
         .path();
     std::fs::write(&victim, b"\xff\xd8\xff garbage, not a JPEG").unwrap();
     let data_s = data.to_str().unwrap();
-    let mut producer = env.spawn(&[
-        "serve",
-        "--name",
-        "bad",
-        "--data",
-        data_s,
-        "--batch-size",
-        "4",
-        "--image-size",
-        "16",
-        "--consumers",
-        "1",
-        "--json",
-    ]);
+    let mut producer = env.spawn(&serve_data("bad", data_s, "1"));
     producer.expect("listening");
     let mut c = env.spawn(&["consume", "bad"]);
     assert!(c.finish().success());
@@ -145,12 +117,9 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     let name = victim.file_name().unwrap().to_str().unwrap();
     assert!(err.contains(name), "the warning names the file: {err}");
 
-    let out = env
+    let err = env
         .cmd(&["serve", "--name", "x", "--data", "/nonexistent/imagenet"])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("/nonexistent/imagenet"), "{err}");
 }
 
@@ -234,28 +203,9 @@ fn a_655_byte_jpeg_does_not_cost_1_3_gib() {
     std::fs::write(class.join("bomb.jpg"), &bomb).unwrap();
     let data = data.to_str().unwrap();
     for (max_pixels, why) in [("89478485", "--max-pixels"), ("1000000000", "truncated")] {
-        let cost = serve_and_measure(
-            &env,
-            &[
-                "serve",
-                "--name",
-                "bomb",
-                "--data",
-                data,
-                "--batch-size",
-                "4",
-                "--image-size",
-                "16",
-                "--consumers",
-                "1",
-                "--json",
-                "--workers",
-                "2",
-                "--max-pixels",
-                max_pixels,
-            ],
-            8,
-        );
+        let mut args = serve_data("bomb", data, "1");
+        args.extend(["--workers", "2", "--max-pixels", max_pixels]);
+        let cost = serve_and_measure(&env, &args, 8);
         let err = &cost.stderr;
         assert!(err.contains("bomb.jpg"), "names the file: {err}");
         assert!(err.contains("30000x30000"), "names the size: {err}");

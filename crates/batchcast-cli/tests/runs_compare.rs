@@ -3,9 +3,22 @@
 
 mod common;
 
-use common::{batchcast, Succeed};
+use common::{batchcast, Fail, Succeed};
+
+use std::path::{Path, PathBuf};
 
 use batchcast_runs::{MetricPoint, NewRun, RunId, Store, WorkloadId};
+
+/// Opens a new store at `dir/runs.sqlite` with experiment `exp` and its
+/// workload `workload` (launched by `launcher`); returns its path, the store
+/// and the workload.
+fn new_store(dir: &Path, workload: &str, launcher: Option<&str>) -> (PathBuf, Store, WorkloadId) {
+    let path = dir.join("runs.sqlite");
+    let store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store.workload(e, workload, launcher, 0).unwrap();
+    (path, store, w)
+}
 
 /// Adds run `name` to workload `w`, started now (claimed by a runner);
 /// returns it and its start time.
@@ -45,13 +58,10 @@ fn record(
 fn a_missing_or_foreign_store_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("none.sqlite");
-    let out = batchcast()
+    let err = batchcast()
         .args(["runs", "compare", "--store"])
         .arg(&missing)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         err.contains("no run store at") && err.contains("batchcast run"),
         "{err}"
@@ -72,12 +82,7 @@ fn a_missing_or_foreign_store_is_a_clear_error() {
 #[test]
 fn compare_prints_the_collocation_table() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store
-        .workload(e, "shared", Some("batchcast serve"), 0)
-        .unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "shared", Some("batchcast serve"));
     let (r, start) = started_run(&mut store, w, "a");
     let wait = batchcast_runs::keys::BATCHCAST_DATA_WAIT_SHARE;
     record(&mut store, r, wait, (start, 1), 1, |_| 0.25);
@@ -103,10 +108,7 @@ fn compare_prints_the_collocation_table() {
 #[test]
 fn export_writes_every_point_as_csv_rows() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "w", None);
     let (r, start) = started_run(&mut store, w, "a,b");
     record(&mut store, r, "loss", (start, 500), 3, |i| {
         1.0 / (i + 1) as f64
@@ -142,24 +144,18 @@ fn export_writes_every_point_as_csv_rows() {
 #[test]
 fn a_failed_csv_export_leaves_the_earlier_file_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "w", None);
     let (r, start) = started_run(&mut store, w, "a");
     record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
     drop(store);
     let results = dir.path().join("results.csv");
     std::fs::write(&results, "yesterday's results\n").unwrap();
-    let out = batchcast()
+    let err = batchcast()
         .args(["runs", "export", "99", "--csv"])
         .arg(&results)
         .arg("--store")
         .arg(&path)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("run 99 not found"), "{err}");
     assert_eq!(
         std::fs::read_to_string(&results).unwrap(),
@@ -190,10 +186,7 @@ fn a_failed_csv_export_leaves_the_earlier_file_whole() {
 #[test]
 fn an_mlflow_export_keeps_every_series_apart() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "w", None);
     let (r, start) = started_run(&mut store, w, "a");
     let series = [("loss", 1), ("loss/val", 2), ("a_b", 3), ("a:b", 4)];
     for (key, n) in series {
@@ -249,10 +242,7 @@ fn an_mlflow_export_keeps_every_series_apart() {
 #[test]
 fn plot_draws_each_run_with_its_name() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "shared", None, 0).unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "shared", None);
     let mut ids = Vec::new();
     for name in ["trainer-1", "trainer-2"] {
         let (r, start) = started_run(&mut store, w, name);
@@ -268,21 +258,18 @@ fn plot_draws_each_run_with_its_name() {
         ids.push(r.to_string());
     }
     drop(store);
+    // Plots both runs' rates into `chart`.
+    let plot_both = |chart: &Path| {
+        batchcast()
+            .args(["runs", "plot", &ids[0], &ids[1]])
+            .args(["--metric", "batchcast/samples_per_s", "-o"])
+            .arg(chart)
+            .arg("--store")
+            .arg(&path)
+            .succeed()
+    };
     let svg = dir.path().join("chart.svg");
-    batchcast()
-        .args([
-            "runs",
-            "plot",
-            &ids[0],
-            &ids[1],
-            "--metric",
-            "batchcast/samples_per_s",
-            "-o",
-        ])
-        .arg(&svg)
-        .arg("--store")
-        .arg(&path)
-        .succeed();
+    plot_both(&svg);
     let text = std::fs::read_to_string(&svg).unwrap();
     assert!(
         text.contains("shared/trainer-1") && text.contains("shared/trainer-2"),
@@ -311,20 +298,7 @@ fn plot_draws_each_run_with_its_name() {
     // PNG: the same chart at twice the size, its caption drawn with a
     // system font (dark pixels in the caption's band at the top).
     let png_path = dir.path().join("chart.png");
-    batchcast()
-        .args([
-            "runs",
-            "plot",
-            &ids[0],
-            &ids[1],
-            "--metric",
-            "batchcast/samples_per_s",
-            "-o",
-        ])
-        .arg(&png_path)
-        .arg("--store")
-        .arg(&path)
-        .succeed();
+    plot_both(&png_path);
     let decoder = png::Decoder::new(std::io::BufReader::new(
         std::fs::File::open(&png_path).unwrap(),
     ));
@@ -350,12 +324,10 @@ fn plot_draws_each_run_with_its_name() {
     assert!(String::from_utf8_lossy(&jpg.stderr).contains(".svg or .png"));
 }
 
-/// Runs `batchcast ARGS` as a user who cannot write `dir` (as nobody when
-/// the tests run as root, whom no mode stops).
-/// Runs `batchcast` in `dir` as a user who cannot write there: as root,
-/// `nobody`, from a copy of the binary in `dir` (the build tree, and `/tmp`
-/// where it is 0700, may be out of that user's reach).
-fn batchcast_outside(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+/// Runs `batchcast ARGS` in `dir` as a user who cannot write there: as root
+/// (whom no mode stops), `nobody`, from a copy of the binary in `dir` (the
+/// build tree, and `/tmp` where it is 0700, may be out of that user's reach).
+fn batchcast_outside(dir: &Path, args: &[&str]) -> std::process::Output {
     if rustix::process::geteuid().is_root() {
         let exe = dir.join("batchcast");
         if !exe.exists() {
@@ -373,6 +345,18 @@ fn batchcast_outside(dir: &std::path::Path, args: &[&str]) -> std::process::Outp
     }
 }
 
+/// What `batchcast ARGS`, run as in [`batchcast_outside`], printed; fails
+/// the test with its stderr if it did not succeed.
+fn read_outside(dir: &Path, args: &[&str]) -> String {
+    let out = batchcast_outside(dir, args);
+    assert!(
+        out.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
 /// A store in a directory its reader cannot write (a copy, another user's
 /// results): list, show and export read it. With commits still in its
 /// `-wal`, the reader is told why it cannot, and what to do.
@@ -387,10 +371,7 @@ fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
         .unwrap();
     let ro = dir.path().join("ro");
     std::fs::create_dir(&ro).unwrap();
-    let path = ro.join("runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("exp").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
+    let (path, mut store, w) = new_store(&ro, "w", None);
     let (r, start) = started_run(&mut store, w, "copied");
     record(&mut store, r, "loss", (start, 10), 3, |i| i as f64);
     drop(store);
@@ -401,32 +382,17 @@ fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
     std::fs::set_permissions(&ro, std::fs::Permissions::from_mode(0o555)).unwrap();
     let store = path.to_str().unwrap();
 
-    let out = batchcast_outside(dir.path(), &["runs", "list", "--store", store]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
-    assert!(
-        String::from_utf8_lossy(&out.stdout).contains("copied"),
-        "{err}"
-    );
-    let out = batchcast_outside(
+    let list = read_outside(dir.path(), &["runs", "list", "--store", store]);
+    assert!(list.contains("copied"), "{list}");
+    read_outside(
         dir.path(),
         &["runs", "show", &r.to_string(), "--store", store],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = batchcast_outside(
+    let csv = read_outside(
         dir.path(),
         &["runs", "export", "--csv", "-", "--store", store],
     );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 4);
+    assert_eq!(csv.lines().count(), 4, "{csv}");
     assert_eq!(
         std::fs::read_dir(&ro).unwrap().count(),
         1,

@@ -1,11 +1,9 @@
 //! `batchcast sim` end to end: a trace file in, a table, CSVs, JSON and
 //! SVG charts out; malformed traces refused naming file, record and field.
 
-use std::process::Command;
+mod common;
 
-fn batchcast() -> Command {
-    Command::new(env!("CARGO_BIN_EXE_batchcast"))
-}
+use common::{batchcast, Fail, Succeed};
 
 #[test]
 fn sim_compares_policies_on_a_trace_and_writes_outputs() {
@@ -36,14 +34,8 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
         .arg(&trace)
         .arg("--out")
         .arg(&out)
-        .output()
-        .unwrap();
+        .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(
-        o.status.success(),
-        "{stdout} {}",
-        String::from_utf8_lossy(&o.stderr)
-    );
     // FIFO: job 1 runs 0-100, job 2 100-150 → mean JCT (100 + 140) / 2 s.
     let fifo = stdout.lines().find(|l| l.starts_with("| fifo")).unwrap();
     assert!(fifo.contains("| 0.04 | 0.03 |"), "{fifo}");
@@ -68,13 +60,7 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     );
 
     std::fs::write(&trace, r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#).unwrap();
-    let o = batchcast()
-        .args(["sim", "--trace"])
-        .arg(&trace)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success());
+    let err = batchcast().args(["sim", "--trace"]).arg(&trace).fail();
     assert!(
         err.contains("jobs.json: record 1: field `arrival_time`"),
         "{err}"
@@ -102,10 +88,8 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
             "--cluster",
         ])
         .arg(&cluster)
-        .output()
-        .unwrap();
+        .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         stdout.starts_with("200 jobs on 16 GPUs (2 racks x 2 machines x 4 GPUs, 16 cores each)"),
         "{stdout}"
@@ -113,22 +97,10 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
 
     std::fs::write(&cluster, r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#)
         .unwrap();
-    let o = batchcast()
-        .args(["sim", "--cluster"])
-        .arg(&cluster)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("do not divide"),
-        "{err}"
-    );
-    let o = batchcast()
-        .args(["sim", "--policy", "lottery"])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(!o.status.success() && err.contains("pick from"), "{err}");
+    let err = batchcast().args(["sim", "--cluster"]).arg(&cluster).fail();
+    assert!(err.contains("do not divide"), "{err}");
+    let err = batchcast().args(["sim", "--policy", "lottery"]).fail();
+    assert!(err.contains("pick from"), "{err}");
 }
 
 #[test]
@@ -171,13 +143,11 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
         .arg(&trace)
         .arg("--cluster")
         .arg(&cluster)
-        .output()
-        .unwrap();
+        .succeed();
     let (stdout, stderr) = (
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
     );
-    assert!(o.status.success(), "{stderr}");
     assert!(stderr.contains("skipped 1 records"), "{stderr}");
     assert!(
         stderr.contains("lease 20 s, restart cost 0 s, congestion 0 / 0"),
@@ -194,16 +164,11 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     );
 
     // The same trace as batchcast's own format is refused, naming dally.
-    let o = batchcast()
+    let err = batchcast()
         .args(["sim", "--format", "batchcast", "--trace"])
         .arg(&trace)
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("--format dally"),
-        "{err}"
-    );
+        .fail();
+    assert!(err.contains("--format dally"), "{err}");
 }
 
 #[test]
@@ -231,29 +196,20 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
             "iteration_granularity": "1", "should_use_config": "true"}"#,
     )
     .unwrap();
-    let run = |policy: &str| {
-        batchcast()
-            .args(["sim", "--model", "bidding", "--json", "--policy", policy])
+    let sim = |policy: &str| {
+        let mut c = batchcast();
+        c.args(["sim", "--model", "bidding", "--json", "--policy", policy])
             .arg("--trace")
             .arg(&trace)
             .arg("--cluster")
-            .arg(&cluster)
-            .output()
-            .unwrap()
+            .arg(&cluster);
+        c
     };
-    let o = run("gandiva");
-    let (stdout, stderr) = (
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr),
-    );
-    assert!(o.status.success(), "{stderr}");
+    let o = sim("gandiva").succeed();
+    let stdout = String::from_utf8_lossy(&o.stdout);
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     let mean = v[0]["mean_jct"].as_f64().unwrap();
     assert!((mean - 95.0).abs() < 1e-6, "{stdout}");
-    let o = run("fifo");
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        !o.status.success() && err.contains("pick sjf, las, tiresias or gandiva"),
-        "{err}"
-    );
+    let err = sim("fifo").fail();
+    assert!(err.contains("pick sjf, las, tiresias or gandiva"), "{err}");
 }

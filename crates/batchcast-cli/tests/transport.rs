@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_full_epoch, Env};
+use common::{assert_full_epoch, Env, Fail};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -535,7 +535,7 @@ fn user_errors_name_the_problem_and_the_fix() {
     assert!(String::from_utf8_lossy(&out.stdout).contains("batch_size must be at least 1"));
 
     // An arena larger than this machine's memory: refused before serving.
-    let out = env
+    let err = env
         .cmd(&[
             "serve",
             "--name",
@@ -546,10 +546,7 @@ fn user_errors_name_the_problem_and_the_fix() {
             "--window",
             "8",
         ])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         err.contains("cannot reserve") && err.contains("--window"),
         "{err}"

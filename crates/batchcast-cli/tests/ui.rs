@@ -1,27 +1,69 @@
 //! `batchcast ui` as a user starts it: what it prints, and refusing to
 //! start where it cannot listen.
 
+mod common;
+
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::process::{Child, Command, Stdio};
+use std::path::Path;
+use std::process::{Child, Stdio};
 
-const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
+use common::{batchcast, Fail};
 
-struct Killed(Child);
+/// A running `batchcast ui` and the address it printed; killed when
+/// dropped.
+struct Ui {
+    child: Child,
+    line: String,
+}
 
-impl Drop for Killed {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
+impl Ui {
+    /// Starts `batchcast ui --port 0 ARGS --store STORE`; returns once it
+    /// printed its address.
+    fn start(args: &[&str], store: &Path) -> Ui {
+        let mut child = batchcast()
+            .args(["ui", "--port", "0"])
+            .args(args)
+            .arg("--store")
+            .arg(store)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.as_mut().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let line = line.trim().to_string();
+        Ui { child, line }
+    }
+
+    /// The port and token of the address it printed, on `host`.
+    fn port_and_token(&self, host: &str) -> (u16, &str) {
+        let (port, token) = self
+            .line
+            .strip_prefix(&format!("batchcast ui: http://{host}:"))
+            .and_then(|r| r.split_once("/?token="))
+            .unwrap_or_else(|| panic!("no address with a token: {}", self.line));
+        (port.parse().unwrap(), token)
+    }
+
+    /// Stops it; what it wrote to stderr.
+    fn stop(mut self) -> String {
+        let _ = self.child.kill();
+        let mut err = String::new();
+        if let Some(mut stderr) = self.child.stderr.take() {
+            stderr.read_to_string(&mut err).unwrap();
+        }
+        err
     }
 }
 
-fn first_line(child: &mut Child) -> String {
-    let mut line = String::new();
-    BufReader::new(child.stdout.as_mut().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    line.trim().to_string()
+impl Drop for Ui {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
 }
 
 fn get(port: u16, path: &str) -> String {
@@ -41,32 +83,12 @@ fn off_loopback_it_warns_and_prints_an_address_with_its_token() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("runs.sqlite");
     batchcast_runs::Store::open(&store).unwrap();
-    let child = Command::new(BIN)
-        .args(["ui", "--host", "0.0.0.0", "--port", "0", "--store"])
-        .arg(&store)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let line = first_line(&mut child.0);
-    let url = line
-        .strip_prefix("batchcast ui: http://0.0.0.0:")
-        .expect(&line);
-    let (port, token) = url.split_once("/?token=").expect(url);
-    let port: u16 = port.parse().unwrap();
+    let ui = Ui::start(&["--host", "0.0.0.0"], &store);
+    let (port, token) = ui.port_and_token("0.0.0.0");
     assert_eq!(token.len(), 32);
     assert!(get(port, "/").starts_with("HTTP/1.1 403"));
     assert!(get(port, &format!("/?token={token}")).starts_with("HTTP/1.1 200"));
-    let _ = child.0.kill();
-    let mut err = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = ui.stop();
     assert!(
         err.contains("warning: serving the run store on 0.0.0.0"),
         "{err}"
@@ -77,34 +99,14 @@ fn off_loopback_it_warns_and_prints_an_address_with_its_token() {
 fn a_missing_store_is_said_at_start_and_the_server_still_serves() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("none.sqlite");
-    let child = Command::new(BIN)
-        .args(["ui", "--port", "0", "--store"])
-        .arg(&store)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut child = Killed(child);
-    let line = first_line(&mut child.0);
-    let (port, token) = line
-        .strip_prefix("batchcast ui: http://127.0.0.1:")
-        .and_then(|r| r.split_once("/?token="))
-        .expect(&line);
-    let port: u16 = port.parse().unwrap();
+    let ui = Ui::start(&[], &store);
+    let (port, token) = ui.port_and_token("127.0.0.1");
     let page = get(port, &format!("/?token={token}"));
     assert!(
         page.starts_with("HTTP/1.1 503") && page.contains("no run store at"),
         "{page}"
     );
-    let _ = child.0.kill();
-    let mut err = String::new();
-    child
-        .0
-        .stderr
-        .take()
-        .unwrap()
-        .read_to_string(&mut err)
-        .unwrap();
+    let err = ui.stop();
     assert!(err.contains("warning: no run store at"), "{err}");
 }
 
@@ -115,26 +117,8 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
     let dir = tempfile::tempdir().unwrap();
     let store = dir.path().join("runs.sqlite");
     batchcast_runs::Store::open(&store).unwrap();
-    let start = |extra: &[&str]| {
-        let child = Command::new(BIN)
-            .args(["ui", "--port", "0"])
-            .args(extra)
-            .arg("--store")
-            .arg(&store)
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut child = Killed(child);
-        let line = first_line(&mut child.0);
-        (child, line)
-    };
-    let (_ui, line) = start(&[]);
-    let (port, token) = line
-        .strip_prefix("batchcast ui: http://127.0.0.1:")
-        .and_then(|r| r.split_once("/?token="))
-        .expect(&line);
-    let port: u16 = port.parse().unwrap();
+    let ui = Ui::start(&[], &store);
+    let (port, token) = ui.port_and_token("127.0.0.1");
     assert_eq!(token.len(), 32);
     let page = get(port, "/");
     assert!(page.starts_with("HTTP/1.1 403"), "{page}");
@@ -144,16 +128,17 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
         "batchcast_token_{port}={token}; Path=/; HttpOnly; SameSite=Strict"
     )));
 
-    let (_open, line) = start(&["--no-token"]);
-    let port: u16 = line
+    let open = Ui::start(&["--no-token"], &store);
+    let port: u16 = open
+        .line
         .strip_prefix("batchcast ui: http://127.0.0.1:")
         .and_then(|r| r.strip_suffix('/'))
-        .expect(&line)
+        .expect(&open.line)
         .parse()
         .unwrap();
     assert!(get(port, "/").starts_with("HTTP/1.1 200"));
 
-    let out = Command::new(BIN)
+    let err = batchcast()
         .args([
             "ui",
             "--port",
@@ -164,10 +149,7 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
             "--store",
         ])
         .arg(&store)
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("--no-token is refused on 0.0.0.0"), "{err}");
 }
 
@@ -175,12 +157,9 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
 fn a_port_in_use_fails_with_the_address_and_what_to_do() {
     let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = taken.local_addr().unwrap().port().to_string();
-    let out = Command::new(BIN)
+    let err = batchcast()
         .args(["ui", "--store", "x.sqlite", "--port", &port])
-        .output()
-        .unwrap();
-    assert_eq!(out.status.code(), Some(1));
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         err.contains(&format!(
             "error: cannot serve the dashboard on 127.0.0.1:{port}"

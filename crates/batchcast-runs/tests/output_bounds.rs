@@ -21,11 +21,6 @@ use batchcast_runs::{LogStream, RunFilter, RunStatus, Store};
 /// One test at a time measures the process's memory.
 static ALONE: Mutex<()> = Mutex::new(());
 
-/// Resets this process's peak resident memory to what it holds now.
-fn reset_peak() {
-    std::fs::write("/proc/self/clear_refs", "5").unwrap();
-}
-
 #[test]
 fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
     const WRITTEN: u64 = 512 << 20;
@@ -57,7 +52,7 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
         progress: Box::new(move |line: &str| p.lock().unwrap().push(line.to_string())),
     };
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    reset_peak();
+    common::reset_peak();
     let before = common::peak_rss();
     let out = run_plan(&plan, &mut opts).unwrap();
     let peak = common::peak_rss();
@@ -124,30 +119,10 @@ fn an_mlflow_export_of_a_long_log_streams_it() {
     const LOG: usize = 128 << 20;
     let dir = tempfile::tempdir().unwrap();
     let store_file = dir.path().join("runs.sqlite");
-    let id = {
-        let mut store = Store::open(&store_file).unwrap();
-        let e = store.experiment("e").unwrap();
-        let w = store.workload(e, "w", None, 0).unwrap();
-        let new = batchcast_runs::NewRun {
-            name: "long".into(),
-            command: vec!["job.sh".into()],
-            collocation: "-".into(),
-            host: "h".into(),
-            ..Default::default()
-        };
-        let (id, _) = store.add_run(w, &new).unwrap();
-        let piece: Vec<u8> = b"0123456789abcdef".repeat(1 << 16);
-        for _ in 0..LOG / piece.len() {
-            store.append_log(id, LogStream::Stdout, 1, &piece).unwrap();
-        }
-        store
-            .finish_run(id, RunStatus::Finished, Some(0), None)
-            .unwrap();
-        id
-    };
+    let id = common::long_log_store(&store_file, LOG, b"");
     let store = Store::open_read_only(&store_file).unwrap();
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    reset_peak();
+    common::reset_peak();
     let before = common::peak_rss();
     let out = batchcast_runs::export::to_mlflow(&store, &[id], &dir.path().join("mlruns")).unwrap();
     let peak = common::peak_rss();

@@ -3,7 +3,7 @@
 
 mod common;
 
-use batchcast_sim::{by_name, validate, ClusterSpec, SimConfig};
+use batchcast_sim::{validate, ClusterSpec, Outcome, SimConfig};
 
 #[test]
 fn one_very_long_job_costs_a_handful_of_events_under_preemptive_policies() {
@@ -11,8 +11,7 @@ fn one_very_long_job_costs_a_handful_of_events_under_preemptive_policies() {
     let spec = ClusterSpec::new(1, 1, 8, 64.0);
     let jobs = [common::job("long", 0.0, 4, 1e15)];
     for name in ["dally", "tiresias", "srsf", "sjf", "gandiva", "fifo"] {
-        let mut p = by_name(name).unwrap();
-        let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+        let o = common::run_policy(name, spec, &SimConfig::default(), &jobs);
         assert!(common::close(common::jct(&o, "long"), 1e15), "{name}");
         assert!(o.events < 10, "{name}: {} events", o.events);
     }
@@ -28,8 +27,7 @@ fn an_arrival_far_in_the_future_costs_no_rounds_in_between() {
         common::job("late", 2.5e11, 8, 50.0),
     ];
     for name in ["dally", "tiresias", "srsf"] {
-        let mut p = by_name(name).unwrap();
-        let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+        let o = common::run_policy(name, spec, &SimConfig::default(), &jobs);
         assert!(common::close(common::jct(&o, "late"), 50.0), "{name}");
         assert!(o.events < 100, "{name}: {} events", o.events);
     }
@@ -51,8 +49,7 @@ fn lease_rounds_still_preempt_at_multiples_of_the_lease() {
         common::job("a", 0.0, 8, 1000.0),
         common::job("b", 150.0, 8, 100.0),
     ];
-    let mut p = by_name("srsf").unwrap();
-    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    let o = common::run_policy("srsf", spec, &cfg, &jobs);
     assert_jcts!(o, "a" => 1100.0, "b" => 150.0);
 }
 
@@ -67,11 +64,10 @@ fn a_job_wider_than_the_cluster_is_told_the_range_it_may_take() {
     );
 }
 
-#[test]
-fn sjf_backfills_past_wider_shorter_jobs_in_duration_order() {
-    // 8 GPUs. "a" (6 GPUs, 100 s) runs from 0. At 1: "w" (4 GPUs, 10 s,
-    // the shortest) cannot fit; "n" (2 GPUs, 50 s) backfills at 1; "n2"
-    // (1 GPU, 60 s) waits for n, runs 51-111; w runs when a ends, 100-110.
+/// One 8-GPU machine: "a" (6 GPUs, 100 s) from 0, then at 1, in this
+/// order, "w" (4 GPUs, 10 s), "n2" (1 GPU, 60 s) and "n" (2 GPUs, 50 s),
+/// simulated under `policy`.
+fn backfill_under(policy: &str) -> Outcome {
     let spec = ClusterSpec::new(1, 1, 8, 64.0);
     let jobs = [
         common::job("a", 0.0, 6, 100.0),
@@ -79,8 +75,15 @@ fn sjf_backfills_past_wider_shorter_jobs_in_duration_order() {
         common::job("n2", 1.0, 1, 60.0),
         common::job("n", 1.0, 2, 50.0),
     ];
-    let mut p = by_name("sjf").unwrap();
-    let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+    common::run_policy(policy, spec, &SimConfig::default(), &jobs)
+}
+
+#[test]
+fn sjf_backfills_past_wider_shorter_jobs_in_duration_order() {
+    // 8 GPUs. "a" (6 GPUs, 100 s) runs from 0. At 1: "w" (4 GPUs, 10 s,
+    // the shortest) cannot fit; "n" (2 GPUs, 50 s) backfills at 1; "n2"
+    // (1 GPU, 60 s) waits for n, runs 51-111; w runs when a ends, 100-110.
+    let o = backfill_under("sjf");
     assert_jcts!(o, "a" => 100.0, "n" => 50.0, "n2" => 110.0, "w" => 109.0);
 }
 
@@ -89,14 +92,6 @@ fn gandiva_backfills_in_arrival_order_past_jobs_that_cannot_fit() {
     // 8 GPUs. "a" (6 GPUs, 100 s) runs from 0. At 1, in this order: "w"
     // (4 GPUs) cannot fit; "n2" (1 GPU, 60 s) backfills at 1; "n" (2 GPUs,
     // 50 s) waits for n2, runs 61-111; w runs when a ends, 100-110.
-    let spec = ClusterSpec::new(1, 1, 8, 64.0);
-    let jobs = [
-        common::job("a", 0.0, 6, 100.0),
-        common::job("w", 1.0, 4, 10.0),
-        common::job("n2", 1.0, 1, 60.0),
-        common::job("n", 1.0, 2, 50.0),
-    ];
-    let mut p = by_name("gandiva").unwrap();
-    let o = common::run(spec, &SimConfig::default(), &jobs, p.as_mut());
+    let o = backfill_under("gandiva");
     assert_jcts!(o, "a" => 100.0, "n2" => 60.0, "n" => 110.0, "w" => 109.0);
 }

@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_sim::policy::Gandiva;
-use batchcast_sim::{ClusterSpec, DataSharing, JobSpec, SimConfig};
+use batchcast_sim::{ClusterSpec, DataSharing, JobSpec, Outcome, SimConfig};
 use common::{job, run};
 
 fn loader(id: &str, t: f64, secs: f64, dataset: &str) -> JobSpec {
@@ -14,12 +14,15 @@ fn loader(id: &str, t: f64, secs: f64, dataset: &str) -> JobSpec {
     }
 }
 
-fn cfg(d: DataSharing) -> SimConfig {
-    SimConfig {
+/// Simulates `jobs` on `spec` under Gandiva, without leases, sharing data
+/// pipelines as `d` says.
+fn under_gandiva(spec: ClusterSpec, d: DataSharing, jobs: &[JobSpec]) -> Outcome {
+    let cfg = SimConfig {
         lease: 1e9,
         data_sharing: d,
         ..SimConfig::default()
-    }
+    };
+    run(spec, &cfg, jobs, &mut Gandiva::default())
 }
 
 // One machine with 8 cores; two 1-GPU jobs each needing 8 cores of loading.
@@ -33,26 +36,16 @@ fn a_shared_pipeline_unstarves_a_cpu_bound_machine() {
         loader("a", 0.0, 100.0, "imagenet"),
         loader("b", 0.0, 100.0, "imagenet"),
     ];
-    let o = run(spec, &cfg(DataSharing::Off), &same, &mut Gandiva::default());
+    let o = under_gandiva(spec, DataSharing::Off, &same);
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
     assert!(common::close(o.jobs[0].cpu_lost, 100.0));
-    let o = run(
-        spec,
-        &cfg(DataSharing::Share),
-        &same,
-        &mut Gandiva::default(),
-    );
+    let o = under_gandiva(spec, DataSharing::Share, &same);
     assert_jcts!(o, "a" => 100.0, "b" => 100.0);
     let diff = [
         loader("a", 0.0, 100.0, "imagenet"),
         loader("b", 0.0, 100.0, "coco"),
     ];
-    let o = run(
-        spec,
-        &cfg(DataSharing::Share),
-        &diff,
-        &mut Gandiva::default(),
-    );
+    let o = under_gandiva(spec, DataSharing::Share, &diff);
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
 }
 
@@ -71,18 +64,8 @@ fn dataset_aware_placement_puts_same_dataset_jobs_together() {
         loader("C", 0.0, 10_000.0, "x"),
         loader("E", 500.0, 100.0, "x"),
     ];
-    let o = run(
-        spec,
-        &cfg(DataSharing::Share),
-        &jobs,
-        &mut Gandiva::default(),
-    );
+    let o = under_gandiva(spec, DataSharing::Share, &jobs);
     assert_jcts!(o, "A" => 200.0, "E" => 200.0);
-    let o = run(
-        spec,
-        &cfg(DataSharing::SharePlace),
-        &jobs,
-        &mut Gandiva::default(),
-    );
+    let o = under_gandiva(spec, DataSharing::SharePlace, &jobs);
     assert_jcts!(o, "A" => 200.0, "E" => 100.0);
 }

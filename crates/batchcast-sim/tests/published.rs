@@ -10,7 +10,7 @@
 mod common;
 
 use batchcast_sim::trace::{parse, parse_cluster, Format};
-use batchcast_sim::{by_name, SimError};
+use batchcast_sim::SimError;
 use common::published::{cluster_file, published_cfg, record, regroup, trace};
 
 #[test]
@@ -40,8 +40,7 @@ fn slowdowns_are_throughput_fractions_and_time_per_iteration_is_one_gpus() {
         )
         .unwrap();
         assert!(c.published);
-        let mut p = by_name("fifo").unwrap();
-        let o = common::run(c.spec, &published_cfg(20.0), &jobs.jobs, p.as_mut());
+        let o = common::run_policy("fifo", c.spec, &published_cfg(20.0), &jobs.jobs);
         let got = common::jct(&o, "1");
         assert!(
             common::close(got, want),
@@ -66,8 +65,7 @@ fn arrival_time_before_start_time_and_zero_iteration_records_skipped() {
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "20.0"), 64.0).unwrap();
     assert_eq!(c.lease, Some(20.0));
     for name in ["fifo", "sjf", "tiresias", "gandiva", "dally"] {
-        let mut p = by_name(name).unwrap();
-        let o = common::run(c.spec, &published_cfg(20.0), &jobs.jobs, p.as_mut());
+        let o = common::run_policy(name, c.spec, &published_cfg(20.0), &jobs.jobs);
         assert_jcts!(o, "1" => 100.0, "2" => 190.0);
     }
 }
@@ -178,13 +176,11 @@ fn las_ranks_by_service_received_as_the_published_srsf_does() {
         common::job("a", 0.0, 8, 1000.0),
         common::job("b", 150.0, 8, 300.0),
     ];
-    let mut p = by_name("las").unwrap();
-    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    let o = common::run_policy("las", spec, &cfg, &jobs);
     assert_jcts!(o, "a" => 1300.0, "b" => 450.0);
     // batchcast's srsf ranks by service remaining: b (300) beats a (800 at
     // 200) and runs to its end, 200-500.
-    let mut p = by_name("srsf").unwrap();
-    let o = common::run(spec, &cfg, &jobs, p.as_mut());
+    let o = common::run_policy("srsf", spec, &cfg, &jobs);
     assert_jcts!(o, "a" => 1300.0, "b" => 350.0);
 }
 
@@ -221,8 +217,7 @@ fn job_groups_arriving_together_are_cut_in_halving_steps() {
     // On one GPU each (1 s per iteration) job 3 ends at 500, not 600; job
     // 6 runs its 1000 from 50.
     let spec = batchcast_sim::ClusterSpec::new(1, 1, 8, 64.0);
-    let mut p = by_name("fifo").unwrap();
-    let o = common::run(spec, &published_cfg(20.0), &t.jobs, p.as_mut());
+    let o = common::run_policy("fifo", spec, &published_cfg(20.0), &t.jobs);
     assert_jcts!(o, "3" => 500.0, "6" => 1000.0);
     // batchcast's own format has no such rule.
     let own = text
@@ -254,8 +249,7 @@ fn iterations_run_in_whole_chunks_of_the_iteration_granularity() {
         (t.jobs[0].iterations, t.jobs[1].iterations),
         (500.0, 1000.0)
     );
-    let mut p = by_name("fifo").unwrap();
-    let o = common::run(c.spec, &published_cfg(20.0), &t.jobs, p.as_mut());
+    let o = common::run_policy("fifo", c.spec, &published_cfg(20.0), &t.jobs);
     assert_jcts!(o, "1" => 125.0, "2" => 375.0);
     // A cluster in batchcast's own terms has no granularity.
     let own = batchcast_sim::trace::ClusterFile::from(c.spec);

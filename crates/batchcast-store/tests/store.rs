@@ -39,6 +39,32 @@ impl Fixture {
     }
 }
 
+/// Value `value` of metric `key` of run `r`, at step `step` and time `ts_ms`.
+fn point(r: RunId, key: impl Into<String>, step: i64, ts_ms: i64, value: f64) -> MetricPoint {
+    MetricPoint {
+        run_id: r,
+        key: key.into(),
+        step,
+        ts_ms,
+        value,
+    }
+}
+
+/// The names of the runs that a search for `search` finds, newest first.
+fn found(store: &Store, search: &str) -> Vec<String> {
+    let filter = RunFilter {
+        search: Some(search.into()),
+        ..Default::default()
+    };
+    let runs = store.runs(&filter).unwrap();
+    runs.into_iter().map(|r| r.run.name).collect()
+}
+
+/// Logs parameter `key` = `value` of run `r`, as the run itself would.
+fn log_param(store: &Store, r: RunId, key: &str, value: &str) {
+    store.log_param(r, key, value, ParamSource::Logged).unwrap();
+}
+
 fn new_run(name: &str) -> NewRun {
     NewRun {
         name: name.into(),
@@ -214,20 +240,8 @@ fn filters_search_names_and_parameters() {
     let a = f.run("alpha");
     let _b = f.run("beta");
     let Fixture { store, .. } = f;
-    store
-        .log_param(a, "optimizer", "adamw", ParamSource::Logged)
-        .unwrap();
-    let by = |search: &str| {
-        store
-            .runs(&RunFilter {
-                search: Some(search.into()),
-                ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|r| r.run.name)
-            .collect::<Vec<_>>()
-    };
+    log_param(&store, a, "optimizer", "adamw");
+    let by = |search: &str| found(&store, search);
     assert_eq!(by("alph"), vec!["alpha"]);
     assert_eq!(by("optimizer=adamw"), vec!["alpha"]);
     assert_eq!(by("lr=0.1"), vec!["beta", "alpha"]);
@@ -295,13 +309,7 @@ fn writers_and_readers_share_one_file_from_several_threads() {
         threads.push(std::thread::spawn(move || {
             start.wait();
             for i in 0..PER_THREAD {
-                assert!(h.metric(MetricPoint {
-                    run_id: run,
-                    key: format!("t{t}"),
-                    step: i,
-                    ts_ms: i,
-                    value: i as f64
-                }));
+                assert!(h.metric(point(run, format!("t{t}"), i, i, i as f64)));
             }
         }));
     }
@@ -351,13 +359,7 @@ fn recorded_points_are_committed_within_the_flush_period() {
     let Fixture { path, .. } = f;
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
-    h.metric(MetricPoint {
-        run_id: r,
-        key: "loss".into(),
-        step: 1,
-        ts_ms: 1,
-        value: 0.5,
-    });
+    h.metric(point(r, "loss", 1, 1, 0.5));
     h.log(r, LogStream::Stdout, 1, b"epoch 1\n".to_vec());
     let deadline = std::time::Instant::now() + batchcast_store::FLUSH_EVERY * 10;
     let ro = Store::open_read_only(&path).unwrap();
@@ -384,22 +386,12 @@ fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
     let Fixture { path, .. } = f;
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
-    let point = |key: &str, step: i64, value: f64| MetricPoint {
-        run_id: r,
-        key: key.into(),
-        step,
-        ts_ms: step,
-        value,
-    };
     for step in 0..10 {
-        h.metric(point(
-            "loss",
-            step,
-            if step % 3 == 1 { f64::NAN } else { 1.0 },
-        ));
-        h.metric(point("acc", step, 0.5));
+        let loss = if step % 3 == 1 { f64::NAN } else { 1.0 };
+        h.metric(point(r, "loss", step, step, loss));
+        h.metric(point(r, "acc", step, step, 0.5));
     }
-    h.metric(point("grad", 11, f64::INFINITY));
+    h.metric(point(r, "grad", 11, 11, f64::INFINITY));
     drop(h);
     rec.finish().unwrap();
     let ro = Store::open_read_only(&path).unwrap();
@@ -460,13 +452,7 @@ fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     let h = rec.handle();
     const N: i64 = 10_007;
     for step in 0..N {
-        assert!(h.metric(MetricPoint {
-            run_id: r,
-            key: "loss".into(),
-            step,
-            ts_ms: 1000 + step,
-            value: step as f64,
-        }));
+        assert!(h.metric(point(r, "loss", step, 1000 + step, step as f64)));
     }
     drop(h);
     rec.finish().unwrap();
@@ -544,14 +530,9 @@ fn writers_that_read_first_never_find_the_store_locked() {
             let mut store = Store::open(p.as_ref()).unwrap();
             s.wait();
             for i in 0..ROUNDS as i64 {
-                let point = MetricPoint {
-                    run_id: r,
-                    key: "loss".into(),
-                    step: i,
-                    ts_ms: i,
-                    value: 1.0,
-                };
-                store.insert_metrics(&[point]).unwrap();
+                store
+                    .insert_metrics(&[point(r, "loss", i, i, 1.0)])
+                    .unwrap();
                 store.set_pid(r, i, None).unwrap();
             }
         }));
@@ -578,21 +559,9 @@ fn a_refused_point_never_costs_the_points_committed_with_it() {
     let rec = Recorder::start(&path).unwrap();
     let h = rec.handle();
     for step in 0..30 {
-        h.metric(MetricPoint {
-            run_id: good,
-            key: "loss".into(),
-            step,
-            ts_ms: step,
-            value: 1.0,
-        });
+        h.metric(point(good, "loss", step, step, 1.0));
         if step == 10 {
-            h.metric(MetricPoint {
-                run_id: good + 999,
-                key: "loss".into(),
-                step,
-                ts_ms: step,
-                value: 1.0,
-            });
+            h.metric(point(good + 999, "loss", step, step, 1.0));
         }
     }
     drop(h);
@@ -614,26 +583,10 @@ fn a_search_takes_percent_and_underscore_literally() {
     let b = f.run("drop500");
     let c = f.run("c\\d");
     let Fixture { store, .. } = f;
-    store
-        .log_param(a, "batch_size", "64", ParamSource::Logged)
-        .unwrap();
-    store
-        .log_param(b, "batchXsize", "64", ParamSource::Logged)
-        .unwrap();
-    store
-        .log_param(c, "batchsize", "64", ParamSource::Logged)
-        .unwrap();
-    let by = |search: &str| {
-        store
-            .runs(&RunFilter {
-                search: Some(search.into()),
-                ..Default::default()
-            })
-            .unwrap()
-            .into_iter()
-            .map(|r| r.run.name)
-            .collect::<Vec<_>>()
-    };
+    log_param(&store, a, "batch_size", "64");
+    log_param(&store, b, "batchXsize", "64");
+    log_param(&store, c, "batchsize", "64");
+    let by = |search: &str| found(&store, search);
     assert_eq!(by("batch_size=64"), vec!["drop50%"]);
     assert_eq!(by("50%"), vec!["drop50%"]);
     assert_eq!(by("drop50_"), Vec::<String>::new());

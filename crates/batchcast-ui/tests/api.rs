@@ -3,14 +3,11 @@
 mod common;
 
 use batchcast_store::{keys, Store};
-use common::{get, make_store, serve};
+use common::{get, make_store, serve, served};
 
 #[test]
 fn series_are_the_stores_points_on_elapsed_time_or_step() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, path, m, addr) = served();
     let (a, b) = (m.runs[0], m.runs[2]);
     let r = get(
         addr,
@@ -61,10 +58,7 @@ fn series_are_the_stores_points_on_elapsed_time_or_step() {
 
 #[test]
 fn csv_rows_are_every_point_of_the_chart() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, path, m, addr) = served();
     let ids = format!("{},{}", m.runs[0], m.runs[1]);
     let r = get(
         addr,
@@ -102,10 +96,7 @@ fn csv_rows_are_every_point_of_the_chart() {
 
 #[test]
 fn run_states_are_served_for_live_tables() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let j = get(
         addr,
         &format!("/api/runs?runs={},{}", m.runs[0], m.live_run),

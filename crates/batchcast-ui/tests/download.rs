@@ -3,23 +3,14 @@
 //! binary of its own (the dashboard runs in this process), so that the
 //! process's peak memory is this test's.
 
+#[path = "../../batchcast-runs/tests/common/memory.rs"]
+mod memory;
+
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use batchcast_store::{LogStream, NewRun, RunStatus, Store};
 use batchcast_ui::{Ui, UiConfig};
-
-/// This process's peak resident memory, in bytes.
-fn peak_rss() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap();
-    kb * 1024
-}
 
 /// Downloads `path`, counting the body's bytes without keeping them;
 /// returns the status line and the last bytes received.
@@ -62,30 +53,7 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
     const LOG: usize = 96 << 20;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
-    let id = {
-        let mut store = Store::open(&path).unwrap();
-        let e = store.experiment("e").unwrap();
-        let w = store.workload(e, "w", None, 0).unwrap();
-        let new = NewRun {
-            name: "long".into(),
-            command: vec!["job.sh".into()],
-            collocation: "-".into(),
-            host: "h".into(),
-            ..Default::default()
-        };
-        let (id, _) = store.add_run(w, &new).unwrap();
-        let piece: Vec<u8> = b"0123456789abcdef".repeat(1 << 16);
-        for _ in 0..LOG / piece.len() {
-            store.append_log(id, LogStream::Stdout, 1, &piece).unwrap();
-        }
-        store
-            .append_log(id, LogStream::Stdout, 2, b"THE END\n")
-            .unwrap();
-        store
-            .finish_run(id, RunStatus::Finished, Some(0), None)
-            .unwrap();
-        id
-    };
+    let id = memory::long_log_store(&path, LOG, b"THE END\n");
     let ui = Ui::bind(&UiConfig {
         token: false,
         ..UiConfig::local(&path, 0)
@@ -93,8 +61,8 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
     .unwrap();
     let addr = ui.addr();
     std::thread::spawn(move || ui.run());
-    std::fs::write("/proc/self/clear_refs", "5").unwrap();
-    let before = peak_rss();
+    memory::reset_peak();
+    let before = memory::peak_rss();
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let p = format!("/runs/{id}/log/stdout");
@@ -111,7 +79,7 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
             String::from_utf8_lossy(&last)
         );
     }
-    let peak = peak_rss();
+    let peak = memory::peak_rss();
     println!(
         "4 downloads of a {} MiB log: peak RSS {} MiB before, {} MiB during",
         LOG >> 20,

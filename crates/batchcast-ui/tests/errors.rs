@@ -6,14 +6,11 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 
 use batchcast_ui::UiConfig;
-use common::{get, make_store, request, serve, serve_with};
+use common::{get, make_store, request, serve, serve_with, served};
 
 #[test]
 fn malformed_requests_get_4xx_with_a_reason_and_the_server_goes_on() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let run = m.runs[0];
     let many: Vec<String> = (1..=51).map(|i| i.to_string()).collect();
     let long = "a".repeat(9000);

@@ -2,14 +2,11 @@
 
 mod common;
 
-use common::{get, make_store, serve};
+use common::{get, make_store, serve, served};
 
 #[test]
 fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let r = get(addr, "/");
     assert_eq!(r.status, 200);
     let html = r.text();
@@ -40,10 +37,7 @@ fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
 
 #[test]
 fn an_experiment_shows_its_workloads_with_their_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let r = get(addr, &format!("/experiments/{}", m.experiment));
     assert_eq!(r.status, 200);
     let html = r.text();
@@ -73,10 +67,7 @@ fn an_experiment_shows_its_workloads_with_their_runs() {
 
 #[test]
 fn a_workload_page_charts_its_runs() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, path, m, addr) = served();
     let html = get(addr, &format!("/workloads/{}", m.shared)).text();
     let runs = format!("data-runs=\"{},{},{}\"", m.runs[2], m.runs[3], m.runs[4]);
     assert!(html.contains(&runs), "{html}");
@@ -104,10 +95,7 @@ fn a_workload_page_charts_its_runs() {
 
 #[test]
 fn the_collocation_view_shows_the_compare_table_and_the_speedup() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, path, m, addr) = served();
     let html = get(addr, &format!("/experiments/{}/collocation", m.experiment)).text();
     let store = batchcast_store::Store::open_read_only(&path).unwrap();
     let rows = batchcast_store::compare::collocation(&store, Some("sharing")).unwrap();
@@ -128,10 +116,7 @@ fn the_collocation_view_shows_the_compare_table_and_the_speedup() {
 
 #[test]
 fn a_run_page_shows_facts_parameters_environment_events_and_output() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let id = m.runs[0];
     let html = get(addr, &format!("/runs/{id}")).text();
     for want in [
@@ -191,10 +176,7 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
 
 #[test]
 fn chosen_runs_of_different_workloads_are_charted_together() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _, m, addr) = served();
     let html = get(addr, &format!("/experiments/{}", m.experiment)).text();
     assert!(html.contains(&format!(
         "name=\"run\" value=\"{}\" form=\"pick\"",

@@ -40,6 +40,42 @@ impl Succeed for Command {
     }
 }
 
+/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
+/// batches of 4, for `consumers` consumers, as JSON lines. More options may
+/// be added after them.
+pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&'a str> {
+    vec![
+        "serve",
+        "--name",
+        name,
+        "--data",
+        data,
+        "--batch-size",
+        "4",
+        "--image-size",
+        "16",
+        "--consumers",
+        consumers,
+        "--json",
+    ]
+}
+
+/// Runs a command to its end and insists that it failed as `batchcast`
+/// fails on a user's error.
+pub trait Fail {
+    /// The command's stderr; panics unless it exited with status 1.
+    fn fail(&mut self) -> String;
+}
+
+impl Fail for Command {
+    fn fail(&mut self) -> String {
+        let out = self.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(out.status.code(), Some(1), "{self:?}: {err}");
+        err
+    }
+}
+
 /// A private socket directory for one test.
 pub struct Env {
     pub dir: tempfile::TempDir,

@@ -50,55 +50,70 @@ fn refused(name: &str, text: &str) -> PlanError {
 
 #[test]
 fn bad_plans_are_refused_with_file_row_and_problem() {
-    let e = refused(
-        "p.csv",
-        "Experiment,Workload,Name,File,Colour\ne,w,a,train.py,red\n",
-    );
-    assert!(e.to_string().contains("unknown column \"Colour\""), "{e}");
-    assert!(e.to_string().contains("p.csv"), "{e}");
-    let e = refused(
-        "p.csv",
-        "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,b,missing.py\n",
-    );
-    assert_eq!(e.row, Some(2));
-    assert!(e.to_string().contains("missing.py does not exist"), "{e}");
-    let e = refused(
-        "p.csv",
-        "Experiment,Workload,Name,File,Collocation\ne,w,a,train.py,MIGGY\n",
-    );
-    assert!(
-        e.to_string().contains("row 1") && e.to_string().contains("MIGGY"),
-        "{e}"
-    );
-    let e = refused(
-        "p.csv",
-        "Experiment,Workload,Name,File,Listeners\ne,w,a,train.py,telepathy\n",
-    );
-    assert!(e.to_string().contains("unknown listener"), "{e}");
-    let e = refused(
-        "p.csv",
-        "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,a,train.py\n",
-    );
-    assert!(e.to_string().contains("appears twice"), "{e}");
-    let e = refused("p.csv", "Experiment,Workload,File\ne,w,train.py\n");
-    assert!(e.to_string().contains("column Name is missing"), "{e}");
-    let e = refused("p.csv", "Experiment,Workload,Name,File\n");
-    assert!(e.to_string().contains("no runs"), "{e}");
-    let e = refused(
-        "p.yaml",
-        "runs:\n  - workload: w\n    name: a\n    file: train.py\n    colour: red\n",
-    );
-    assert!(e.to_string().contains("unknown field `colour`"), "{e}");
-    let e = refused("p.yaml", "runs: [unclosed\n");
-    assert!(e.to_string().contains("not a valid plan"), "{e}");
-    let e = refused(
-        "p.yaml",
-        "experiment: e\nruns:\n  - workload: w\n    name: a\n    file: train.py\n    parameters: {lr: []}\n",
-    );
-    assert_eq!(e.row, Some(1));
-    assert!(e.to_string().contains("\"lr\" has no values"), "{e}");
-    let e = refused("p.txt", "x");
-    assert!(e.to_string().contains(".csv or a .yaml"), "{e}");
+    // Each case: the plan's file name and text, what its error must say,
+    // and the row it must name where the case is about a row.
+    let cases: [(&str, &str, &[&str], Option<usize>); 11] = [
+        (
+            "p.csv",
+            "Experiment,Workload,Name,File,Colour\ne,w,a,train.py,red\n",
+            &["unknown column \"Colour\"", "p.csv"],
+            None,
+        ),
+        (
+            "p.csv",
+            "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,b,missing.py\n",
+            &["missing.py does not exist"],
+            Some(2),
+        ),
+        (
+            "p.csv",
+            "Experiment,Workload,Name,File,Collocation\ne,w,a,train.py,MIGGY\n",
+            &["row 1", "MIGGY"],
+            None,
+        ),
+        (
+            "p.csv",
+            "Experiment,Workload,Name,File,Listeners\ne,w,a,train.py,telepathy\n",
+            &["unknown listener"],
+            None,
+        ),
+        (
+            "p.csv",
+            "Experiment,Workload,Name,File\ne,w,a,train.py\ne,w,a,train.py\n",
+            &["appears twice"],
+            None,
+        ),
+        (
+            "p.csv",
+            "Experiment,Workload,File\ne,w,train.py\n",
+            &["column Name is missing"],
+            None,
+        ),
+        ("p.csv", "Experiment,Workload,Name,File\n", &["no runs"], None),
+        (
+            "p.yaml",
+            "runs:\n  - workload: w\n    name: a\n    file: train.py\n    colour: red\n",
+            &["unknown field `colour`"],
+            None,
+        ),
+        ("p.yaml", "runs: [unclosed\n", &["not a valid plan"], None),
+        (
+            "p.yaml",
+            "experiment: e\nruns:\n  - workload: w\n    name: a\n    file: train.py\n    parameters: {lr: []}\n",
+            &["\"lr\" has no values"],
+            Some(1),
+        ),
+        ("p.txt", "x", &[".csv or a .yaml"], None),
+    ];
+    for (name, text, says, row) in cases {
+        let e = refused(name, text);
+        for s in says {
+            assert!(e.to_string().contains(s), "{name} {text:?}: {e}");
+        }
+        if row.is_some() {
+            assert_eq!(e.row, row, "{name} {text:?}: {e}");
+        }
+    }
 }
 
 #[test]

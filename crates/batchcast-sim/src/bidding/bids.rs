@@ -112,22 +112,20 @@ mod tests {
             id,
             job: 0,
         };
-        assert_eq!(
-            better(&b(2.0, 3, 0.0, 9), &b(1.0, 0, 0.0, 1)),
-            Ordering::Less
-        );
-        assert_eq!(
-            better(&b(1.0, 0, 5.0, 9), &b(1.0, 1, 0.0, 1)),
-            Ordering::Less
-        );
-        assert_eq!(
-            better(&b(1.0, 1, 0.0, 9), &b(1.0, 1, 5.0, 1)),
-            Ordering::Less
-        );
-        assert_eq!(
-            better(&b(1.0, 1, 0.0, 1), &b(1.0, 1, 0.0, 2)),
-            Ordering::Less
-        );
+        // Each pair: the bid that wins, the bid it beats.
+        let wins = [
+            (b(2.0, 3, 0.0, 9), b(1.0, 0, 0.0, 1)),
+            (b(1.0, 0, 5.0, 9), b(1.0, 1, 0.0, 1)),
+            (b(1.0, 1, 0.0, 9), b(1.0, 1, 5.0, 1)),
+            (b(1.0, 1, 0.0, 1), b(1.0, 1, 0.0, 2)),
+        ];
+        for (winner, loser) in &wins {
+            assert_eq!(
+                better(winner, loser),
+                Ordering::Less,
+                "{winner:?} beats {loser:?}"
+            );
+        }
         assert!(Bidder::by_name("srsf").is_err());
         assert_eq!(Bidder::by_name("SRSF").unwrap(), Bidder::Las);
     }

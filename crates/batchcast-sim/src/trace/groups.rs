@@ -100,44 +100,51 @@ mod tests {
         }
     }
 
+    /// Each case: what it shows, the trace, the iterations after halving
+    /// and how many jobs were cut.
     #[test]
-    fn four_jobs_are_cut_to_one_and_two_steps() {
-        // n = 4: steps = 2, step = 1000 / 2 = 500; jobs 1, 2 to <= 500, job 3
-        // to <= 1000, job 4 keeps its 1000.
-        let g = [
-            m("7", "1", 0.0, 1000.0),
-            m("7", "2", 0.0, 800.0),
-            m("7", "3", 0.0, 900.0),
-            m("7", "4", 0.0, 1000.0),
+    fn groups_are_halved_as_the_java_simulator_halves_them() {
+        let cases = [
+            (
+                // n = 4: steps = 2, step = 1000 / 2 = 500; jobs 1, 2 to
+                // <= 500, job 3 to <= 1000, job 4 keeps its 1000. Sorted:
+                // 2 (800), 3 (900), 1 (1000), 4 (1000).
+                "four jobs are cut to one and two steps",
+                vec![
+                    m("7", "1", 0.0, 1000.0),
+                    m("7", "2", 0.0, 800.0),
+                    m("7", "3", 0.0, 900.0),
+                    m("7", "4", 0.0, 1000.0),
+                ],
+                vec![1000.0, 500.0, 500.0, 1000.0],
+                2,
+            ),
+            (
+                // (int) (2_300_000_000 - 100) is negative: Java's insertion
+                // sort leaves the big job first, so it is the one cut (to
+                // 100 / 1) and the 100-iteration job, now last, keeps its
+                // count.
+                "a difference past 2^31 iterations sorts as Java does",
+                vec![m("3", "1", 0.0, 2_300_000_000.0), m("3", "2", 0.0, 100.0)],
+                vec![100.0, 100.0],
+                1,
+            ),
+            (
+                // Group 1 at t = 5 has jobs 1 and 2: steps 1, step 400; job
+                // 1 is already under it.
+                "later arrivals and ungrouped jobs are not cut",
+                vec![
+                    m("1", "1", 5.0, 100.0),
+                    m("1", "2", 5.0, 400.0),
+                    m("1", "3", 9.0, 50.0),
+                    m("", "4", 5.0, 10.0),
+                ],
+                vec![100.0, 400.0, 50.0, 10.0],
+                0,
+            ),
         ];
-        let (it, cut) = halved(&g);
-        // Sorted: 2 (800), 3 (900), 1 (1000), 4 (1000).
-        assert_eq!(it, vec![1000.0, 500.0, 500.0, 1000.0]);
-        assert_eq!(cut, 2);
-    }
-
-    #[test]
-    fn a_difference_past_2_pow_31_iterations_sorts_as_java_does() {
-        // (int) (2_300_000_000 - 100) is negative: Java's insertion sort
-        // leaves the big job first, so it is the one cut (to 100 / 1) and
-        // the 100-iteration job, now last, keeps its count.
-        let g = [m("3", "1", 0.0, 2_300_000_000.0), m("3", "2", 0.0, 100.0)];
-        let (it, cut) = halved(&g);
-        assert_eq!((it, cut), (vec![100.0, 100.0], 1));
-    }
-
-    #[test]
-    fn later_arrivals_and_ungrouped_jobs_are_not_cut() {
-        let g = [
-            m("1", "1", 5.0, 100.0),
-            m("1", "2", 5.0, 400.0),
-            m("1", "3", 9.0, 50.0),
-            m("", "4", 5.0, 10.0),
-        ];
-        // Group 1 at t = 5 has jobs 1 and 2: steps 1, step 400; job 1 is
-        // already under it.
-        let (it, cut) = halved(&g);
-        assert_eq!(it, vec![100.0, 400.0, 50.0, 10.0]);
-        assert_eq!(cut, 0);
+        for (what, g, iterations, cut) in cases {
+            assert_eq!(halved(&g), (iterations, cut), "{what}");
+        }
     }
 }

@@ -3,7 +3,9 @@
 
 pub mod published;
 
-use batchcast_sim::{simulate, ClusterSpec, JobSpec, Outcome, Policy, SimConfig, Slowdown};
+use batchcast_sim::{
+    by_name, simulate, ClusterSpec, JobSpec, Outcome, Policy, SimConfig, Slowdown,
+};
 
 /// A job of `gpus` GPUs arriving at `t` that runs `secs` ideal seconds
 /// (1 s per iteration), crossing machines costs 1.5x, racks 2x.
@@ -25,11 +27,18 @@ pub fn job(id: &str, t: f64, gpus: u32, secs: f64) -> JobSpec {
     }
 }
 
+/// Simulates `jobs` on `spec` under policy `p`.
 pub fn run(spec: ClusterSpec, cfg: &SimConfig, jobs: &[JobSpec], p: &mut dyn Policy) -> Outcome {
     match simulate(&spec, cfg, jobs, p, &mut |_, _| {}) {
         Ok(o) => o,
         Err(e) => panic!("simulation failed: {e}"),
     }
+}
+
+/// Simulates `jobs` on `spec` under the policy called `policy`.
+pub fn run_policy(policy: &str, spec: ClusterSpec, cfg: &SimConfig, jobs: &[JobSpec]) -> Outcome {
+    let mut p = by_name(policy).unwrap_or_else(|e| panic!("policy {policy}: {e}"));
+    run(spec, cfg, jobs, p.as_mut())
 }
 
 /// JCT of job `id`.

@@ -5,7 +5,7 @@
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use batchcast_store::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
@@ -136,6 +136,17 @@ pub fn make_store(path: &Path) -> Made {
 
 /// A dashboard on a free loopback port without a token (`--no-token`),
 /// serving until the test ends.
+/// A store filled by [`make_store`] in a new temporary directory, and a
+/// dashboard serving it: the directory (the store lives as long as it
+/// does), the store's path, what was written and the dashboard's address.
+pub fn served() -> (tempfile::TempDir, PathBuf, Made, SocketAddr) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let made = make_store(&path);
+    let addr = serve(&path);
+    (dir, path, made, addr)
+}
+
 pub fn serve(store: &Path) -> SocketAddr {
     serve_with(UiConfig {
         token: false,
