@@ -331,7 +331,16 @@ fn batchcast_outside(dir: &Path, args: &[&str]) -> std::process::Output {
     if rustix::process::geteuid().is_root() {
         let exe = dir.join("batchcast");
         if !exe.exists() {
-            std::fs::copy(env!("CARGO_BIN_EXE_batchcast"), &exe).unwrap();
+            // Copied by `cp`, in a process of its own: a write descriptor
+            // opened here could be inherited by a child another test thread
+            // is forking, and executing the copy would then fail with
+            // ETXTBSY.
+            let copied = std::process::Command::new("cp")
+                .arg(env!("CARGO_BIN_EXE_batchcast"))
+                .arg(&exe)
+                .status()
+                .unwrap();
+            assert!(copied.success(), "cp of the binary failed");
         }
         std::process::Command::new("setpriv")
             .args(["--reuid=65534", "--regid=65534", "--clear-groups"])
