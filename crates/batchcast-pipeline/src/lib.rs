@@ -9,6 +9,9 @@
 //!   indexes them (labels as torchvision / WebDataset assign them).
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
+//! - [`Selection`] picks which samples an epoch has ([`SelectSpec`]:
+//!   random, label-balanced, RS2, or the top share by a score), from
+//!   `(seed, epoch)`, the same count every epoch.
 //! - [`Transform`] is `RandomResizedCrop + RandomHorizontalFlip` (`Train`) or
 //!   `Resize + CenterCrop` (`Eval`), torchvision's arithmetic to the rounding.
 //! - [`OutputFormat`] is the layout (NHWC / NCHW) and element type (`u8`, or
@@ -76,6 +79,7 @@ mod pipeline;
 mod resample;
 mod rng;
 mod sampler;
+mod select;
 mod transform;
 mod worker;
 mod writer;
@@ -90,4 +94,5 @@ pub use limits::{DecodeLimits, DEFAULT_MAX_PIXELS};
 pub use output::{DType, Layout, OutputFormat};
 pub use pipeline::{BatchReport, OnError, Pipeline, SkipCallback, SkippedSample};
 pub use sampler::{Batches, Sampler};
+pub use select::{SelectSpec, Selection, SELECT_FORMS};
 pub use transform::{center_crop_offsets, resize_output_size, CropBox, Plan, Region, Transform};
