@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use batchcast::{Consumer, ConsumerOptions, Event};
 use batchcast_pipeline::{
-    generate_jpeg_dataset, DType as PixelType, Dataset, GenerateConfig, Layout, OnError,
-    OutputFormat, Pipeline, Transform,
+    generate_jpeg_dataset, write_scores, DType as PixelType, Dataset, GenerateConfig, Layout,
+    OnError, OutputFormat, Pipeline, Selection, Transform,
 };
 use common::Env;
 use serde_json::Value;
@@ -230,7 +230,7 @@ fn serve_select_delivers_the_selection_to_every_consumer_and_decodes_only_it() {
         .map(|i| ((i * 7919) % TOTAL) as f32 / 3.0)
         .collect();
     let file = env.path().join("scores.npy");
-    write_npy_f32(&file, &scores);
+    write_scores(&file, &scores).unwrap();
     let spec = format!("scores={},keep=50", file.display());
     let (seen, _, finished) = serve(&env, &root, &ids, "scores", &["--select", &spec], 2);
     assert_eq!(
@@ -264,7 +264,7 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
         .path;
     let data = root.to_str().unwrap();
     let file = env.path().join("s.npy");
-    write_npy_f32(&file, &[1.0; 5]);
+    write_scores(&file, &[1.0; 5]).unwrap();
     let scores = format!("scores={},keep=50", file.display());
     for (spec, extra, needle) in [
         ("coreset:0.5", None, "label-balanced:R"),
@@ -291,21 +291,77 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
     }
 }
 
-/// Writes `scores` as a float32 `.npy` vector, as `numpy.save` does.
-fn write_npy_f32(path: &Path, scores: &[f32]) {
-    let mut header = format!(
-        "{{'descr': '<f4', 'fortran_order': False, 'shape': ({},), }}",
-        scores.len()
-    );
-    while (10 + header.len() + 1) % 64 != 0 {
-        header.push(' ');
+/// Measures the producer with and without `--select random:50%` on one
+/// dataset, side by side (alternating, twice, after a warm-up run that
+/// brings the files into the page cache): samples/s served, and the
+/// decode work per epoch.
+/// `cargo test --release -p batchcast-cli --test select -- --ignored --nocapture`
+#[test]
+#[ignore = "a measurement: run by hand"]
+fn bench_select_random_half() {
+    let env = Env::new();
+    let config = GenerateConfig {
+        classes: 10,
+        images_per_class: 100,
+        long_side: (200, 300),
+        ..GenerateConfig::default()
+    };
+    let root = generate_jpeg_dataset(&env.path().join("d"), &config, &|_, _| {})
+        .unwrap()
+        .path;
+    let data = root.to_str().unwrap();
+    println!("select           samples/s  decoded/epoch  s/epoch  decoded/s");
+    let runs = [None, None, Some("random:50%"), None, Some("random:50%")];
+    for (run, select) in runs.into_iter().enumerate() {
+        let mut args = vec![
+            "serve",
+            "--name",
+            "bench",
+            "--data",
+            data,
+            "--image-size",
+            "64",
+            "--batch-size",
+            "64",
+            "--epochs",
+            "3",
+            "--no-wait",
+            "--json",
+        ];
+        if let Some(s) = select {
+            args.extend(["--select", s]);
+        }
+        let mut producer = env.spawn(&args);
+        assert!(producer.finish().success(), "{}", producer.stderr_text());
+        let summary = &producer.events("finished")[0]["summary"];
+        let (samples, secs) = (
+            summary["samples"].as_f64().unwrap(),
+            summary["seconds"].as_f64().unwrap(),
+        );
+        let decoded = summary["decoded_per_epoch"][0].as_f64().unwrap();
+        if run == 0 {
+            continue; // the warm-up
+        }
+        println!(
+            "{:<16} {:>9.0}  {:>13}  {:>7.3}  {:>9.0}",
+            select.unwrap_or("(none)"),
+            samples / secs,
+            decoded,
+            secs / 3.0,
+            decoded * 3.0 / secs,
+        );
     }
-    header.push('\n');
-    let mut out = b"\x93NUMPY\x01\x00".to_vec();
-    out.extend((header.len() as u16).to_le_bytes());
-    out.extend(header.as_bytes());
-    for s in scores {
-        out.extend(s.to_le_bytes());
+    // The selection itself, at ImageNet's size (1,281,167 samples of
+    // 1,000 classes): what computing one epoch's costs the producer.
+    let labels: Vec<i64> = (0..1_281_167).map(|i| i % 1000).collect();
+    for spec in ["random:50%", "label-balanced:20%", "rs2:25%"] {
+        let sel = Selection::new(&spec.parse().unwrap(), &labels, 0).unwrap();
+        let t = std::time::Instant::now();
+        let n = sel.indices(1).len();
+        println!(
+            "{spec}: {n} of {} selected in {:.1} ms",
+            labels.len(),
+            t.elapsed().as_secs_f64() * 1e3
+        );
     }
-    std::fs::write(path, out).unwrap();
 }

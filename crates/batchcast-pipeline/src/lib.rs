@@ -62,7 +62,8 @@
 //!   joins them (its image source fills producer slots through [`Pipeline`]).
 //!
 //! With the `generate` feature (off by default), `generate_jpeg_dataset`
-//! writes a synthetic ImageNet-like dataset for demos and benchmarks;
+//! writes a synthetic ImageNet-like dataset for demos and benchmarks,
+//! `write_scores` a `.npy` score vector for `--select scores=FILE`;
 //! [`WebDatasetWriter`] writes WebDataset shards.
 #![deny(missing_docs)]
 
@@ -94,5 +95,7 @@ pub use limits::{DecodeLimits, DEFAULT_MAX_PIXELS};
 pub use output::{DType, Layout, OutputFormat};
 pub use pipeline::{BatchReport, OnError, Pipeline, SkipCallback, SkippedSample};
 pub use sampler::{Batches, Sampler};
+#[cfg(feature = "generate")]
+pub use select::write_scores;
 pub use select::{SelectSpec, Selection, SELECT_FORMS};
 pub use transform::{center_crop_offsets, resize_output_size, CropBox, Plan, Region, Transform};

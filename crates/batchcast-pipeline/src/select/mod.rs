@@ -11,6 +11,8 @@
 mod npy;
 mod spec;
 
+#[cfg(feature = "generate")]
+pub use npy::write_scores;
 pub use spec::{SelectSpec, SELECT_FORMS};
 
 use crate::rng::{Rng, STREAM_SELECT};
@@ -307,8 +309,8 @@ mod tests {
     fn scores_keep_the_top_share_in_dataset_order() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.npy");
-        let scores: Vec<f64> = (0..1100).map(|i| ((i * 7919) % 1100) as f64).collect();
-        npy::write_f64(&p, &scores);
+        let scores: Vec<f32> = (0..1100).map(|i| ((i * 7919) % 1100) as f32).collect();
+        npy::write_scores(&p, &scores).unwrap();
         let spec = format!("scores={},keep=50", p.display());
         let s = sel(&spec, 0);
         let mut want: Vec<usize> = (0..1100).filter(|&i| scores[i] >= 550.0).collect();

@@ -130,13 +130,11 @@ pub(crate) fn read_scores(path: &Path, expect: usize) -> Result<Vec<f64>, Pipeli
     Ok(scores)
 }
 
-/// Writes `scores` as a version-1 float64 `.npy` file, as `numpy.save` does.
-#[cfg(test)]
-pub(crate) fn write_f64(path: &Path, scores: &[f64]) {
-    let mut header = format!(
-        "{{'descr': '<f8', 'fortran_order': False, 'shape': ({},), }}",
-        scores.len()
-    );
+/// A version-1 `.npy` file of the vector `data` (`n` elements of type
+/// `descr`), laid out as `numpy.save` writes it.
+#[cfg(any(test, feature = "generate"))]
+fn encode(descr: &str, n: usize, data: &[u8]) -> Vec<u8> {
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': ({n},), }}");
     while (10 + header.len() + 1) % 64 != 0 {
         header.push(' ');
     }
@@ -145,10 +143,18 @@ pub(crate) fn write_f64(path: &Path, scores: &[f64]) {
     out.extend([1, 0]);
     out.extend((header.len() as u16).to_le_bytes());
     out.extend(header.as_bytes());
-    for s in scores {
-        out.extend(s.to_le_bytes());
-    }
-    std::fs::write(path, out).unwrap();
+    out.extend_from_slice(data);
+    out
+}
+
+/// Writes `scores` as a float32 `.npy` vector, as
+/// `numpy.save(path, scores.astype('float32'))` does (for tests and demos
+/// of `--select scores=FILE,keep=P`).
+#[cfg(any(test, feature = "generate"))]
+pub fn write_scores(path: &Path, scores: &[f32]) -> Result<(), PipelineError> {
+    let data: Vec<u8> = scores.iter().flat_map(|s| s.to_le_bytes()).collect();
+    std::fs::write(path, encode("<f4", scores.len(), &data))
+        .map_err(|e| PipelineError::write(path, e))
 }
 
 #[cfg(test)]
@@ -159,7 +165,11 @@ mod tests {
     fn reads_a_vector_and_refuses_a_wrong_length_naming_both() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.npy");
-        write_f64(&p, &[0.5, -1.0, 3.0]);
+        let data: Vec<u8> = [0.5f64, -1.0, 3.0]
+            .iter()
+            .flat_map(|s| s.to_le_bytes())
+            .collect();
+        std::fs::write(&p, encode("<f8", 3, &data)).unwrap();
         assert_eq!(read_scores(&p, 3).unwrap(), vec![0.5, -1.0, 3.0]);
         let m = read_scores(&p, 4).unwrap_err().to_string();
         assert!(
@@ -172,15 +182,10 @@ mod tests {
     fn reads_float32_and_refuses_other_dtypes_shapes_and_sizes() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("s.npy");
-        let mut bytes = MAGIC.to_vec();
-        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n";
-        bytes.extend([1, 0]);
-        bytes.extend((header.len() as u16).to_le_bytes());
-        bytes.extend(header.as_bytes());
-        bytes.extend(1.5f32.to_le_bytes());
-        bytes.extend(2.5f32.to_le_bytes());
-        std::fs::write(&p, &bytes).unwrap();
+        write_scores(&p, &[1.5, 2.5]).unwrap();
         assert_eq!(read_scores(&p, 2).unwrap(), vec![1.5, 2.5]);
+        let bytes = std::fs::read(&p).unwrap();
+        let header = "{'descr': '<f4', 'fortran_order': False, 'shape': (2,), }\n";
         // Truncated data: the size is refused before the data is read.
         std::fs::write(&p, &bytes[..bytes.len() - 1]).unwrap();
         assert!(read_scores(&p, 2)
