@@ -249,7 +249,8 @@ fn serve_select_delivers_the_selection_to_every_consumer_and_decodes_only_it() {
 }
 
 /// A bad spec names the accepted forms; a scores file of the wrong length
-/// names both lengths; weights where the method defines none are refused.
+/// names both lengths; weights where the method defines none, and a
+/// selection of the synthetic source, are refused.
 #[test]
 fn serve_select_refuses_bad_specs_with_the_fix() {
     let env = Env::new();
@@ -289,6 +290,22 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
             "{spec}: {err}"
         );
     }
+    let out = env
+        .cmd(&[
+            "serve",
+            "--name",
+            "bad",
+            "--synthetic",
+            "--select",
+            "random:0.5",
+        ])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && err.contains("--data PATH"),
+        "{err}"
+    );
 }
 
 /// Measures the producer with and without `--select random:50%` on one
