@@ -5,15 +5,12 @@ and `--select-weights` adds a float32 weights leaf to each batch."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections import Counter
 
+import batchcast
 import numpy as np
 import pytest
-
-import batchcast
+from test_serve_module import start
 
 Image = pytest.importorskip("PIL.Image")
 
@@ -30,17 +27,6 @@ def dataset(tmp_path_factory):
             img = rng.integers(0, 256, (20, 24, 3), dtype=np.uint8)
             Image.fromarray(img).save(root / f"class_{c}" / f"{i}.jpg", quality=90)
     return root
-
-
-def start(args, bc_dir):
-    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
-    return subprocess.Popen(
-        [sys.executable, "-m", "batchcast.serve", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
 
 
 def test_label_balanced_selection_with_weights_through_the_module(dataset, bc_dir):
