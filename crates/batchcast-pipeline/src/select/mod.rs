@@ -119,6 +119,7 @@ impl Selection {
                     .collect();
                 let mut class_of = Vec::with_capacity(len);
                 for (i, l) in labels.iter().enumerate() {
+                    // `names` holds every label, so the search always finds it.
                     let c = names.binary_search(l).unwrap_or_default();
                     classes[c].members.push(i);
                     class_of.push(c);
