@@ -9,6 +9,9 @@
 //!   indexes them (labels as torchvision / WebDataset assign them).
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
+//! - [`Selection`] picks which samples an epoch has ([`SelectSpec`]:
+//!   random, label-balanced, RS2, or the top share by a score), from
+//!   `(seed, epoch)`, the same count every epoch.
 //! - [`Transform`] is `RandomResizedCrop + RandomHorizontalFlip` (`Train`) or
 //!   `Resize + CenterCrop` (`Eval`), torchvision's arithmetic to the rounding.
 //! - [`OutputFormat`] is the layout (NHWC / NCHW) and element type (`u8`, or
@@ -59,7 +62,8 @@
 //!   joins them (its image source fills producer slots through [`Pipeline`]).
 //!
 //! With the `generate` feature (off by default), `generate_jpeg_dataset`
-//! writes a synthetic ImageNet-like dataset for demos and benchmarks;
+//! writes a synthetic ImageNet-like dataset for demos and benchmarks,
+//! `write_scores` a `.npy` score vector for `--select scores=FILE`;
 //! [`WebDatasetWriter`] writes WebDataset shards.
 #![deny(missing_docs)]
 
@@ -76,6 +80,7 @@ mod pipeline;
 mod resample;
 mod rng;
 mod sampler;
+mod select;
 mod transform;
 mod worker;
 mod writer;
@@ -90,4 +95,7 @@ pub use limits::{DecodeLimits, DEFAULT_MAX_PIXELS};
 pub use output::{DType, Layout, OutputFormat};
 pub use pipeline::{BatchReport, OnError, Pipeline, SkipCallback, SkippedSample};
 pub use sampler::{Batches, Sampler};
+#[cfg(feature = "generate")]
+pub use select::write_scores;
+pub use select::{SelectSpec, Selection, SELECT_FORMS};
 pub use transform::{center_crop_offsets, resize_output_size, CropBox, Plan, Region, Transform};

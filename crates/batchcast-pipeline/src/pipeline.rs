@@ -63,6 +63,7 @@ pub struct Pipeline {
     pool: rayon::ThreadPool,
     on_skip: SkipCallback,
     skipped_total: AtomicU64,
+    decoded_total: AtomicU64,
 }
 
 impl fmt::Debug for Pipeline {
@@ -131,6 +132,7 @@ impl Pipeline {
                 );
             }),
             skipped_total: AtomicU64::new(0),
+            decoded_total: AtomicU64::new(0),
         })
     }
 
@@ -223,6 +225,12 @@ impl Pipeline {
         self.skipped_total.load(Ordering::Relaxed)
     }
 
+    /// Samples read and decoded (or attempted, for those skipped) since this
+    /// pipeline was made: the decode work done.
+    pub fn decoded_total(&self) -> u64 {
+        self.decoded_total.load(Ordering::Relaxed)
+    }
+
     /// Produces the samples `indices` of `epoch` into `images` (row `k` at
     /// `k * image_bytes()`) and their labels into `labels`, decoding and
     /// augmenting in parallel, each worker writing its rows in place.
@@ -267,6 +275,7 @@ impl Pipeline {
         if n == 0 || row == 0 {
             return Ok(BatchReport::default());
         }
+        self.decoded_total.fetch_add(n as u64, Ordering::Relaxed);
         let job = Job {
             dataset: &self.dataset,
             transform: &self.transform,

@@ -11,6 +11,8 @@ pub(crate) const STREAM_SHUFFLE: u64 = 0x5348_5546_464c_4531; // "SHUFFLE1"
 pub(crate) const STREAM_SAMPLE: u64 = 0x5341_4d50_4c45_5f31; // "SAMPLE_1"
 /// Stream tag for the per-sample colour and auto-augment draws.
 pub(crate) const STREAM_COLOUR: u64 = 0x434f_4c4f_5552_5f31; // "COLOUR_1"
+/// Stream tag for the per-epoch selection of samples.
+pub(crate) const STREAM_SELECT: u64 = 0x5345_4c45_4354_5f31; // "SELECT_1"
 /// Stream tag for synthetic dataset generation.
 #[cfg(feature = "generate")]
 pub(crate) const STREAM_GENERATE: u64 = 0x4745_4e45_5241_5431; // "GENERAT1"

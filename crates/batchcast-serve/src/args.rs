@@ -62,6 +62,12 @@ impl SourceArgs {
         if self.workers == 0 {
             return Err(ServeError::invalid("--workers must be at least 1"));
         }
+        if self.synthetic && self.images.select.is_some() {
+            return Err(ServeError::invalid(
+                "--select applies to an image dataset (--data PATH): the synthetic source has \
+                 no labels or files to select from; drop --select or serve --data",
+            ));
+        }
         if self.synthetic {
             let s = &self.synth;
             return Ok(Box::new(Synthetic::new(
@@ -110,6 +116,9 @@ impl SourceArgs {
         push("--seed", im.seed.to_string());
         push("--on-error", im.on_error.clone());
         push("--max-pixels", im.max_pixels.to_string());
+        if let Some(spec) = &im.select {
+            push("--select", spec.to_string());
+        }
         if let Some(d) = &self.data {
             push("--data", d.display().to_string());
         }
@@ -121,6 +130,9 @@ impl SourceArgs {
         }
         if im.drop_last {
             f.push("--drop-last".into());
+        }
+        if im.select_weights {
+            f.push("--select-weights".into());
         }
         if im.decode_only {
             f.push("--decode-only".into());

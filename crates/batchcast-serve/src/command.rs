@@ -146,9 +146,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         },
     )?;
     if args.json {
-        let line = serde_json::json!({"event": "listening", "name": args.name,
+        let mut line = serde_json::json!({"event": "listening", "name": args.name,
             "socket": producer.socket_path(), "pid": std::process::id(),
             "samples_per_epoch": source.samples_per_epoch()});
+        if let Some(spec) = &args.source.images.select {
+            line["select"] = spec.to_string().into();
+        }
         face.event(&line.to_string()).map_err(ServeError::Output)?;
     } else {
         let epochs = match (args.epochs, args.idle_timeout) {
@@ -156,8 +159,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             (0, None) => "epochs until stopped".to_string(),
             (n, _) => format!("{n} epochs"),
         };
+        let selected = match &args.source.images.select {
+            Some(spec) => format!(" selected by {spec}"),
+            None => String::new(),
+        };
         eprintln!(
-            "serving {:?} on {} ({} samples per epoch, batch {}, {epochs}); Ctrl-C stops",
+            "serving {:?} on {} ({} samples per epoch{selected}, batch {}, {epochs}); Ctrl-C stops",
             args.name,
             producer.socket_path().display(),
             source.samples_per_epoch(),

@@ -1,14 +1,16 @@
 //! Image datasets through the native pipeline (`batchcast-pipeline`): each
 //! batch is decoded, augmented and collated straight into the producer's
 //! slot, as `(images, labels)`: images `u8` or `f32`, NCHW (what PyTorch
-//! models take) or NHWC; labels `i64`.
+//! models take) or NHWC; labels `i64`. With `--select` an epoch is only the
+//! selected samples (only they are decoded), and with `--select-weights`
+//! each batch is `(images, labels, weights)`, weights `f32`.
 
 use std::path::Path;
 
 use batchcast::{DType, LeafSpec, Node};
 use batchcast_pipeline::{
-    DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, Transform,
-    DEFAULT_MAX_PIXELS,
+    DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, SelectSpec,
+    Selection, Transform, DEFAULT_MAX_PIXELS,
 };
 
 use crate::error::{Result, ServeError};
@@ -68,6 +70,28 @@ pub struct ImageArgs {
     /// level on average (more at hard edges).
     #[arg(long)]
     pub dct_scale: bool,
+    /// Serve a selection of the samples each epoch, computed once for
+    /// every consumer from --seed and the epoch: `random:R` (a fresh
+    /// uniform subset each epoch), `label-balanced:R` (spread evenly over
+    /// the classes), `rs2:R` (RS2: fresh each epoch, no sample again until
+    /// all have been served; `rs2:R,replace` draws each epoch afresh) or
+    /// `scores=FILE,keep=P` (the top P % by a score, FILE a 1-D
+    /// float32/float64 .npy with one score per sample in dataset order).
+    /// R is a fraction (0.25) or a percentage (25, 25%). Only the selected
+    /// samples are decoded; an epoch's length is the selection's.
+    #[arg(long, value_parser = parse_select)]
+    pub select: Option<SelectSpec>,
+    /// With a --select that defines per-sample weights (label-balanced:
+    /// the class's share of the dataset over its share of the selection),
+    /// deliver them as a third leaf of each batch, `f32`.
+    #[arg(long, requires = "select")]
+    pub select_weights: bool,
+}
+
+/// `--select` as clap reads it.
+fn parse_select(text: &str) -> std::result::Result<SelectSpec, String> {
+    text.parse()
+        .map_err(|e: batchcast_pipeline::PipelineError| e.to_string())
 }
 
 impl Default for ImageArgs {
@@ -85,6 +109,8 @@ impl Default for ImageArgs {
             decode_only: false,
             store_size: None,
             dct_scale: false,
+            select: None,
+            select_weights: false,
         }
     }
 }
@@ -93,6 +119,11 @@ impl Default for ImageArgs {
 pub struct Images {
     pipeline: Pipeline,
     sampler: Sampler,
+    /// The samples each epoch serves (all when None); the sampler orders
+    /// positions in it.
+    selection: Option<Selection>,
+    /// Deliver the selection's per-sample weights as a third leaf.
+    weights: bool,
     shape: [usize; 3],
     dtype: DType,
 }
@@ -150,7 +181,27 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
             )))
         }
     };
-    let sampler = Sampler::new(dataset.len(), batch_size as usize)?
+    let selection = match &args.select {
+        Some(spec) => {
+            let labels: Vec<i64> = (0..dataset.len())
+                .map(|i| dataset.label(i).unwrap_or(-1))
+                .collect();
+            Some(Selection::new(spec, &labels, args.seed)?)
+        }
+        None => None,
+    };
+    if args.select_weights && !selection.as_ref().is_some_and(Selection::has_weights) {
+        return Err(ServeError::invalid(format!(
+            "--select-weights: --select {} defines no per-sample weights (label-balanced does); \
+             drop --select-weights",
+            args.select
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )));
+    }
+    let served = selection.as_ref().map_or(dataset.len(), Selection::count);
+    let sampler = Sampler::new(served, batch_size as usize)?
         .with_seed(args.seed)
         .with_shuffle(!args.no_shuffle)
         .with_drop_last(args.drop_last);
@@ -172,6 +223,8 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
     Ok(Images {
         pipeline,
         sampler,
+        selection,
+        weights: args.select_weights,
         shape,
         dtype,
     })
@@ -183,25 +236,39 @@ impl BatchSource for Images {
     }
 
     fn batches(&self, epoch: u64) -> Vec<Vec<u64>> {
+        let selected = self.selection.as_ref().map(|s| s.indices(epoch));
+        let index = |pos: usize| selected.as_ref().map_or(pos, |s| s[pos]) as u64;
         self.sampler
             .batches(epoch)
-            .map(|b| b.into_iter().map(|i| i as u64).collect())
+            .map(|b| b.into_iter().map(index).collect())
             .collect()
+    }
+
+    fn decoded(&self) -> Option<u64> {
+        Some(self.pipeline.decoded_total())
     }
 
     fn spec(&self, rows: u64) -> (Node, Vec<LeafSpec>) {
         let [a, b, c] = self.shape.map(|d| d as u64);
-        (
-            Node::Tuple(vec![Node::Leaf(0), Node::Leaf(1)]),
-            vec![
-                LeafSpec::array(self.dtype, vec![rows, a, b, c]),
-                LeafSpec::array(DType::I64, vec![rows]),
-            ],
-        )
+        let mut tree = vec![Node::Leaf(0), Node::Leaf(1)];
+        let mut leaves = vec![
+            LeafSpec::array(self.dtype, vec![rows, a, b, c]),
+            LeafSpec::array(DType::I64, vec![rows]),
+        ];
+        if self.weights {
+            tree.push(Node::Leaf(2));
+            leaves.push(LeafSpec::array(DType::F32, vec![rows]));
+        }
+        (Node::Tuple(tree), leaves)
     }
 
     fn fill(&self, epoch: u64, indices: &[u64], mut leaves: Vec<&mut [u8]>) -> Result<u64> {
         let missing = || ServeError::invalid("a batch has an images and a labels array");
+        let weights = if self.weights {
+            Some(leaves.pop().ok_or_else(missing)?)
+        } else {
+            None
+        };
         let labels = leaves.pop().ok_or_else(missing)?;
         let images = leaves.pop().ok_or_else(missing)?;
         // SAFETY: any bit pattern is a valid i64; align_to_mut hands back
@@ -215,6 +282,21 @@ impl BatchSource for Images {
         }
         let indices: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
         let report = self.pipeline.fill_batch(epoch, &indices, images, labels)?;
+        if let (Some(out), Some(selection)) = (weights, &self.selection) {
+            // The rows written are the batch's samples less the skipped
+            // ones, in order.
+            let mut skipped = report.skipped.iter().map(|s| s.index).peekable();
+            let written = indices.iter().filter(|&&i| {
+                let gone = skipped.peek() == Some(&i);
+                if gone {
+                    skipped.next();
+                }
+                !gone
+            });
+            for (row, &i) in out.chunks_exact_mut(4).zip(written) {
+                row.copy_from_slice(&selection.weight(i).to_ne_bytes());
+            }
+        }
         Ok(report.rows_written as u64)
     }
 }

@@ -16,7 +16,8 @@
 //!   where event lines go, progress).
 //!
 //! # Invariants
-//! - Every sample of an epoch is published once, in the source's order;
+//! - Every sample of an epoch (with `--select`, of the epoch's selection,
+//!   the same for every consumer) is published once, in the source's order;
 //!   a batch whose samples were all skipped (undecodable files) is not
 //!   published.
 //! - The consumers are told why the stream ended: finished, interrupted,

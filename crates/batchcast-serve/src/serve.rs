@@ -18,6 +18,10 @@ pub struct ServeSummary {
     pub samples: u64,
     /// Wall seconds.
     pub seconds: f64,
+    /// Samples decoded in each completed epoch, where the source decodes
+    /// (an image dataset): with `--select`, the selection's size.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub decoded_per_epoch: Vec<u64>,
     /// True when stopped by an interrupt (a signal).
     pub interrupted: bool,
     /// True when it ended because no consumer was attached for the idle
@@ -45,6 +49,7 @@ pub fn serve(
     let until = ServeUntil::from_epochs(epochs);
     'epochs: while until.wants_epoch(summary.epochs) {
         let epoch = producer.begin_epoch()?;
+        let decoded_before = source.decoded();
         let plan = source.batches(epoch);
         let total = plan.len() as u64;
         for (i, indices) in plan.iter().enumerate() {
@@ -88,6 +93,9 @@ pub fn serve(
         }
         producer.end_epoch()?;
         summary.epochs += 1;
+        if let (Some(before), Some(after)) = (decoded_before, source.decoded()) {
+            summary.decoded_per_epoch.push(after - before);
+        }
     }
     summary.seconds = t0.elapsed().as_secs_f64();
     Ok(summary)

@@ -16,6 +16,11 @@ pub trait BatchSource: Send {
     /// returns the rows actually written (fewer when bad samples were
     /// skipped: the written rows come first).
     fn fill(&self, epoch: u64, indices: &[u64], leaves: Vec<&mut [u8]>) -> Result<u64>;
+    /// Samples decoded so far, where the source decodes (read and decoded,
+    /// or tried and skipped); None for a source that does not.
+    fn decoded(&self) -> Option<u64> {
+        None
+    }
 }
 
 /// Checks a batch size option.
