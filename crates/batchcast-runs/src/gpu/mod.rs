@@ -113,8 +113,9 @@ impl GpuLayer for NoGpus {
 pub fn system() -> Box<dyn GpuLayer> {
     match nvml::NvmlGpus::load() {
         Ok(layer) => Box::new(layer),
+        Err(GpuError::Unavailable { reason }) => Box::new(NoGpus { reason }),
         Err(e) => Box::new(NoGpus {
-            reason: format!("NVML (libnvidia-ml.so.1) could not be loaded: {e}"),
+            reason: e.to_string(),
         }),
     }
 }

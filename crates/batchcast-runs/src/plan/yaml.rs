@@ -124,8 +124,8 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
         let args = strings(&e.params, "params", shlex::split).map_err(at)?;
         let devices = strings(&e.devices, "devices", |s| Some(list(s))).map_err(at)?;
         let listeners = strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(at)?;
-        let collocation =
-            Collocation::parse(e.collocation.as_deref().unwrap_or("-")).map_err(at)?;
+        let collocation = Collocation::parse(e.collocation.as_deref().unwrap_or("-"))
+            .map_err(|e| at(e.to_string()))?;
         let base = PlanRow {
             row,
             experiment,
