@@ -20,6 +20,8 @@
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
 
+#![forbid(unsafe_code)]
+
 mod bidding;
 mod chart;
 mod cluster;
