@@ -34,24 +34,24 @@ thread_local! {
 
 /// Why a checked image could not be stored; raised as `InvalidArgument`.
 #[derive(Debug)]
-enum StoreError {
+enum StoreImageError {
     /// `store_image` was called again from inside itself on this thread.
     Reentered,
     /// The pipeline refused the augmenter or the image.
     Pipeline(PipelineError),
 }
 
-impl From<PipelineError> for StoreError {
+impl From<PipelineError> for StoreImageError {
     fn from(e: PipelineError) -> Self {
-        StoreError::Pipeline(e)
+        StoreImageError::Pipeline(e)
     }
 }
 
-impl std::fmt::Display for StoreError {
+impl std::fmt::Display for StoreImageError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StoreError::Reentered => f.write_str("store_image re-entered"),
-            StoreError::Pipeline(e) => e.fmt(f),
+            StoreImageError::Reentered => f.write_str("store_image re-entered"),
+            StoreImageError::Pipeline(e) => e.fmt(f),
         }
     }
 }
@@ -64,9 +64,11 @@ fn invalid(py: Python<'_>, msg: String) -> PyErr {
 fn with_augmenter<R>(
     size: u32,
     f: impl FnOnce(&Augmenter) -> Result<R, PipelineError>,
-) -> Result<R, StoreError> {
+) -> Result<R, StoreImageError> {
     CACHED.with(|cell| {
-        let mut cached = cell.try_borrow_mut().map_err(|_| StoreError::Reentered)?;
+        let mut cached = cell
+            .try_borrow_mut()
+            .map_err(|_| StoreImageError::Reentered)?;
         let pid = std::process::id();
         let augmenter = match &mut *cached {
             Some((p, s, augmenter)) if *p == pid && *s == size => augmenter,
