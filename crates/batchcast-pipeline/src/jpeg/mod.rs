@@ -468,7 +468,9 @@ mod tests {
             cols: 0..w,
             scale: 8,
         };
-        assert!(decode_rgb_area_into(cut, &mut out, &Default::default(), head).is_err());
+        let e = decode_rgb_area_into(cut, &mut out, &Default::default(), head).unwrap_err();
+        assert_eq!(e, crate::DecodeError::Jpeg("truncated JPEG data".into()));
+        assert_eq!(e.to_string(), "corrupt JPEG: truncated JPEG data");
     }
 
     #[test]
