@@ -21,6 +21,7 @@
 //! `chart` renders SVG into strings.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod bidding;
 mod chart;
