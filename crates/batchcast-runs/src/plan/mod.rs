@@ -23,10 +23,12 @@ pub const MAX_ROWS: usize = 100_000;
 #[derive(Debug, thiserror::Error)]
 #[error("{file}{}: {problem}", row.map(|r| format!(", row {r}")).unwrap_or_default())]
 pub struct PlanError {
+    /// The plan file.
     pub file: PathBuf,
     /// 1-based data row (CSV: the line after the header is row 1; YAML: the
     /// entry of `runs`).
     pub row: Option<usize>,
+    /// What is wrong, and what to do about it.
     pub problem: String,
 }
 
@@ -96,6 +98,7 @@ impl Collocation {
         }
     }
 
+    /// The name a plan writes: `-`, `MPS` or the MIG profile.
     pub fn as_str(&self) -> &str {
         match self {
             Collocation::Plain => "-",
@@ -110,13 +113,19 @@ impl Collocation {
 pub struct PlanRow {
     /// 1-based row in the file (YAML: entry), for messages.
     pub row: usize,
+    /// The experiment the run belongs to.
     pub experiment: String,
+    /// The workload (runs that run together) it belongs to.
     pub workload: String,
+    /// Its name, unique in its workload.
     pub name: String,
     /// The Status column as the plan gives it (CSV); FINISHED rows are skipped.
     pub status: Option<RunStatus>,
+    /// Devices given to the job (GPU indices, MIG UUIDs).
     pub devices: Vec<String>,
+    /// How the jobs of its workload share their GPUs.
     pub collocation: Collocation,
+    /// Listeners that sample the run (`cpu`, `gpu`, ...).
     pub listeners: Vec<String>,
     /// The workload's shared pipeline: a `batchcast serve ...` command line
     /// or a Python producer script.
@@ -133,9 +142,11 @@ pub struct PlanRow {
 /// A checked plan.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// The plan file.
     pub file: PathBuf,
     /// The directory relative paths in the plan are resolved against.
     pub dir: PathBuf,
+    /// Its runs, sweeps expanded, in plan order.
     pub rows: Vec<PlanRow>,
 }
 
