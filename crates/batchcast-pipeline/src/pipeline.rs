@@ -8,7 +8,7 @@ use std::sync::Arc;
 use rayon::prelude::*;
 
 use crate::limits::DecodeLimits;
-use crate::worker::Job;
+use crate::worker::{Job, SampleError};
 use crate::writer::Writer;
 use crate::{Dataset, OutputFormat, PipelineError, Transform};
 
@@ -286,7 +286,7 @@ impl Pipeline {
             seed: self.seed,
             epoch,
         };
-        let results: Vec<Result<(), String>> = self.pool.install(|| {
+        let results: Vec<Result<(), SampleError>> = self.pool.install(|| {
             images[..needed]
                 .par_chunks_mut(row)
                 .zip(indices.par_iter())
@@ -300,7 +300,7 @@ impl Pipeline {
     fn compact(
         &self,
         indices: &[usize],
-        results: Vec<Result<(), String>>,
+        results: Vec<Result<(), SampleError>>,
         images: &mut [u8],
         labels: &mut [i64],
         row: usize,
@@ -317,18 +317,18 @@ impl Pipeline {
                     labels[w] = self.dataset.label(index).unwrap_or(-1);
                     report.rows_written += 1;
                 }
-                Err(reason) if self.on_error == OnError::Fail => {
+                Err(e) if self.on_error == OnError::Fail => {
                     return Err(PipelineError::Sample {
                         index,
                         path: name(),
-                        reason,
+                        reason: e.to_string(),
                     });
                 }
-                Err(reason) => {
+                Err(e) => {
                     let skipped = SkippedSample {
                         index,
                         path: name(),
-                        reason,
+                        reason: e.to_string(),
                     };
                     (self.on_skip)(&skipped);
                     self.skipped_total.fetch_add(1, Ordering::Relaxed);

@@ -4,10 +4,39 @@
 //! `interpolate(..., antialias=True)`), and the horizontal flip.
 
 use fast_image_resize::images::{CroppedImage, Image, ImageRef};
-use fast_image_resize::{FilterType, PixelType, ResizeAlg, ResizeOptions, Resizer};
+use fast_image_resize::{
+    CropBoxError, FilterType, ImageBufferError, PixelType, ResizeAlg, ResizeError, ResizeOptions,
+    Resizer,
+};
 
 use crate::decode::RgbImage;
-use crate::transform::{Plan, Region};
+use crate::transform::{CropBox, Plan, Region};
+
+/// Why a plan could not be applied: a buffer or crop that does not fit the
+/// image (a bug in the plan or the caller's sizes, not bad data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum ResampleError {
+    #[error("decoded image buffer: {0}")]
+    Source(ImageBufferError),
+    #[error("output buffer: {0}")]
+    Output(ImageBufferError),
+    #[error("crop {crop:?} of a {width}x{height} image: {source}")]
+    Crop {
+        crop: CropBox,
+        width: u32,
+        height: u32,
+        source: CropBoxError,
+    },
+    #[error("resize: {0}")]
+    Resize(ResizeError),
+    #[error("crop {w}x{h}+{left}+{top} outside the image")]
+    CopyOutside {
+        w: usize,
+        h: usize,
+        left: usize,
+        top: usize,
+    },
+}
 
 /// A decoded RGB8 HWC image, borrowed: one the pipeline decoded, or one row
 /// of a decoded batch in shared memory.
@@ -36,7 +65,7 @@ pub(crate) fn apply(
     src: ImageView<'_>,
     resizer: &mut Resizer,
     dst: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), ResampleError> {
     resample(plan, src, resizer, dst)?;
     if plan.flip {
         hflip(dst, plan.out_width as usize);
@@ -51,10 +80,10 @@ pub(crate) fn resample(
     src: ImageView<'_>,
     resizer: &mut Resizer,
     dst: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), ResampleError> {
     let (ow, oh) = (plan.out_width, plan.out_height);
     let src_view = ImageRef::new(src.width, src.height, src.data, PixelType::U8x3)
-        .map_err(|e| format!("decoded image buffer: {e}"))?;
+        .map_err(ResampleError::Source)?;
     let bilinear = ResizeOptions::new().resize_alg(ResizeAlg::Convolution(FilterType::Bilinear));
     match plan.region {
         Region::Crop(c) if c.width == ow && c.height == oh => {
@@ -62,13 +91,19 @@ pub(crate) fn resample(
             copy_rect(src, c.left, c.top, ow, oh, dst)?;
         }
         Region::Crop(c) => {
-            let view = CroppedImage::new(&src_view, c.left, c.top, c.width, c.height)
-                .map_err(|e| format!("crop {c:?} of a {}x{} image: {e}", src.width, src.height))?;
+            let view = CroppedImage::new(&src_view, c.left, c.top, c.width, c.height).map_err(
+                |source| ResampleError::Crop {
+                    crop: c,
+                    width: src.width,
+                    height: src.height,
+                    source,
+                },
+            )?;
             let mut out = Image::from_slice_u8(ow, oh, dst, PixelType::U8x3)
-                .map_err(|e| format!("output buffer: {e}"))?;
+                .map_err(ResampleError::Output)?;
             resizer
                 .resize(&view, &mut out, &bilinear)
-                .map_err(|e| format!("resize: {e}"))?;
+                .map_err(ResampleError::Resize)?;
         }
         Region::Window {
             left,
@@ -77,11 +112,11 @@ pub(crate) fn resample(
             height,
         } => {
             let mut out = Image::from_slice_u8(ow, oh, dst, PixelType::U8x3)
-                .map_err(|e| format!("output buffer: {e}"))?;
+                .map_err(ResampleError::Output)?;
             let options = bilinear.crop(left, top, width, height);
             resizer
                 .resize(&src_view, &mut out, &options)
-                .map_err(|e| format!("resize: {e}"))?;
+                .map_err(ResampleError::Resize)?;
         }
     }
     Ok(())
@@ -95,7 +130,7 @@ fn copy_rect(
     w: u32,
     h: u32,
     dst: &mut [u8],
-) -> Result<(), String> {
+) -> Result<(), ResampleError> {
     let (sw, left, top, w, h) = (
         src.width as usize,
         left as usize,
@@ -104,7 +139,7 @@ fn copy_rect(
         h as usize,
     );
     if left + w > sw || top + h > src.height as usize || dst.len() < w * h * 3 {
-        return Err(format!("crop {w}x{h}+{left}+{top} outside the image"));
+        return Err(ResampleError::CopyOutside { w, h, left, top });
     }
     for (y, row) in dst.chunks_exact_mut(w * 3).take(h).enumerate() {
         let start = ((top + y) * sw + left) * 3;

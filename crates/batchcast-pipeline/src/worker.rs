@@ -3,13 +3,33 @@
 //! the steady state allocates nothing.
 
 use std::cell::RefCell;
+use std::io;
 
 use fast_image_resize::Resizer;
 
-use crate::decode::{decode_rgb_area_into, scaled_size, Area, RgbImage};
+use crate::decode::{decode_rgb_area_into, scaled_size, Area, DecodeError, RgbImage};
 use crate::limits::DecodeLimits;
+use crate::resample::{self, ResampleError};
 use crate::writer::Writer;
-use crate::{resample, Dataset, Transform};
+use crate::{Dataset, Transform};
+
+/// Why one sample could not be produced. Its text is the reason a skipped
+/// sample reports, without the file name.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SampleError {
+    /// The encoded file could not be read.
+    #[error("cannot read the file: {0}")]
+    Read(io::Error),
+    /// The file is not a decodable image within the limits.
+    #[error(transparent)]
+    Decode(#[from] DecodeError),
+    /// The transform's plan did not fit the decoded image.
+    #[error(transparent)]
+    Resample(#[from] ResampleError),
+    /// A worker's per-thread buffers were already in use on this thread.
+    #[error("re-entered")]
+    Reentered,
+}
 
 /// Scratch buffers larger than this are released after use, so one huge
 /// image does not pin its memory in every worker for good.
@@ -63,7 +83,7 @@ pub(crate) struct Job<'a> {
 impl Job<'_> {
     /// Produces sample `index` into `out` (exactly one image's bytes).
     /// The error is a reason for the report, without the file name.
-    pub(crate) fn run(&self, index: usize, out: &mut [u8]) -> Result<(), String> {
+    pub(crate) fn run(&self, index: usize, out: &mut [u8]) -> Result<(), SampleError> {
         SCRATCH.with(|cell| match cell.try_borrow_mut() {
             Ok(mut scratch) => {
                 let result = self.run_with(index, out, &mut scratch);
@@ -93,10 +113,10 @@ impl Job<'_> {
         }
     }
 
-    fn run_with(&self, index: usize, out: &mut [u8], s: &mut Scratch) -> Result<(), String> {
+    fn run_with(&self, index: usize, out: &mut [u8], s: &mut Scratch) -> Result<(), SampleError> {
         self.dataset
             .read_sample(index, &mut s.encoded)
-            .map_err(|e| format!("cannot read the file: {e}"))?;
+            .map_err(SampleError::Read)?;
         let plan_for = |w, h| {
             self.transform
                 .plan(w, h, self.seed, self.epoch, index as u64)
@@ -110,11 +130,10 @@ impl Job<'_> {
                 scale,
                 ..plan_for(w, h).source_area(w, h)
             }
-        })
-        .map_err(|e| e.to_string())?;
+        })?;
         let plan = plan_for(s.image.width, s.image.height);
         if self.raw {
-            return resample::apply(&plan, s.image.view(), &mut s.resizer, out);
+            return Ok(resample::apply(&plan, s.image.view(), &mut s.resizer, out)?);
         }
         let bytes = plan.out_width as usize * plan.out_height as usize * 3;
         s.resized.resize(bytes, 0);

@@ -12,7 +12,9 @@
 
 use std::cell::RefCell;
 
-use batchcast_pipeline::{Augmenter, DType, Layout, OutputFormat, Transform, DEFAULT_MAX_PIXELS};
+use batchcast_pipeline::{
+    Augmenter, DType, Layout, OutputFormat, PipelineError, Transform, DEFAULT_MAX_PIXELS,
+};
 use pyo3::prelude::*;
 
 use crate::dlpack::import;
@@ -30,6 +32,30 @@ thread_local! {
     static CACHED: RefCell<Option<(u32, u32, Augmenter)>> = const { RefCell::new(None) };
 }
 
+/// Why a checked image could not be stored; raised as `InvalidArgument`.
+#[derive(Debug)]
+enum StoreImageError {
+    /// `store_image` was called again from inside itself on this thread.
+    Reentered,
+    /// The pipeline refused the augmenter or the image.
+    Pipeline(PipelineError),
+}
+
+impl From<PipelineError> for StoreImageError {
+    fn from(e: PipelineError) -> Self {
+        StoreImageError::Pipeline(e)
+    }
+}
+
+impl std::fmt::Display for StoreImageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StoreImageError::Reentered => f.write_str("store_image re-entered"),
+            StoreImageError::Pipeline(e) => e.fmt(f),
+        }
+    }
+}
+
 fn invalid(py: Python<'_>, msg: String) -> PyErr {
     Exc::InvalidArgument.err(py, msg, &[])
 }
@@ -37,17 +63,17 @@ fn invalid(py: Python<'_>, msg: String) -> PyErr {
 /// Runs `f` with this thread's augmenter for side `size`, made if needed.
 fn with_augmenter<R>(
     size: u32,
-    f: impl FnOnce(&Augmenter) -> Result<R, String>,
-) -> Result<R, String> {
+    f: impl FnOnce(&Augmenter) -> Result<R, PipelineError>,
+) -> Result<R, StoreImageError> {
     CACHED.with(|cell| {
         let mut cached = cell
             .try_borrow_mut()
-            .map_err(|_| "store_image re-entered".to_string())?;
+            .map_err(|_| StoreImageError::Reentered)?;
         let pid = std::process::id();
-        match cached.as_ref() {
-            Some((p, s, _)) if *p == pid && *s == size => {}
-            _ => {
-                if let Some((p, _, old)) = cached.take() {
+        let augmenter = match &mut *cached {
+            Some((p, s, augmenter)) if *p == pid && *s == size => augmenter,
+            slot => {
+                if let Some((p, _, old)) = slot.take() {
                     if p != pid {
                         // Made by the parent: its thread does not exist
                         // here, so it is left alone rather than dropped.
@@ -62,14 +88,11 @@ fn with_augmenter<R>(
                     layout: Layout::Nhwc,
                     dtype: DType::U8,
                 };
-                let augmenter = Augmenter::new(transform, output, 1).map_err(|e| e.to_string())?;
-                *cached = Some((pid, size, augmenter));
+                let augmenter = Augmenter::new(transform, output, 1)?;
+                &mut slot.insert((pid, size, augmenter)).2
             }
-        }
-        match cached.as_ref() {
-            Some((_, _, augmenter)) => f(augmenter),
-            None => Err("no augmenter".into()),
-        }
+        };
+        Ok(f(augmenter)?)
     })
 }
 
@@ -166,11 +189,8 @@ pub(crate) fn store_image(
                 std::slice::from_raw_parts_mut(dst_addr as *mut u8, dst_len),
             )
         };
-        with_augmenter(size, |a| {
-            a.augment(0, pixels, w, h, &[0], out)
-                .map_err(|e| e.to_string())
-        })
+        with_augmenter(size, |a| a.augment(0, pixels, w, h, &[0], out))
     });
     drop((src, dst));
-    result.map_err(|e| invalid(py, e))
+    result.map_err(|e| invalid(py, e.to_string()))
 }

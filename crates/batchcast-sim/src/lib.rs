@@ -21,7 +21,7 @@
 //! `chart` renders SVG into strings.
 
 #![forbid(unsafe_code)]
-#![warn(missing_docs)]
+#![deny(missing_docs)]
 
 mod bidding;
 mod chart;

@@ -31,6 +31,7 @@ const MAX_SAMPLE: usize = 1_000_000;
 /// One run's summaries of the asked metrics.
 #[derive(Clone, Debug, Serialize)]
 pub struct RunSummary {
+    /// The run, with its workload and experiment.
     pub run: RunRow,
     /// `(key, summary)`; `None` when the run has no value of it.
     pub metrics: Vec<(String, Option<MetricSummary>)>,
@@ -53,29 +54,42 @@ pub fn summarize_runs(store: &Store, runs: &[RunId], keys: &[String]) -> Result<
 /// What one workload's collocated runs achieved together.
 #[derive(Clone, Debug, Serialize)]
 pub struct WorkloadSummary {
+    /// Its experiment's name.
     pub experiment: String,
+    /// Its name.
     pub workload: String,
+    /// Its id in the store.
     pub workload_id: i64,
     /// Whether its jobs shared a producer (`Data` set).
     pub shared: bool,
     /// Training runs (the producer's run not counted).
     pub runs: usize,
+    /// Training runs that FINISHED.
     pub finished: usize,
     /// First start to last end, seconds.
     pub wall_s: Option<f64>,
+    /// Samples of all its training runs together.
     pub samples: Option<f64>,
+    /// Aggregate samples/s: the sum of its training runs' rates.
     pub samples_per_s: Option<f64>,
+    /// Mean over its training runs of the share of time they waited for data.
     pub data_wait_share: Option<f64>,
+    /// CPU seconds of all its runs (the producer's included) per 1000 samples.
     pub cpu_s_per_1000_samples: Option<f64>,
+    /// Mean GPU activity over its runs (0..1).
     pub gpu_activity: Option<f64>,
+    /// Sum over its runs of peak PSS (RSS where PSS is missing), bytes.
     pub memory_bytes: Option<f64>,
 }
 
 /// A shared workload against the independent one it is compared with.
 #[derive(Clone, Debug, Serialize)]
 pub struct Speedup {
+    /// The experiment both workloads belong to.
     pub experiment: String,
+    /// The independent workload's name.
     pub independent: String,
+    /// The shared workload's name.
     pub shared: String,
     /// Shared aggregate samples/s over independent.
     pub throughput: f64,

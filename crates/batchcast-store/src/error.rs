@@ -11,29 +11,50 @@ pub enum StoreError {
     #[error(
         "no run store at {path}: run `batchcast run` first, or pass --store with the file it wrote"
     )]
-    Missing { path: PathBuf },
+    Missing {
+        /// The path asked for.
+        path: PathBuf,
+    },
     /// The file is SQLite (or not even that) but not a batchcast store.
     #[error("{path} is not a batchcast run store (application id {found:#x}); pass --store with a file that `batchcast run` wrote")]
-    NotAStore { path: PathBuf, found: i64 },
+    NotAStore {
+        /// The file.
+        path: PathBuf,
+        /// Its SQLite application id.
+        found: i64,
+    },
     /// The store was written by a newer batchcast.
     #[error("{path} has store schema {found}, newer than this batchcast understands ({supported}); upgrade batchcast")]
     NewerSchema {
+        /// The file.
         path: PathBuf,
+        /// Its schema version.
         found: i64,
+        /// The newest schema version this batchcast reads.
         supported: i64,
     },
     /// The directory for the store could not be made.
     #[error("cannot create the directory for the run store {path}: {source}; pass --store with a writable path")]
     CreateDir {
+        /// The store's path.
         path: PathBuf,
+        /// Why the directory could not be made.
         source: std::io::Error,
     },
     /// A run, workload or experiment that the caller named does not exist.
     #[error("{what} not found in the run store; `batchcast runs list` shows what it holds")]
-    NotFound { what: String },
+    NotFound {
+        /// What was asked for, as the user named it.
+        what: String,
+    },
     /// A value in the store that a batchcast writer would never have written.
     #[error("the run store holds a bad value in {field}: {value:?} (was it edited by hand?)")]
-    Corrupt { field: &'static str, value: String },
+    Corrupt {
+        /// The table and column (`runs.status`).
+        field: &'static str,
+        /// The value found.
+        value: String,
+    },
     /// Read-only, in a directory this user cannot write, with commits
     /// still in the `-wal` file, which SQLite cannot read without a `-shm`.
     #[error(
@@ -41,7 +62,10 @@ pub enum StoreError {
          its -wal file; read it as a user who may write the directory, or copy it with \
          `sqlite3 {path} '.backup copy.sqlite'` where it is"
     )]
-    WalUnreadable { path: PathBuf },
+    WalUnreadable {
+        /// The store's path.
+        path: PathBuf,
+    },
     /// An export could not be written.
     #[error("cannot write the export: {0}")]
     Export(String),
@@ -54,7 +78,9 @@ pub enum StoreError {
     /// SQLite itself failed (disk full, file locked for too long, I/O error).
     #[error("run store {path}: {source}")]
     Sqlite {
+        /// The store's path.
         path: PathBuf,
+        /// SQLite's error.
         source: rusqlite::Error,
     },
 }

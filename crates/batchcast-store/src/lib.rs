@@ -25,6 +25,7 @@
 //!   (0700 directories, 0600 files).
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 pub mod access;
 mod axis;

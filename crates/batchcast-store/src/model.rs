@@ -17,10 +17,15 @@ pub type RunId = i64;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "UPPERCASE")]
 pub enum RunStatus {
+    /// Recorded, not started yet.
     Pending,
+    /// Its job is running under a live runner.
     Running,
+    /// Its job exited with status 0.
     Finished,
+    /// Its job failed (a non-zero exit) or could not start.
     Failed,
+    /// Stopped before its job ended by itself.
     Killed,
 }
 
@@ -73,16 +78,22 @@ impl std::str::FromStr for RunStatus {
 /// An experiment: a named group of workloads.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Experiment {
+    /// Its id in the store.
     pub id: ExperimentId,
+    /// Its name.
     pub name: String,
+    /// When it was first recorded, milliseconds since the Unix epoch.
     pub created_ms: i64,
 }
 
 /// A workload: the runs of one experiment that run at the same time.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Workload {
+    /// Its id in the store.
     pub id: WorkloadId,
+    /// The experiment it belongs to.
     pub experiment_id: ExperimentId,
+    /// Its name.
     pub name: String,
     /// The shared pipeline's command; `None` when each job has its own loader.
     pub data: Option<String>,
@@ -93,38 +104,64 @@ pub struct Workload {
 /// What a runner knows of a run before it starts.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct NewRun {
+    /// The run's name.
     pub name: String,
+    /// The job's command line, program first.
     pub command: Vec<String>,
     /// Parameters from the plan, in plan order.
     pub params: Vec<(String, String)>,
+    /// Devices given to the job (GPU indices, MIG UUIDs).
     pub devices: Vec<String>,
+    /// How the job shares its GPUs: `-`, `MPS` or a MIG profile.
     pub collocation: String,
+    /// Listeners sampling the run (`cpu`, `gpu`, ...).
     pub listeners: Vec<String>,
+    /// The machine it runs on.
     pub host: String,
+    /// The plan file it came from, if any.
     pub plan_file: Option<String>,
+    /// Its 1-based row in that plan.
     pub plan_row: Option<i64>,
 }
 
 /// A run as stored.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Run {
+    /// Its id in the store.
     pub id: RunId,
+    /// The workload it belongs to.
     pub workload_id: WorkloadId,
+    /// Its name.
     pub name: String,
+    /// Where it stands.
     pub status: RunStatus,
+    /// The job's command line, program first.
     pub command: Vec<String>,
+    /// Devices given to the job (GPU indices, MIG UUIDs).
     pub devices: Vec<String>,
+    /// How the job shares its GPUs: `-`, `MPS` or a MIG profile.
     pub collocation: String,
+    /// Listeners sampling the run.
     pub listeners: Vec<String>,
+    /// The machine it ran on.
     pub host: String,
+    /// The plan file it came from, if any.
     pub plan_file: Option<String>,
+    /// Its 1-based row in that plan.
     pub plan_row: Option<i64>,
+    /// The job's process id (its group leader), once started.
     pub pid: Option<i64>,
+    /// The runner that owns the run while RUNNING.
     pub runner_pid: Option<i64>,
+    /// The runner's start time (clock ticks since boot), against pid reuse.
     pub runner_start: Option<i64>,
+    /// When the job started, milliseconds since the Unix epoch.
     pub start_ms: Option<i64>,
+    /// When it ended, milliseconds since the Unix epoch.
     pub end_ms: Option<i64>,
+    /// The job's exit code, once it exited.
     pub exit_code: Option<i64>,
+    /// Why it failed or was killed.
     pub message: Option<String>,
     /// Facts about where it ran (host, GPUs, versions), as a JSON object.
     pub env: serde_json::Value,
@@ -160,19 +197,26 @@ impl ParamSource {
 /// A parameter of a run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Param {
+    /// Its name.
     pub key: String,
+    /// Its value, as text.
     pub value: String,
+    /// Where it came from.
     pub source: ParamSource,
 }
 
 /// One value of one metric of one run.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MetricPoint {
+    /// The run it belongs to.
     pub run_id: RunId,
+    /// The metric's name (see `keys` for batchcast's own).
     pub key: String,
     /// The training step, or 0 for metrics sampled by time (listeners).
     pub step: i64,
+    /// When it was taken, milliseconds since the Unix epoch.
     pub ts_ms: i64,
+    /// Its value.
     pub value: f64,
 }
 
@@ -180,11 +224,14 @@ pub struct MetricPoint {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 #[serde(rename_all = "lowercase")]
 pub enum LogStream {
+    /// The job's standard output.
     Stdout,
+    /// The job's standard error.
     Stderr,
 }
 
 impl LogStream {
+    /// The stream's name as stored: `stdout` or `stderr`.
     pub fn as_str(self) -> &'static str {
         match self {
             LogStream::Stdout => "stdout",
@@ -197,16 +244,22 @@ impl LogStream {
 /// ("NVML unavailable: ...", "killed by Ctrl-C").
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct Event {
+    /// When it happened, milliseconds since the Unix epoch.
     pub ts_ms: i64,
+    /// What told it (`runner`, a listener's name, ...).
     pub source: String,
+    /// What happened.
     pub message: String,
 }
 
 /// Which runs a query returns.
 #[derive(Clone, Debug, Default)]
 pub struct RunFilter {
+    /// Only runs of the experiment of this name.
     pub experiment: Option<String>,
+    /// Only runs of workloads of this name.
     pub workload: Option<String>,
+    /// Only runs in this state.
     pub status: Option<RunStatus>,
     /// A substring of the run's name or of any parameter's `key=value`.
     pub search: Option<String>,
@@ -217,20 +270,29 @@ pub struct RunFilter {
 /// A run together with the names of its workload and experiment.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct RunRow {
+    /// Its experiment's name.
     pub experiment: String,
+    /// Its workload's name.
     pub workload: String,
     #[serde(flatten)]
+    /// The run.
     pub run: Run,
 }
 
 /// Summary of one metric over a run (or over several).
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct MetricSummary {
+    /// Values summarised.
     pub count: usize,
+    /// Their mean.
     pub mean: f64,
+    /// Their median.
     pub p50: f64,
+    /// Their 95th percentile.
     pub p95: f64,
+    /// Their largest.
     pub max: f64,
+    /// The last in time order.
     pub last: f64,
 }
 
@@ -356,8 +418,11 @@ mod tests {
 /// A run left RUNNING by a runner that died, and its job as recorded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Orphan {
+    /// The run.
     pub run: RunId,
+    /// Its name.
     pub name: String,
+    /// The runner that owned it.
     pub runner_pid: Option<i64>,
     /// The job's process (its group leader), once started.
     pub pid: Option<i64>,

@@ -40,7 +40,9 @@ pub enum UiError {
         "cannot serve the dashboard on {addr}: {source}; pass another --port (0 picks a free one)"
     )]
     Bind {
+        /// The address asked for.
         addr: String,
+        /// Why it could not be served.
         source: std::io::Error,
     },
     /// A worker thread failed (a bug; the page says so instead of hanging).

@@ -24,6 +24,7 @@
 //!   crate's own files, embedded at build time.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 mod api;
 mod assets;

@@ -44,6 +44,7 @@ pub use op::{apply_op, Op, OP_NAMES};
 
 use crate::resample::{self, ImageView};
 use crate::rng::{Rng, STREAM_COLOUR};
+use crate::worker::SampleError;
 use crate::writer::Writer;
 use crate::{OutputFormat, PipelineError, Transform};
 
@@ -234,7 +235,7 @@ impl Augmenter {
             }
         }
         let raw = self.output.is_raw();
-        let results: Vec<Result<(), String>> = self.pool.install(|| {
+        let results: Vec<Result<(), SampleError>> = self.pool.install(|| {
             out[..n * dst_row]
                 .par_chunks_mut(dst_row)
                 .zip(images[..n * src_row].par_chunks(src_row))
@@ -262,14 +263,12 @@ impl Augmenter {
         key: u64,
         raw: bool,
         dst: &mut [u8],
-    ) -> Result<(), String> {
+    ) -> Result<(), SampleError> {
         let plan = self
             .transform
             .plan(src.width, src.height, self.seed, epoch, key);
         SCRATCH.with(|cell| {
-            let mut scratch = cell
-                .try_borrow_mut()
-                .map_err(|_| "re-entered".to_string())?;
+            let mut scratch = cell.try_borrow_mut().map_err(|_| SampleError::Reentered)?;
             let Scratch {
                 resizer,
                 rgb,

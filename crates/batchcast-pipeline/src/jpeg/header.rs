@@ -8,8 +8,7 @@
 
 use super::huffman::HuffTable;
 
-/// Why parsing stopped: the data is broken.
-pub(crate) type HeaderError = String;
+use super::error::JpegError;
 
 /// One component of the frame and its scan tables.
 #[derive(Debug, Clone, Copy)]
@@ -42,15 +41,15 @@ pub(crate) enum Parsed {
     Unsupported,
 }
 
-fn be16(b: &[u8], at: usize) -> Result<usize, HeaderError> {
+fn be16(b: &[u8], at: usize) -> Result<usize, JpegError> {
     match b.get(at..at + 2) {
         Some(s) => Ok(usize::from(u16::from_be_bytes([s[0], s[1]]))),
-        None => Err("truncated header".into()),
+        None => Err(JpegError::TruncatedHeader),
     }
 }
 
 /// Parses markers from SOI to the first SOS.
-pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, HeaderError> {
+pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, JpegError> {
     let mut pos = 2; // after SOI
     let mut qt = [[0u16; 64]; 4];
     let mut dc: [Option<HuffTable>; 4] = Default::default();
@@ -64,23 +63,23 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, HeaderError> {
             pos += 1;
         }
         let (Some(&0xff), Some(&marker)) = (bytes.get(pos), bytes.get(pos + 1)) else {
-            return Err("no marker where one was expected".into());
+            return Err(JpegError::NoMarker);
         };
         pos += 2;
         if matches!(marker, 0xd0..=0xd7 | 0x01) {
             continue; // no payload
         }
         if marker == 0xd9 {
-            return Err("no image data before EOI".into());
+            return Err(JpegError::NoScan);
         }
         let len = be16(bytes, pos)?;
         let Some(seg) = bytes.get(pos + 2..pos + len).filter(|_| len >= 2) else {
-            return Err(format!("marker {marker:02x}: truncated segment"));
+            return Err(JpegError::TruncatedSegment(marker));
         };
         match marker {
             0xc0 | 0xc1 => {
                 if frame.is_some() {
-                    return Err("two frame headers".into());
+                    return Err(JpegError::TwoFrames);
                 }
                 match parse_sof(seg)? {
                     Some(f) => frame = Some(f),
@@ -100,7 +99,7 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, HeaderError> {
             }
             0xda => {
                 let Some((width, height, mut components)) = frame else {
-                    return Err("scan before frame header".into());
+                    return Err(JpegError::ScanBeforeFrame);
                 };
                 if !scan_covers_frame(seg, &mut components)? {
                     return Ok(Parsed::Unsupported);
@@ -137,19 +136,19 @@ pub(crate) fn parse(bytes: &[u8]) -> Result<Parsed, HeaderError> {
 }
 
 /// `Ok(None)` for a valid frame the baseline decoder does not handle.
-fn parse_sof(seg: &[u8]) -> Result<Option<(usize, usize, Vec<Component>)>, HeaderError> {
+fn parse_sof(seg: &[u8]) -> Result<Option<(usize, usize, Vec<Component>)>, JpegError> {
     if seg.len() < 6 {
-        return Err("short frame header".into());
+        return Err(JpegError::ShortFrame);
     }
     let precision = seg[0];
     let height = be16(seg, 1)?;
     let width = be16(seg, 3)?;
     let n = usize::from(seg[5]);
     if seg.len() < 6 + 3 * n || n == 0 {
-        return Err("short frame header".into());
+        return Err(JpegError::ShortFrame);
     }
     if width == 0 || height == 0 {
-        return Err(format!("unsupported image size {width}x{height}"));
+        return Err(JpegError::BadSize(width, height));
     }
     if precision != 8 || !(n == 1 || n == 3) {
         return Ok(None);
@@ -162,7 +161,7 @@ fn parse_sof(seg: &[u8]) -> Result<Option<(usize, usize, Vec<Component>)>, Heade
             usize::from(c[2]),
         );
         if !(1..=4).contains(&h) || !(1..=4).contains(&v) || tq > 3 {
-            return Err("bad component in frame header".into());
+            return Err(JpegError::BadComponent);
         }
         components.push(Component {
             id: c[0],
@@ -189,10 +188,10 @@ fn parse_sof(seg: &[u8]) -> Result<Option<(usize, usize, Vec<Component>)>, Heade
 
 /// Reads the table selectors of the first scan; `false` unless it is one
 /// interleaved scan of every component in frame order, of the full spectrum.
-fn scan_covers_frame(seg: &[u8], components: &mut [Component]) -> Result<bool, HeaderError> {
-    let n = usize::from(*seg.first().ok_or("short scan header")?);
+fn scan_covers_frame(seg: &[u8], components: &mut [Component]) -> Result<bool, JpegError> {
+    let n = usize::from(*seg.first().ok_or(JpegError::ShortScan)?);
     if seg.len() < 1 + 2 * n + 3 {
-        return Err("short scan header".into());
+        return Err(JpegError::ShortScan);
     }
     if n != components.len() {
         return Ok(false);
@@ -203,19 +202,19 @@ fn scan_covers_frame(seg: &[u8], components: &mut [Component]) -> Result<bool, H
         }
         (c.td, c.ta) = (usize::from(sel[1] >> 4), usize::from(sel[1] & 15));
         if c.td > 3 || c.ta > 3 {
-            return Err("bad Huffman table selector".into());
+            return Err(JpegError::BadTableSelector);
         }
     }
     let spectral = &seg[1 + 2 * n..];
     Ok(spectral[0] == 0 && spectral[1] == 63 && spectral[2] == 0)
 }
 
-fn parse_dqt(mut seg: &[u8], qt: &mut [[u16; 64]; 4]) -> Result<(), HeaderError> {
+fn parse_dqt(mut seg: &[u8], qt: &mut [[u16; 64]; 4]) -> Result<(), JpegError> {
     while let Some((&pq_tq, rest)) = seg.split_first() {
         let (wide, id) = (pq_tq >> 4 != 0, usize::from(pq_tq & 15));
         let size = if wide { 128 } else { 64 };
         if id > 3 || rest.len() < size {
-            return Err("bad quantisation table".into());
+            return Err(JpegError::BadQuantTable);
         }
         for (i, q) in qt[id].iter_mut().enumerate() {
             *q = if wide {
@@ -233,17 +232,17 @@ fn parse_dht(
     mut seg: &[u8],
     dc: &mut [Option<HuffTable>; 4],
     ac: &mut [Option<HuffTable>; 4],
-) -> Result<(), HeaderError> {
+) -> Result<(), JpegError> {
     while seg.len() >= 17 {
         let (class, id) = (seg[0] >> 4, usize::from(seg[0] & 15));
         let mut counts = [0u8; 16];
         counts.copy_from_slice(&seg[1..17]);
         let total: usize = counts.iter().map(|&c| usize::from(c)).sum();
         let Some(symbols) = seg.get(17..17 + total) else {
-            return Err("truncated Huffman table".into());
+            return Err(JpegError::TruncatedHuffmanTable);
         };
         if id > 3 || class > 1 {
-            return Err("bad Huffman table id".into());
+            return Err(JpegError::BadHuffmanTableId);
         }
         let table = HuffTable::new(&counts, symbols, class == 0)?;
         if class == 0 {
@@ -256,6 +255,6 @@ fn parse_dht(
     if seg.is_empty() {
         Ok(())
     } else {
-        Err("trailing bytes in Huffman table segment".into())
+        Err(JpegError::TrailingHuffmanBytes)
     }
 }

@@ -6,6 +6,8 @@
 //! bits: the symbol of any code that short, and (AC tables) the whole
 //! run/value of any coefficient whose code and magnitude bits both fit.
 
+use super::error::JpegError;
+
 /// Bits looked up at once.
 const FAST_BITS: u32 = 10;
 const FAST_SIZE: usize = 1 << FAST_BITS;
@@ -36,7 +38,11 @@ pub(crate) struct HuffTable {
 
 impl HuffTable {
     /// Builds a table from a DHT's 16 code counts and its symbols.
-    pub(crate) fn new(counts: &[u8; 16], symbols: &[u8], is_dc: bool) -> Result<HuffTable, String> {
+    pub(crate) fn new(
+        counts: &[u8; 16],
+        symbols: &[u8],
+        is_dc: bool,
+    ) -> Result<HuffTable, JpegError> {
         let mut fast = Box::new([0u16; FAST_SIZE]);
         let mut maxcode = [0u32; 18];
         let mut delta = [0i32; 17];
@@ -46,7 +52,7 @@ impl HuffTable {
             delta[len as usize] = k as i32 - code as i32;
             for _ in 0..n {
                 if code >= 1 << len {
-                    return Err("overfull Huffman table".into());
+                    return Err(JpegError::OverfullHuffmanTable);
                 }
                 if len <= FAST_BITS {
                     let shift = FAST_BITS - len;
@@ -205,7 +211,7 @@ impl<'a> BitReader<'a> {
 
     /// One symbol; the buffer must hold 16 bits.
     #[inline(always)]
-    fn symbol(&mut self, t: &HuffTable) -> Result<u8, String> {
+    fn symbol(&mut self, t: &HuffTable) -> Result<u8, JpegError> {
         let e = t.fast[self.peek(FAST_BITS) as usize];
         if e != 0 {
             self.consume(u32::from(e >> 8));
@@ -217,14 +223,14 @@ impl<'a> BitReader<'a> {
             len += 1;
         }
         if len > 16 {
-            return Err("bad Huffman code".into());
+            return Err(JpegError::BadHuffmanCode);
         }
         self.consume(len);
         let index = (code >> (16 - len)) as i32 + t.delta[len as usize];
         usize::try_from(index)
             .ok()
             .and_then(|i| t.symbols.get(i).copied())
-            .ok_or_else(|| "bad Huffman code".into())
+            .ok_or(JpegError::BadHuffmanCode)
     }
 
     /// Decodes one block into `out` (natural order, dequantised with `q`,
@@ -238,13 +244,13 @@ impl<'a> BitReader<'a> {
         q: &[u16; 64],
         dc_pred: &mut i32,
         out: &mut [[i32; 8]; 8],
-    ) -> Result<bool, String> {
+    ) -> Result<bool, JpegError> {
         if self.nbits < 32 {
             self.refill();
         }
         let size = u32::from(self.symbol(dc)?);
         if size > 16 {
-            return Err("bad DC size".into());
+            return Err(JpegError::BadDcSize);
         }
         let diff = if size == 0 {
             0
@@ -265,7 +271,7 @@ impl<'a> BitReader<'a> {
                 self.consume((f & 0xff) as u32);
                 k += ((f >> 8) & 0xff) as usize;
                 if k > 63 {
-                    return Err("AC coefficient past the block".into());
+                    return Err(JpegError::AcPastBlock);
                 }
                 let z = ZIGZAG[k];
                 out[z / 8][z % 8] = (f >> 16) * i32::from(q[k]);
@@ -284,7 +290,7 @@ impl<'a> BitReader<'a> {
             }
             k += run;
             if k > 63 {
-                return Err("AC coefficient past the block".into());
+                return Err(JpegError::AcPastBlock);
             }
             let value = extend(self.take(size), size);
             let z = ZIGZAG[k];
@@ -303,9 +309,9 @@ impl<'a> BitReader<'a> {
 
     /// At a restart interval: drops the buffered bits and skips the RSTn
     /// marker (searching forward for it if the data has junk first).
-    pub(crate) fn restart(&mut self) -> Result<(), String> {
+    pub(crate) fn restart(&mut self) -> Result<(), JpegError> {
         if self.overran() {
-            return Err("truncated JPEG data before a restart marker".into());
+            return Err(JpegError::TruncatedBeforeRestart);
         }
         self.bits = 0;
         self.nbits = 0;
@@ -318,7 +324,7 @@ impl<'a> BitReader<'a> {
                 return Ok(());
             }
         }
-        Err("missing restart marker".into())
+        Err(JpegError::MissingRestart)
     }
 }
 

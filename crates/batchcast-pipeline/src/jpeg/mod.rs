@@ -10,6 +10,7 @@
 
 mod bound;
 mod colour;
+mod error;
 mod header;
 mod huffman;
 mod idct;
@@ -19,6 +20,7 @@ use std::ops::Range;
 
 use crate::decode::{check_size, Area, DecodeError, RgbImage};
 pub(crate) use bound::check as check_limits;
+use error::JpegError;
 use header::{Frame, Parsed};
 use huffman::BitReader;
 
@@ -59,7 +61,7 @@ pub(crate) fn decode(
     out: &mut RgbImage,
     area: impl FnOnce(u32, u32) -> Area,
 ) -> Result<Outcome, DecodeError> {
-    let frame = match header::parse(bytes).map_err(DecodeError::Jpeg)? {
+    let frame = match header::parse(bytes)? {
         Parsed::Baseline(frame) => frame,
         Parsed::Unsupported => return Ok(Outcome::Unsupported),
     };
@@ -84,20 +86,18 @@ pub(crate) fn decode(
         cols: clip(wanted.cols, width),
         block: n,
     };
-    SCRATCH
-        .with(|cell| match cell.try_borrow_mut() {
-            Ok(mut scratch) => {
-                let result = dispatch(&frame, bytes, &rows, out, &mut scratch);
-                for plane in &mut scratch.planes {
-                    if plane.capacity() > KEEP_BYTES {
-                        *plane = Vec::new();
-                    }
+    SCRATCH.with(|cell| match cell.try_borrow_mut() {
+        Ok(mut scratch) => {
+            let result = dispatch(&frame, bytes, &rows, out, &mut scratch);
+            for plane in &mut scratch.planes {
+                if plane.capacity() > KEEP_BYTES {
+                    *plane = Vec::new();
                 }
-                result
             }
-            Err(_) => dispatch(&frame, bytes, &rows, out, &mut Scratch::default()),
-        })
-        .map_err(DecodeError::Jpeg)?;
+            result
+        }
+        Err(_) => dispatch(&frame, bytes, &rows, out, &mut Scratch::default()),
+    })?;
     Ok(Outcome::Decoded)
 }
 
@@ -116,7 +116,7 @@ fn dispatch(
     rows: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
-) -> Result<(), String> {
+) -> Result<(), JpegError> {
     #[cfg(target_arch = "x86_64")]
     if std::arch::is_x86_feature_detected!("avx2") {
         // SAFETY: `decode_avx2` only requires AVX2, which this CPU has (checked
@@ -136,7 +136,7 @@ unsafe fn decode_avx2(
     rows: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
-) -> Result<(), String> {
+) -> Result<(), JpegError> {
     decode_frame(f, bytes, rows, out, s)
 }
 
@@ -147,7 +147,7 @@ fn decode_frame(
     wanted: &Wanted,
     out: &mut RgbImage,
     s: &mut Scratch,
-) -> Result<(), String> {
+) -> Result<(), JpegError> {
     let bs = wanted.block;
     let luma = &f.components[0];
     // The decoded image's size, at `bs/8` of the frame's (set by `decode`).
@@ -284,14 +284,14 @@ fn decode_scan(
     mcu_cols: Range<usize>,
     bs: usize,
     s: &mut Scratch,
-) -> Result<(), String> {
+) -> Result<(), JpegError> {
     let luma = &f.components[0];
     let (mcux, mcuy) = (f.width.div_ceil(8 * luma.h), f.height.div_ceil(8 * luma.v));
     let mut tables = Vec::with_capacity(f.components.len());
     for (ci, c) in f.components.iter().enumerate() {
-        let missing = || format!("component {ci}: Huffman table not defined");
-        let dc = f.dc[c.td].as_ref().ok_or_else(missing)?;
-        let ac = f.ac[c.ta].as_ref().ok_or_else(missing)?;
+        let missing = JpegError::MissingHuffmanTable(ci);
+        let dc = f.dc[c.td].as_ref().ok_or(missing)?;
+        let ac = f.ac[c.ta].as_ref().ok_or(missing)?;
         let stride = mcux * c.h * bs;
         s.planes[ci].resize(stride * mcuy * c.v * bs, 0);
         tables.push((dc, ac, &f.qt[c.tq], stride));
@@ -302,7 +302,7 @@ fn decode_scan(
     for my in 0..mcuy.min(mcu_rows.end) {
         // Stop at the end of the data rather than decode padding to the end.
         if reader.overran() {
-            return Err("truncated JPEG data".into());
+            return Err(JpegError::Truncated);
         }
         let row_wanted = mcu_rows.contains(&my);
         for mx in 0..mcux {
@@ -339,7 +339,7 @@ fn decode_scan(
         }
     }
     if reader.overran() {
-        return Err("truncated JPEG data".into());
+        return Err(JpegError::Truncated);
     }
     Ok(())
 }
@@ -468,7 +468,9 @@ mod tests {
             cols: 0..w,
             scale: 8,
         };
-        assert!(decode_rgb_area_into(cut, &mut out, &Default::default(), head).is_err());
+        let e = decode_rgb_area_into(cut, &mut out, &Default::default(), head).unwrap_err();
+        assert_eq!(e, crate::DecodeError::Jpeg("truncated JPEG data".into()));
+        assert_eq!(e.to_string(), "corrupt JPEG: truncated JPEG data");
     }
 
     #[test]

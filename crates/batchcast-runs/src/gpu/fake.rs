@@ -10,6 +10,7 @@ use super::{GpuError, GpuInfo, GpuLayer};
 /// flag that `mps_start`/`mps_stop` flip, counted so tests can check them.
 #[derive(Debug, Default)]
 pub struct FakeGpus {
+    /// The GPUs this fake machine has.
     pub gpus: Vec<GpuInfo>,
     /// The fields every sample returns.
     pub fields: Vec<(String, f64)>,

@@ -26,8 +26,11 @@ pub struct MigInstance {
 /// One GPU as the layer sees it.
 #[derive(Clone, Debug, PartialEq)]
 pub struct GpuInfo {
+    /// Its index, as NVML and `CUDA_VISIBLE_DEVICES` number it.
     pub index: u32,
+    /// Its UUID (`GPU-...`).
     pub uuid: String,
+    /// Its product name, such as `NVIDIA H100 80GB HBM3`.
     pub name: String,
     /// Whether MIG mode is on.
     pub mig_enabled: bool,
@@ -40,12 +43,18 @@ pub struct GpuInfo {
 pub enum GpuError {
     /// No NVML library, no driver, or no GPU: nothing GPU-related can run.
     #[error("no GPU available: {reason}")]
-    Unavailable { reason: String },
+    Unavailable {
+        /// Why, in words.
+        reason: String,
+    },
     /// A GPU was asked for something it does not offer (a metric, MIG).
     #[error("GPU {index}: {what} is not supported ({reason})")]
     NotSupported {
+        /// The GPU asked.
         index: u32,
+        /// What was asked of it.
         what: String,
+        /// Why it cannot give it.
         reason: String,
     },
     /// Starting or stopping the MPS control daemon failed.
@@ -78,6 +87,7 @@ pub trait GpuLayer: Send + Sync + fmt::Debug {
 /// `reason`.
 #[derive(Clone, Debug)]
 pub struct NoGpus {
+    /// Why there is no usable GPU.
     pub reason: String,
 }
 
@@ -113,8 +123,9 @@ impl GpuLayer for NoGpus {
 pub fn system() -> Box<dyn GpuLayer> {
     match nvml::NvmlGpus::load() {
         Ok(layer) => Box::new(layer),
+        Err(GpuError::Unavailable { reason }) => Box::new(NoGpus { reason }),
         Err(e) => Box::new(NoGpus {
-            reason: format!("NVML (libnvidia-ml.so.1) could not be loaded: {e}"),
+            reason: e.to_string(),
         }),
     }
 }

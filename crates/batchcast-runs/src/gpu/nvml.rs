@@ -38,11 +38,17 @@ const GPM_FIELDS: [(GpmMetricId, &str); 5] = [
 
 /// NVML, initialised once per process and kept for its life (GPM samples
 /// borrow it, and NVML's own init is reference-counted and cheap to keep).
-fn nvml() -> Result<&'static Nvml, String> {
-    static NVML: OnceLock<Result<Nvml, String>> = OnceLock::new();
-    NVML.get_or_init(|| Nvml::init().map_err(|e| e.to_string()))
-        .as_ref()
-        .map_err(Clone::clone)
+/// A machine where it cannot be loaded gets [`GpuError::Unavailable`]
+/// saying why.
+fn nvml() -> Result<&'static Nvml, GpuError> {
+    static NVML: OnceLock<Result<Nvml, GpuError>> = OnceLock::new();
+    NVML.get_or_init(|| {
+        Nvml::init().map_err(|e| GpuError::Unavailable {
+            reason: format!("NVML (libnvidia-ml.so.1) could not be loaded: {e}"),
+        })
+    })
+    .as_ref()
+    .map_err(Clone::clone)
 }
 
 /// This machine's GPUs through NVML.
@@ -60,7 +66,7 @@ impl std::fmt::Debug for NvmlGpus {
 
 impl NvmlGpus {
     /// NVML, or why it cannot be used here.
-    pub(super) fn load() -> Result<NvmlGpus, String> {
+    pub(super) fn load() -> Result<NvmlGpus, GpuError> {
         let nvml = nvml()?;
         Ok(NvmlGpus {
             nvml,

@@ -97,7 +97,8 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
             name: cell("Name"),
             status,
             devices: list(&cell("Devices")),
-            collocation: Collocation::parse(&cell("Collocation")).map_err(|e| err(Some(row), e))?,
+            collocation: Collocation::parse(&cell("Collocation"))
+                .map_err(|e| err(Some(row), e.to_string()))?,
             listeners: list(&cell("Listeners")),
             data,
             file: cell("File"),

@@ -23,11 +23,40 @@ pub const MAX_ROWS: usize = 100_000;
 #[derive(Debug, thiserror::Error)]
 #[error("{file}{}: {problem}", row.map(|r| format!(", row {r}")).unwrap_or_default())]
 pub struct PlanError {
+    /// The plan file.
     pub file: PathBuf,
     /// 1-based data row (CSV: the line after the header is row 1; YAML: the
     /// entry of `runs`).
     pub row: Option<usize>,
+    /// What is wrong, and what to do about it.
     pub problem: String,
+}
+
+/// A Collocation cell that names no way of sharing a GPU (the text given).
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("Collocation {0:?} is none of `-`, `MPS` or a MIG profile such as `3g.20gb`")]
+pub struct BadCollocation(pub String);
+
+/// Why a row's File or Data command cannot be started; `what` names which.
+#[derive(Debug, thiserror::Error)]
+enum CommandError {
+    #[error("{what} {} does not exist", path.display())]
+    Missing { what: &'static str, path: PathBuf },
+    #[error(
+        "{what} {} is not executable; make it so (chmod +x) or name its interpreter",
+        path.display()
+    )]
+    NotExecutable { what: &'static str, path: PathBuf },
+    #[error(
+        "{what} {command:?} is neither a file in {} nor a command on PATH; \
+         give its path, or install it",
+        dir.display()
+    )]
+    NotFound {
+        what: &'static str,
+        command: String,
+        dir: PathBuf,
+    },
 }
 
 /// How the jobs of a row share their GPUs.
@@ -42,7 +71,12 @@ pub enum Collocation {
 }
 
 impl Collocation {
-    pub fn parse(s: &str) -> Result<Collocation, String> {
+    /// Reads a plan's Collocation cell: `-` (or empty), `MPS` (any case),
+    /// or a MIG profile such as `3g.20gb`.
+    ///
+    /// # Errors
+    /// [`BadCollocation`] for anything else.
+    pub fn parse(s: &str) -> Result<Collocation, BadCollocation> {
         let t = s.trim();
         if t.is_empty() || t == "-" {
             return Ok(Collocation::Plain);
@@ -60,12 +94,11 @@ impl Collocation {
         if mig {
             Ok(Collocation::Mig(t.to_string()))
         } else {
-            Err(format!(
-                "Collocation {t:?} is none of `-`, `MPS` or a MIG profile such as `3g.20gb`"
-            ))
+            Err(BadCollocation(t.to_string()))
         }
     }
 
+    /// The name a plan writes: `-`, `MPS` or the MIG profile.
     pub fn as_str(&self) -> &str {
         match self {
             Collocation::Plain => "-",
@@ -80,13 +113,19 @@ impl Collocation {
 pub struct PlanRow {
     /// 1-based row in the file (YAML: entry), for messages.
     pub row: usize,
+    /// The experiment the run belongs to.
     pub experiment: String,
+    /// The workload (runs that run together) it belongs to.
     pub workload: String,
+    /// Its name, unique in its workload.
     pub name: String,
     /// The Status column as the plan gives it (CSV); FINISHED rows are skipped.
     pub status: Option<RunStatus>,
+    /// Devices given to the job (GPU indices, MIG UUIDs).
     pub devices: Vec<String>,
+    /// How the jobs of its workload share their GPUs.
     pub collocation: Collocation,
+    /// Listeners that sample the run (`cpu`, `gpu`, ...).
     pub listeners: Vec<String>,
     /// The workload's shared pipeline: a `batchcast serve ...` command line
     /// or a Python producer script.
@@ -103,9 +142,11 @@ pub struct PlanRow {
 /// A checked plan.
 #[derive(Clone, Debug)]
 pub struct Plan {
+    /// The plan file.
     pub file: PathBuf,
     /// The directory relative paths in the plan are resolved against.
     pub dir: PathBuf,
+    /// Its runs, sweeps expanded, in plan order.
     pub rows: Vec<PlanRow>,
 }
 
@@ -240,7 +281,7 @@ impl Plan {
     /// can be started: a `.py` script that exists (run by the interpreter),
     /// an executable file (a path, or a name in the plan's directory), or
     /// a command on PATH. `what` names it in the message.
-    fn find_command(&self, command: &str, what: &str) -> Result<(), String> {
+    fn find_command(&self, command: &str, what: &'static str) -> Result<(), CommandError> {
         use std::os::unix::fs::PermissionsExt;
         let file = self.resolve(command);
         let executable = |p: &Path| {
@@ -250,19 +291,16 @@ impl Plan {
             return if file.is_file() {
                 Ok(())
             } else {
-                Err(format!("{what} {} does not exist", file.display()))
+                Err(CommandError::Missing { what, path: file })
             };
         }
         if command.contains('/') || file != Path::new(command) {
             return if executable(&file) {
                 Ok(())
             } else if file.is_file() {
-                Err(format!(
-                    "{what} {} is not executable; make it so (chmod +x) or name its interpreter",
-                    file.display()
-                ))
+                Err(CommandError::NotExecutable { what, path: file })
             } else {
-                Err(format!("{what} {} does not exist", file.display()))
+                Err(CommandError::Missing { what, path: file })
             };
         }
         let on_path = std::env::var_os("PATH")
@@ -270,11 +308,11 @@ impl Plan {
         if on_path {
             Ok(())
         } else {
-            Err(format!(
-                "{what} {command:?} is neither a file in {} nor a command on PATH; \
-                 give its path, or install it",
-                self.dir.display()
-            ))
+            Err(CommandError::NotFound {
+                what,
+                command: command.to_string(),
+                dir: self.dir.clone(),
+            })
         }
     }
 
@@ -335,7 +373,7 @@ impl Plan {
                 check_listener_name(l).map_err(|e| at(r.row, e))?;
             }
             self.find_command(&r.file, "File")
-                .map_err(|e| at(r.row, e))?;
+                .map_err(|e| at(r.row, e.to_string()))?;
             if let Some(d) = &r.data {
                 let first = shlex::split(d).and_then(|v| v.into_iter().next());
                 match first {
@@ -344,7 +382,7 @@ impl Plan {
                     Some(f) if f == "batchcast" => {}
                     Some(f) => self
                         .find_command(&f, "the Data command")
-                        .map_err(|e| at(r.row, e))?,
+                        .map_err(|e| at(r.row, e.to_string()))?,
                 }
             }
         }

@@ -6,6 +6,25 @@
 //! `rand`'s seeded generators do not promise stable values between
 //! releases.
 
+/// Why a sweep cannot be expanded.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum SweepError {
+    #[error("the sweep has no parameters")]
+    NoParameters,
+    #[error("the sweep parameter {0:?} has no values")]
+    NoValues(String),
+    #[error("a random sweep's count must be at least 1")]
+    ZeroCount,
+    #[error("{what} {n} combinations, and the entries before it leave no room for any")]
+    NoRoom { what: &'static str, n: u128 },
+    #[error("{what} {n} combinations, more than the {left} runs left")]
+    TooMany {
+        what: &'static str,
+        n: u128,
+        left: usize,
+    },
+}
+
 /// How a sweep picks combinations.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Method {
@@ -18,12 +37,12 @@ pub(crate) fn expand(
     parameters: &[(String, Vec<String>)],
     method: Method,
     max: usize,
-) -> Result<Vec<Vec<(String, String)>>, String> {
+) -> Result<Vec<Vec<(String, String)>>, SweepError> {
     if parameters.is_empty() {
-        return Err("the sweep has no parameters".into());
+        return Err(SweepError::NoParameters);
     }
     if let Some((name, _)) = parameters.iter().find(|(_, v)| v.is_empty()) {
-        return Err(format!("the sweep parameter {name:?} has no values"));
+        return Err(SweepError::NoValues(name.clone()));
     }
     match method {
         Method::Grid => {
@@ -53,7 +72,7 @@ pub(crate) fn expand(
         }
         Method::Random { count, seed } => {
             if count == 0 {
-                return Err("a random sweep's count must be at least 1".into());
+                return Err(SweepError::ZeroCount);
             }
             if count > max {
                 return Err(too_many("the random sweep draws", count as u128, max));
@@ -79,11 +98,11 @@ pub(crate) fn expand(
 
 /// Why a sweep of `n` runs does not fit in the `left` runs the plan has
 /// room for.
-fn too_many(what: &str, n: u128, left: usize) -> String {
+fn too_many(what: &'static str, n: u128, left: usize) -> SweepError {
     if left == 0 {
-        format!("{what} {n} combinations, and the entries before it leave no room for any")
+        SweepError::NoRoom { what, n }
     } else {
-        format!("{what} {n} combinations, more than the {left} runs left")
+        SweepError::TooMany { what, n, left }
     }
 }
 

@@ -182,6 +182,42 @@ fn a_sweep_that_would_copy_its_entry_past_the_budget_is_refused_before_it_is_cop
     assert!(e.contains("at most 100000 runs"), "{e}");
 }
 
+/// The typed errors of a YAML entry's fields and sweeps read as the
+/// messages users know.
+#[test]
+fn yaml_field_and_sweep_problems_are_named_in_words() {
+    let entry = "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n";
+    for (extra, message) in [
+        (
+            "    params: \"--note 'open\"\n",
+            "params \"--note 'open\" has an unclosed quote",
+        ),
+        (
+            "    devices: {a: 1}\n",
+            "devices is neither a string nor a list",
+        ),
+        (
+            "    listeners: [[cpu]]\n",
+            "listeners holds a value that is not a scalar",
+        ),
+        (
+            "    parameters: {lr: []}\n",
+            "the sweep parameter \"lr\" has no values",
+        ),
+        (
+            "    parameters: {lr: [1]}\n    method: random\n    count: 0\n",
+            "a random sweep's count must be at least 1",
+        ),
+        (
+            "    collocation: MIGGY\n",
+            "Collocation \"MIGGY\" is none of `-`, `MPS` or a MIG profile such as `3g.20gb`",
+        ),
+    ] {
+        let e = refused("p.yaml", &format!("{entry}{extra}")).to_string();
+        assert!(e.contains(message), "{e}");
+    }
+}
+
 /// A sweep after entries that already fill the plan says how many runs
 /// it asks for and that none are left, not "more than 0 combinations".
 #[test]

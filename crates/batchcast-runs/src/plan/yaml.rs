@@ -66,22 +66,32 @@ fn scalar(v: &Value) -> Option<String> {
     }
 }
 
+/// Why an entry's field is not a list of strings; `what` names the field.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+enum ListError {
+    #[error("{0} holds a value that is not a scalar")]
+    NotScalar(&'static str),
+    #[error("{0} is neither a string nor a list")]
+    NotStringOrList(&'static str),
+    #[error("{what} {text:?} has an unclosed quote")]
+    UnclosedQuote { what: &'static str, text: String },
+}
+
 /// A string or a list of scalars, as a list.
 fn strings(
     v: &Option<Value>,
-    what: &str,
+    what: &'static str,
     split: impl Fn(&str) -> Option<Vec<String>>,
-) -> Result<Vec<String>, String> {
+) -> Result<Vec<String>, ListError> {
     match v {
         None | Some(Value::Null) => Ok(Vec::new()),
         Some(Value::Sequence(items)) => items
             .iter()
-            .map(|i| scalar(i).ok_or_else(|| format!("{what} holds a value that is not a scalar")))
+            .map(|i| scalar(i).ok_or(ListError::NotScalar(what)))
             .collect(),
         Some(other) => {
-            let s =
-                scalar(other).ok_or_else(|| format!("{what} is neither a string nor a list"))?;
-            split(&s).ok_or_else(|| format!("{what} {s:?} has an unclosed quote"))
+            let s = scalar(other).ok_or(ListError::NotStringOrList(what))?;
+            split(&s).ok_or(ListError::UnclosedQuote { what, text: s })
         }
     }
 }
@@ -121,11 +131,13 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
             .experiment
             .or_else(|| file.experiment.clone())
             .unwrap_or_default();
-        let args = strings(&e.params, "params", shlex::split).map_err(at)?;
-        let devices = strings(&e.devices, "devices", |s| Some(list(s))).map_err(at)?;
-        let listeners = strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(at)?;
-        let collocation =
-            Collocation::parse(e.collocation.as_deref().unwrap_or("-")).map_err(at)?;
+        let args = strings(&e.params, "params", shlex::split).map_err(|e| at(e.to_string()))?;
+        let devices =
+            strings(&e.devices, "devices", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
+        let listeners =
+            strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
+        let collocation = Collocation::parse(e.collocation.as_deref().unwrap_or("-"))
+            .map_err(|e| at(e.to_string()))?;
         let base = PlanRow {
             row,
             experiment,

@@ -14,6 +14,7 @@ const MAX_DRAWN: usize = 20_000;
 /// The kinds of file a chart is written as.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
+    /// Scalable vector graphics, as drawn.
     Svg,
     /// Rendered at twice the SVG's size, for print.
     Png,
