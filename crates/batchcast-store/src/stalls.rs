@@ -32,12 +32,19 @@ pub enum StallsError {
     /// The file could not be read (missing, unreadable, too large).
     #[error("cannot read the stalls analysis {path}: {source}; pass the file that `python -m batchcast.stalls --json-out` wrote")]
     Read {
+        /// The file.
         path: PathBuf,
+        /// Why it could not be read.
         source: std::io::Error,
     },
     /// The file is not an analysis of a layout this reader knows.
     #[error("{path} is not a stalls analysis this batchcast reads: {source}")]
-    File { path: PathBuf, source: ReportError },
+    File {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with its contents.
+        source: ReportError,
+    },
     /// The analysis is not of a layout this reader knows.
     #[error(transparent)]
     Report(#[from] ReportError),
@@ -56,10 +63,16 @@ pub enum ReportError {
          `pip show batchcast` must be the same release)",
         known_versions()
     )]
-    UnknownVersion { found: String },
+    UnknownVersion {
+        /// The version the analysis names.
+        found: String,
+    },
     /// A field is missing or of the wrong kind.
     #[error("{0} (was it written by `python -m batchcast.stalls`?)")]
-    Layout(serde_json::Error),
+    Layout(
+        /// Where and how the JSON differs from the layout.
+        serde_json::Error,
+    ),
 }
 
 /// A `batchcast stalls` analysis, the fields the run store records.
@@ -92,18 +105,26 @@ pub struct StallsReport {
 /// The figures of one mode; each named in [`STALLS_MODE_FIGURES`].
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct ModeFigures {
+    /// Training steps per second.
     pub steps_per_s: Option<f64>,
+    /// Samples per second.
     pub samples_per_s: Option<f64>,
+    /// Seconds per step, on average.
     pub step_s: Option<f64>,
+    /// Mean seconds a step waited for its batch.
     pub wait_mean: Option<f64>,
+    /// Median seconds a step waited for its batch.
     pub wait_p50: Option<f64>,
+    /// 95th percentile of the seconds a step waited for its batch.
     pub wait_p95: Option<f64>,
+    /// CPU seconds of the process tree per 1,000 samples.
     pub cpu_per_1000: Option<f64>,
 }
 
 /// One data stall (`fetch`, `prep`, `fetch+prep`, `communication`).
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Stall {
+    /// Which stall: `fetch`, `prep`, `fetch+prep` or `communication`.
     pub name: String,
     /// Seconds of each step spent waiting for it.
     pub per_step_s: f64,
@@ -114,6 +135,7 @@ pub struct Stall {
 /// The prediction for `jobs` collocated copies.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Prediction {
+    /// How many copies run together.
     pub jobs: u32,
     /// Aggregate samples/s with a loader each.
     pub independent: f64,
@@ -127,7 +149,9 @@ pub struct Prediction {
 /// Aggregate samples/s of copies measured together by `--validate`.
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 pub struct Measured {
+    /// Aggregate samples/s of the copies with a loader each.
     pub independent: f64,
+    /// Aggregate samples/s of the copies reading one shared producer.
     pub shared: f64,
 }
 
