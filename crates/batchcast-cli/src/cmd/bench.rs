@@ -24,8 +24,8 @@ use batchcast::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{cpu_secs, Who};
 use crate::out::outln;
+use batchcast_proc::{cpu_secs, Who};
 
 /// Arguments of `batchcast bench`.
 #[derive(Debug, clap::Args)]

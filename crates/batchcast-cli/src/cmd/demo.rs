@@ -237,7 +237,7 @@ fn default_cache_dir() -> PathBuf {
 fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFigures> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let name = format!("demo-{}", std::process::id());
-    let cpu0 = crate::cpu::cpu_secs(crate::cpu::Who::Children);
+    let cpu0 = batchcast_proc::cpu_secs(batchcast_proc::Who::Children);
     let t0 = Instant::now();
     let mut producer: Option<Child> = None;
     if mode == Mode::Shared {
@@ -336,7 +336,7 @@ fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFi
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = crate::cpu::cpu_secs(crate::cpu::Who::Children) - cpu0;
+    let cpu = batchcast_proc::cpu_secs(batchcast_proc::Who::Children) - cpu0;
     let mut figures = Vec::new();
     let mut samples = 0;
     for d in done {

@@ -83,9 +83,7 @@ pub fn host_name() -> String {
 
 /// Start time of a process (clock ticks after boot), against pid reuse.
 pub fn process_start(pid: i64) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    batchcast_proc::procfs::start_time(pid)
 }
 
 /// Runs `plan`; returns what happened. Rows fail on their own (a job that
