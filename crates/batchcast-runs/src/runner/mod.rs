@@ -422,7 +422,7 @@ fn drive(
         for j in started
             .jobs
             .iter_mut()
-            .filter(|j| !j.recorded && j.exit.is_some())
+            .filter(|j| !j.recorded && j.exited())
         {
             let status = record(store, j, label, &mut *opts.progress)?;
             ended.insert(j.run, status);
@@ -445,7 +445,7 @@ fn drive(
             let lines: Vec<String> = started
                 .jobs
                 .iter()
-                .filter(|j| j.exit.is_none())
+                .filter(|j| !j.exited())
                 .map(|j| format!("  {}: {}", j.name, j.last_line()))
                 .collect();
             (opts.progress)(&format!(
