@@ -26,6 +26,8 @@ pub struct Stat {
     pub pgrp: i32,
     /// utime + stime, clock ticks.
     pub cpu_ticks: u64,
+    /// cutime + cstime: children it has waited for, clock ticks.
+    pub children_cpu_ticks: u64,
     /// Threads.
     pub threads: u64,
     /// Start time after boot, clock ticks.
@@ -45,6 +47,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
         ppid: f.get(1)?.parse().ok()?,
         pgrp: f.get(2)?.parse().ok()?,
         cpu_ticks: num(14)? + num(15)?,
+        children_cpu_ticks: num(16)? + num(17)?,
         threads: num(20)?,
         start: num(22)?,
         rss_pages: num(24)?,
@@ -114,9 +117,10 @@ mod tests {
         let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 5 0 123456 1000000 300 18446744073709551615";
         let s = parse_stat(line).unwrap();
         assert_eq!(
-            (s.ppid, s.pgrp, s.cpu_ticks, s.threads, s.start, s.rss_pages),
-            (1, 4242, 300, 5, 123456, 300)
+            (s.ppid, s.pgrp, s.cpu_ticks, s.children_cpu_ticks),
+            (1, 4242, 300, 10)
         );
+        assert_eq!((s.threads, s.start, s.rss_pages), (5, 123456, 300));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S 1"), None);
     }

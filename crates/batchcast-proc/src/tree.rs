@@ -204,6 +204,7 @@ mod tests {
             ppid: if pid == root { 1 } else { root },
             pgrp: root,
             cpu_ticks,
+            children_cpu_ticks: 0,
             threads: 1,
             start,
             rss_pages: 1,

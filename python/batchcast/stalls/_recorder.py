@@ -13,7 +13,7 @@ import time
 from typing import Any, Callable, List, Optional
 
 from . import _protocol
-from ._cpu import machine_busy_seconds, tree_cpu_seconds
+from .._native import machine_busy_seconds, tree_cpu_seconds
 
 #: At most this many steps past the warm-up are spent catching up with a
 #: shared producer (three windows of the producer :mod:`_mark` starts).

@@ -10,13 +10,12 @@ output.
 import glob
 import json
 import os
-import signal
-import subprocess
 import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Dict, FrozenSet, List, Optional, Sequence
 
+from .. import _native
 from . import _protocol
 
 MAX_RESULT_BYTES = 64 << 20
@@ -38,7 +37,7 @@ class Job:
     env: Dict[str, str] = field(default_factory=dict)
     expect_result: bool = True
     ranks: int = 1
-    proc: Optional["subprocess.Popen[bytes]"] = None
+    proc: Optional[_native.Process] = None
     log: str = ""
     #: Run on these CPUs only (Linux ``sched_setaffinity``); None: anywhere.
     cpus: Optional[FrozenSet[int]] = None
@@ -79,36 +78,25 @@ def can_pin() -> bool:
 
 
 def start(job: Job) -> None:
+    """Starts the job in a process group of its own (the one supervisor,
+    in Rust), its output in ``output.log``; held to its CPUs before the
+    script runs, so that everything it starts (data-loader workers too)
+    inherits them."""
     job.log = os.path.join(job.out, "output.log")
     env = dict(os.environ)
     env.update(job.env)
-    cpus = job.cpus
-    # The child holds itself to its CPUs before it runs the script, so that
-    # everything it starts (data-loader workers too) inherits them.
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None
-    with open(job.log, "wb") as log:
-        try:
-            job.proc = subprocess.Popen(
-                list(job.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin,
-            )
-        except (OSError, subprocess.SubprocessError) as e:
-            why = e.strerror if isinstance(e, OSError) else str(e)
-            raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {why}") from e
+    cpus = sorted(job.cpus) if job.cpus is not None else None
+    try:
+        job.proc = _native.Process(list(job.command), env, stdout="log", stderr="log", log=job.log, cpus=cpus)
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {why}") from e
 
 
 def _kill(job: Job) -> None:
-    if job.proc is None or job.proc.poll() is not None:
-        return
-    try:
-        os.killpg(job.proc.pid, signal.SIGTERM)
-        job.proc.wait(5)
-    except (OSError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        job.proc.wait()
+    """SIGTERM to the job's group, SIGKILL after 5 s; waits for it."""
+    if job.proc is not None:
+        job.proc.stop(5.0)
 
 
 def results_of(job: Job) -> List[dict]:
