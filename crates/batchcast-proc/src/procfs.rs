@@ -20,6 +20,8 @@ pub fn read(path: impl AsRef<Path>) -> Option<String> {
 /// The fields of `/proc/PID/stat` batchcast uses.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Stat {
+    /// State: 'R' running, 'S' sleeping, 'T' stopped, 'Z' zombie, ...
+    pub state: char,
     /// Parent's pid.
     pub ppid: i32,
     /// Process group.
@@ -44,6 +46,7 @@ pub fn parse_stat(text: &str) -> Option<Stat> {
     // f[0] is field 3 (state): field N is f[N - 3].
     let num = |n: usize| f.get(n - 3)?.parse::<u64>().ok();
     Some(Stat {
+        state: f.first()?.chars().next()?,
         ppid: f.get(1)?.parse().ok()?,
         pgrp: f.get(2)?.parse().ok()?,
         cpu_ticks: num(14)? + num(15)?,
@@ -117,8 +120,8 @@ mod tests {
         let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 250 50 7 3 20 0 5 0 123456 1000000 300 18446744073709551615";
         let s = parse_stat(line).unwrap();
         assert_eq!(
-            (s.ppid, s.pgrp, s.cpu_ticks, s.children_cpu_ticks),
-            (1, 4242, 300, 10)
+            (s.state, s.ppid, s.pgrp, s.cpu_ticks, s.children_cpu_ticks),
+            ('S', 1, 4242, 300, 10)
         );
         assert_eq!((s.threads, s.start, s.rss_pages), (5, 123456, 300));
         assert_eq!(parse_stat("garbage"), None);

@@ -201,6 +201,7 @@ mod tests {
 
     fn stat(pid: i32, root: i32, start: u64, cpu_ticks: u64) -> (i32, Stat) {
         let s = Stat {
+            state: 'S',
             ppid: if pid == root { 1 } else { root },
             pgrp: root,
             cpu_ticks,
