@@ -80,6 +80,6 @@ def main(train: Callable[[argparse.Namespace], None], sweep: List[List[str]]) ->
         trainers = [subprocess.Popen([sys.executable, script, "trainer", *common, *extra])
                     for extra in sweep]
         producer = subprocess.Popen([sys.executable, script, "producer", *common,
-                                     f"--workers={args.workers}", "--idle-timeout=3"])
+                                     f"--workers={args.workers}", "--idle-timeout=15"])
         codes = [t.wait() for t in trainers] + [producer.wait()]
         sys.exit(max(codes))

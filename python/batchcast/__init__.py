@@ -19,9 +19,15 @@ A decoded stream (``batchcast serve --decode-only``) from a Python dataset:
 :class:`DecodedImages`; consumers augment it with ``transform=``.
 Under ``batchcast run``, :func:`log_metrics` and :func:`log_params` record
 a script's own values in its run.
+A trainer chooses the samples worth a step for its own model, on its own
+device, with :mod:`batchcast.select`.
 Every error derives from :class:`BatchcastError`.
 """
 
+from . import select
+from ._consumer import Consumer, EpochInfo
+from ._decoded import DecodedImages, store_image
+from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._native import (
     BatchcastError,
     BatchTooLarge,
@@ -41,9 +47,6 @@ from ._native import (
     UsageError,
     __version__,
 )
-from ._consumer import Consumer, EpochInfo
-from ._decoded import DecodedImages, store_image
-from ._metrics import log_metric, log_metrics, log_param, log_params
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
 
@@ -60,6 +63,7 @@ __all__ = [
     "StreamSpec",
     "ArraySpec",
     "StreamMismatch",
+    "select",
     "BatchcastError",
     "BatchTooLarge",
     "FellBehind",

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Optional
+from typing import Any
 
 from . import _native
 from ._device import Transfers
@@ -14,8 +14,8 @@ class Augment:
     """A consumer's ``transform=``: augments each decoded batch into fresh
     memory of this process (see :mod:`batchcast.transforms`)."""
 
-    def __init__(self, transform: Any, seed: Optional[int], threads: int, fmt: str,
-                 transfers: Optional[Transfers]) -> None:
+    def __init__(self, transform: Any, seed: int | None, threads: int, fmt: str,
+                 transfers: Transfers | None) -> None:
         from . import transforms
 
         if isinstance(transform, transforms.RandomResizedCrop):
@@ -47,6 +47,7 @@ class Augment:
         # Into the augmenter's own reused memory (no page faults of a fresh
         # batch); it is reused only once every array viewing it is freed.
         view = self._native.augment_pooled(images, epoch, first_key)
+        out: Any
         if self._format == "torch":
             import torch
 

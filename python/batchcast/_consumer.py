@@ -7,8 +7,9 @@ import importlib.util
 import os
 import sys
 import time
+from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any, Callable, Iterator, NamedTuple, Optional, Union
+from typing import Any, Callable, NamedTuple
 
 from . import _native
 from ._augment import Augment
@@ -27,16 +28,16 @@ class EpochInfo(NamedTuple):
 
     epoch: int
     #: Samples this consumer receives in it (None: the producer did not say).
-    samples: Optional[int]
+    samples: int | None
     #: Batches this consumer receives in it (None: unknown).
-    batches: Optional[int]
+    batches: int | None
     #: This consumer's batch size.
     batch_size: int
     #: True when the consumer joined mid-epoch (join="now").
     partial: bool
 
 
-def _resolve_format(fmt: Optional[str], device: str) -> str:
+def _resolve_format(fmt: str | None, device: str) -> str:
     if fmt is None:
         fmt = "torch" if importlib.util.find_spec("torch") is not None else "numpy"
     if fmt not in ("torch", "numpy"):
@@ -126,8 +127,8 @@ class Consumer:
         dir: the socket directory (see :class:`batchcast.Producer`).
         copy_on_write: in-place writes to batch tensors land on private
             copies of the pages written instead of SIGSEGV (see above); costs
-            a scan of each reused slot's page table (README: "Batches are
-            read-only shared memory"). Ignored with a CUDA ``device``: the
+            a scan of each reused slot's page table (docs/share.md: "Batches
+            are read-only shared memory"). Ignored with a CUDA ``device``: the
             batches are then device tensors, and the arena is mapped shared
             and read-only, as page-locking for the GPU needs.
         on_evict: if a producer with ``lag_policy="evict"`` evicts this
@@ -165,21 +166,21 @@ class Consumer:
 
     def __init__(
         self,
-        name: Optional[str] = None,
-        batch_size: Optional[int] = None,
+        name: str | None = None,
+        batch_size: int | None = None,
         *,
         drop_last: bool = False,
         join: str = "catch-up",
-        connect_timeout: Optional[float] = None,
+        connect_timeout: float | None = None,
         device: Any = "cpu",
-        format: Optional[str] = None,
-        label: Optional[str] = None,
-        dir: Union[str, "os.PathLike[str]", None] = None,
+        format: str | None = None,
+        label: str | None = None,
+        dir: str | os.PathLike[str] | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
-        expect: Optional[dict] = None,
+        expect: dict | None = None,
         transform: Any = None,
-        seed: Optional[int] = None,
+        seed: int | None = None,
         transform_threads: int = 2,
         transform_prefetch: bool = True,
     ) -> None:
@@ -209,9 +210,9 @@ class Consumer:
         self._augment = None
         #: The event taken ahead of the loop (see transform_prefetch): the
         #: next one every reader of events takes, before next_event().
-        self._pending: Optional[Pending] = None
+        self._pending: Pending | None = None
         self._prefetch = bool(transform_prefetch) and transform is not None
-        self._executor: Optional[ThreadPoolExecutor] = None
+        self._executor: ThreadPoolExecutor | None = None
         if transform is not None:
             self._augment = Augment(transform, seed, transform_threads, self._format, self._transfers)
         self._convert = _converter(self._format, name)
@@ -240,7 +241,7 @@ class Consumer:
         )
         self._spec = StreamSpec(self._native.welcome())
         #: Array expectations left to check on the first batch.
-        self._expect_arrays: Optional[dict] = None
+        self._expect_arrays: dict | None = None
         if expect is not None:
             try:
                 if not check_expect(self._spec, expect, name):
@@ -256,11 +257,11 @@ class Consumer:
         self._generation = 0
         #: The generation of the iterator reading the current epoch; None
         #: when no loop owns it (none began, or the last one left early).
-        self._owner: Optional[int] = None
+        self._owner: int | None = None
         self._in_epoch = False
-        self._current: Optional[EpochInfo] = None
-        self._last_full: Optional[EpochInfo] = None
-        self._finished: Optional[tuple] = None
+        self._current: EpochInfo | None = None
+        self._last_full: EpochInfo | None = None
+        self._finished: tuple | None = None
         self._sampler = StreamSampler(name, self._samples_per_epoch)
         self._dataset = StreamDataset(name, self._samples_per_epoch)
         self._batch_sampler = StreamBatchSampler(
@@ -275,17 +276,17 @@ class Consumer:
         return self._native.name
 
     @property
-    def epoch(self) -> Optional[int]:
+    def epoch(self) -> int | None:
         """The epoch in progress or last read (from 0); None before the first."""
         return None if self._current is None else self._current.epoch
 
     @property
-    def epoch_info(self) -> Optional[EpochInfo]:
+    def epoch_info(self) -> EpochInfo | None:
         """The epoch in progress or last read, as this consumer sees it."""
         return self._current
 
     @property
-    def batch_size(self) -> Optional[int]:
+    def batch_size(self) -> int | None:
         """This consumer's batch size (None until known)."""
         if self._requested_batch_size is not None:
             return self._requested_batch_size
@@ -457,7 +458,7 @@ class Consumer:
         announce its epoch size."""
         return self._full_batches()
 
-    def _first_epoch_batches(self) -> Optional[int]:
+    def _first_epoch_batches(self) -> int | None:
         """Batches of the partial first epoch a ``join="now"`` consumer
         joined, from the welcome; None when its first epoch is a full one."""
         w = self._native.welcome()
@@ -581,6 +582,7 @@ class Consumer:
         if not pending.waiting:
             return pending
         # A prefetch thread is waiting for it, or has taken it.
+        assert pending.future is not None, "a waiting event has the prefetch thread's task"
         t0 = time.monotonic()
         try:
             event, batch, error = pending.future.result()
@@ -657,7 +659,7 @@ class Consumer:
             )
             self._pending = Pending(None, task, None, waiting=True)
             return
-        future: Optional[Future] = None
+        future: Future | None = None
         if event[0] == "batch":
             try:
                 views = unflatten(event[3], event[4], self._convert)
@@ -682,7 +684,7 @@ class Consumer:
             self._last_full = info
         self._in_epoch = True
 
-    def _finished_error(self, cut_short: Optional[int] = None) -> BaseException:
+    def _finished_error(self, cut_short: int | None = None) -> BaseException:
         """ProducerFinished for a loop after the stream's end, or, with
         ``cut_short`` (the batches the loop got of it), for the loop whose
         epoch the end cut short."""
@@ -748,7 +750,7 @@ class Consumer:
             except Exception:  # interpreter shutdown; nothing to report to
                 pass
 
-    def __enter__(self) -> "Consumer":
+    def __enter__(self) -> Consumer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

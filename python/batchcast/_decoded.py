@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Tuple
+from typing import Any
 
 from . import _native
 from ._modules import types_of
@@ -97,7 +97,7 @@ class DecodedImages:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: Any) -> Tuple[Any, Any]:
+    def __getitem__(self, index: Any) -> tuple[Any, Any]:
         sample = self.dataset[index]
         if not (isinstance(sample, (tuple, list)) and len(sample) == 2):
             raise TypeError(

@@ -30,8 +30,9 @@ from __future__ import annotations
 
 import threading
 from collections import deque
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any, Callable, Deque, Iterator, List, Optional, Protocol, Tuple
+from typing import Any, Callable, Protocol
 
 from . import _native
 
@@ -92,7 +93,7 @@ class CudaDevice:
         return _EventFence(event)
 
 
-def open_device(device: Any) -> Optional[Device]:
+def open_device(device: Any) -> Device | None:
     """The :class:`Device` for ``Consumer(device=...)``; None for the CPU."""
     if device is None or str(device) == "cpu":
         return None
@@ -122,7 +123,7 @@ class Transfers:
     def __init__(self, device: Device) -> None:
         self.device = device
         self._lock = threading.Lock()
-        self._in_flight: Deque[Tuple[Fence, List[Any]]] = deque()
+        self._in_flight: deque[tuple[Fence, list[Any]]] = deque()
 
     @contextmanager
     def batch(self) -> Iterator[Callable[[Any], Any]]:
@@ -130,7 +131,7 @@ class Transfers:
         a copy and returns the device tensor; leaving the block records one
         fence after all of them (also when the block raised: what was queued
         still reads the slot)."""
-        sources: List[Any] = []
+        sources: list[Any] = []
 
         def move(tensor: Any) -> Any:
             out = self.device.copy(tensor)

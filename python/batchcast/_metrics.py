@@ -35,7 +35,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import warnings
-from typing import Any, Mapping
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
 
 __all__ = ["log_metric", "log_metrics", "log_param", "log_params"]
 
@@ -96,7 +97,7 @@ def log_params(params: Mapping[str, Any]) -> None:
     _send({"params": rows})
 
 
-def _items(mapping: Mapping[str, Any], what: str):
+def _items(mapping: Mapping[str, Any], what: str) -> Iterator[tuple[str, Any]]:
     if not isinstance(mapping, Mapping):
         raise TypeError(f"{what} must be a dict of name to value, not {type(mapping).__name__}")
     for key, value in mapping.items():
@@ -125,7 +126,7 @@ def _endpoint() -> tuple[str, str, str] | None:
     return uri.rstrip("/"), run_id, os.environ.get("MLFLOW_TRACKING_TOKEN", "")
 
 
-_sender: "_Sender | None" = None
+_sender: _Sender | None = None
 _sender_lock = threading.Lock()
 
 
@@ -178,7 +179,7 @@ class _Sender:
         self._thread.start()
         atexit.register(self.close)
 
-    def add(self, metrics, params) -> None:
+    def add(self, metrics: Sequence[dict[str, Any]], params: Sequence[dict[str, Any]]) -> None:
         with self._cond:
             room = _MAX_BUFFERED - len(self._metrics) - len(self._params) - self._in_flight
             wanted = len(metrics) + len(params)

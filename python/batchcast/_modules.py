@@ -9,13 +9,14 @@ runs ``import torch`` died of it). No value can be of a type that does not
 exist yet, so such a type is simply left out."""
 
 import sys
-from typing import Tuple
+from typing import Any
 
 
-def types_of(module: str, *names: str) -> Tuple[type, ...]:
+def types_of(module: str, *names: str) -> tuple[Any, ...]:
     """The types ``names`` of ``module`` that exist now, for isinstance():
     ``()`` (which nothing is an instance of) when the module is not
-    imported, or not far enough yet."""
+    imported, or not far enough yet. Typed ``Any`` because the type checker
+    cannot know them: a value that passes isinstance() keeps its type."""
     found = sys.modules.get(module)
     if found is None:
         return ()

@@ -2,7 +2,46 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
-from typing import Any, Dict, List, Optional, Tuple, Union
+from collections.abc import Callable
+from typing import Any, final
+
+__all__ = [
+    "__version__",
+    "PROTOCOL_VERSION",
+    "LEAF_ARRAY",
+    "LEAF_INTS",
+    "LEAF_FLOATS",
+    "LEAF_STRS",
+    "Producer",
+    "Consumer",
+    "ArrayView",
+    "Augmenter",
+    "store_image",
+    "serve",
+    "ServeRule",
+    "Process",
+    "tree_cpu_seconds",
+    "machine_busy_seconds",
+    "proc_table",
+    "descendants",
+    "clock_ticks",
+    "BatchcastError",
+    "ProducerGone",
+    "ProducerNotFound",
+    "NameInUse",
+    "JoinRefused",
+    "BatchTooLarge",
+    "OutOfSharedMemory",
+    "NoConsumers",
+    "ProtocolError",
+    "ProducerFinished",
+    "InvalidArgument",
+    "InvalidBatch",
+    "PermissionDenied",
+    "UsageError",
+    "IoError",
+    "FellBehind",
+]
 
 __version__: str
 PROTOCOL_VERSION: int
@@ -30,7 +69,7 @@ class NameInUse(BatchcastError):
     """A live producer already holds the name."""
 
     name: str
-    pid: Optional[int]
+    pid: int | None
 
 class JoinRefused(BatchcastError):
     """The producer refused this consumer."""
@@ -73,6 +112,8 @@ class FellBehind(BatchcastError):
 class InvalidArgument(BatchcastError, ValueError):
     """An argument out of range or malformed."""
 
+    exit_code: int  # only from serve(): 2 for flags it cannot parse, 0 for --help
+
 class InvalidBatch(BatchcastError, ValueError):
     """A batch that breaks the rules (ragged rows, no rows, too deep)."""
 
@@ -80,7 +121,7 @@ class PermissionDenied(BatchcastError, PermissionError):
     """The socket directory or the peer belongs to another user (the
     producer runs as another user)."""
 
-    path: Optional[str]
+    path: str | None
 
 class UsageError(BatchcastError, RuntimeError):
     """A call out of order, or on a closed object."""
@@ -88,12 +129,13 @@ class UsageError(BatchcastError, RuntimeError):
 class IoError(BatchcastError, OSError):
     """An operating-system call failed."""
 
+@final
 class ArrayView:
     """An array of a received batch; crosses into torch or NumPy through
     DLPack (``torch.from_dlpack(view)``, ``numpy.from_dlpack(view)``)."""
 
     @property
-    def shape(self) -> Tuple[int, ...]: ...
+    def shape(self) -> tuple[int, ...]: ...
     @property
     def dtype(self) -> str: ...
     @property
@@ -104,100 +146,103 @@ class ArrayView:
         self,
         *,
         stream: Any = None,
-        max_version: Optional[Tuple[int, int]] = None,
-        dl_device: Optional[Tuple[int, int]] = None,
-        copy: Optional[bool] = None,
+        max_version: tuple[int, int] | None = None,
+        dl_device: tuple[int, int] | None = None,
+        copy: bool | None = None,
     ) -> Any: ...
-    def __dlpack_device__(self) -> Tuple[int, int]: ...
+    def __dlpack_device__(self) -> tuple[int, int]: ...
 
-Spec = Any
-Leaf = Tuple[int, Any]
+_Spec = Any
+_Leaf = tuple[int, Any]
 
+@final
 class Producer:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         *,
         window: int = 8,
-        slot_size: Optional[int] = None,
-        samples_per_epoch: Optional[int] = None,
-        batch_size: Optional[int] = None,
+        slot_size: int | None = None,
+        samples_per_epoch: int | None = None,
+        batch_size: int | None = None,
         wait_for_consumers: bool = True,
-        idle_timeout: Optional[float] = None,
-        dir: Union[str, os.PathLike, None] = None,
-        max_lag: Union[int, str, None] = None,
+        idle_timeout: float | None = None,
+        dir: str | os.PathLike | None = None,
+        max_lag: int | str | None = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
-    ) -> None: ...
+    ) -> Producer: ...
     @property
     def name(self) -> str: ...
     @property
-    def socket_path(self) -> "os.PathLike[str]": ...
+    def socket_path(self) -> os.PathLike[str]: ...
     @property
-    def slot_size(self) -> Optional[int]: ...
+    def slot_size(self) -> int | None: ...
     @property
     def consumers(self) -> int: ...
     @property
     def closed(self) -> bool: ...
-    def set_samples_per_epoch(self, samples: Optional[int]) -> None: ...
+    def set_samples_per_epoch(self, samples: int | None) -> None: ...
     def set_metadata(self, json: str) -> None: ...
-    def wait_for_consumers(self, n: int, timeout: Optional[float] = None) -> bool: ...
+    def wait_for_consumers(self, n: int, timeout: float | None = None) -> bool: ...
     def begin_epoch(self) -> int: ...
-    def publish(self, tree: Spec, leaves: List[Leaf]) -> int: ...
-    def end_epoch(self) -> Tuple[int, int, int]: ...
-    def finish(self, reason: str = "finished", message: Optional[str] = None) -> None: ...
+    def publish(self, tree: _Spec, leaves: list[_Leaf]) -> int: ...
+    def end_epoch(self) -> tuple[int, int, int]: ...
+    def finish(self, reason: str = "finished", message: str | None = None) -> None: ...
     def close(self) -> None: ...
-    def status(self) -> Dict[str, Any]: ...
+    def status(self) -> dict[str, Any]: ...
 
+@final
 class Consumer:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         name: str,
         *,
-        batch_size: Optional[int] = None,
+        batch_size: int | None = None,
         drop_last: bool = False,
         join: str = "catch-up",
-        connect_timeout: Optional[float] = None,
-        label: str = "",
-        dir: Union[str, os.PathLike, None] = None,
+        connect_timeout: float | None = None,
+        label: str = ...,  # "": no label (the runtime's signature shows no default)
+        dir: str | os.PathLike | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
-    ) -> None: ...
+    ) -> Consumer: ...
     @property
     def name(self) -> str: ...
     @property
     def closed(self) -> bool: ...
-    def welcome(self) -> Dict[str, Any]: ...
-    def batches_per_epoch(self) -> Optional[int]: ...
-    def next_event(self) -> Tuple[Any, ...]: ...
-    def poll_event(self) -> Optional[Tuple[Any, ...]]: ...
-    def wait_event(self) -> Tuple[Any, ...]: ...
-    def stats(self) -> Dict[str, Any]: ...
+    def welcome(self) -> dict[str, Any]: ...
+    def batches_per_epoch(self) -> int | None: ...
+    def next_event(self) -> tuple[Any, ...]: ...
+    def poll_event(self) -> tuple[Any, ...] | None: ...
+    def wait_event(self) -> tuple[Any, ...]: ...
+    def stats(self) -> dict[str, Any]: ...
     def close(self) -> None: ...
 
+@final
 class Augmenter:
     """A consumer's own augmentation of a decoded stream, on native threads
     (see batchcast.transforms)."""
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         size: int,
         *,
-        scale: tuple[float, float] = ...,
-        ratio: tuple[float, float] = ...,
-        hflip_p: float = ...,
-        layout: str = ...,
-        mean: Optional[tuple[float, float, float]] = ...,
-        std: Optional[tuple[float, float, float]] = ...,
-        threads: int = ...,
-        seed: int = ...,
-        jitter: Optional[tuple[Optional[tuple[float, float]], ...]] = ...,
-        auto: Optional[str] = ...,
-        num_ops: int = ...,
-        magnitude: int = ...,
-        num_magnitude_bins: int = ...,
-        resize: Optional[int] = ...,
-    ) -> None: ...
+        scale: tuple[float, float] = ...,  # (0.08, 1.0)
+        ratio: tuple[float, float] = ...,  # (0.75, 4 / 3)
+        hflip_p: float = 0.5,
+        layout: str = "nchw",
+        mean: tuple[float, float, float] | None = None,
+        std: tuple[float, float, float] | None = None,
+        threads: int = 2,
+        seed: int = 0,
+        jitter: tuple[tuple[float, float] | None, ...] | None = None,
+        auto: str | None = None,
+        num_ops: int = 2,
+        magnitude: int = 9,
+        num_magnitude_bins: int = 31,
+        resize: int | None = None,
+    ) -> Augmenter: ...
     def image_shape(self) -> tuple[int, int, int]: ...
     def augment(self, images: Any, epoch: int, first_key: int, out: Any) -> None: ...
     def augment_pooled(self, images: Any, epoch: int, first_key: int) -> ArrayView: ...
@@ -207,43 +252,60 @@ class Augmenter:
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
 
+def serve(args: list[str], events: Callable[[str], None] | None = None) -> str:
+    """`batchcast serve ARGS` in this process; returns the summary as JSON
+    text (epochs, batches, samples, seconds, interrupted, idle). Bad flags
+    and --help raise InvalidArgument with `.exit_code`."""
+    ...
+
+@final
+class ServeRule:
+    """When serving ends: the core's rule, which `batchcast serve` follows."""
+
+    def __new__(cls, epochs: int | None = None, *, forever: bool = False) -> ServeRule: ...
+    @property
+    def forever(self) -> bool: ...
+    def wants_epoch(self, done: int) -> bool: ...
+    def after_no_consumers(self, served: int) -> str: ...
+
+@final
 class Process:
     """A command in its own process group: watched, stopped as a group
     (SIGTERM, then SIGKILL after a grace), its output captured with a
     bounded tail. Streams: "null", "inherit", "pipe" (take its fd),
     "capture" (kept for tail()) or "log" (the file at `log`)."""
 
-    def __init__(
-        self,
-        argv: List[str],
-        env: Optional[Dict[str, str]] = ...,
+    def __new__(
+        cls,
+        argv: list[str],
+        env: dict[str, str] | None = None,
         *,
-        stdin_pipe: bool = ...,
-        stdout: str = ...,
-        stderr: str = ...,
-        log: Optional[Union[str, os.PathLike[str]]] = ...,
-        cpus: Optional[List[int]] = ...,
-        watcher: bool = ...,
-        kill_group_on_exit: bool = ...,
-        tail_bytes: int = ...,
-    ) -> None: ...
+        stdin_pipe: bool = False,
+        stdout: str = "null",
+        stderr: str = "null",
+        log: str | os.PathLike[str] | None = None,
+        cpus: list[int] | None = None,
+        watcher: bool = False,
+        kill_group_on_exit: bool = False,
+        tail_bytes: int = 16384,
+    ) -> Process: ...
     @property
     def pid(self) -> int: ...
     @property
-    def returncode(self) -> Optional[int]: ...
-    def poll(self) -> Optional[int]: ...
-    def wait(self, timeout: Optional[float] = ...) -> Optional[int]: ...
+    def returncode(self) -> int | None: ...
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int | None: ...
     def stop(self, grace: float) -> bool: ...
     def kill(self) -> None: ...
     def signal(self, signum: int) -> None: ...
-    def take_stdin(self) -> Optional[int]: ...
-    def take_stdout(self) -> Optional[int]: ...
-    def take_stderr(self) -> Optional[int]: ...
-    def tail(self, lines: int = ...) -> str: ...
-    def usage(self) -> Optional[Tuple[float, int]]: ...
+    def take_stdin(self) -> int | None: ...
+    def take_stdout(self) -> int | None: ...
+    def take_stderr(self) -> int | None: ...
+    def tail(self, lines: int = 15) -> str: ...
+    def usage(self) -> tuple[float, int] | None: ...
 
 def tree_cpu_seconds() -> float: ...
 def machine_busy_seconds() -> float: ...
-def proc_table() -> Dict[int, Tuple[int, int, int]]: ...
-def descendants(root: int) -> List[int]: ...
+def proc_table() -> dict[int, tuple[int, int, int]]: ...
+def descendants(root: int) -> list[int]: ...
 def clock_ticks() -> float: ...

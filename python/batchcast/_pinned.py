@@ -11,13 +11,14 @@ where that fails (no CUDA, an old driver, a locked-memory limit).
 
 The mapping is found by its name in ``/proc/self/maps``
 (``/memfd:batchcast:NAME``): the arena is mapped at connection, before any
-batch. **This has not yet run on a GPU**: only the decision and the calls
-are tested, with a stand-in for the CUDA runtime.
+batch. tests/python/test_gpu.py checks it on a real GPU (``pytest -m gpu``);
+the CPU suite tests the decision and the calls with a stand-in for the CUDA
+runtime.
 """
 
 from __future__ import annotations
 
-from typing import Any, List, Optional, Tuple
+from typing import Any
 
 __all__ = ["skip_reason", "arena_regions", "pin_regions", "REGISTER_READ_ONLY"]
 
@@ -25,7 +26,7 @@ __all__ = ["skip_reason", "arena_regions", "pin_regions", "REGISTER_READ_ONLY"]
 REGISTER_READ_ONLY = 0x08
 
 
-def skip_reason(device: Any, fmt: str, torch_mod: Any) -> Optional[str]:
+def skip_reason(device: Any, fmt: str, torch_mod: Any) -> str | None:
     """Why pinning does not apply (None: try it)."""
     if device is None or getattr(device, "type", str(device)) != "cuda":
         return "the consumer delivers CPU tensors"
@@ -38,11 +39,11 @@ def skip_reason(device: Any, fmt: str, torch_mod: Any) -> Optional[str]:
     return None
 
 
-def arena_regions(name: str, maps: str) -> List[Tuple[int, int]]:
+def arena_regions(name: str, maps: str) -> list[tuple[int, int]]:
     """``(start, length)`` of each mapping of producer ``name``'s arena in
     ``maps`` (the text of ``/proc/self/maps``), adjacent ones merged."""
     target = f"/memfd:batchcast:{name}"
-    spans: List[Tuple[int, int]] = []
+    spans: list[tuple[int, int]] = []
     for line in maps.splitlines():
         parts = line.split(maxsplit=5)
         if len(parts) < 6:
@@ -66,12 +67,12 @@ def _ok(result: Any) -> bool:
         return False
 
 
-def pin_regions(regions: List[Tuple[int, int]], cudart: Any) -> bool:
+def pin_regions(regions: list[tuple[int, int]], cudart: Any) -> bool:
     """Registers every region, or none: on the first failure the ones
     already registered are unregistered. True when all were registered."""
     if not regions:
         return False
-    done: List[int] = []
+    done: list[int] = []
     for start, length in regions:
         try:
             ok = _ok(cudart.cudaHostRegister(start, length, REGISTER_READ_ONLY))
@@ -94,7 +95,7 @@ def try_pin(name: str, device: Any, fmt: str) -> bool:
     import sys
 
     torch_mod = sys.modules.get("torch")
-    if skip_reason(device, fmt, torch_mod) is not None:
+    if torch_mod is None or skip_reason(device, fmt, torch_mod) is not None:
         return False
     try:
         with open("/proc/self/maps") as f:

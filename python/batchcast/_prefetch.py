@@ -9,18 +9,17 @@ never the Consumer, so dropping a Consumer still closes it."""
 
 from __future__ import annotations
 
-import threading
-from concurrent.futures import Future
-from typing import Any, NamedTuple, Optional
-
 # Imported before the exit hook below is registered, so that hook runs
 # before concurrent.futures' own (see the end of this module).
 import concurrent.futures.thread  # noqa: F401
+import threading
+from concurrent.futures import Future
+from typing import Any, NamedTuple
 
 from ._tree import unflatten
 
 #: Native consumers a prefetch thread is waiting on now.
-WAITING: "set[Any]" = set()
+WAITING: set[Any] = set()
 
 
 def take_and_augment(native: Any, augment: Any, convert: Any, batch_size: int, name: str) -> tuple:
@@ -61,16 +60,18 @@ if _register_atexit is not None:
     _register_atexit(close_waiting)
 
 
-def holds_a_batch(pending: Optional["Pending"]) -> bool:
+def holds_a_batch(pending: Pending | None) -> bool:
     """Whether ``pending`` is a batch event taken ahead of the loop (one
     the native consumer counts as handed out)."""
     if pending is None:
         return False
     if not pending.waiting:
         return pending.event is not None and pending.event[0] == "batch"
-    if not pending.future.done() or pending.future.exception() is not None:
+    future = pending.future
+    assert future is not None, "a waiting event has the prefetch thread's task"
+    if not future.done() or future.exception() is not None:
         return False
-    return pending.future.result()[0][0] == "batch"
+    return future.result()[0][0] == "batch"
 
 
 class Pending(NamedTuple):
@@ -78,12 +79,12 @@ class Pending(NamedTuple):
     waited for by the prefetch thread (``waiting``)."""
 
     #: The event (None when taking it raised, or while ``waiting``).
-    event: Optional[tuple]
+    event: tuple | None
     #: A batch event's augmentation, running on the prefetch thread; with
     #: ``waiting``, the prefetch thread's `take_and_augment`.
-    future: Optional[Future]
+    future: Future | None
     #: What taking the event raised, re-raised in its turn.
-    error: Optional[BaseException]
+    error: BaseException | None
     #: The event had not arrived: ``future`` waits for it.
     waiting: bool = False
 

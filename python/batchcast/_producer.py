@@ -265,10 +265,10 @@ class Producer:
         self._idle_timeout = idle_timeout
         self._epoch: Optional[int] = None
         self._waited = False
-        #: A batch was published (so a consumer was attached at some point).
-        self._served = False
-        #: run(forever=True): an idle period never ends the run.
-        self._forever = False
+        #: Batches published (so a consumer was attached at some point).
+        self._served = 0
+        #: The core's rule of when run() ends (None while iterated directly).
+        self._rule: Optional[Any] = None
         # A producer still open at interpreter exit tells its consumers the
         # stream finished (rather than leaving them to see it vanish).
         self._finalizer = weakref.finalize(self, self._native.close)
@@ -340,23 +340,18 @@ class Producer:
         an epoch (an empty dataset) raises :class:`batchcast.InvalidArgument`
         the same way, at the end of that epoch.
         """
-        if epochs is not None and (
-            isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0
-        ):
-            raise _native.InvalidArgument(f"epochs must be a non-negative int or None, not {epochs!r}")
-        if forever and epochs is not None:
-            raise _native.InvalidArgument(
-                f"forever=True serves until interrupted; it cannot be combined with epochs={epochs}"
-            )
-        self._forever = bool(forever)
+        # The core's rule, the one `batchcast serve` follows (it validates
+        # epochs and forever).
+        rule = _native.ServeRule(epochs, forever=bool(forever))
+        self._rule = rule
         done = 0
         try:
-            while epochs is None or done < epochs:
+            while rule.wants_epoch(done):
                 for _ in self._run_epoch():
                     pass
                 done += 1
         except _native.NoConsumers as e:
-            if epochs is not None or not self._served:
+            if rule.after_no_consumers(self._served) != "end":
                 self._finish("failed", _describe_error(e))
                 raise
             _log.warning(
@@ -386,7 +381,7 @@ class Producer:
             return
         self._waited = True
         n = self._start_consumers
-        timeout = None if self._forever else self._idle_timeout
+        timeout = None if self._rule is not None and self._rule.forever else self._idle_timeout
         # One consumer is waited for by publish itself, unless the script
         # asked not to wait.
         if (n > 1 or n > self._min_consumers) and not self._native.wait_for_consumers(n, timeout):
@@ -408,8 +403,9 @@ class Producer:
                 self._native.publish(spec, leaves)
                 return
             except _native.NoConsumers:
-                if not self._forever:
-                    raise  # else wait on for a consumer
+                rule = self._rule
+                if rule is None or rule.after_no_consumers(self._served) != "retry":
+                    raise  # else wait on for a consumer (run(forever=True))
 
     def _run_epoch(self) -> Iterator[Any]:
         native = self._native
@@ -426,7 +422,7 @@ class Producer:
             for batch in self._loader:
                 spec, leaves, rows = flatten(batch)
                 self._publish(spec, leaves)
-                self._served = True
+                self._served += 1
                 samples += rows
                 batches += 1
                 yield batch

@@ -21,7 +21,8 @@ Keys of ``expect``:
 from __future__ import annotations
 
 import json
-from typing import Any, Dict, Mapping, Optional, Tuple
+from collections.abc import Mapping
+from typing import Any
 
 from . import _native
 
@@ -40,10 +41,10 @@ class StreamMismatch(_native.BatchcastError, ValueError):
     """The producer's stream is not what ``Consumer(expect=...)`` asked for."""
 
 
-class ArraySpec(Tuple[str, Tuple[int, ...]]):
+class ArraySpec(tuple[str, tuple[int, ...]]):
     """``(dtype, per-sample shape)`` of one array of a batch."""
 
-    def __new__(cls, dtype: str, shape: Tuple[int, ...]) -> "ArraySpec":
+    def __new__(cls, dtype: str, shape: tuple[int, ...]) -> ArraySpec:
         return super().__new__(cls, (dtype, tuple(shape)))
 
     @property
@@ -51,7 +52,7 @@ class ArraySpec(Tuple[str, Tuple[int, ...]]):
         return self[0]
 
     @property
-    def shape(self) -> Tuple[int, ...]:
+    def shape(self) -> tuple[int, ...]:
         return self[1]
 
     def __str__(self) -> str:
@@ -73,10 +74,10 @@ class StreamSpec:
 
     def __init__(self, welcome: Mapping[str, Any]) -> None:
         stream = welcome.get("stream") or {}
-        self.batch_size: Optional[int] = welcome.get("batch_size")
-        self.samples_per_epoch: Optional[int] = welcome.get("samples_per_epoch")
-        self.structure: Optional[str] = stream.get("structure")
-        self.arrays: Dict[str, Any] = {}
+        self.batch_size: int | None = welcome.get("batch_size")
+        self.samples_per_epoch: int | None = welcome.get("samples_per_epoch")
+        self.structure: str | None = stream.get("structure")
+        self.arrays: dict[str, Any] = {}
         tree = stream.get("tree")
         if tree is not None:
             _paths(tree, "batch", list(stream.get("leaves", [])), self.arrays)
@@ -90,7 +91,7 @@ class StreamSpec:
             raise _native.ProtocolError(
                 f"the producer's metadata is not a JSON object: {text[:200]!r}"
             )
-        self.metadata: Dict[str, Any] = metadata
+        self.metadata: dict[str, Any] = metadata
 
     def __repr__(self) -> str:
         return (
@@ -99,7 +100,7 @@ class StreamSpec:
         )
 
 
-def _paths(spec: Any, path: str, leaves: list, out: Dict[str, Any]) -> None:
+def _paths(spec: Any, path: str, leaves: list, out: dict[str, Any]) -> None:
     if isinstance(spec, int):
         leaf = leaves[spec] if 0 <= spec < len(leaves) else None
         if leaf is None:
@@ -118,7 +119,7 @@ def _paths(spec: Any, path: str, leaves: list, out: Dict[str, Any]) -> None:
             _paths(child, f"{path}[{i}]", leaves, out)
 
 
-def arrays_of_batch(batch: Any, path: str = "batch", out: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+def arrays_of_batch(batch: Any, path: str = "batch", out: dict[str, Any] | None = None) -> dict[str, Any]:
     """``{path: ArraySpec}`` of a received batch's arrays (to check
     expectations the welcome could not: see :func:`check_expect`)."""
     out = {} if out is None else out
@@ -137,7 +138,7 @@ def _scalar(x: Any) -> bool:
     return isinstance(x, (int, float, str))
 
 
-def check_arrays(arrays: Dict[str, Any], expect: Mapping[str, Any], name: str) -> None:
+def check_arrays(arrays: dict[str, Any], expect: Mapping[str, Any], name: str) -> None:
     """Checks the array expectations of ``expect`` against a first batch."""
     structure = ", ".join(f"{p}: {a}" for p, a in arrays.items())
     for key, want in expect.items():

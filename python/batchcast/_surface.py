@@ -17,7 +17,8 @@ nothing (the producer's own sampler shuffles; it is the one to seed).
 
 from __future__ import annotations
 
-from typing import Any, Callable, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Callable
 
 __all__ = ["StreamDataset", "StreamSampler", "StreamBatchSampler", "SkipFirstBatches"]
 
@@ -31,7 +32,7 @@ class _Described:
         self._name = name
         self._length = length
         #: The last epoch a script passed to ``set_epoch`` (None: never called).
-        self.epoch: Optional[int] = None
+        self.epoch: int | None = None
 
     def __len__(self) -> int:
         return self._length()
@@ -80,7 +81,7 @@ class StreamBatchSampler(_Described):
         self,
         name: str,
         length: Callable[[], int],
-        batch_size: Callable[[], Optional[int]],
+        batch_size: Callable[[], int | None],
         drop_last: bool,
         sampler: StreamSampler,
     ) -> None:
@@ -90,7 +91,7 @@ class StreamBatchSampler(_Described):
         self.sampler = sampler
 
     @property
-    def batch_size(self) -> Optional[int]:
+    def batch_size(self) -> int | None:
         return self._batch_size()
 
 

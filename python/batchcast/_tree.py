@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping
-from typing import Any, Callable, List, Tuple
+from typing import Any, Callable
 
 from . import _native
 from ._modules import types_of
@@ -30,7 +30,7 @@ LEAF_STRS = _native.LEAF_STRS
 #: The structure of a batch: an int (leaf index), or ("t"|"l", [children]),
 #: or ("d", [(key, child), ...]).
 Spec = Any
-Leaf = Tuple[int, Any]
+Leaf = tuple[int, Any]
 
 _MAX_DEPTH = 64
 
@@ -70,7 +70,7 @@ def _is_numpy(x: Any) -> bool:
     return isinstance(x, types_of("numpy", "ndarray", "generic"))
 
 
-def _torch_leaf(x: Any, path: str) -> Tuple[Any, int]:
+def _torch_leaf(x: Any, path: str) -> tuple[Any, int]:
     torch = sys.modules["torch"]
     if x.layout != torch.strided:
         raise TypeError(f"{path}: cannot send a {x.layout} tensor; use .to_dense() first")
@@ -94,7 +94,7 @@ def _torch_leaf(x: Any, path: str) -> Tuple[Any, int]:
     return x, int(x.shape[0])
 
 
-def _numpy_leaf(x: Any, path: str) -> Tuple[Any, int]:
+def _numpy_leaf(x: Any, path: str) -> tuple[Any, int]:
     np = sys.modules["numpy"]
     if isinstance(x, np.generic):
         raise TypeError(
@@ -129,7 +129,7 @@ def _is_real(v: Any) -> bool:
     return isinstance(v, types_of("numpy", "floating"))
 
 
-def _list_kind(items: list) -> Tuple[int, int]:
+def _list_kind(items: list) -> tuple[int, int]:
     """``(kind, -1)`` for a per-sample list, ``(-1, -1)`` for a list that is
     part of the structure, ``(-2, i)`` when ``items[i]`` breaks a per-sample
     list."""
@@ -154,7 +154,7 @@ def _list_kind(items: list) -> Tuple[int, int]:
     return -1, -1
 
 
-def flatten(batch: Any) -> Tuple[Spec, List[Leaf], int]:
+def flatten(batch: Any) -> tuple[Spec, list[Leaf], int]:
     """Flattens ``batch``; returns ``(spec, leaves, rows)``.
 
     Raises TypeError for anything that cannot travel and ValueError for
@@ -163,8 +163,8 @@ def flatten(batch: Any) -> Tuple[Spec, List[Leaf], int]:
     # Module-level helpers, not closures: a recursive closure is a reference
     # cycle, which would keep every array of the batch (and, on the consumer
     # side, the lease on its slot) alive until the garbage collector runs.
-    leaves: List[Leaf] = []
-    paths: List[str] = []
+    leaves: list[Leaf] = []
+    paths: list[str] = []
     spec = _visit(batch, "batch", 0, leaves, paths)
     if not leaves:
         raise ValueError("batch: a batch needs at least one array or per-sample list")
@@ -180,7 +180,7 @@ def flatten(batch: Any) -> Tuple[Spec, List[Leaf], int]:
     return spec, leaves, rows[0]
 
 
-def _visit(x: Any, path: str, depth: int, leaves: List[Leaf], paths: List[str]) -> Spec:
+def _visit(x: Any, path: str, depth: int, leaves: list[Leaf], paths: list[str]) -> Spec:
     if depth > _MAX_DEPTH:
         raise ValueError(f"{path}: the batch is nested deeper than {_MAX_DEPTH} levels")
     if _is_torch_tensor(x):
@@ -244,7 +244,7 @@ def _rows(value: Any) -> int:
     return int(shape[0])
 
 
-def unflatten(spec: Spec, leaves: List[Any], convert: Callable[[Any], Any]) -> Any:
+def unflatten(spec: Spec, leaves: list[Any], convert: Callable[[Any], Any]) -> Any:
     """Rebuilds a batch from ``spec``; array leaves go through ``convert``."""
     if isinstance(spec, int):
         leaf = leaves[spec]

@@ -15,7 +15,9 @@ The trainable changes in two lines::
 ``make_loader`` is any function (picklable by Ray, taking no arguments)
 that returns the re-iterable loader a :class:`batchcast.Producer` serves,
 usually a ``torch.utils.data.DataLoader``; or pass ``serve=[...]``, the
-arguments of a ``batchcast serve`` command (its native image pipeline).
+arguments of a ``batchcast serve`` command (its native image pipeline),
+which the producer's actor runs in process (``batchcast.serve``): no
+``batchcast`` binary is needed.
 
 How it works, with Ray doing placement and lifecycle:
 
@@ -44,16 +46,16 @@ from __future__ import annotations
 import json
 import os
 import re
-import shutil
-import subprocess
 import threading
 import time
+import warnings
 import weakref
 from typing import Any, Callable, Dict, Optional, Sequence
 
 from . import _native
 from ._consumer import Consumer
 from ._producer import Producer
+from .serve import serve as serve_command
 
 __all__ = ["consumer", "data_metrics", "producer_name", "RunStoreCallback"]
 
@@ -144,28 +146,26 @@ class _ProducerHost:
             producer.run()
 
     def _serve_command(self, serve, idle_timeout, options) -> None:
-        exe = os.environ.get("BATCHCAST_BIN") or shutil.which("batchcast")
-        if exe is None:
-            raise _native.UsageError(
-                "serve=[...] runs `batchcast serve`, but no batchcast binary is on PATH; "
-                "install it (cargo install --path crates/batchcast-cli) or set BATCHCAST_BIN"
+        # `batchcast serve` in this actor, through the binding: no binary needed.
+        if os.environ.get("BATCHCAST_BIN"):
+            warnings.warn(
+                "batchcast.ray: BATCHCAST_BIN is ignored: serve=[...] runs the serve loop "
+                "of the Python package in the producer's actor; unset it",
+                DeprecationWarning,
+                stacklevel=2,
             )
-        argv = [exe, "serve", "--name", self._name, "--json", "--idle-timeout", str(idle_timeout), *serve]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        first = proc.stdout.readline() if proc.stdout else ""
+        args = ["--name", self._name, "--json", "--idle-timeout", str(idle_timeout), *serve]
+
+        def on_event(line: str) -> None:
+            event = json.loads(line)
+            if event.get("event") == "listening":
+                self._socket = event.get("socket")
+                self._ready.set()
+
         try:
-            event = json.loads(first)
-        except ValueError:
-            event = {}
-        if event.get("event") != "listening":
-            proc.kill()
-            err = proc.stderr.read()[-2000:] if proc.stderr else ""
-            raise _native.UsageError(f"`{' '.join(argv)}` did not start: {err.strip() or first.strip()}")
-        self._socket = event.get("socket")
-        self._ready.set()
-        for _ in proc.stdout:  # events, until it finishes
-            pass
-        proc.wait()
+            serve_command(args, events=on_event)
+        except _native.InvalidArgument as e:
+            raise _native.UsageError(f"`batchcast serve {' '.join(args)}` did not start: {e}") from None
 
     def _exit(self) -> None:
         # The producer has finished (idle) or failed: end this actor, so the

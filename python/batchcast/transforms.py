@@ -56,7 +56,8 @@ The random draws are batchcast's own (from
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence, Tuple
+from collections.abc import Sequence
+from typing import Any
 
 from . import _native
 
@@ -79,7 +80,7 @@ _ORDER = (
 )
 
 
-def _pair(x: Any, what: str) -> Tuple[float, float]:
+def _pair(x: Any, what: str) -> tuple[float, float]:
     try:
         a, b = (float(v) for v in x)
     except (TypeError, ValueError):
@@ -165,7 +166,9 @@ class RandomHorizontalFlip:
         return f"RandomHorizontalFlip(p={self.p})"
 
 
-def _jitter_range(value: Any, name: str, center: float, bound: Tuple[float, float], clip: bool):
+def _jitter_range(
+    value: Any, name: str, center: float, bound: tuple[float, float], clip: bool
+) -> tuple[float, float] | None:
     """torchvision's ``ColorJitter._check_input``: a number ``v`` is the
     range ``(center - v, center + v)``; ``None`` when the range does
     nothing."""

@@ -176,6 +176,60 @@ def test_verdicts_in_plain_words():
     assert text.startswith("compute-bound") and "sharing saves CPU (10% per sample per extra job) but not time" in text
 
 
+# ---- the analysis's layout, shared with the run store's reader -------------
+
+FIXTURE = ROOT / "tests" / "data" / "stalls-report-v1.json"
+
+
+def _made_up_analysis():
+    """An analysis of every part (modes, ddp, time-sharing, the loader alone,
+    a --validate prediction), from made-up raw results."""
+    from batchcast.stalls import _session
+
+    def result(mode, seconds, wait, cpu, **extra):
+        return dict(_result(mode, 10, seconds, [wait] * 10, cpu=cpu), **extra)
+
+    rnd = {
+        "synthetic": result("synthetic", 0.5, 0.0, 0.4, cpus=4),
+        "cold": result("cold", 3.0, 0.25, 4.0),
+        "warm": result("warm", 2.0, 0.15, 3.6),
+        "loader": result("loader", 1.0, 0.0, 3.0),
+        "timeshare": result("timeshare", 4.5, 0.1, 8.0, core=1),
+        "validate": {2: {"independent": 95.0, "shared": 180.0, "background_cores": 0.1,
+                         "copies": {"independent": [{"samples_per_s": 47.5}], "shared": []}}},
+    }
+    opts = _session.Options(command=["python", "train.py"], jobs=[2], nproc=2, validate=True, log=False)
+    ddp = result("ddp", 2.5, 0.15, 3.6)
+    return _session._report(opts, [rnd], ddp, ["a note"], {"evicted": 3})
+
+
+def _layout(value):
+    """The JSON layout of ``value``: its keys and the kinds of its values."""
+    if isinstance(value, dict):
+        return {str(k): _layout(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_layout(value[0])] if value else []
+    if isinstance(value, bool) or value is None:
+        return repr(value)
+    return "number" if isinstance(value, (int, float)) else type(value).__name__
+
+
+def test_the_analysis_has_the_layout_the_run_store_reads():
+    # The run store's reader (crates/batchcast-store/src/stalls.rs) is tested
+    # on the fixture: an analysis of another layout fails here first.
+    from batchcast.stalls._report import SCHEMA_VERSION, table
+
+    report = json.loads(json.dumps(_made_up_analysis()))
+    fixture = json.loads(FIXTURE.read_text())
+    assert report["schema_version"] == SCHEMA_VERSION == fixture["schema_version"]
+    assert _layout(report) == _layout(fixture), (
+        f"the analysis's layout differs from {FIXTURE.name}: a field that changes meaning or goes away "
+        "needs a new SCHEMA_VERSION and the Rust reader's support; then rewrite the fixture with "
+        "`python tests/python/test_stalls.py --write-fixture`"
+    )
+    assert table(report).endswith(f"verdict: {report['verdict']}")
+
+
 @pytest.mark.parametrize("args,says", [(["--repeats", "0"], "--repeats must be 1..9"),
                                        (["--validate"], "--validate checks the prediction for --jobs N"),
                                        (["--jobs", "2,x"], "--jobs takes numbers separated by commas")])
@@ -326,7 +380,7 @@ def test_prediction_against_validate(tmp_path):
     # 60 measured steps a mode: the prediction's inputs (rates, CPU per
     # sample) from windows of a few seconds, not a noisy half second; five
     # rounds, medians: this VM's speed drifts by tens of percent over
-    # seconds (README, "Finding data stalls"), and single validation rounds
+    # seconds (docs/stalls.md), and single validation rounds
     # of one run differed by up to 25%.
     proc, r = _analyse(tmp_path, "--images", "256", "--prep", "4", "--compute", "1",
                        extra=["--steps", "60", "--repeats", "5", "--jobs", "2,4", "--validate"], timeout=1500)
@@ -420,3 +474,8 @@ def test_a_marked_consumer_is_analysed(tmp_path):
     finally:
         producer.terminate()
         producer.wait(30)
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--write-fixture"]:
+    FIXTURE.parent.mkdir(parents=True, exist_ok=True)
+    FIXTURE.write_text(json.dumps(_made_up_analysis(), indent=1) + "\n")

@@ -4,7 +4,7 @@ driven through chromedriver by selenium) on a store that a real
 
 A screenshot of every page goes to target/test-output/ui/ (or
 $BATCHCAST_UI_SHOTS); with BATCHCAST_UI_DOCS=1 the collocation view also
-goes to docs/img/ui-collocation.png, the README's picture. Deselect with
+goes to docs/img/ui-collocation.png, the picture in docs/dashboard.md. Deselect with
 -m "not browser". scripts/test-python.sh installs chromium, chromium-driver
 and selenium.
 """

@@ -11,7 +11,6 @@ mod cmd;
 mod out;
 mod progress;
 mod signals;
-mod source;
 
 use clap::{Parser, Subcommand};
 

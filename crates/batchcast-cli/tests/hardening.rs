@@ -9,7 +9,7 @@ use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixStream;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -84,11 +84,16 @@ fn limited(mut cmd: std::process::Command, nofile: Option<u64>) -> std::process:
 
 /// Keeps opening silent connections to `sock` (about one a millisecond,
 /// holding the newest 1,500) until `stop` is set; a full backlog skips one.
-fn flood(sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
+/// Opens connections that never say hello until `stop`, at about one a
+/// millisecond, holding the newest 1,500; counts them in `opened`.
+fn flood(
+    sock: &Path,
+    stop: Arc<AtomicBool>,
+    opened: Arc<AtomicUsize>,
+) -> std::thread::JoinHandle<()> {
     let addr = rustix::net::SocketAddrUnix::new(sock).unwrap();
     std::thread::spawn(move || {
         let mut held: std::collections::VecDeque<OwnedFd> = Default::default();
-        let mut opened = 0;
         while !stop.load(Ordering::Relaxed) {
             let fd = rustix::net::socket_with(
                 rustix::net::AddressFamily::UNIX,
@@ -98,7 +103,7 @@ fn flood(sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
             )
             .unwrap();
             if rustix::net::connect(&fd, &addr).is_ok() {
-                opened += 1;
+                opened.fetch_add(1, Ordering::Relaxed);
                 held.push_back(fd);
                 if held.len() > 1500 {
                     held.pop_front();
@@ -106,7 +111,6 @@ fn flood(sock: &Path, stop: Arc<AtomicBool>) -> std::thread::JoinHandle<usize> {
             }
             std::thread::sleep(Duration::from_millis(1)); // the attack's pace
         }
-        opened
     })
 }
 
@@ -195,13 +199,22 @@ fn fault5_loader_keeps_its_descriptors_under_a_flood() {
     let mut producer = Proc::start(limited(env.cmd(&args), Some(1024)));
     producer.expect("listening");
     let stop = Arc::new(AtomicBool::new(false));
-    let flooder = flood(&env.path().join("img.sock"), Arc::clone(&stop));
-    // Let the flood reach the limit before the loader starts.
-    std::thread::sleep(Duration::from_millis(1500));
+    let opened = Arc::new(AtomicUsize::new(0));
+    let flooder = flood(
+        &env.path().join("img.sock"),
+        Arc::clone(&stop),
+        Arc::clone(&opened),
+    );
+    // The loader starts once the flood is past the descriptor limit.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while opened.load(Ordering::Relaxed) <= 1500 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
     let mut c = env.spawn(&["consume", "img", "--verify"]);
     let ok = c.finish().success();
     stop.store(true, Ordering::Relaxed);
-    let opened = flooder.join().unwrap();
+    flooder.join().unwrap();
+    let opened = opened.load(Ordering::Relaxed);
     if !ok {
         producer.kill9();
         panic!(

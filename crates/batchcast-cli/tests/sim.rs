@@ -135,9 +135,10 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
 fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     // The format of github aakash-sharma/cluster-sim's configuration/jobs
     // and configuration/cluster (written here: that repository has no
-    // licence). One 4-GPU slot; job 1: 400 iterations x 1 s on one GPU,
-    // over 4 GPUs 100 s; job 2 arrives at 10 (arrival_time, not its
-    // start_time), runs 100-200: FIFO mean JCT (100 + 190) / 2 = 145 s.
+    // licence). One 4-GPU slot, iterations in whole chunks of 500; job 1:
+    // 400 (run as 500) iterations x 1 s on one GPU, over 4 GPUs 125 s; job
+    // 2 arrives at 10 (arrival_time, not its start_time), 200 (500)
+    // iterations x 2 s, runs 125-375: FIFO mean JCT (125 + 365) / 2 = 245 s.
     let dir = tempfile::tempdir().unwrap();
     let trace = dir.path().join("small.json");
     let rec = |id: u32, when: &str, iters: u32, tpi: &str| {
@@ -186,7 +187,11 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     let s = &v[0];
     assert_eq!(s["jobs"], 2, "{stdout}");
     let mean = s["mean_jct"].as_f64().unwrap();
-    assert!((mean - 145.0).abs() < 1e-6, "{stdout}");
+    assert!((mean - 245.0).abs() < 1e-6, "{stdout}");
+    assert!(
+        stderr.contains("2 jobs rounded up to whole chunks of iteration_granularity 500"),
+        "{stderr}"
+    );
 
     // The same trace as batchcast's own format is refused, naming dally.
     let o = batchcast()
@@ -197,6 +202,58 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
         !o.status.success() && err.contains("--format dally"),
+        "{err}"
+    );
+}
+
+#[test]
+fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
+    // One slot of 2 GPUs, lease 20 s; two 2-GPU jobs of 100 iterations x
+    // 1 s on one GPU. Gandiva's bids (n x s) give job 1 both GPUs; the
+    // leases then rotate them: job 1 ends at 90, job 2 at 100 (the
+    // published simulator's numbers), mean 95. Gang-scheduled FIFO-like
+    // packing would give 50 and 100.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("two.json");
+    let rec = |id: u32| {
+        format!(
+            r#"{{"time_per_iteration": "1", "job_id": "{id}", "max_parallelism": "2",
+            "start_time": "0", "cross_rack_slowdown": "0.6", "cross_machine_slowdown": "0.7",
+            "job_group_id": "{id}", "total_iterations": "100", "cross_slot_slowdown": "0.8"}}"#
+        )
+    };
+    std::fs::write(&trace, format!("[{}, {}]", rec(1), rec(2))).unwrap();
+    let cluster = dir.path().join("cluster.json");
+    std::fs::write(
+        &cluster,
+        r#"{"lease_time": "20.0", "racks_in_cluster": "1", "machines_per_rack": "1",
+            "gpus_per_slot": "2", "slots_per_machine": "1", "cluster_policy": "Gandiva",
+            "iteration_granularity": "1", "should_use_config": "true"}"#,
+    )
+    .unwrap();
+    let run = |policy: &str| {
+        batchcast()
+            .args(["sim", "--model", "bidding", "--json", "--policy", policy])
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--cluster")
+            .arg(&cluster)
+            .output()
+            .unwrap()
+    };
+    let o = run("gandiva");
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr),
+    );
+    assert!(o.status.success(), "{stderr}");
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let mean = v[0]["mean_jct"].as_f64().unwrap();
+    assert!((mean - 95.0).abs() < 1e-6, "{stdout}");
+    let o = run("fifo");
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("pick sjf, las, tiresias or gandiva"),
         "{err}"
     );
 }

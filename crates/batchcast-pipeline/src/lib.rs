@@ -55,7 +55,8 @@
 //!   an image of that size takes) before anything is allocated for it.
 //! - **Exact sizes.** [`Pipeline::image_bytes`] and [`Sampler::num_batches`]
 //!   are known before any work is done.
-//! - **No dependency on the `batchcast` core crate**: the CLI joins them.
+//! - **No dependency on the `batchcast` core crate**: `batchcast-serve`
+//!   joins them (its image source fills producer slots through [`Pipeline`]).
 //!
 //! With the `generate` feature (off by default), `generate_jpeg_dataset`
 //! writes a synthetic ImageNet-like dataset for demos and benchmarks;

@@ -330,15 +330,22 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
                 ("budget", n(budget)),
             ]),
         ),
-        Error::Io { ref source, .. } => {
-            let errno = source
-                .raw_os_error()
-                .and_then(|e| e.into_pyobject(py).ok())
-                .map(|o| o.into_any());
-            Exc::IoError.err(py, msg, &attrs(vec![("errno", errno)]))
-        }
+        Error::Io { ref source, .. } => io_error(py, msg, source),
+        Error::Region(ref e) => match e.io_error() {
+            Some(source) => io_error(py, msg, source),
+            None => Exc::ProtocolError.err(py, msg, &[]),
+        },
         // The enum is #[non_exhaustive]: a variant added to the core after
         // this mapping was written is still a BatchcastError.
         _ => Exc::Base.err(py, msg, &[]),
     }
+}
+
+/// An `IoError` with the OS error's number as `.errno`.
+fn io_error(py: Python<'_>, msg: String, source: &std::io::Error) -> PyErr {
+    let errno = source
+        .raw_os_error()
+        .and_then(|e| e.into_pyobject(py).ok())
+        .map(|o| o.into_any());
+    Exc::IoError.err(py, msg, &attrs(vec![("errno", errno)]))
 }

@@ -35,6 +35,7 @@ mod errors;
 mod outpool;
 mod proc;
 mod producer;
+mod serve;
 mod stored;
 mod stream;
 mod warnings;
@@ -256,6 +257,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<augment::PyAugmenter>()?;
     m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;
     proc::register(m)?;
+    serve::register(m)?;
     errors::register(m)?;
     Ok(())
 }

@@ -118,6 +118,7 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
 
 /// `runs export --mlflow` of a run with a long stdout writes it to its
 /// artifact file a stored chunk at a time, not as a copy in memory.
+#[cfg(feature = "export")]
 #[test]
 fn an_mlflow_export_of_a_long_log_streams_it() {
     const LOG: usize = 128 << 20;
@@ -171,6 +172,7 @@ fn an_mlflow_export_of_a_long_log_streams_it() {
 }
 
 /// Every file under `dir`.
+#[cfg(feature = "export")]
 fn walk(dir: &std::path::Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
     for e in std::fs::read_dir(dir).unwrap().flatten() {

@@ -8,7 +8,9 @@
 //! by the network model (widest span level and link congestion) and the CPU
 //! model (data loading per machine, optionally shared by same-dataset jobs
 //! as batchcast does); see `network`. Preemptive policies decide at lease
-//! boundaries and preempted jobs pay a restart cost.
+//! boundaries and preempted jobs pay a restart cost. `simulate_bidding`
+//! runs the published cluster-sim's model instead (per-GPU auctions, leases,
+//! chunks of iterations), to compare like with like.
 //!
 //! Invariants: no GPU is held by two jobs (asserted on every assignment);
 //! time only moves forward between events, never by ticking; every job
@@ -18,6 +20,10 @@
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
 
+#![forbid(unsafe_code)]
+#![warn(missing_docs)]
+
+mod bidding;
 mod chart;
 mod cluster;
 mod config;
@@ -34,6 +40,7 @@ mod synth;
 pub mod trace;
 mod validate;
 
+pub use bidding::{simulate_bidding, Bidder, BiddingRun};
 pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
 pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
 pub use config::{DataSharing, SimConfig};

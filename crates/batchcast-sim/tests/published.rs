@@ -10,61 +10,8 @@
 mod common;
 
 use batchcast_sim::trace::{parse, parse_cluster, Format};
-use batchcast_sim::{by_name, SimConfig, SimError};
-
-/// A published-format record.
-fn record(id: u32, when: &str, gpus: u32, iters: u32, tpi: &str) -> String {
-    format!(
-        r#"  {{
-    "time_per_iteration": "{tpi}", 
-    "random_seed": "18", 
-    "job_id": "{id}", 
-    "max_parallelism": "{gpus}", 
-    {when}, 
-    "loss_function_type": "sublinear", 
-    "cross_rack_slowdown": "0.6", 
-    "cross_machine_slowdown": "0.7", 
-    "job_group_id": "1", 
-    "total_iterations": "{iters}", 
-    "cross_slot_slowdown": "0.8"
-  }}"#
-    )
-}
-
-fn trace(records: &[String]) -> String {
-    format!("[\n{}\n]\n", records.join(", \n"))
-}
-
-/// A published-format cluster file.
-fn cluster_file(racks: u32, machines: u32, slots: u32, per_slot: u32, lease: &str) -> String {
-    format!(
-        r#"{{
-  "lease_time": "{lease}", 
-  "racks_in_cluster": "{racks}", 
-  "machines_per_rack": "{machines}", 
-  "epsilon": "1.0", 
-  "gpus_per_slot": "{per_slot}", 
-  "fairness_threshold": "0.0", 
-  "slots_per_machine": "{slots}", 
-  "cluster_policy": "Tiresias",
-  "iteration_granularity": "500",
-  "consolidate": "true",
-  "astra_sim_path": "/path/to/astra-sim",
-  "astra_sim_bin_path": "/path/to/AnalyticalAstra"
-}}"#
-    )
-}
-
-/// The published model: no congestion, no restart cost, the file's lease.
-fn published_cfg(lease: f64) -> SimConfig {
-    SimConfig {
-        lease,
-        restart_cost: 0.0,
-        rack_congestion: 0.0,
-        core_congestion: 0.0,
-        ..SimConfig::default()
-    }
-}
+use batchcast_sim::{by_name, SimError};
+use common::published::{cluster_file, published_cfg, record, regroup, trace};
 
 #[test]
 fn slowdowns_are_throughput_fractions_and_time_per_iteration_is_one_gpus() {
@@ -239,4 +186,97 @@ fn las_ranks_by_service_received_as_the_published_srsf_does() {
     let mut p = by_name("srsf").unwrap();
     let o = common::run(spec, &cfg, &jobs, p.as_mut());
     assert_jcts!(o, "a" => 1300.0, "b" => 350.0);
+}
+
+/// A published-format one-GPU record of job group `group`.
+fn grouped(id: u32, group: u32, start: u32, iters: u32) -> String {
+    regroup(
+        record(id, &format!(r#""start_time": "{start}""#), 1, iters, "1"),
+        group,
+    )
+}
+
+#[test]
+fn job_groups_arriving_together_are_cut_in_halving_steps() {
+    // JobGroupEvaluationEvent: group 1's five jobs at t = 0, sorted by
+    // iterations: 2 (100), 3 (600), 1 (800), 4 (900), 5 (1000). n = 5:
+    // floor(log2 5) = 2 steps of 1000 / 2 = 500. The first 5/2 = 2 jobs to
+    // <= 500 (job 3: 600 -> 500), the next (5-2)/2 = 1 to <= 1000 (job 1
+    // keeps 800), the next (5-3)/2 = 1 to <= 1500 (job 4 keeps 900); job
+    // 5, the last, keeps 1000. Job 6 of group 1 arrives later and keeps
+    // its 1000; job 7 is alone in group 2.
+    let text = trace(&[
+        grouped(1, 1, 0, 800),
+        grouped(2, 1, 0, 100),
+        grouped(3, 1, 0, 600),
+        grouped(4, 1, 0, 900),
+        grouped(5, 1, 0, 1000),
+        grouped(6, 1, 50, 1000),
+        grouped(7, 2, 0, 700),
+    ]);
+    let t = parse("t.json", &text, Format::Dally).unwrap();
+    let iters: Vec<f64> = t.jobs.iter().map(|j| j.iterations).collect();
+    assert_eq!(iters, [800.0, 100.0, 500.0, 900.0, 1000.0, 1000.0, 700.0]);
+    assert_eq!(t.halved, 1);
+    // On one GPU each (1 s per iteration) job 3 ends at 500, not 600; job
+    // 6 runs its 1000 from 50.
+    let spec = batchcast_sim::ClusterSpec::new(1, 1, 8, 64.0);
+    let mut p = by_name("fifo").unwrap();
+    let o = common::run(spec, &published_cfg(20.0), &t.jobs, p.as_mut());
+    assert_jcts!(o, "3" => 500.0, "6" => 1000.0);
+    // batchcast's own format has no such rule.
+    let own = text
+        .replace("\"0.6\"", "\"1.6\"")
+        .replace("\"0.7\"", "\"1.4\"")
+        .replace("\"0.8\"", "\"1.2\"");
+    let t = parse("own.json", &own, Format::Batchcast).unwrap();
+    assert_eq!((t.jobs[2].iterations, t.halved), (600.0, 0));
+}
+
+#[test]
+fn iterations_run_in_whole_chunks_of_the_iteration_granularity() {
+    // IntraJobScheduler runs iteration_granularity iterations per chunk and
+    // takes it off the remaining count, stopping at zero: 400 iterations at
+    // granularity 500 run 500, 1000 run 1000. On 4 GPUs in one slot, 1 s
+    // per iteration: 125 s and 250 s.
+    let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "20.0"), 64.0).unwrap();
+    let mut t = parse(
+        "t.json",
+        &trace(&[
+            record(1, r#""start_time": "0""#, 4, 400, "1"),
+            regroup(record(2, r#""start_time": "0""#, 4, 1000, "1"), 2),
+        ]),
+        Format::Dally,
+    )
+    .unwrap();
+    assert_eq!(c.whole_chunks(&mut t.jobs), 1);
+    assert_eq!(
+        (t.jobs[0].iterations, t.jobs[1].iterations),
+        (500.0, 1000.0)
+    );
+    let mut p = by_name("fifo").unwrap();
+    let o = common::run(c.spec, &published_cfg(20.0), &t.jobs, p.as_mut());
+    assert_jcts!(o, "1" => 125.0, "2" => 375.0);
+    // A cluster in batchcast's own terms has no granularity.
+    let own = batchcast_sim::trace::ClusterFile::from(c.spec);
+    assert_eq!(own.whole_chunks(&mut t.jobs), 0);
+}
+
+#[test]
+fn should_use_config_is_reported_as_java_reads_it() {
+    // Boolean.parseBoolean: "true" in any case; absent or "False" means the
+    // published simulator builds its own heterogeneous cluster.
+    let base = cluster_file(1, 1, 1, 4, "5");
+    assert!(!parse_cluster("c.json", &base, 64.0).unwrap().shape_used);
+    for (v, used) in [("True", true), ("true", true), ("False", false)] {
+        let text = base.replace(
+            r#""consolidate": "true","#,
+            &format!(r#""consolidate": "true", "should_use_config": "{v}","#),
+        );
+        assert_eq!(
+            parse_cluster("c.json", &text, 64.0).unwrap().shape_used,
+            used,
+            "{v}"
+        );
+    }
 }

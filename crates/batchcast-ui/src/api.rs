@@ -10,15 +10,14 @@
 //!   bytes.
 
 use std::collections::BTreeSet;
-use std::fmt::Write;
 
 use axum::body::Body;
 use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
-use batchcast_runs::plot::{unit_label, XAxis};
-use batchcast_runs::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_store::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_store::{unit_label, XAxis};
 use serde::Serialize;
 
 use crate::error::{ApiError, UiError};
@@ -96,7 +95,7 @@ fn read(
     key: &str,
     after: Option<i64>,
     budget: &mut usize,
-) -> Result<Vec<batchcast_runs::MetricPoint>, UiError> {
+) -> Result<Vec<batchcast_store::MetricPoint>, UiError> {
     let n = store.metric_len(run, key, after)?;
     if n > *budget {
         return Err(UiError::BadRequest(format!(
@@ -173,27 +172,30 @@ pub(crate) async fn csv(
                 XAxis::Elapsed => "elapsed_s",
                 XAxis::Step => "x_step",
             };
-            let mut out = format!("run_id,run,metric,{x},step,ts_ms,value\n");
+            let bad = |e: csv::Error| UiError::Internal(format!("cannot write the CSV: {e}"));
+            let mut out = csv::Writer::from_writer(Vec::new());
+            out.write_record(["run_id", "run", "metric", x, "step", "ts_ms", "value"])
+                .map_err(bad)?;
             let mut budget = MAX_POINTS;
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
                     for p in read(store, r.run.id, key, a.after, &mut budget)? {
-                        let _ = writeln!(
-                            out,
-                            "{},{},{},{},{},{},{}",
-                            r.run.id,
-                            csv_field(&label(r)),
-                            csv_field(key),
-                            x_of(a.x, start, p.step, p.ts_ms),
-                            p.step,
-                            p.ts_ms,
-                            p.value
-                        );
+                        out.write_record([
+                            r.run.id.to_string(),
+                            label(r),
+                            key.clone(),
+                            x_of(a.x, start, p.step, p.ts_ms).to_string(),
+                            p.step.to_string(),
+                            p.ts_ms.to_string(),
+                            p.value.to_string(),
+                        ])
+                        .map_err(bad)?;
                     }
                 }
             }
-            Ok(out)
+            out.into_inner()
+                .map_err(|e| UiError::Internal(format!("cannot write the CSV: {e}")))
         })
         .await?;
     Ok((
@@ -206,14 +208,6 @@ pub(crate) async fn csv(
         ],
         body,
     ))
-}
-
-fn csv_field(s: &str) -> String {
-    if s.contains([',', '"', '\n', '\r']) {
-        format!("\"{}\"", s.replace('"', "\"\""))
-    } else {
-        s.to_string()
-    }
 }
 
 #[derive(Serialize)]

@@ -2,7 +2,7 @@
 
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
-use batchcast_runs::StoreError;
+use batchcast_store::StoreError;
 
 /// Why the dashboard could not start or answer.
 #[derive(Debug, thiserror::Error)]

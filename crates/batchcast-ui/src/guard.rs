@@ -1,12 +1,12 @@
 //! Who may ask: a `Host` (and `Origin`) of this machine when local, and the
-//! token unless it was turned off. The rules are `batchcast_runs::access`.
+//! token unless it was turned off. The rules are `batchcast_store::access`.
 
 use axum::extract::{Request, State};
 use axum::http::header::{AUTHORIZATION, COOKIE, HOST, ORIGIN, SET_COOKIE};
 use axum::http::HeaderValue;
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
-use batchcast_runs::access::{is_loopback_host, is_loopback_origin, same_secret};
+use batchcast_store::access::{is_loopback_host, is_loopback_origin, same_secret};
 
 use crate::error::UiError;
 use crate::state::AppState;

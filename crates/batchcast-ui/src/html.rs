@@ -3,7 +3,7 @@
 
 use std::fmt::Write;
 
-use batchcast_runs::{Param, RunRow};
+use batchcast_store::{Param, RunRow};
 
 /// Escapes text for HTML content and attribute values.
 pub(crate) fn esc(s: &str) -> String {

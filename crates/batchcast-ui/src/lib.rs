@@ -8,18 +8,18 @@
 //!
 //! Invariants:
 //! - Read-only. Every request opens its own read-only connection
-//!   ([`batchcast_runs::Store::open_read_only`]), so runners may write the
+//!   ([`batchcast_store::Store::open_read_only`]), so runners may write the
 //!   store meanwhile, and a store that disappears or is replaced by a
 //!   foreign file gives an error page, never a crash.
 //! - Nobody else gets in: every request needs a random token ([`Ui::token`],
 //!   in the printed address, then an HttpOnly SameSite cookie), unless
 //!   `--no-token` on loopback. Bound to 127.0.0.1 by default, and there
 //!   requests whose `Host` (or `Origin`) is not this machine are refused
-//!   (against DNS rebinding), by the rules of `batchcast_runs::access`.
+//!   (against DNS rebinding), by the rules of `batchcast_store::access`.
 //! - Every input from a request is bounded before use: ids are integers,
 //!   run lists and text are capped, metric names must be ones the store
 //!   holds for the runs asked, point counts are capped. SQL is only the
-//!   parameterised queries of `batchcast-runs`.
+//!   parameterised queries of `batchcast-store`.
 //! - Nothing third-party is served: the script and style sheet are this
 //!   crate's own files, embedded at build time.
 

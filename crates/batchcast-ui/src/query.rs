@@ -1,7 +1,7 @@
 //! Request inputs, checked and bounded before anything is read.
 
-use batchcast_runs::plot::XAxis;
-use batchcast_runs::RunId;
+use batchcast_store::RunId;
+use batchcast_store::XAxis;
 
 use crate::error::UiError;
 use crate::guard::form_pairs;

@@ -83,7 +83,7 @@ impl Ui {
         listener.set_nonblocking(true).map_err(bind_err)?;
         let addr = listener.local_addr().map_err(bind_err)?;
         let token = if config.token {
-            Some(batchcast_runs::access::random_token().map_err(bind_err)?)
+            Some(batchcast_store::access::random_token().map_err(bind_err)?)
         } else {
             None
         };
@@ -139,57 +139,27 @@ impl Ui {
             .map_err(io)?;
         rt.block_on(async {
             let listener = tokio::net::TcpListener::from_std(self.listener).map_err(io)?;
-            let app = router(self.state);
-            let slots = Arc::new(tokio::sync::Semaphore::new(self.max_connections));
-            loop {
-                let stream = match listener.accept().await {
-                    Ok((stream, _)) => stream,
-                    // Out of descriptors, say: wait for some to close.
-                    Err(_) => {
-                        tokio::time::sleep(Duration::from_millis(50)).await;
-                        continue;
-                    }
-                };
-                let Ok(slot) = slots.clone().try_acquire_owned() else {
-                    tokio::spawn(refuse(stream));
-                    continue;
-                };
-                let service = hyper_util::service::TowerToHyperService::new(app.clone());
-                let conn = hyper::server::conn::http1::Builder::new()
-                    .timer(hyper_util::rt::TokioTimer::new())
-                    .header_read_timeout(self.header_timeout)
-                    .max_buf_size(MAX_HEAD)
-                    .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-                tokio::spawn(async move {
-                    let _ = conn.await;
-                    drop(slot);
-                });
-            }
+            let limits = batchcast_store::http::Limits {
+                header_timeout: self.header_timeout,
+                max_head: MAX_HEAD,
+                max_connections: self.max_connections,
+                keep_alive: true,
+            };
+            let busy = batchcast_store::http::Busy {
+                content_type: "text/plain",
+                body: "too many connections to the dashboard; try again\n".into(),
+            };
+            batchcast_store::http::serve(
+                listener,
+                router(self.state),
+                limits,
+                busy,
+                std::future::pending(),
+            )
+            .await;
+            Ok(())
         })
     }
-}
-
-/// Answers a connection past [`MAX_CONNECTIONS`]: 503, then closed.
-async fn refuse(mut stream: tokio::net::TcpStream) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let busy = b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: text/plain\r\n\
-                 Content-Length: 49\r\nConnection: close\r\n\r\n\
-                 too many connections to the dashboard; try again\n";
-    let answer = async {
-        stream.write_all(busy).await?;
-        stream.shutdown().await?;
-        // Read what the client sent (a little, briefly): closing with its
-        // request unread would reset the connection before it reads the
-        // answer.
-        let mut sink = [0u8; 4096];
-        for _ in 0..16 {
-            if stream.read(&mut sink).await? == 0 {
-                break;
-            }
-        }
-        Ok::<(), std::io::Error>(())
-    };
-    let _ = tokio::time::timeout(Duration::from_secs(1), answer).await;
 }
 
 fn router(state: AppState) -> Router {

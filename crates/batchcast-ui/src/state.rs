@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use batchcast_runs::Store;
+use batchcast_store::Store;
 
 use crate::error::UiError;
 

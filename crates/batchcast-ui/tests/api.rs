@@ -2,7 +2,7 @@
 
 mod common;
 
-use batchcast_runs::{keys, Store};
+use batchcast_store::{keys, Store};
 use common::{get, make_store, serve};
 
 #[test]
@@ -124,8 +124,8 @@ fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
     {
         let mut s = Store::open(&path).unwrap();
         let run = m.runs[0];
-        let points: Vec<batchcast_runs::MetricPoint> = (0..2_000_001)
-            .map(|i| batchcast_runs::MetricPoint {
+        let points: Vec<batchcast_store::MetricPoint> = (0..2_000_001)
+            .map(|i| batchcast_store::MetricPoint {
                 run_id: run,
                 key: "big".into(),
                 step: i,

@@ -7,7 +7,7 @@ use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
-use batchcast_runs::{LogStream, NewRun, RunStatus, Store};
+use batchcast_store::{LogStream, NewRun, RunStatus, Store};
 use batchcast_ui::{Ui, UiConfig};
 
 /// This process's peak resident memory, in bytes.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batchcast_runs::{now_ms, MetricPoint, NewRun, Recorder, RunStatus, Store};
+use batchcast_store::{now_ms, MetricPoint, NewRun, Recorder, RunStatus, Store};
 use common::{get, serve};
 
 const POINTS: i64 = 600;

@@ -84,7 +84,7 @@ fn a_workload_page_charts_its_runs() {
     assert!(html.contains("data-defaults=\"[&quot;batchcast/samples_per_s&quot;,&quot;batchcast/data_wait_share&quot;]\""), "{html}");
     assert!(html.contains("data-live=\"0\""));
     // the live experiment's workload polls
-    let live = batchcast_runs::Store::open_read_only(&path)
+    let live = batchcast_store::Store::open_read_only(&path)
         .unwrap()
         .run(m.live_run)
         .unwrap();
@@ -109,9 +109,9 @@ fn the_collocation_view_shows_the_compare_table_and_the_speedup() {
     let m = make_store(&path);
     let addr = serve(&path);
     let html = get(addr, &format!("/experiments/{}/collocation", m.experiment)).text();
-    let store = batchcast_runs::Store::open_read_only(&path).unwrap();
-    let rows = batchcast_runs::compare::collocation(&store, Some("sharing")).unwrap();
-    let speedup = batchcast_runs::compare::speedups(&rows);
+    let store = batchcast_store::Store::open_read_only(&path).unwrap();
+    let rows = batchcast_store::compare::collocation(&store, Some("sharing")).unwrap();
+    let speedup = batchcast_store::compare::speedups(&rows);
     assert_eq!(speedup.len(), 1);
     let text = format!(
         "shared vs independent: <b>{:.2}×</b> aggregate samples/s",
@@ -158,8 +158,8 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
     let id = m.runs[0];
     let big: String = (0..5000).map(|i| format!("line {i}\n")).collect();
     {
-        let mut s = batchcast_runs::Store::open(&path).unwrap();
-        s.append_log(id, batchcast_runs::LogStream::Stdout, 0, big.as_bytes())
+        let mut s = batchcast_store::Store::open(&path).unwrap();
+        s.append_log(id, batchcast_store::LogStream::Stdout, 0, big.as_bytes())
             .unwrap();
     }
     let addr = serve(&path);
@@ -261,8 +261,8 @@ fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
         ]
     });
     let id = {
-        let mut s = batchcast_runs::Store::open(&path).unwrap();
-        batchcast_runs::stalls::record(&mut s, &report).unwrap()
+        let mut s = batchcast_store::Store::open(&path).unwrap();
+        batchcast_store::stalls::record(&mut s, &report).unwrap()
     };
     let addr = serve(&path);
     let html = get(addr, &format!("/runs/{id}")).text();

@@ -17,23 +17,63 @@
 //! `/dev/shm`'s size limit (64 MiB in a default Docker container) does not
 //! apply.
 //!
-//! Each slot starts with a [`SLOT_HEADER`]-byte header: magic, sequence
+//! The arena is a region (`crate::region`) whose items are its slots, each
+//! starting on a page after the region's header page. Each slot starts
+//! with a [`SLOT_HEADER`]-byte header ([`SlotHead`]): magic, sequence
 //! number, epoch, bytes of arrays, and where the batch's encoded [`Layout`]
 //! lies in the slot (right after its arrays). A consumer learns of a batch
 //! from the board (`crate::board`) and reads everything else here.
 
 use std::fs::File;
-use std::os::fd::{AsFd, OwnedFd};
+use std::os::fd::OwnedFd;
+use std::sync::atomic::{AtomicU64, Ordering};
 
-use memmap2::{MmapMut, MmapOptions, MmapRaw};
-use rustix::fs::{FallocateFlags, MemfdFlags, SealFlags};
+use rustix::io::Errno;
 
 use crate::error::{Error, Result};
 use crate::layout::{Layout, SLOT_HEADER};
 use crate::private_pages::PrivatePages;
-use crate::shm;
+use crate::region::{self, Access, CreateError, Geometry, Kind, Region, RegionOpenError, Shared};
 
-const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT02");
+/// The arena's fixed part: nothing; its items are the slots.
+#[repr(C)]
+pub(crate) struct ArenaHead {}
+
+// SAFETY: `#[repr(C)]`, empty.
+unsafe impl Shared for ArenaHead {}
+
+impl Kind for ArenaHead {
+    const MAGIC: [u8; 8] = *b"BCARENA2";
+    const WHAT: &'static str = "arena";
+    const ITEMS: &'static str = "slots";
+    /// Slots start on pages, so that a consumer can drop its private pages
+    /// of one slot without touching the header or another slot.
+    fn item_align() -> usize {
+        rustix::param::page_size()
+    }
+}
+
+const SLOT_MAGIC: u64 = u64::from_le_bytes(*b"BCSLOT03");
+
+/// The header at the start of every slot, written by the producer while no
+/// consumer holds a lease on the slot and read through a lease.
+#[repr(C)]
+pub(crate) struct SlotHead {
+    magic: AtomicU64,
+    seq: AtomicU64,
+    /// Bytes of the batch's arrays, header included.
+    used: AtomicU64,
+    epoch: AtomicU64,
+    /// Where the encoded layout starts in the slot.
+    layout_at: AtomicU64,
+    /// Its bytes.
+    layout_len: AtomicU64,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only.
+unsafe impl Shared for SlotHead {}
+
+const _: () = assert!(std::mem::size_of::<SlotHead>() <= SLOT_HEADER);
 
 /// Where a batch's encoded layout goes: after its arrays, 8-byte aligned.
 pub fn layout_offset(used: u64) -> u64 {
@@ -54,9 +94,7 @@ pub struct SlotHeader {
 /// The producer's read-write arena.
 pub struct Arena {
     file: File,
-    map: MmapMut,
-    slot_size: usize,
-    slots: usize,
+    region: Region<ArenaHead>,
 }
 
 impl Arena {
@@ -86,10 +124,11 @@ impl Arena {
         let slot_size = slot_size
             .checked_next_multiple_of(page)
             .ok_or_else(|| Error::InvalidArgument("slot size overflows".into()))?;
-        let total = (slots as u64)
+        (slots as u64)
             .checked_mul(slot_size as u64)
             .ok_or_else(|| Error::InvalidArgument("arena size overflows".into()))?;
-        let upfront = reserved as u64 * slot_size as u64;
+        // The header's page and the reserved slots.
+        let upfront = page as u64 + reserved as u64 * slot_size as u64;
         let out_of_memory = |available: String| Error::OutOfSharedMemory {
             needed: upfront,
             slots: reserved,
@@ -101,83 +140,72 @@ impl Arena {
                 return Err(out_of_memory(format!("{avail} bytes available")));
             }
         }
-        let fd = rustix::fs::memfd_create(
-            format!("batchcast:{name}"),
-            MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING,
-        )
-        .map_err(|e| Error::io("cannot create the shared-memory arena (memfd_create)", e))?;
-        rustix::fs::ftruncate(&fd, total).map_err(|e| {
-            if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::FBIG {
-                out_of_memory(format!("ftruncate failed: {e}"))
-            } else {
-                Error::io("cannot size the arena", e)
+        let geometry = Geometry {
+            items: slots,
+            item_size: slot_size,
+        };
+        // Only the producer's own mapping writes the arena, and only a slot
+        // no consumer holds a lease on (see producer::state).
+        let created = Region::create(
+            &format!("batchcast:{name}"),
+            geometry,
+            reserved,
+            region::Writers::Creator,
+        );
+        let (region, file) = created.map_err(|e| match e {
+            CreateError::Os { step, errno, .. }
+                if step.starts_with("size") && [Errno::NOSPC, Errno::FBIG].contains(&errno) =>
+            {
+                out_of_memory(format!("ftruncate failed: {errno}"))
             }
-        })?;
-        rustix::fs::fallocate(&fd, FallocateFlags::empty(), 0, upfront).map_err(|e| {
-            if e == rustix::io::Errno::NOSPC || e == rustix::io::Errno::NOMEM {
-                out_of_memory(format!("the kernel refused to reserve it: {e}"))
-            } else {
-                Error::io("cannot reserve the arena's memory (fallocate)", e)
+            CreateError::Os { step, errno, .. }
+                if step.starts_with("reserve") && [Errno::NOSPC, Errno::NOMEM].contains(&errno) =>
+            {
+                out_of_memory(format!("the kernel refused to reserve it: {errno}"))
             }
+            e => e.into(),
         })?;
-        let file = File::from(fd);
-        // SAFETY: the file is our own memfd, sealed against resizing below
-        // before anyone else can see it: its size cannot change (no SIGBUS),
-        // and the only writer is this process's publishing thread, which
-        // writes a slot only while no consumer holds a lease on it (see
-        // producer::state).
-        let map = unsafe { MmapOptions::new().len(total as usize).map_mut(&file) }
-            .map_err(|e| Error::io("cannot map the arena", e))?;
-        // After our mapping: FUTURE_WRITE lets existing writable mappings
-        // be, and refuses every new shared writable mapping and write(2).
-        let seals = SealFlags::SHRINK | SealFlags::GROW | SealFlags::FUTURE_WRITE | SealFlags::SEAL;
-        rustix::fs::fcntl_add_seals(&file, seals)
-            .map_err(|e| Error::io("cannot seal the arena", e))?;
-        Ok(Arena {
-            file,
-            map,
-            slot_size,
-            slots,
-        })
+        Ok(Arena { file, region })
     }
 
     /// A read-only descriptor of the arena, to send to consumers: a consumer
     /// can neither write it nor map it writable.
     pub fn readonly_fd(&self) -> Result<OwnedFd> {
-        crate::shm::reopen_readonly(&self.file)
+        region::reopen_readonly(&self.file)
     }
 
     /// Bytes per slot.
     pub fn slot_size(&self) -> usize {
-        self.slot_size
+        self.region.item_size()
     }
 
     /// Number of slots.
     pub fn slots(&self) -> usize {
-        self.slots
+        self.region.items()
     }
 
     /// Reserves the memory of slot `i` (a no-op for a slot already
     /// reserved). Fails with the kernel's refusal (ENOSPC, ENOMEM) when
     /// memory is short: then writing the slot would be SIGBUS.
     pub fn reserve(&self, i: usize) -> std::io::Result<()> {
-        if i >= self.slots {
-            return Err(std::io::Error::from(std::io::ErrorKind::InvalidInput));
-        }
-        let at = (i * self.slot_size) as u64;
-        rustix::fs::fallocate(
-            &self.file,
-            FallocateFlags::empty(),
-            at,
-            self.slot_size as u64,
-        )
-        .map_err(std::io::Error::from)
+        self.region
+            .reserve(&self.file, i)
+            .map_err(std::io::Error::from)
     }
 
     /// Slot `i`, writable. The caller must hold the slot free of leases.
+    ///
+    /// Panics if `i` is out of range (slot numbers are the producer's own).
     pub fn slot_mut(&mut self, i: usize) -> &mut [u8] {
-        let start = i * self.slot_size;
-        &mut self.map[start..start + self.slot_size]
+        let ptr = self.region.item_ptr(i);
+        let ptr = ptr.unwrap_or_else(|| panic!("slot {i} of {} slots", self.slots()));
+        // SAFETY: slot `i` lies inside our shared, writable mapping; the
+        // slice borrows `self` mutably, so no other reference of this process
+        // into the arena lives meanwhile. No other process writes it
+        // (consumers map it read-only or private; the seals refuse every
+        // other writable mapping), and the caller holds the slot free of
+        // leases, so no consumer reads it meanwhile either.
+        unsafe { std::slice::from_raw_parts_mut(ptr, self.slot_size()) }
     }
 
     /// Writes the header of slot `i` for batch `seq` of `epoch`, whose
@@ -191,7 +219,7 @@ impl Arena {
         used: u64,
         layout: &[u8],
     ) -> Result<()> {
-        let slot_size = self.slot_size;
+        let slot_size = self.slot_size();
         let at = layout_offset(used) as usize;
         let slot = self.slot_mut(i);
         if at + layout.len() > slot_size {
@@ -201,10 +229,16 @@ impl Arena {
             });
         }
         slot[at..at + layout.len()].copy_from_slice(layout);
-        let words = [SLOT_MAGIC, seq, used, epoch, at as u64, layout.len() as u64];
-        for (k, w) in words.iter().enumerate() {
-            slot[8 * k..8 * k + 8].copy_from_slice(&w.to_le_bytes());
-        }
+        let Some(head) = self.region.item::<SlotHead>(i) else {
+            return Err(Error::Usage(format!("slot {i} is not in the arena")));
+        };
+        head.magic.store(SLOT_MAGIC, Ordering::Relaxed);
+        head.seq.store(seq, Ordering::Relaxed);
+        head.used.store(used, Ordering::Relaxed);
+        head.epoch.store(epoch, Ordering::Relaxed);
+        head.layout_at.store(at as u64, Ordering::Relaxed);
+        head.layout_len
+            .store(layout.len() as u64, Ordering::Relaxed);
         Ok(())
     }
 }
@@ -212,73 +246,54 @@ impl Arena {
 /// A consumer's mapping of the arena: shared and read-only, or private and
 /// writable (copy-on-write).
 pub struct ArenaView {
-    map: MmapRaw,
-    slot_size: usize,
-    slots: usize,
+    region: Region<ArenaHead>,
     /// Set when the mapping is private: finds and drops private pages.
     private: Option<PrivatePages>,
 }
 
 impl ArenaView {
-    /// Maps the arena received from the producer: with `copy_on_write`,
-    /// private and writable (an in-place write lands on a private copy of
-    /// the page it touches); without, shared and read-only (a write is
-    /// SIGSEGV). An error, never a silent fallback, if the private mapping
-    /// is refused.
+    /// Maps the arena received from the producer, which announced `slots`
+    /// slots of `slot_size` bytes: with `copy_on_write`, private and
+    /// writable (an in-place write lands on a private copy of the page it
+    /// touches); without, shared and read-only (a write is SIGSEGV). An
+    /// error, never a silent fallback, if the private mapping is refused.
     pub fn map(
         fd: OwnedFd,
         slots: usize,
         slot_size: usize,
         copy_on_write: bool,
-    ) -> Result<ArenaView> {
-        let total = slots
-            .checked_mul(slot_size)
-            .ok_or_else(|| Error::Protocol("arena size overflows".into()))?;
-        let file = File::from(fd);
-        let actual = rustix::fs::fstat(file.as_fd())
-            .map_err(|e| Error::io("cannot inspect the arena", e))?
-            .st_size;
-        if actual < 0 || (actual as u64) < total as u64 {
-            return Err(Error::Protocol(format!(
-                "the arena has {actual} bytes, the producer announced {total}"
-            )));
+    ) -> Result<ArenaView, RegionOpenError> {
+        // The producer writes a slot only while this consumer holds no lease
+        // on it, so bytes read through a lease are stable for its lifetime.
+        if slot_size < SLOT_HEADER {
+            return Err(RegionOpenError::Malformed {
+                what: ArenaHead::WHAT,
+                why: format!(
+                    "the producer announced slots of {slot_size} bytes, fewer than a slot's \
+                     {SLOT_HEADER}-byte header"
+                ),
+            });
         }
-        // The mappings below rely on it (a shrunk file is SIGBUS on read).
-        if !shm::is_sealed(&file) {
-            return Err(Error::Protocol(
-                "the producer sent an arena that is not sealed against shrinking".into(),
-            ));
-        }
-        let mut options = MmapOptions::new();
-        options.len(total);
-        let (map, private) = if copy_on_write {
-            // SAFETY: a private mapping of the producer's memfd, sealed
-            // against shrinking (no SIGBUS). Our writes never reach the file;
-            // the producer's reach the pages we have not written, and it
-            // writes a slot only while this consumer holds no lease on it, so
-            // bytes read through a lease are stable for the lease's lifetime.
-            let map = unsafe { options.map_copy(&file) }.map_err(|e| {
-                Error::io(
-                    "cannot map the arena copy-on-write (private and writable, for in-place \
-                     writes); pass copy_on_write=False to map it read-only instead, where \
-                     an in-place write is a crash",
-                    e,
-                )
-            })?;
-            (MmapRaw::from(map), Some(PrivatePages::new()))
-        } else {
-            // A read-only shared mapping: the same guarantees as above.
-            let map = options
-                .map_raw_read_only(&file)
-                .map_err(|e| Error::io("cannot map the arena", e))?;
-            (map, None)
+        let access = match copy_on_write {
+            true => Access::CopyOnWrite,
+            false => Access::ReadOnly,
         };
-        Ok(ArenaView {
-            map,
-            slot_size,
-            slots,
-            private,
-        })
+        let region = Region::open(fd, access, Some(slots), slot_size).map_err(|e| match e {
+            RegionOpenError::Os {
+                what,
+                step: "map",
+                source,
+            } if copy_on_write => RegionOpenError::Os {
+                what,
+                step: "map copy-on-write (private and writable, for in-place writes; \
+                       copy_on_write=False maps it read-only instead, where an in-place write \
+                       is a crash)",
+                source,
+            },
+            e => e,
+        })?;
+        let private = copy_on_write.then(PrivatePages::new);
+        Ok(ArenaView { region, private })
     }
 
     /// Readies slot `i` for a new batch: drops this process's private
@@ -287,15 +302,17 @@ impl ArenaView {
     /// of the slot's previous batch is gone (the producer reuses a slot only
     /// then).
     pub fn refresh(&self, i: usize) -> Result<()> {
-        if i >= self.slots {
+        if i >= self.region.items() {
             return Err(Error::Protocol(format!("slot {i} out of range")));
         }
         let Some(private) = &self.private else {
             return Ok(());
         };
-        // SAFETY: the slot lies inside the mapping, and no view of it is
+        let (at, len) = (self.region.item_offset(i), self.slot_size());
+        // SAFETY: the slot lies inside the mapping (checked above), a
+        // private one (`private` is set only then), and no view of it is
         // alive (see above), so no reference sees its pages change.
-        unsafe { private.drop_in(&self.map, i * self.slot_size, self.slot_size) }
+        unsafe { private.drop_in(self.region.map(), at, len) }
             .map_err(|e| Error::io("cannot drop the private copy of a slot written in place", e))
     }
 
@@ -307,34 +324,32 @@ impl ArenaView {
     /// The start of slot `i`: writable only with copy-on-write (for tests
     /// and raw views).
     pub fn slot_ptr(&self, i: usize) -> Option<*mut u8> {
-        // In bounds: checked, and the mapping holds `slots` whole slots.
-        (i < self.slots).then(|| self.map.as_mut_ptr().wrapping_add(i * self.slot_size))
+        self.region.item_ptr(i)
     }
 
     /// Slot `i`; `None` if out of range. Prefer [`ArenaView::bytes`]: with
     /// copy-on-write this process may write rows of a leased slot through
     /// its views, and a slice must never cover bytes written meanwhile.
     pub fn slot(&self, i: usize) -> Option<&[u8]> {
-        self.bytes(i, 0, self.slot_size)
+        self.bytes(i, 0, self.slot_size())
     }
 
     /// Bytes `offset..offset + len` of slot `i`; `None` if out of range.
     ///
-    /// The slice covers only what the caller reads (a header, a layout, one
-    /// leaf's rows), never the whole slot: views of other rows of the same
-    /// slot may be written in place by this process (copy-on-write) while
-    /// the slice lives.
+    /// The slice covers only what the caller reads (a layout, one leaf's
+    /// rows), never the whole slot: views of other rows of the same slot
+    /// may be written in place by this process (copy-on-write) while the
+    /// slice lives.
     pub fn bytes(&self, i: usize, offset: usize, len: usize) -> Option<&[u8]> {
-        let end = offset.checked_add(len).filter(|&e| e <= self.slot_size)?;
+        offset.checked_add(len).filter(|&e| e <= self.slot_size())?;
         let ptr = self.slot_ptr(i)?.wrapping_add(offset);
-        debug_assert!(end <= self.slot_size);
         // SAFETY: the range lies inside slot `i` of our live mapping (checked
         // above), which the slice borrows. The producer writes a slot only
         // while this consumer holds no lease on it, and the consumer reads a
         // slot only through a lease. In-place writes by this process go to
         // the rows of a view handed to user code; the callers here read the
-        // slot's header and layout (never part of a view) and rows that are
-        // being copied or exposed, not written, while the slice lives.
+        // slot's layout (never part of a view) and rows that are being
+        // copied or exposed, not written, while the slice lives.
         Some(unsafe { std::slice::from_raw_parts(ptr.cast_const(), len) })
     }
 
@@ -342,20 +357,19 @@ impl ArenaView {
     /// decodes and validates the batch's layout.
     pub fn header(&self, i: usize, seq: u64) -> Result<SlotHeader> {
         let out_of_range = || Error::Protocol(format!("slot {i} out of range"));
-        let head = self.bytes(i, 0, 48).ok_or_else(out_of_range)?;
-        let word = |k: usize| {
-            let mut b = [0u8; 8];
-            b.copy_from_slice(&head[k * 8..k * 8 + 8]);
-            u64::from_le_bytes(b)
-        };
-        if word(0) != SLOT_MAGIC || word(1) != seq {
+        let head = self.region.item::<SlotHead>(i).ok_or_else(out_of_range)?;
+        let word = |w: &AtomicU64| w.load(Ordering::Relaxed);
+        let names = word(&head.seq);
+        if word(&head.magic) != SLOT_MAGIC || names != seq {
             return Err(Error::Protocol(format!(
-                "slot {i} does not hold batch {seq} (header names batch {})",
-                word(1)
+                "slot {i} does not hold batch {seq} (header names batch {names})"
             )));
         }
-        let (used, epoch, at, len) = (word(2), word(3), word(4), word(5));
-        let end = at.checked_add(len).filter(|&e| e <= self.slot_size as u64);
+        let (used, epoch) = (word(&head.used), word(&head.epoch));
+        let (at, len) = (word(&head.layout_at), word(&head.layout_len));
+        let end = at
+            .checked_add(len)
+            .filter(|&e| e <= self.slot_size() as u64);
         if at < layout_offset(used) || len as usize > crate::wire::MAX_FRAME || end.is_none() {
             return Err(Error::Protocol(format!(
                 "slot {i}'s header places its layout out of bounds"
@@ -366,7 +380,7 @@ impl ArenaView {
             .ok_or_else(out_of_range)?;
         let layout: Layout = postcard::from_bytes(encoded)
             .map_err(|e| Error::Protocol(format!("slot {i} holds a malformed layout: {e}")))?;
-        layout.validate(self.slot_size)?;
+        layout.validate(self.slot_size())?;
         if layout.slot_bytes() > at {
             return Err(Error::Protocol(format!(
                 "slot {i}'s arrays overlap its layout"
@@ -377,7 +391,7 @@ impl ArenaView {
 
     /// Bytes per slot.
     pub fn slot_size(&self) -> usize {
-        self.slot_size
+        self.region.item_size()
     }
 }
 
@@ -452,7 +466,8 @@ mod tests {
         arena
             .seal_slot(0, 3, 0, layout.slot_bytes(), &encoded)
             .unwrap();
-        arena.slot_mut(0)[40..48].copy_from_slice(&u64::MAX.to_le_bytes());
+        let head = arena.region.item::<SlotHead>(0).unwrap();
+        head.layout_len.store(u64::MAX, Ordering::Relaxed);
         let view = ArenaView::map(arena.readonly_fd().unwrap(), 1, 4096, false).unwrap();
         assert!(matches!(view.header(0, 3), Err(Error::Protocol(_))));
     }
@@ -462,19 +477,20 @@ mod tests {
         let arena = Arena::create("t", 1, 4096).unwrap();
         let file = File::from(arena.readonly_fd().unwrap());
         // SAFETY: the mapping is expected to fail; nothing is read or written.
-        let res = unsafe { MmapOptions::new().len(4096).map_mut(&file) };
+        let res = unsafe { memmap2::MmapOptions::new().len(4096).map_mut(&file) };
         assert!(res.is_err());
     }
 
     #[test]
     fn nobody_can_write_the_arena_but_the_producers_mapping() {
         let mut arena = Arena::create("t", 2, 4096).unwrap();
+        use rustix::fs::SealFlags;
         let seals = rustix::fs::fcntl_get_seals(&arena.file).unwrap();
         assert!(seals.contains(SealFlags::FUTURE_WRITE | SealFlags::SHRINK | SealFlags::SEAL));
         // Not even through the producer's own read-write descriptor: no new
         // shared writable mapping, no write(2).
         // SAFETY: the mapping is expected to fail; nothing is read or written.
-        let res = unsafe { MmapOptions::new().len(4096).map_mut(&arena.file) };
+        let res = unsafe { memmap2::MmapOptions::new().len(4096).map_mut(&arena.file) };
         assert!(res.is_err());
         let err = rustix::io::pwrite(&arena.file, b"x", 0).unwrap_err();
         assert_eq!(err, rustix::io::Errno::PERM);
@@ -496,9 +512,10 @@ mod tests {
         let slot = 1 << 20;
         let arena = Arena::create_lazy("t", 4, 1, slot).unwrap();
         let blocks = || rustix::fs::fstat(&arena.file).unwrap().st_blocks as u64 * 512;
-        assert_eq!(blocks(), slot as u64);
+        let header = rustix::param::page_size() as u64;
+        assert_eq!(blocks(), header + slot as u64);
         arena.reserve(3).unwrap();
-        assert_eq!(blocks(), 2 * slot as u64);
+        assert_eq!(blocks(), header + 2 * slot as u64);
         assert!(arena.reserve(4).is_err());
     }
 
@@ -512,10 +529,10 @@ mod tests {
     fn an_arena_that_could_shrink_under_the_view_is_refused() {
         // A peer's memfd without seals: it could truncate it after we map
         // it, and reading the lost pages would be SIGBUS.
-        let fd = rustix::fs::memfd_create("t", MemfdFlags::CLOEXEC).unwrap();
+        let fd = rustix::fs::memfd_create("t", rustix::fs::MemfdFlags::CLOEXEC).unwrap();
         rustix::fs::ftruncate(&fd, 4096).unwrap();
         let err = ArenaView::map(fd, 1, 4096, false).err().unwrap();
-        assert!(matches!(err, Error::Protocol(_)), "{err}");
+        assert!(matches!(err, RegionOpenError::NotSealed { .. }), "{err}");
         assert!(err.to_string().contains("not sealed"), "{err}");
     }
 
@@ -523,5 +540,36 @@ mod tests {
     fn a_view_larger_than_the_arena_is_refused() {
         let arena = Arena::create("t", 1, 4096).unwrap();
         assert!(ArenaView::map(arena.readonly_fd().unwrap(), 2, 4096, false).is_err());
+        // Nor one of another slot size, even where the bytes would fit.
+        let arena = Arena::create("t", 2, 8192).unwrap();
+        let err = ArenaView::map(arena.readonly_fd().unwrap(), 4, 4096, false)
+            .err()
+            .unwrap();
+        assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
+    }
+
+    #[test]
+    fn slot_sizes_that_would_misplace_a_slot_header_are_refused() {
+        // Too small for the slot header, or slots that do not start on
+        // pages: a hostile welcome, never read through.
+        let arena = Arena::create("t", 2, 4096).unwrap();
+        for (slots, slot_size) in [(1, 8), (2, 4097), (1, 8191), (0, 0)] {
+            let err = ArenaView::map(arena.readonly_fd().unwrap(), slots, slot_size, false)
+                .err()
+                .unwrap();
+            assert!(
+                matches!(err, RegionOpenError::Malformed { .. }),
+                "{slots} x {slot_size}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_board_sent_as_the_arena_is_refused() {
+        let board = crate::board::Board::create("t", 2).unwrap();
+        let err = ArenaView::map(board.readonly_fd().unwrap(), 1, 4096, false)
+            .err()
+            .unwrap();
+        assert!(matches!(err, RegionOpenError::WrongKind { .. }), "{err}");
     }
 }

@@ -1,11 +1,9 @@
 //! The publication board: how a producer announces batches to every
 //! consumer at once, without a message per consumer.
 //!
-//! A small sealed memfd, written by the producer and mapped read-only by
-//! consumers. It holds:
+//! A small region (`crate::region`), written by the producer only and
+//! mapped read-only by consumers. Its fixed part ([`BoardHead`]) holds:
 //! - `published`: every batch with a sequence number below it is in a slot;
-//! - a ring that maps the last [`Board::ring_len`] sequence numbers to
-//!   their slots (entry `seq % ring` holds `seq << 16 | slot`);
 //! - `wake`, a futex word the producer bumps after every publish and every
 //!   control message it sends, so that a consumer can sleep until something
 //!   happens;
@@ -16,6 +14,9 @@
 //!   window ahead of that consumer; see `crate::producer`): `seq + 1` for
 //!   batch `seq`, 0 when it waits for no read. The consumer that begins to
 //!   read that batch, or a later one, sends the wake-up.
+//!
+//! Its items are a ring that maps the last [`BoardView::ring_len`] sequence
+//! numbers to their slots (entry `seq % ring` holds `seq << 16 | slot`).
 //!
 //! Waking is a chain: the producer wakes one sleeper per bump, and each
 //! woken consumer that sees the word changed wakes two more before it does
@@ -36,22 +37,37 @@ use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::Duration;
 
-use memmap2::{MmapOptions, MmapRaw};
 use rustix::thread::futex;
 
 use crate::error::{Error, Result};
-use crate::shm;
+use crate::region::{self, Access, Geometry, Kind, Region, RegionOpenError, Shared, Writers};
 
-const MAGIC: u64 = u64::from_le_bytes(*b"BCBOARD1");
-const MAGIC_AT: usize = 0;
-const RING_LEN_AT: usize = 8;
-const PUBLISHED_AT: usize = 16;
-const WAKE_AT: usize = 24;
-const WAITING_AT: usize = 28;
-const AWAITED_READ_AT: usize = 32;
-const RING_AT: usize = 64;
 /// Slots are numbered in the low 16 bits of a ring entry.
 pub const MAX_SLOTS: usize = 1 << 16;
+
+/// The board's fixed part; its items are the ring's entries
+/// (`AtomicU64`, `seq << 16 | slot`).
+#[repr(C)]
+pub(crate) struct BoardHead {
+    published: AtomicU64,
+    /// `seq + 1` of the batch the producer waits for a consumer to begin
+    /// reading; 0: none.
+    awaited_read: AtomicU64,
+    wake: AtomicU32,
+    producer_waiting: AtomicU32,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only.
+unsafe impl Shared for BoardHead {}
+
+impl Kind for BoardHead {
+    const MAGIC: [u8; 8] = *b"BCBOARD2";
+    const WHAT: &'static str = "board";
+    const ITEMS: &'static str = "ring entries";
+}
+
+/// Bytes of a ring entry.
+const ENTRY: usize = std::mem::size_of::<AtomicU64>();
 
 /// The ring length for a window of `window` slots.
 fn ring_len(window: usize) -> usize {
@@ -67,11 +83,35 @@ pub enum Woken {
     TimedOut,
 }
 
+/// The board no longer names a batch: its ring entry was reused for a
+/// later one (the producer stopped keeping it for this consumer).
+#[derive(Debug, thiserror::Error)]
+#[error("the board no longer names batch {seq} (its entry names batch {names})")]
+pub(crate) struct Stale {
+    /// The batch asked for.
+    pub seq: u64,
+    /// The batch the entry names.
+    pub names: u64,
+}
+
+impl From<Stale> for Error {
+    fn from(e: Stale) -> Error {
+        Error::Protocol(e.to_string())
+    }
+}
+
+/// The ring entry of `seq` in `region`.
+fn entry(region: &Region<BoardHead>, seq: u64) -> &AtomicU64 {
+    let k = (seq % region.items() as u64) as usize;
+    region
+        .item(k)
+        .expect("an index modulo the ring's length is in the ring")
+}
+
 /// The producer's writable board.
 pub struct Board {
     file: File,
-    map: MmapRaw,
-    ring: usize,
+    region: Region<BoardHead>,
 }
 
 impl Board {
@@ -83,63 +123,58 @@ impl Board {
             )));
         }
         let ring = ring_len(window);
-        let (file, map) =
-            shm::create_sealed(&format!("batchcast-board:{name}"), RING_AT + 8 * ring)?;
-        let board = Board { file, map, ring };
-        board.word64(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
-        board
-            .word64(RING_LEN_AT)
-            .store(ring as u64, Ordering::Relaxed);
+        let geometry = Geometry {
+            items: ring,
+            item_size: ENTRY,
+        };
+        let (region, file) = Region::create(
+            &format!("batchcast-board:{name}"),
+            geometry,
+            ring,
+            Writers::Creator,
+        )?;
         // Every ring entry starts out naming no batch (seq u48::MAX).
-        for k in 0..ring {
-            board.entry(k).store(u64::MAX, Ordering::Relaxed);
+        for k in 0..ring as u64 {
+            entry(&region, k).store(u64::MAX, Ordering::Relaxed);
         }
-        Ok(board)
+        Ok(Board { file, region })
     }
 
     /// A read-only descriptor of the board, to send to consumers.
     pub fn readonly_fd(&self) -> Result<OwnedFd> {
-        shm::reopen_readonly(&self.file)
+        region::reopen_readonly(&self.file)
     }
 
     /// Entries in the ring.
     #[cfg(test)]
     pub fn ring_len(&self) -> usize {
-        self.ring
+        self.region.items()
     }
 
-    fn word64(&self, at: usize) -> &AtomicU64 {
-        shm::atomic_u64(&self.map, at)
-    }
-
-    fn word32(&self, at: usize) -> &AtomicU32 {
-        shm::atomic_u32(&self.map, at)
-    }
-
-    fn entry(&self, k: usize) -> &AtomicU64 {
-        self.word64(RING_AT + 8 * k)
+    fn head(&self) -> &BoardHead {
+        self.region.fixed()
     }
 
     /// Makes batch `seq`, written in `slot`, visible to consumers. Batches
     /// are published in sequence order.
     pub fn publish(&self, seq: u64, slot: usize) {
-        self.entry((seq % self.ring as u64) as usize)
-            .store(seq << 16 | slot as u64, Ordering::SeqCst);
-        self.word64(PUBLISHED_AT).store(seq + 1, Ordering::SeqCst);
+        entry(&self.region, seq).store(seq << 16 | slot as u64, Ordering::SeqCst);
+        self.head().published.store(seq + 1, Ordering::SeqCst);
         self.bump();
     }
 
     /// Tells sleeping consumers that something happened (a publish, a
     /// control message sent): one futex call, whatever their number.
     pub fn bump(&self) {
-        let wake = self.word32(WAKE_AT);
+        let wake = &self.head().wake;
         wake.fetch_add(1, Ordering::SeqCst);
         let _ = futex::wake(wake, futex::Flags::empty(), 1);
     }
 
     /// Says whether the producer waits for a released slot.
     pub fn set_producer_waiting(&self, waiting: bool) {
-        self.word32(WAITING_AT)
+        self.head()
+            .producer_waiting
             .store(u32::from(waiting), Ordering::SeqCst);
     }
 
@@ -147,77 +182,47 @@ impl Board {
     /// begin reading (SeqCst, before it looks at the ledgers again: the
     /// same order as [`Board::set_producer_waiting`]).
     pub fn set_awaited_read(&self, seq: Option<u64>) {
-        self.word64(AWAITED_READ_AT)
+        self.head()
+            .awaited_read
             .store(seq.map_or(0, |s| s + 1), Ordering::SeqCst);
     }
 }
 
 /// A consumer's read-only view of the board.
 pub struct BoardView {
-    map: MmapRaw,
-    ring: usize,
+    region: Region<BoardHead>,
 }
 
 impl BoardView {
     /// Entries in the ring: no more batches than this can be published and
     /// still unread.
     pub fn ring_len(&self) -> usize {
-        self.ring
+        self.region.items()
     }
 
     /// Maps the board received from the producer and checks its header.
-    pub fn map(fd: OwnedFd) -> Result<BoardView> {
-        let file = File::from(fd);
-        let len = shm::file_len(&file)?;
-        if len < RING_AT + 8 || !shm::is_sealed(&file) {
-            return Err(Error::Protocol(format!(
-                "the producer sent a board of {len} bytes (unsealed or too small)"
-            )));
-        }
-        // A read-only shared mapping of the producer's sealed memfd, which
-        // cannot shrink under us. Its words are read with atomics only.
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw_read_only(&file)
-            .map_err(|e| Error::io("cannot map the producer's board", e))?;
-        let mut view = BoardView { map, ring: 0 };
-        if view.word64(MAGIC_AT).load(Ordering::Relaxed) != MAGIC {
-            return Err(Error::Protocol("the board has a bad magic number".into()));
-        }
-        let ring = view.word64(RING_LEN_AT).load(Ordering::Relaxed) as usize;
-        let end = ring.checked_mul(8).and_then(|b| b.checked_add(RING_AT));
-        if ring == 0 || end.is_none_or(|end| end > len) {
-            return Err(Error::Protocol(format!(
-                "the board's ring of {ring} entries does not fit its {len} bytes"
-            )));
-        }
-        view.ring = ring;
-        Ok(view)
+    pub fn map(fd: OwnedFd) -> Result<BoardView, RegionOpenError> {
+        let region = Region::open(fd, Access::ReadOnly, None, ENTRY)?;
+        Ok(BoardView { region })
     }
 
-    fn word64(&self, at: usize) -> &AtomicU64 {
-        shm::atomic_u64(&self.map, at)
-    }
-
-    fn word32(&self, at: usize) -> &AtomicU32 {
-        shm::atomic_u32(&self.map, at)
+    fn head(&self) -> &BoardHead {
+        self.region.fixed()
     }
 
     /// Batches with a sequence number below this are published.
     pub fn published(&self) -> u64 {
-        self.word64(PUBLISHED_AT).load(Ordering::SeqCst)
+        self.head().published.load(Ordering::SeqCst)
     }
 
     /// The slot holding batch `seq`, if the ring still names it.
-    pub fn slot_of(&self, seq: u64) -> Result<usize> {
-        let entry = self
-            .word64(RING_AT + 8 * (seq % self.ring as u64) as usize)
-            .load(Ordering::SeqCst);
+    pub fn slot_of(&self, seq: u64) -> Result<usize, Stale> {
+        let entry = entry(&self.region, seq).load(Ordering::SeqCst);
         if entry >> 16 != seq {
-            return Err(Error::Protocol(format!(
-                "the board no longer names batch {seq} (its entry names batch {})",
-                entry >> 16
-            )));
+            return Err(Stale {
+                seq,
+                names: entry >> 16,
+            });
         }
         Ok((entry & 0xffff) as usize)
     }
@@ -225,19 +230,19 @@ impl BoardView {
     /// The wake word now: read it before looking for work, then pass it to
     /// [`BoardView::sleep`].
     pub fn wake_word(&self) -> u32 {
-        self.word32(WAKE_AT).load(Ordering::SeqCst)
+        self.head().wake.load(Ordering::SeqCst)
     }
 
     /// True while the producer waits for a released slot.
     pub fn producer_waiting(&self) -> bool {
-        self.word32(WAITING_AT).load(Ordering::SeqCst) != 0
+        self.head().producer_waiting.load(Ordering::SeqCst) != 0
     }
 
     /// True while the producer waits for a consumer to begin reading batch
     /// `seq` or an earlier one: a consumer that has just begun to read
     /// `seq` (its position written first) wakes it.
     pub fn awaits_read_of(&self, seq: u64) -> bool {
-        match self.word64(AWAITED_READ_AT).load(Ordering::SeqCst) {
+        match self.head().awaited_read.load(Ordering::SeqCst) {
             0 => false,
             awaited => seq.saturating_add(1) >= awaited,
         }
@@ -246,7 +251,7 @@ impl BoardView {
     /// Sleeps until the wake word differs from `seen` or `timeout` passes.
     /// A consumer woken by the producer's chain passes the wake-up on.
     pub fn sleep(&self, seen: u32, timeout: Duration) -> Woken {
-        let word = self.word32(WAKE_AT);
+        let word = &self.head().wake;
         let ts = futex::Timespec {
             tv_sec: timeout.as_secs() as i64,
             tv_nsec: timeout.subsec_nanos() as i64,
@@ -312,12 +317,25 @@ mod tests {
 
     #[test]
     fn a_ring_length_past_the_mapping_is_refused_even_where_it_overflows() {
+        // The header's items word (word 4), rewritten by a hostile producer.
         for bad in [0, 1 << 40, u64::MAX / 4 + 1, u64::MAX] {
             let board = Board::create("t", 2).unwrap();
-            board.word64(RING_LEN_AT).store(bad, Ordering::Relaxed);
+            let header = board.region.map().as_mut_ptr().cast::<AtomicU64>();
+            // SAFETY: word 4 of the header, inside the mapping, 8-aligned.
+            unsafe { &*header.add(4) }.store(bad, Ordering::Relaxed);
             let err = BoardView::map(board.readonly_fd().unwrap()).err().unwrap();
-            assert!(matches!(err, Error::Protocol(_)), "{bad}: {err}");
+            assert!(
+                matches!(err, RegionOpenError::Malformed { .. }),
+                "{bad}: {err}"
+            );
         }
+    }
+
+    #[test]
+    fn a_ledger_sent_as_the_board_is_refused() {
+        let (_ledger, fd) = crate::ledger::Ledger::create(2).unwrap();
+        let err = BoardView::map(fd).err().unwrap();
+        assert!(matches!(err, RegionOpenError::WrongKind { .. }), "{err}");
     }
 
     #[test]
@@ -378,7 +396,7 @@ mod tests {
         let board = Board::create("t", 2).unwrap();
         let file = File::from(board.readonly_fd().unwrap());
         // SAFETY: the mapping is expected to fail; nothing is read or written.
-        let res = unsafe { MmapOptions::new().len(4096).map_mut(&file) };
+        let res = unsafe { memmap2::MmapOptions::new().len(4096).map_mut(&file) };
         assert!(res.is_err());
     }
 

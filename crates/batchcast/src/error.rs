@@ -115,6 +115,12 @@ pub enum Error {
     #[error("protocol error: {0}")]
     Protocol(String),
 
+    /// A shared-memory region the producer sent cannot be used: not sealed,
+    /// of another kind or layout version, or its header disagrees with the
+    /// file or the welcome.
+    #[error(transparent)]
+    Region(#[from] crate::region::RegionOpenError),
+
     /// The peer speaks another protocol version.
     #[error(
         "protocol version mismatch: this side speaks {ours}, the peer {theirs}; use the same \

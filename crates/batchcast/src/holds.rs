@@ -1,43 +1,65 @@
 //! Per-slot counts of outstanding holders, so that only the last consumer
 //! to release a slot wakes a blocked producer.
 //!
-//! A small sealed memfd that the producer and every consumer map writable:
-//! one `u32` per slot. The producer sets a slot's count to the number of
-//! consumers its batch is published to (and adds one for a catch-up joiner);
-//! each consumer decrements it when it releases the batch, after writing the
-//! release in its ledger. The consumer that takes the count to zero is the
-//! last holder: it alone sends the `Released` wake-up, and only when the
-//! board says the producer waits (the same Dekker order as before, see
-//! `crate::board`: ledger, count and flag are all SeqCst).
+//! A small region (`crate::region`) that the producer and every consumer
+//! map writable: one `u32` per slot. The producer sets a slot's count to
+//! the number of consumers its batch is published to (and adds one for a
+//! catch-up joiner); each consumer decrements it when it releases the
+//! batch, after writing the release in its ledger. The consumer that takes
+//! the count to zero is the last holder: it alone sends the `Released`
+//! wake-up, and only when the board says the producer waits (the Dekker
+//! order of `crate::board`: ledger, count and flag are all SeqCst).
 //!
 //! The counts are a hint, never the truth: the producer decides which slot
 //! is free from the ledgers alone. A consumer that corrupts the counts (they
-//! are writable by every consumer) can only suppress or add wake-ups; a
-//! suppressed one costs the blocked producer at most its 100 ms tick, never
-//! data. A count that is already zero (corrupted, or its holder was evicted)
-//! makes the releaser wake the producer, as before this file existed.
+//! are writable by every consumer, the region's header included: counts
+//! that do not validate are not used, and every release wakes) can only
+//! suppress or add wake-ups; a suppressed one costs the blocked producer at
+//! most its 100 ms tick, never data. A count that is already zero
+//! (corrupted, or its holder was evicted) makes the releaser wake the
+//! producer.
 
 use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
-
 use crate::error::{Error, Result};
-use crate::shm;
+use crate::region::{Access, Geometry, Kind, Region, Shared, Writers};
+
+/// The holder counts' fixed part: nothing; the items are the counts
+/// (`AtomicU32`, one per slot).
+#[repr(C)]
+pub(crate) struct HoldsHead {}
+
+// SAFETY: `#[repr(C)]`, empty.
+unsafe impl Shared for HoldsHead {}
+
+impl Kind for HoldsHead {
+    const MAGIC: [u8; 8] = *b"BCHOLDS2";
+    const WHAT: &'static str = "holder counts";
+    const ITEMS: &'static str = "slots";
+    fn item_align() -> usize {
+        COUNT
+    }
+}
+
+const COUNT: usize = std::mem::size_of::<AtomicU32>();
 
 /// The producer's side.
 pub struct Holds {
     file: File,
-    map: MmapRaw,
-    slots: usize,
+    region: Region<HoldsHead>,
 }
 
 impl Holds {
     /// Counts for `slots` slots, all zero.
     pub fn create(slots: usize) -> Result<Holds> {
-        let (file, map) = shm::create_sealed("batchcast-holds", 4 * slots.max(1))?;
-        Ok(Holds { file, map, slots })
+        let geometry = Geometry {
+            items: slots,
+            item_size: COUNT,
+        };
+        let (region, file) = Region::create("batchcast-holds", geometry, slots, Writers::Anyone)?;
+        Ok(Holds { file, region })
     }
 
     /// A descriptor to send to consumers (they map it writable).
@@ -49,7 +71,7 @@ impl Holds {
     }
 
     fn count(&self, slot: usize) -> Option<&AtomicU32> {
-        (slot < self.slots).then(|| shm::atomic_u32(&self.map, 4 * slot))
+        self.region.item(slot)
     }
 
     /// Sets slot `slot`'s count (at publish, before the batch is visible).
@@ -82,38 +104,29 @@ impl Holds {
 
 /// A consumer's side.
 pub struct HoldsView {
-    map: MmapRaw,
-    slots: usize,
+    /// `None` when the counts did not validate: every release wakes.
+    region: Option<Region<HoldsHead>>,
 }
 
 impl HoldsView {
-    /// Maps the counts the producer sent, for `slots` slots.
-    pub fn open(fd: OwnedFd, slots: usize) -> Result<HoldsView> {
-        let file = File::from(fd);
-        let len = shm::file_len(&file)?;
-        if len < 4 * slots || !shm::is_sealed(&file) {
-            return Err(Error::Protocol(format!(
-                "the producer sent holder counts of {len} bytes (unsealed or too small for \
-                 {slots} slots)"
-            )));
-        }
-        // A shared mapping of the producer's sealed memfd, which cannot
-        // shrink under us; its words are accessed only as atomics.
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&file)
-            .map_err(|e| Error::io("cannot map the holder counts", e))?;
-        Ok(HoldsView { map, slots })
+    /// Maps the counts the producer sent, for `slots` slots. Every consumer
+    /// writes this region, its header included, so one that does not
+    /// validate (spoiled by a consumer, or not sealed: then it is not
+    /// mapped) costs wake-ups, never the connection: every release of a
+    /// view without counts wakes a waiting producer.
+    pub fn open(fd: OwnedFd, slots: usize) -> HoldsView {
+        let region = Region::open(fd, Access::ReadWrite, Some(slots), COUNT).ok();
+        HoldsView { region }
     }
 
     /// Counts one release of slot `slot` (already written in the ledger);
     /// true when this was the last holder, or the count is unusable, so
     /// that the caller should wake a waiting producer.
     pub fn release(&self, slot: usize) -> bool {
-        if slot >= self.slots {
+        let count = self.region.as_ref().and_then(|r| r.item::<AtomicU32>(slot));
+        let Some(count) = count else {
             return true;
-        }
-        let count = shm::atomic_u32(&self.map, 4 * slot);
+        };
         match count.fetch_update(Ordering::SeqCst, Ordering::SeqCst, |n| n.checked_sub(1)) {
             Ok(before) => before == 1,
             Err(_) => true,
@@ -134,7 +147,7 @@ mod tests {
     #[test]
     fn only_the_last_release_reports_last() {
         let holds = Holds::create(4).unwrap();
-        let view = HoldsView::open(holds.share_fd().unwrap(), 4).unwrap();
+        let view = HoldsView::open(holds.share_fd().unwrap(), 4);
         holds.set(2, 3);
         assert!(!view.release(2));
         assert!(!view.release(2));
@@ -148,12 +161,32 @@ mod tests {
     #[test]
     fn joiners_and_departures_adjust_the_count() {
         let holds = Holds::create(1).unwrap();
-        let view = HoldsView::open(holds.share_fd().unwrap(), 1).unwrap();
+        let view = HoldsView::open(holds.share_fd().unwrap(), 1);
         holds.set(0, 1);
         holds.add(0);
         holds.forget(0);
         assert!(view.release(0));
         holds.forget(0);
         assert_eq!(holds.get(0), 0);
+    }
+
+    #[test]
+    fn a_header_spoiled_by_a_consumer_costs_wake_ups_not_joins() {
+        let holds = Holds::create(2).unwrap();
+        holds.set(0, 2);
+        // Every consumer maps the counts writable: one rewrites the header's
+        // first word (the magic).
+        let header = holds.region.map().as_mut_ptr().cast::<u64>();
+        // SAFETY: the header's first word, inside the mapping, 8-aligned; no
+        // reference to it is alive.
+        unsafe { header.write_volatile(0) };
+        let late = HoldsView::open(holds.share_fd().unwrap(), 2);
+        assert!(late.region.is_none());
+        assert!(late.release(0), "without counts, every release wakes");
+        assert_eq!(holds.get(0), 2);
+        // An unsealed file is not mapped at all.
+        let file = tempfile::tempfile().unwrap();
+        file.set_len(4096).unwrap();
+        assert!(HoldsView::open(OwnedFd::from(file), 1).region.is_none());
     }
 }

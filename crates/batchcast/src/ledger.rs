@@ -1,8 +1,8 @@
 //! A consumer's ledger: where it tells the producer, through shared memory
 //! and without a message, which batches it has released.
 //!
-//! The producer creates one small sealed memfd per consumer and hands it
-//! over, writable, with the welcome; each consumer writes only its own (a
+//! The producer creates one small region (`crate::region`) per consumer
+//! and hands it over, writable, with the welcome; each consumer writes only its own (a
 //! consumer cannot touch another's ledger, nor the arena). It holds, per
 //! slot, `released[slot] = seq + 1` for the last batch the consumer released
 //! from that slot and `acquired[slot] = seq + 1` for the last batch it began
@@ -23,78 +23,78 @@
 //! lose its own batches (the slot is rewritten under its views) or hold its
 //! own slots, which it could do anyway by not releasing them.
 
-use std::fs::File;
 use std::os::fd::OwnedFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use memmap2::{MmapOptions, MmapRaw};
+use crate::error::Result;
+use crate::region::{Access, Geometry, Kind, Region, RegionOpenError, Shared, Writers};
 
-use crate::error::{Error, Result};
-use crate::shm;
+/// A ledger's fixed part.
+#[repr(C)]
+pub(crate) struct LedgerHead {
+    /// Batches delivered, as the consumer last recorded them.
+    delivered: AtomicU64,
+    /// Nanoseconds the consumer waited for data, as it last recorded them.
+    waited_ns: AtomicU64,
+    /// The eviction generation (0: never evicted).
+    evicted: AtomicU64,
+    /// One past the last batch the consumer began to read.
+    position: AtomicU64,
+}
 
-const MAGIC: u64 = u64::from_le_bytes(*b"BCLEDGR1");
-const MAGIC_AT: usize = 0;
-const SLOTS_AT: usize = 8;
-const DELIVERED_AT: usize = 16;
-const WAITED_AT: usize = 24;
-const EVICTED_AT: usize = 32;
-const POSITION_AT: usize = 40;
-const RELEASED_AT: usize = 64;
+// SAFETY: `#[repr(C)]`, atomics only.
+unsafe impl Shared for LedgerHead {}
+
+impl Kind for LedgerHead {
+    const MAGIC: [u8; 8] = *b"BCLEDGR2";
+    const WHAT: &'static str = "ledger";
+    const ITEMS: &'static str = "slots";
+}
+
+/// A ledger's item: one per slot, `seq + 1` of a batch in that slot.
+#[repr(C)]
+struct Marks {
+    /// The last batch released from the slot.
+    released: AtomicU64,
+    /// The last batch the consumer began to read there.
+    acquired: AtomicU64,
+}
+
+// SAFETY: `#[repr(C)]`, atomics only.
+unsafe impl Shared for Marks {}
+
+const MARKS: usize = std::mem::size_of::<Marks>();
 
 /// One consumer's ledger, mapped read-write (by the producer, which made
 /// it, and by its consumer).
 pub struct Ledger {
-    map: MmapRaw,
-    slots: usize,
+    region: Region<LedgerHead>,
 }
 
 impl Ledger {
     /// Creates a ledger for a window of `slots` slots; returns it and the
     /// descriptor to send to the consumer.
     pub fn create(slots: usize) -> Result<(Ledger, OwnedFd)> {
-        let (file, map) = shm::create_sealed("batchcast-ledger", RELEASED_AT + 16 * slots)?;
-        let ledger = Ledger { map, slots };
-        ledger.word(MAGIC_AT).store(MAGIC, Ordering::Relaxed);
-        ledger.word(SLOTS_AT).store(slots as u64, Ordering::Relaxed);
-        Ok((ledger, OwnedFd::from(file)))
+        let geometry = Geometry {
+            items: slots,
+            item_size: MARKS,
+        };
+        let (region, file) = Region::create("batchcast-ledger", geometry, slots, Writers::Anyone)?;
+        Ok((Ledger { region }, OwnedFd::from(file)))
     }
 
     /// Maps the ledger the producer sent, for a window of `slots` slots.
-    pub fn open(fd: OwnedFd, slots: usize) -> Result<Ledger> {
-        let file = File::from(fd);
-        let len = shm::file_len(&file)?;
-        if len < RELEASED_AT + 16 * slots || !shm::is_sealed(&file) {
-            return Err(Error::Protocol(format!(
-                "the producer sent a ledger of {len} bytes (unsealed or too small for {slots} slots)"
-            )));
-        }
-        // A shared mapping of the producer's sealed memfd, which cannot
-        // shrink under us; its words are accessed only as atomics.
-        let map = MmapOptions::new()
-            .len(len)
-            .map_raw(&file)
-            .map_err(|e| Error::io("cannot map the ledger", e))?;
-        let ledger = Ledger { map, slots };
-        let magic = ledger.word(MAGIC_AT).load(Ordering::Relaxed);
-        let announced = ledger.word(SLOTS_AT).load(Ordering::Relaxed);
-        if magic != MAGIC || announced != slots as u64 {
-            return Err(Error::Protocol(
-                "the producer sent a malformed ledger".into(),
-            ));
-        }
-        Ok(ledger)
+    pub fn open(fd: OwnedFd, slots: usize) -> Result<Ledger, RegionOpenError> {
+        let region = Region::open(fd, Access::ReadWrite, Some(slots), MARKS)?;
+        Ok(Ledger { region })
     }
 
-    fn word(&self, at: usize) -> &AtomicU64 {
-        shm::atomic_u64(&self.map, at)
+    fn head(&self) -> &LedgerHead {
+        self.region.fixed()
     }
 
-    fn released_word(&self, slot: usize) -> Option<&AtomicU64> {
-        (slot < self.slots).then(|| self.word(RELEASED_AT + 8 * slot))
-    }
-
-    fn acquired_word(&self, slot: usize) -> Option<&AtomicU64> {
-        (slot < self.slots).then(|| self.word(RELEASED_AT + 8 * self.slots + 8 * slot))
+    fn marks(&self, slot: usize) -> Option<&Marks> {
+        self.region.item(slot)
     }
 
     /// Consumer side: marks batch `seq` in `slot` acquired (about to be
@@ -103,65 +103,65 @@ impl Ledger {
     /// last one the consumer acted on, it was evicted and must not read the
     /// slot (see the module's documentation).
     pub fn acquire(&self, slot: usize, seq: u64) -> u64 {
-        if let Some(w) = self.acquired_word(slot) {
-            w.store(seq + 1, Ordering::SeqCst);
+        if let Some(m) = self.marks(slot) {
+            m.acquired.store(seq + 1, Ordering::SeqCst);
         }
         // SeqCst: a producer waiting for this read sets the board's
         // `awaited_read`, then reads positions; the consumer writes its
         // position, then reads `awaited_read` (see `crate::board`).
-        self.word(POSITION_AT).store(seq + 1, Ordering::SeqCst);
-        self.word(EVICTED_AT).load(Ordering::SeqCst)
+        self.head().position.store(seq + 1, Ordering::SeqCst);
+        self.head().evicted.load(Ordering::SeqCst)
     }
 
     /// Producer side: evicts the consumer; returns the new generation. Read
     /// [`Ledger::has_acquired`] only after this.
     pub fn evict(&self) -> u64 {
-        self.word(EVICTED_AT).fetch_add(1, Ordering::SeqCst) + 1
+        self.head().evicted.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Either side: the eviction generation (0: never evicted).
     pub fn evictions(&self) -> u64 {
-        self.word(EVICTED_AT).load(Ordering::SeqCst)
+        self.head().evicted.load(Ordering::SeqCst)
     }
 
     /// Producer side: has the consumer begun to read batch `seq` in `slot`?
     pub fn has_acquired(&self, slot: usize, seq: u64) -> bool {
-        self.acquired_word(slot)
-            .is_some_and(|w| w.load(Ordering::SeqCst) == seq + 1)
+        self.marks(slot)
+            .is_some_and(|m| m.acquired.load(Ordering::SeqCst) == seq + 1)
     }
 
     /// Producer side: one past the last batch the consumer began to read (0
     /// before its first). Written by the consumer: a hint for figures and
     /// for choosing whom to evict, never trusted for memory safety.
     pub fn position(&self) -> u64 {
-        self.word(POSITION_AT).load(Ordering::SeqCst)
+        self.head().position.load(Ordering::SeqCst)
     }
 
     /// Consumer side: batch `seq` in `slot` is released.
     pub fn release(&self, slot: usize, seq: u64) {
-        if let Some(w) = self.released_word(slot) {
-            w.store(seq + 1, Ordering::SeqCst);
+        if let Some(m) = self.marks(slot) {
+            m.released.store(seq + 1, Ordering::SeqCst);
         }
     }
 
     /// Producer side: has the consumer released batch `seq` from `slot`?
     pub fn has_released(&self, slot: usize, seq: u64) -> bool {
-        self.released_word(slot)
-            .is_some_and(|w| w.load(Ordering::SeqCst) == seq + 1)
+        self.marks(slot)
+            .is_some_and(|m| m.released.load(Ordering::SeqCst) == seq + 1)
     }
 
     /// Consumer side: records its running figures.
     pub fn record(&self, delivered: u64, waited_ns: u64) {
-        self.word(DELIVERED_AT).store(delivered, Ordering::Relaxed);
-        self.word(WAITED_AT).store(waited_ns, Ordering::Relaxed);
+        self.head().delivered.store(delivered, Ordering::Relaxed);
+        self.head().waited_ns.store(waited_ns, Ordering::Relaxed);
     }
 
     /// Producer side: the consumer's batches delivered and nanoseconds
     /// spent waiting for data, as it last recorded them.
     pub fn figures(&self) -> (u64, u64) {
         (
-            self.word(DELIVERED_AT).load(Ordering::Relaxed),
-            self.word(WAITED_AT).load(Ordering::Relaxed),
+            self.head().delivered.load(Ordering::Relaxed),
+            self.head().waited_ns.load(Ordering::Relaxed),
         )
     }
 }
@@ -251,6 +251,7 @@ mod tests {
     fn an_unsealed_file_is_refused() {
         let file = tempfile::tempfile().unwrap();
         file.set_len(4096).unwrap();
-        assert!(Ledger::open(OwnedFd::from(file), 1).is_err());
+        let err = Ledger::open(OwnedFd::from(file), 1).err().unwrap();
+        assert!(matches!(err, RegionOpenError::NotSealed { .. }), "{err}");
     }
 }

@@ -34,6 +34,12 @@
 //! - A consumer learns of its producer's death from its socket closing, and
 //!   its next call fails with [`Error::ProducerGone`]; nothing waits on a
 //!   timeout. Nothing is deserialised but closed, bounded message types.
+//! - Shared memory is a region (arena, board, ledger, holder counts) with a
+//!   `#[repr(C)]` header (magic, layout version, length, geometry) and
+//!   `#[repr(C)]` structs of atomics; a consumer maps nothing it has not
+//!   validated (sealed, kind, version, length, geometry against the
+//!   welcome), and refuses it with a [`RegionOpenError`] that says what is
+//!   wrong.
 //! - This crate knows nothing of Python or CUDA.
 #![deny(missing_docs)]
 
@@ -49,7 +55,8 @@ mod ledger;
 mod peer;
 mod private_pages;
 mod producer;
-mod shm;
+mod region;
+mod serving;
 mod status;
 mod stream;
 mod warn;
@@ -66,6 +73,8 @@ pub use producer::{
     EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
     DEFAULT_LAG_BYTES,
 };
+pub use region::RegionOpenError;
+pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;

@@ -28,8 +28,9 @@ use crate::error::{Error, Result};
 use crate::status::StatusReport;
 use crate::stream::StreamSpec;
 
-/// Version of this protocol; both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 4;
+/// Version of this protocol and of the shared-memory regions it hands over
+/// (`crate::region`); both ends must agree.
+pub const PROTOCOL_VERSION: u32 = 5;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.

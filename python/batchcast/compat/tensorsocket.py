@@ -25,13 +25,14 @@ from TensorSocket, by design: every consumer gets every sample of an epoch
 (the last partial batch included), a late consumer replays the current
 epoch if its start is still in the window (where TensorSocket used a
 rubber band), a dead consumer holds nobody up, and a producer that exits
-ends the consumers' loops at once (see batchcast's README).
+ends the consumers' loops at once (see docs/python.md).
 """
 
 from __future__ import annotations
 
 import logging
-from typing import Any, Iterator, Optional, Set
+from collections.abc import Iterator
+from typing import Any
 
 from .._consumer import Consumer
 from .._producer import Producer
@@ -39,7 +40,7 @@ from .._producer import Producer
 __all__ = ["TensorProducer", "TensorConsumer", "stream_name"]
 
 _log = logging.getLogger("batchcast")
-_noted: Set[str] = set()
+_noted: set[str] = set()
 
 _WHY = {
     "ack_port": "batchcast consumers release batches in shared memory, with no acknowledgement port",
@@ -106,8 +107,7 @@ class TensorProducer:
 
     def __iter__(self) -> Iterator[Any]:
         """One epoch: publishes each batch of the loader and yields it."""
-        for batch in self._producer:
-            yield batch
+        yield from self._producer
         self.epoch += 1
 
     def join(self) -> None:
@@ -132,7 +132,7 @@ class TensorConsumer:
         heart_ports: tuple = (4444, 4445),
         unpack_fn: Any = None,
         batch_size: int = 64,
-        connect_timeout: Optional[float] = 120.0,
+        connect_timeout: float | None = 120.0,
         **options: Any,
     ) -> None:
         if ack_port != 5556:
@@ -145,7 +145,7 @@ class TensorConsumer:
         self.batch_size = batch_size
         self._consumer = Consumer(stream_name(port), batch_size=batch_size,
                                   connect_timeout=connect_timeout, **options)
-        self._epoch_iter: Optional[Iterator[Any]] = None
+        self._epoch_iter: Iterator[Any] | None = None
 
     @property
     def consumer(self) -> Consumer:
@@ -162,7 +162,7 @@ class TensorConsumer:
     def __len__(self) -> int:
         return len(self._consumer)
 
-    def __iter__(self) -> "TensorConsumer":
+    def __iter__(self) -> TensorConsumer:
         return self
 
     def __next__(self) -> Any:

@@ -15,7 +15,17 @@ and what one shared batchcast producer would buy N collocated copies.
 The method is DS-Analyzer's (Mohan et al., VLDB 2021) and Stash's.
 """
 
-from ._analysis import ModeFigures, Prediction, Stall, classify, figures, percentile, predict, stalls, verdict
+from ._analysis import (
+    ModeFigures,
+    Prediction,
+    Stall,
+    classify,
+    figures,
+    percentile,
+    predict,
+    stalls,
+    verdict,
+)
 from ._mark import mark
 from ._runner import StallsError
 from ._session import Options, analyse

@@ -4,26 +4,26 @@
 import argparse
 import json
 import sys
-from typing import List, Optional
+from typing import Optional
 
 from ._report import table
 from ._runner import StallsError
 from ._session import Options, analyse
 
 
-def _jobs(text: str) -> List[int]:
+def _jobs(text: str) -> list[int]:
     try:
         jobs = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--jobs takes numbers separated by commas, e.g. 2,4 (got {text!r})")
+        raise argparse.ArgumentTypeError(f"--jobs takes numbers separated by commas, e.g. 2,4 (got {text!r})") from None
     if not jobs or any(j < 1 or j > 64 for j in jobs):
         raise argparse.ArgumentTypeError(f"--jobs: each number must be 1..64 (got {text!r})")
     return jobs
 
 
-def main(argv: Optional[List[str]] = None) -> int:
+def main(argv: Optional[list[str]] = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
-    command: List[str] = []
+    command: list[str] = []
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1 :]

@@ -13,8 +13,9 @@ each as seconds per step, per epoch (``len()`` steps) and as a share of the
 step the script takes with its real loader (cold when measured, else warm).
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from typing import Optional
 
 
 def percentile(xs: Sequence[float], q: float) -> float:
@@ -103,7 +104,7 @@ def median_measured(rounds: Sequence[dict]) -> dict:
     }
 
 
-def merge_ranks(results: List[dict]) -> dict:
+def merge_ranks(results: list[dict]) -> dict:
     """One result for K data-parallel ranks: the slowest rank's time (the
     step waits for it), samples and CPU summed over ranks."""
     slowest = max(results, key=lambda r: float(r["seconds"]) / max(int(r["steps"]), 1))
@@ -126,7 +127,7 @@ def _stall(name: str, slow: float, fast: float, real_step: float, epoch: Optiona
     return Stall(name, per_step, per_step * epoch if epoch else None, per_step / real_step if real_step > 0 else 0.0)
 
 
-def stalls(modes: Dict[str, ModeFigures], comm_step_s: Optional[float] = None) -> List[Stall]:
+def stalls(modes: dict[str, ModeFigures], comm_step_s: Optional[float] = None) -> list[Stall]:
     """Fetch, prep and (with a K-process run) communication stalls."""
     syn = modes["synthetic"]
     real = modes.get("cold") or modes["warm"]
@@ -246,7 +247,7 @@ def predict(
     return Prediction(jobs, independent, shared, cores)
 
 
-def classify(stall_list: List[Stall], data_threshold: float = 0.2) -> str:
+def classify(stall_list: list[Stall], data_threshold: float = 0.2) -> str:
     """``fetch-bound``, ``prep-bound`` or ``compute-bound``: data-bound when
     fetch and prep together take at least ``data_threshold`` of the step."""
     by = {s.name: s.share for s in stall_list}
@@ -259,9 +260,9 @@ def classify(stall_list: List[Stall], data_threshold: float = 0.2) -> str:
 
 def verdict(
     kind: str,
-    stall_list: List[Stall],
-    predictions: List[Prediction],
-    measured: Dict[int, float],
+    stall_list: list[Stall],
+    predictions: list[Prediction],
+    measured: dict[int, float],
     cpu_saved: float,
 ) -> str:
     """The plain-words summary line. ``measured`` maps jobs to a measured

@@ -7,12 +7,13 @@ Files on tmpfs, or mapped by another process, stay cached: the report says so.
 """
 
 import os
-from typing import Iterable, List, Optional, Tuple
+from collections.abc import Iterable
+from typing import Optional
 
 MAX_FILES = 2_000_000
 
 
-def read_opened(path: str) -> List[str]:
+def read_opened(path: str) -> list[str]:
     """The data files a marked script opened (see ``_mark._watch_opens``)."""
     try:
         with open(path, encoding="utf-8", errors="surrogateescape") as f:
@@ -22,7 +23,7 @@ def read_opened(path: str) -> List[str]:
     return sorted(n for n in names if os.path.isfile(n))
 
 
-def dataset_roots(opened: List[str]) -> List[str]:
+def dataset_roots(opened: list[str]) -> list[str]:
     """The directories holding the dataset: the deepest directory common to
     every opened file when it is at least two levels deep, else each file's
     own directory."""
@@ -34,9 +35,9 @@ def dataset_roots(opened: List[str]) -> List[str]:
     return sorted({os.path.dirname(p) for p in opened})
 
 
-def files_under(paths: Iterable[str]) -> List[str]:
+def files_under(paths: Iterable[str]) -> list[str]:
     """Every regular file under ``paths`` (files or directories), bounded."""
-    out: List[str] = []
+    out: list[str] = []
     for p in paths:
         if os.path.isfile(p):
             out.append(p)
@@ -51,7 +52,7 @@ def files_under(paths: Iterable[str]) -> List[str]:
     return out
 
 
-def total_bytes(files: List[str]) -> int:
+def total_bytes(files: list[str]) -> int:
     total = 0
     for f in files:
         try:
@@ -61,7 +62,7 @@ def total_bytes(files: List[str]) -> int:
     return total
 
 
-def evict(files: List[str]) -> Tuple[int, Optional[str]]:
+def evict(files: list[str]) -> tuple[int, Optional[str]]:
     """Drops the files from the page cache; returns (files evicted, a note
     when some could not be)."""
     done = 0
@@ -86,7 +87,7 @@ def evict(files: List[str]) -> Tuple[int, Optional[str]]:
     return done, failed
 
 
-def cached_share(files: List[str], sample: int = 64) -> Optional[float]:
+def cached_share(files: list[str], sample: int = 64) -> Optional[float]:
     """Share of (up to ``sample``) files whose first page is in the page
     cache; None when the kernel cannot tell (no RWF_NOWAIT)."""
     flag = getattr(os, "RWF_NOWAIT", None)
@@ -117,7 +118,7 @@ def cached_share(files: List[str], sample: int = 64) -> Optional[float]:
     return cached / checked if checked else None
 
 
-def warm(files: List[str]) -> None:
+def warm(files: list[str]) -> None:
     """Reads every file once so that it is in the page cache."""
     for f in files:
         try:

@@ -4,7 +4,8 @@ import json
 import os
 import sys
 import threading
-from typing import Any, Iterator, Optional
+from collections.abc import Iterator
+from typing import Any, Optional
 
 from . import _protocol
 from ._recorder import Recorder, now
@@ -26,7 +27,7 @@ def mark(loader: Any, *, batch_size: Optional[int] = None) -> Any:
     config = _protocol.Config.from_env()
     if config is None:
         return loader
-    info = {
+    info: dict[str, Any] = {
         "pid": os.getpid(),
         "num_workers": int(getattr(loader, "num_workers", 0) or 0),
         "batch_size": batch_size or getattr(loader, "batch_size", None),
@@ -82,6 +83,11 @@ def _serve(loader: Any, config: "_protocol.Config") -> None:
 
     if isinstance(loader, Consumer):
         raise SystemExit("batchcast stalls: this script already reads a shared producer (a Consumer)")
+    if config.shared is None:
+        raise SystemExit(
+            f"batchcast stalls: the producer mode needs {_protocol.SHARED} (the producer's name); "
+            "run the script under `batchcast stalls --validate`, which sets it"
+        )
     with Producer(loader, name=config.shared, window=_protocol.SHARED_WINDOW) as producer:
         producer.run()
     raise SystemExit(0)

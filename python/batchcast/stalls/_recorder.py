@@ -10,10 +10,10 @@ data wait is the part spent blocked in the loader's ``next()``. The first
 import json
 import os
 import time
-from typing import Any, Callable, List, Optional
+from typing import Any, Callable, Optional
 
-from . import _protocol
 from .._native import machine_busy_seconds, tree_cpu_seconds
+from . import _protocol
 
 #: At most this many steps past the warm-up are spent catching up with a
 #: shared producer (three windows of the producer :mod:`_mark` starts).
@@ -55,11 +55,11 @@ class Recorder:
         self._start: Optional[float] = None
         self._cpu0 = 0.0
         self._busy0 = 0.0
-        self._waits: List[float] = []
-        self._steps: List[float] = []
+        self._waits: list[float] = []
+        self._steps: list[float] = []
         self._samples = 0
         self._drained = 0
-        self.epochs: List[int] = []
+        self.epochs: list[int] = []
 
     def _begin(self, at: float) -> None:
         self._start = at

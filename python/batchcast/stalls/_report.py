@@ -1,6 +1,16 @@
-"""The human-readable table of a ``batchcast stalls`` analysis."""
+"""The layout version and the human-readable table of a ``batchcast
+stalls`` analysis (the dict that ``analyse`` returns, written as JSON by
+``--json`` and ``--json-out``)."""
 
-from typing import List
+#: The version of the analysis's JSON layout, written as its
+#: ``schema_version``. ``batchcast stalls --store`` reads the analysis back
+#: into typed structs (crates/batchcast-store/src/stalls.rs, which lists the
+#: versions it reads and documents the fields); an analysis without the field
+#: is version 1. A new field needs no new version; a field that changes
+#: meaning or goes away does, and the reader learns it in the same change.
+#: tests/data/stalls-report-v1.json is an analysis of this layout, read by
+#: the tests of both sides.
+SCHEMA_VERSION = 1
 
 
 def _ms(s: float) -> str:
@@ -8,7 +18,7 @@ def _ms(s: float) -> str:
 
 
 def table(report: dict) -> str:
-    lines: List[str] = []
+    lines: list[str] = []
     lines.append(f"batchcast stalls: {' '.join(report['command'])}  ({report['cores']} cores, {report['free_cores']:.1f} free)")
     lines.append("")
     head = f"{'mode':<11}{'steps/s':>9}{'samples/s':>11}{'wait mean':>11}{'wait p50':>10}{'wait p95':>10}{'CPU s/1000':>12}"

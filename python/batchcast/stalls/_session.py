@@ -16,10 +16,12 @@ import shutil
 import sys
 import tempfile
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Optional
 
 from . import _analysis, _cache, _protocol
+from ._report import SCHEMA_VERSION
 from ._runner import StallsError, can_pin, make_job, run_all
 
 
@@ -32,10 +34,10 @@ class Options:
     #: Rounds of every measurement (modes, time-sharing, --validate); each
     #: figure is the median of its rounds.
     repeats: int = 1
-    jobs: List[int] = field(default_factory=list)
+    jobs: list[int] = field(default_factory=list)
     nproc: int = 0
     validate: bool = False
-    data: List[str] = field(default_factory=list)
+    data: list[str] = field(default_factory=list)
     timeout: float = 300.0
     log: bool = True
 
@@ -45,7 +47,7 @@ def _say(opts: Options, msg: str) -> None:
         print(f"batchcast stalls: {msg}", file=sys.stderr, flush=True)
 
 
-def _torchrun(command: Sequence[str], nproc: int) -> List[str]:
+def _torchrun(command: Sequence[str], nproc: int) -> list[str]:
     if not command or not os.path.basename(command[0]).startswith("python"):
         raise StallsError(
             f"--nproc runs the script under torchrun, which needs the command to start with python (got {command[0]!r})"
@@ -68,15 +70,15 @@ def analyse(opts: Options) -> dict:
         shutil.rmtree(base, ignore_errors=True)
 
 
-def _note(notes: List[str], text: str) -> None:
+def _note(notes: list[str], text: str) -> None:
     if text not in notes:
         notes.append(text)
 
 
-def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
-    notes: List[str] = []
-    rounds: List[Dict[str, Any]] = []
-    cache_info: Dict[str, Any] = {}
+def _analyse_in(opts: Options, base: str, settings: dict[str, str]) -> dict:
+    notes: list[str] = []
+    rounds: list[dict[str, Any]] = []
+    cache_info: dict[str, Any] = {}
     for r in range(opts.repeats):
         if opts.repeats > 1:
             _say(opts, f"round {r + 1} of {opts.repeats}")
@@ -91,10 +93,10 @@ def _analyse_in(opts: Options, base: str, settings: Dict[str, str]) -> dict:
     return _report(opts, rounds, ddp, notes, cache_info)
 
 
-def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str]) -> Tuple[Dict[str, Any], dict]:
+def _modes(opts: Options, base: str, settings: dict[str, str], notes: list[str]) -> tuple[dict[str, Any], dict]:
     """One round of the single-process modes: synthetic, cold, warm, and
     for ``--jobs`` the loader alone."""
-    raw: Dict[str, Any] = {}
+    raw: dict[str, Any] = {}
 
     def one(mode: str) -> dict:
         _say(opts, f"running the {mode} mode")
@@ -142,11 +144,11 @@ def _modes(opts: Options, base: str, settings: Dict[str, str], notes: List[str])
     return raw, cache_info
 
 
-def _cores(raw: Dict[str, Any]) -> int:
+def _cores(raw: dict[str, Any]) -> int:
     return int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
 
 
-def _compare(opts: Options, raw: Dict[str, Any], base: str, settings: Dict[str, str], notes: List[str]) -> None:
+def _compare(opts: Options, raw: dict[str, Any], base: str, settings: dict[str, str], notes: list[str]) -> None:
     """After one round of modes: the cost of time-sharing a core (when some
     ``--jobs`` exceeds the free cores) and, with ``--validate``, the copies."""
     modes = [_analysis.figures(raw[m]) for m in ("synthetic", "cold", "warm") if m in raw]
@@ -171,14 +173,14 @@ def _compare(opts: Options, raw: Dict[str, Any], base: str, settings: Dict[str, 
 VALIDATE_SECONDS = 4.0
 
 
-def _together(base: str, name: str, settings: Dict[str, str], jobs: int) -> Dict[str, str]:
+def _together(base: str, name: str, settings: dict[str, str], jobs: int) -> dict[str, str]:
     where = tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base)
     together = {k: v for k, v in settings.items() if k != _protocol.STEPS}
     together.setdefault(_protocol.SECONDS, str(VALIDATE_SECONDS))
     return dict(together, **{_protocol.BARRIER: f"{where}:{jobs}"})
 
 
-def _timeshare(opts: Options, mode: str, base: str, settings: Dict[str, str]) -> Optional[dict]:
+def _timeshare(opts: Options, mode: str, base: str, settings: dict[str, str]) -> Optional[dict]:
     """The ``mode`` (warm, or cold when warm was skipped) of two copies held
     to one core, measured together: what a copy's sample costs when a core
     switches between copies (:func:`_analysis.timeshared_cpu`). None where
@@ -201,8 +203,8 @@ def _timeshare(opts: Options, mode: str, base: str, settings: Dict[str, str]) ->
 
 
 def _validate(
-    opts: Options, jobs: int, base: str, settings: Dict[str, str], loader: Optional[_analysis.ModeFigures]
-) -> Dict[str, float]:
+    opts: Options, jobs: int, base: str, settings: dict[str, str], loader: Optional[_analysis.ModeFigures]
+) -> dict[str, Any]:
     _say(opts, f"validating: {jobs} copies with their own loaders")
     own_settings = _together(base, f"own{jobs}", settings, jobs)
     own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
@@ -220,7 +222,7 @@ def _validate(
     read = sorted(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())[len(got_shared) // 2]
     producer_cores = read * loader.cpu_per_1000 / 1000.0 if loader is not None else 0.0
     background = max(background, _analysis.background_cores([r[0] for r in got_shared.values()], producer_cores))
-    copies = {}
+    copies: dict[str, list[dict[str, float]]] = {}
     for side, runs in (("independent", got), ("shared", got_shared)):
         copies[side] = []
         for r in runs.values():
@@ -232,11 +234,11 @@ def _validate(
             "copies": copies}
 
 
-def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], notes: List[str], cache_info: dict) -> dict:
+def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], notes: list[str], cache_info: dict) -> dict:
     """The analysis from the rounds' medians (each mode's median run, each
     measured aggregate's median)."""
     first = rounds[0]
-    modes = {
+    modes: dict[str, _analysis.ModeFigures] = {
         m: _analysis.figures(_analysis.median_run([r[m] for r in rounds]))
         for m in ("synthetic", "cold", "warm") if m in first
     }
@@ -252,7 +254,7 @@ def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], no
     loader_runs = [r["loader"] for r in rounds if "loader" in r]
     loader = _analysis.figures(_analysis.median_run(loader_runs)) if loader_runs else None
     predictions = [_analysis.predict(modes["synthetic"], real, free, n, timeshared, loader) for n in opts.jobs]
-    measured: Dict[int, dict] = {}
+    measured: dict[int, dict] = {}
     if opts.validate:
         for i, n in enumerate(opts.jobs):
             measured[n] = _analysis.median_measured([r["validate"][n] for r in rounds])
@@ -266,6 +268,7 @@ def _report(opts: Options, rounds: List[Dict[str, Any]], ddp: Optional[dict], no
         m: [_analysis.figures(r[m]).samples_per_s for r in rounds] for m in ("synthetic", "cold", "warm") if m in first
     }
     return {
+        "schema_version": SCHEMA_VERSION,
         "command": list(opts.command),
         "cores": cores,
         "free_cores": free,

@@ -13,7 +13,7 @@ use batchcast::{Batch, Consumer, ConsumerOptions, DType, Event, JoinPolicy, Node
 use serde_json::json;
 
 use crate::out::outln;
-use crate::source::synthetic::expected_byte;
+use batchcast_serve::expected_byte;
 
 /// Arguments of `batchcast consume`.
 #[derive(Debug, clap::Args)]

@@ -22,7 +22,7 @@ use serde::Serialize;
 use serde_json::{json, Value};
 
 use crate::out::outln;
-use crate::source::args::{default_workers, SourceArgs};
+use batchcast_serve::{default_workers, SourceArgs};
 
 /// Arguments of `batchcast demo`.
 #[derive(Debug, clap::Args)]
@@ -88,7 +88,7 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
         if args.source.synth.iters_per_us.is_none() {
             // Measure once, before anything else runs, so every process does
             // the same real work per sample.
-            args.source.synth.iters_per_us = Some(crate::source::synthetic::calibrate());
+            args.source.synth.iters_per_us = Some(batchcast_serve::calibrate());
         }
     } else if args.source.data.is_none() {
         args.source.data = Some(demo_dataset(&args)?);

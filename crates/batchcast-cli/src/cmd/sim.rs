@@ -8,8 +8,9 @@ use crate::out::{out, outln};
 use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
-    by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, synthetic,
-    utilisation_svg, ClusterSpec, DataSharing, SimConfig, Summary, SynthConfig,
+    by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, simulate_bidding,
+    synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing, SimConfig, Summary,
+    SynthConfig,
 };
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -28,9 +29,11 @@ pub struct SimArgs {
     format: String,
     /// Policies to compare, comma-separated: fifo, sjf, srsf (least service
     /// remaining), las (least service received: what the published
-    /// simulator calls SRSF), tiresias, gandiva, dally.
-    #[arg(long, default_value = "dally,tiresias,gandiva,srsf,fifo")]
-    policy: String,
+    /// simulator calls SRSF), tiresias, gandiva, dally. Default:
+    /// dally,tiresias,gandiva,srsf,fifo; under --model bidding
+    /// sjf,las,tiresias,gandiva.
+    #[arg(long)]
+    policy: Option<String>,
     /// Cluster file: the published simulator's ({"racks_in_cluster":..,
     /// "machines_per_rack":..,"slots_per_machine":..,"gpus_per_slot":..,
     /// "lease_time":..}) or batchcast's ({"racks":..,"machines_per_rack":..,
@@ -56,7 +59,9 @@ pub struct SimArgs {
     #[arg(long)]
     lease: Option<f64>,
     /// Seconds a preempted job loses to checkpoint and restart; default 30,
-    /// or 0 with a published cluster file.
+    /// or 0 with a published cluster file. Under --model bidding: seconds
+    /// per released GPU before it is offered again, as the published
+    /// simulator's checkpointing overhead.
     #[arg(long)]
     restart_cost: Option<f64>,
     /// Congestion per extra job on a rack's cross-machine links; default
@@ -101,6 +106,14 @@ pub struct SimArgs {
     /// Print the summaries as JSON instead of a table.
     #[arg(long)]
     json: bool,
+    /// Scheduling model: gang (batchcast's: a job runs on all its GPUs or
+    /// none, progress is continuous) or bidding (the published simulator's
+    /// at 2953d56, to compare like with like: every free GPU is auctioned
+    /// on its own, so a job runs on 1 to its GPUs; chunks of
+    /// iteration_granularity iterations; leases; policies sjf, las,
+    /// tiresias, gandiva; slow: one event per chunk).
+    #[arg(long, default_value = "gang")]
+    model: String,
 }
 
 /// The cluster from `--cluster` or the shape flags.
@@ -164,17 +177,31 @@ pub fn run(a: SimArgs) -> Result<()> {
                 .as_deref()
                 .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
                 .unwrap_or_default(),
-            cfile
-                .iteration_granularity
-                .map(|g| format!(
-                    "; iteration_granularity {g} is not simulated (progress is continuous)"
-                ))
-                .unwrap_or_default(),
+            match (cfile.shape_used, a.model.as_str()) {
+                (true, _) => "",
+                (false, "bidding") => {
+                    "; should_use_config is not \"true\": as the published simulator does, \
+                     the shape is ignored for its fixed cluster of 32 GPUs a rack (6 machines \
+                     of 2 slots x 2 GPUs, 3 of 2 GPUs, 2 of 1 GPU)"
+                }
+                (false, _) => {
+                    "; should_use_config is not \"true\": the published simulator would ignore \
+                     the shape and build its fixed cluster of 32 GPUs a rack; batchcast \
+                     simulates the shape as written (--model bidding builds that cluster)"
+                }
+            },
         );
+        if a.model != "bidding" {
+            eprintln!(
+                "not simulated from the published model: per-GPU bidding (jobs run \
+                 gang-scheduled on all their GPUs, never on fewer), a chunk of iterations \
+                 holding its GPUs past the lease; --model bidding simulates them"
+            );
+        }
     }
-    let jobs = match &a.trace {
+    let (jobs, origin) = match &a.trace {
         Some(p) => {
-            let t = read_file(p, Format::by_name(&a.format)?)?;
+            let mut t = read_file(p, Format::by_name(&a.format)?)?;
             if t.skipped > 0 {
                 eprintln!(
                     "{}: skipped {} records without GPUs, run time or iterations",
@@ -182,7 +209,28 @@ pub fn run(a: SimArgs) -> Result<()> {
                     t.skipped
                 );
             }
-            t.jobs
+            if t.halved > 0 {
+                eprintln!(
+                    "{}: {} jobs cut by the published simulator's job_group_id halving",
+                    p.display(),
+                    t.halved
+                );
+            }
+            // The bidding model runs the chunks itself.
+            let grew = if a.model == "bidding" {
+                0
+            } else {
+                cfile.whole_chunks(&mut t.jobs)
+            };
+            if grew > 0 {
+                if let Some(g) = cfile.iteration_granularity {
+                    eprintln!(
+                        "{grew} jobs rounded up to whole chunks of iteration_granularity {g}, \
+                         as the published simulator runs them"
+                    );
+                }
+            }
+            (t.jobs, t.origin)
         }
         None => {
             let sc = SynthConfig {
@@ -196,24 +244,52 @@ pub fn run(a: SimArgs) -> Result<()> {
                 datasets: a.datasets,
                 ..SynthConfig::default()
             };
-            synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?
+            (
+                synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?,
+                0.0,
+            )
         }
     };
-    let names: Vec<&str> = a
-        .policy
+    let bidding = match a.model.as_str() {
+        "gang" => false,
+        "bidding" => true,
+        o => bail!("unknown --model {o:?}; pick gang or bidding"),
+    };
+    let policy = a.policy.as_deref().unwrap_or(if bidding {
+        "sjf,las,tiresias,gandiva"
+    } else {
+        "dally,tiresias,gandiva,srsf,fifo"
+    });
+    let names: Vec<&str> = policy
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
         .collect();
-    let mut policies = Vec::new();
-    for n in &names {
-        policies.push(by_name(n)?);
-    }
-    if policies.is_empty() {
+    if names.is_empty() {
         bail!("--policy names no policy; give e.g. dally,tiresias,gandiva,srsf,fifo");
     }
-    let show = std::io::stderr().is_terminal();
     let mut outcomes = Vec::new();
+    if bidding {
+        let run = BiddingRun {
+            origin,
+            granularity: cfile.iteration_granularity.unwrap_or(1),
+            published_default_cluster: cfile.published && !cfile.shape_used,
+        };
+        for n in &names {
+            outcomes.push(simulate_bidding(
+                &spec,
+                &cfg,
+                &jobs,
+                &run,
+                Bidder::by_name(n)?,
+            )?);
+        }
+    }
+    let mut policies = Vec::new();
+    for n in names.iter().filter(|_| !bidding) {
+        policies.push(by_name(n)?);
+    }
+    let show = std::io::stderr().is_terminal();
     for p in &mut policies {
         let bar = show.then(|| {
             let b = ProgressBar::new(jobs.len() as u64);
@@ -240,6 +316,14 @@ pub fn run(a: SimArgs) -> Result<()> {
     let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
+    } else if bidding && cfile.published && !cfile.shape_used {
+        outln!(
+            "{} jobs on {} GPUs (the published simulator's fixed cluster: {} racks of 32 GPUs)",
+            jobs.len(),
+            outcomes.first().map_or(0, |o| o.total_gpus),
+            spec.racks,
+        )?;
+        out!("{}", comparison_table(&summaries))?;
     } else {
         outln!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",

@@ -13,7 +13,7 @@ use batchcast::{Consumer, ConsumerOptions, Event};
 use serde_json::json;
 
 use crate::out::outln;
-use crate::source::args::SourceArgs;
+use batchcast_serve::SourceArgs;
 
 /// Arguments of `batchcast demo-trainer`.
 #[derive(Debug, clap::Args)]
@@ -77,7 +77,8 @@ fn independent(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
                 let leaves: Vec<&mut [u8]> = bufs.iter_mut().map(|b| b.as_mut_slice()).collect();
                 let res = source
                     .fill(epoch, &indices, leaves)
-                    .map(|rows| (rows, bufs));
+                    .map(|rows| (rows, bufs))
+                    .map_err(anyhow::Error::from);
                 if tx.send(res).is_err() {
                     return;
                 }

@@ -3,8 +3,8 @@
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use crate::error::{Result, StoreError};
-use crate::store::{RunId, Store};
+use crate::{Result, StoreError};
+use crate::{RunId, Store};
 
 /// Writes every point of `keys` (all of each run's metrics when empty) of
 /// `runs` as CSV: `run_id, experiment, workload, run, key, step, ts_ms,

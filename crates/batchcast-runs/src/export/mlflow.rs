@@ -25,8 +25,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::error::{Result, StoreError};
-use crate::store::{LogStream, RunId, RunRow, RunStatus, Store};
+use crate::{LogStream, RunId, RunRow, RunStatus, Store};
+use crate::{Result, StoreError};
 
 /// A `meta.yaml` larger than this is not one MLflow wrote.
 const MAX_META_BYTES: u64 = 1 << 20;
@@ -160,10 +160,11 @@ fn read_meta_name(meta: &Path) -> Result<Option<String>> {
     if !meta.exists() {
         return Ok(None);
     }
-    let text = crate::bounded::read_text(meta, MAX_META_BYTES).map_err(|e| match e.kind() {
-        std::io::ErrorKind::FileTooLarge => export_err("refusing to read", meta, e),
-        _ => export_err("cannot read", meta, e),
-    })?;
+    let text =
+        batchcast_store::bounded::read_text(meta, MAX_META_BYTES).map_err(|e| match e.kind() {
+            std::io::ErrorKind::FileTooLarge => export_err("refusing to read", meta, e),
+            _ => export_err("cannot read", meta, e),
+        })?;
     let parsed: Meta = serde_norway::from_str(&text).map_err(|e| {
         export_err(
             "cannot parse",

@@ -16,7 +16,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::gpu::GpuLayer;
-use crate::store::{now_ms, MetricPoint, RecorderHandle, RunId};
+use crate::{now_ms, MetricPoint, RecorderHandle, RunId};
 use batchcast_proc::ProcessTree;
 use gpu::Gpus;
 use shared::Consumers;

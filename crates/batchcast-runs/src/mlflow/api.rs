@@ -10,9 +10,7 @@
 use serde_json::{json, Value};
 
 use super::{mlflow_run_id, run_from_mlflow_id};
-use crate::store::{
-    now_ms, MetricPoint, NewRun, ParamSource, RecorderHandle, RunId, RunStatus, Store,
-};
+use crate::{now_ms, MetricPoint, NewRun, ParamSource, RecorderHandle, RunId, RunStatus, Store};
 
 /// An answer: HTTP status and JSON body.
 pub(crate) type Reply = (u16, Value);

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::path::Path;
 
 use super::{list, params_of, Collocation, PlanError, PlanRow};
-use crate::store::RunStatus;
+use crate::RunStatus;
 
 pub(crate) const COLUMNS: &[&str] = &[
     "Experiment",
@@ -111,7 +111,7 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
 /// Writes the runs' statuses back into the plan's Status column (adding
 /// it when missing), replacing the file atomically.
 pub(crate) fn write_status(path: &Path, status: &HashMap<usize, RunStatus>) -> std::io::Result<()> {
-    let text = crate::bounded::read_text(path, super::MAX_PLAN_BYTES)?;
+    let text = batchcast_store::bounded::read_text(path, super::MAX_PLAN_BYTES)?;
     let mut reader = ::csv::ReaderBuilder::new()
         .flexible(false)
         .from_reader(text.as_bytes());

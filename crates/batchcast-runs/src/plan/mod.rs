@@ -12,7 +12,7 @@ mod yaml;
 use std::path::{Path, PathBuf};
 
 use crate::listen::check_listener_name;
-use crate::store::RunStatus;
+use crate::RunStatus;
 
 /// Largest plan file read.
 pub const MAX_PLAN_BYTES: u64 = 16 << 20;
@@ -117,15 +117,18 @@ impl Plan {
             row: None,
             problem,
         };
-        let text = crate::bounded::read_text(path, MAX_PLAN_BYTES).map_err(|e| match e.kind() {
-            std::io::ErrorKind::FileTooLarge => err(format!(
-                "the plan is {e}; plans are at most {MAX_PLAN_BYTES} bytes"
-            )),
-            std::io::ErrorKind::InvalidData => {
-                err(format!("cannot read the plan as UTF-8 text: {e}"))
-            }
-            _ => err(format!("cannot read the plan: {e}")),
-        })?;
+        let text =
+            batchcast_store::bounded::read_text(path, MAX_PLAN_BYTES).map_err(|e| {
+                match e.kind() {
+                    std::io::ErrorKind::FileTooLarge => err(format!(
+                        "the plan is {e}; plans are at most {MAX_PLAN_BYTES} bytes"
+                    )),
+                    std::io::ErrorKind::InvalidData => {
+                        err(format!("cannot read the plan as UTF-8 text: {e}"))
+                    }
+                    _ => err(format!("cannot read the plan: {e}")),
+                }
+            })?;
         let ext = path
             .extension()
             .and_then(|e| e.to_str())

@@ -210,3 +210,14 @@ fn status_is_written_back_into_a_csv_plan() {
     assert_eq!(p.rows[0].status, None);
     assert_eq!(p.rows[1].status, Some(RunStatus::Failed));
 }
+
+/// The example plans in the repository stay valid.
+#[test]
+fn the_example_plans_load() {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/run");
+    let csv = Plan::load(&dir.join("plan.csv")).unwrap();
+    assert_eq!(csv.workloads().len(), 2);
+    let yaml = Plan::load(&dir.join("sweep.yaml")).unwrap();
+    assert_eq!(yaml.rows.len(), 4);
+    assert_eq!(yaml.rows[0].args, vec!["--epochs", "1", "--lr", "0.1"]);
+}

@@ -8,7 +8,7 @@
 
 use resvg::{tiny_skia, usvg};
 
-use crate::error::{Result, StoreError};
+use crate::{Result, StoreError};
 
 /// Pixels per SVG unit: twice the size, sharp in print.
 const SCALE: f32 = 2.0;

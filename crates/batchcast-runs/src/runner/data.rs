@@ -14,7 +14,7 @@ use super::job::Job;
 use super::RunOptions;
 use crate::keys;
 use crate::plan::Plan;
-use crate::store::{NewRun, RecorderHandle, Store};
+use crate::{NewRun, RecorderHandle, Store};
 
 /// How long a producer may take to answer its first status query.
 const READY_WITHIN: Duration = Duration::from_secs(60);
@@ -81,7 +81,7 @@ pub(crate) fn start(
         .claim_run(run, me, super::process_start(me).unwrap_or(0), env)
         .map_err(|e| e.to_string())?;
     let failed = |store: &mut Store, msg: String| {
-        let _ = store.finish_run(run, crate::store::RunStatus::Failed, None, Some(&msg));
+        let _ = store.finish_run(run, crate::RunStatus::Failed, None, Some(&msg));
         msg
     };
     let endpoint = match batchcast::Endpoint::new(&name) {

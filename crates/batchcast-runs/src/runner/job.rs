@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use batchcast_proc::{Options, Output, Process};
 
-use crate::store::{now_ms, LogStream, RecorderHandle, RunId};
+use crate::{now_ms, LogStream, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
 const LAST_LINE: usize = 200;

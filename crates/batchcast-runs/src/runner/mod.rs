@@ -8,6 +8,7 @@ mod job;
 mod orphans;
 mod placement;
 mod started;
+mod tracking;
 
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
@@ -16,14 +17,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use crate::error::StoreError;
 use crate::gpu::GpuLayer;
 use crate::listen::{self, JobWatch, WatchOptions};
-use crate::mlflow::{self, mlflow_run_id};
 use crate::plan::{Collocation, Plan, PlanRow};
-use crate::store::{NewRun, Recorder, RunId, RunStatus, Store};
+use crate::StoreError;
+use crate::{NewRun, Recorder, RunId, RunStatus, Store};
 use job::{stop_all, Job};
 use started::{end_of, Started};
+use tracking::Tracking;
 
 /// How a plan is run.
 pub struct RunOptions {
@@ -226,7 +227,7 @@ fn run_workload(
     env: &serde_json::Value,
 ) -> Result<HashMap<RunId, RunStatus>, RunError> {
     let rec = Recorder::with_log_cap(&opts.store, opts.log_cap)?;
-    let endpoint = mlflow::Endpoint::start(&opts.store)?;
+    let tracking = Tracking::start(&opts.store)?;
     let label = format!("{experiment}/{workload}");
     let mut started = Started::new(opts.store.clone(), opts.gpus.clone(), opts.grace);
     let result = drive(
@@ -241,7 +242,7 @@ fn run_workload(
         todo,
         env,
         &rec,
-        &endpoint,
+        &tracking,
     );
     let why = match &result {
         Ok(_) => "stopped by the runner after the workload's jobs".to_string(),
@@ -251,7 +252,7 @@ fn run_workload(
         (opts.progress)(&format!("warning: {problem}"));
     }
     drop(started);
-    drop(endpoint);
+    tracking.close();
     let ended = result?;
     rec.finish()?;
     Ok(ended)
@@ -290,7 +291,7 @@ fn drive(
     todo: &[(&PlanRow, RunId)],
     env: &serde_json::Value,
     rec: &Recorder,
-    endpoint: &mlflow::Endpoint,
+    tracking: &Tracking,
 ) -> Result<HashMap<RunId, RunStatus>, RunError> {
     let mut ended: HashMap<RunId, RunStatus> = HashMap::new();
 
@@ -362,11 +363,8 @@ fn drive(
         cmd.args(&argv[1..])
             .current_dir(&plan.dir)
             .env("CUDA_VISIBLE_DEVICES", visible)
-            .env("MLFLOW_TRACKING_URI", endpoint.url())
-            .env("MLFLOW_RUN_ID", mlflow_run_id(*id))
-            .env("MLFLOW_TRACKING_TOKEN", endpoint.token_for(*id)?)
-            .env("MLFLOW_EXPERIMENT_NAME", experiment)
             .env("BATCHCAST_RUN_ID", id.to_string());
+        tracking.env(&mut cmd, *id, experiment)?;
         if let Some(name) = &producer_name {
             cmd.env("BATCHCAST_NAME", name);
         }

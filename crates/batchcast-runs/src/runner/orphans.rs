@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use rustix::process::{kill_process, kill_process_group, Pid, Signal};
 
 use super::{process_start, RunError};
-use crate::store::{Orphan, Store};
+use crate::{Orphan, Store};
 
 /// How long a stopped orphan may take to go after SIGKILL.
 const GONE_WITHIN: Duration = Duration::from_secs(5);

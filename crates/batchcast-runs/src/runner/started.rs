@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use super::job::{stop_all, Job};
 use crate::gpu::GpuLayer;
-use crate::store::{RunStatus, Store};
+use crate::{RunStatus, Store};
 
 /// How a job's run ends: status, exit code and message.
 pub(crate) type End = (RunStatus, Option<i64>, Option<String>);

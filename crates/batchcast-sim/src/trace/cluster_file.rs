@@ -19,6 +19,7 @@ use serde_json::{Map, Value};
 
 use crate::cluster::ClusterSpec;
 use crate::error::SimError;
+use crate::job::JobSpec;
 
 /// Largest cluster file read, bytes (a cluster file is a small object).
 pub const MAX_CLUSTER_BYTES: u64 = 64 * 1024;
@@ -51,9 +52,15 @@ pub struct ClusterFile {
     pub lease: Option<f64>,
     /// `cluster_policy` as written (e.g. `Tiresias`, `Dally`), when given.
     pub policy: Option<String>,
-    /// `iteration_granularity`: iterations scheduled at once (not simulated:
-    /// batchcast moves a job's progress continuously).
+    /// `iteration_granularity`: iterations scheduled at once. The published
+    /// simulator runs whole chunks of it, so a job runs its iterations
+    /// rounded up to a multiple (see [`ClusterFile::whole_chunks`]); that a
+    /// chunk, once started, holds its GPUs past the lease is not simulated.
     pub iteration_granularity: Option<u64>,
+    /// `should_use_config` is "true" (Java's `Boolean.parseBoolean`).
+    /// Without it the published simulator ignores the shape and builds a
+    /// fixed heterogeneous cluster, which batchcast does not.
+    pub shape_used: bool,
     /// `consolidate`, when given.
     pub consolidate: Option<bool>,
 }
@@ -69,7 +76,29 @@ impl From<ClusterSpec> for ClusterFile {
             policy: None,
             iteration_granularity: None,
             consolidate: None,
+            shape_used: true,
         }
+    }
+}
+
+impl ClusterFile {
+    /// Rounds each job's iterations up to whole chunks of
+    /// `iteration_granularity`, as the published simulator runs them (it
+    /// takes the granularity off the remaining count after every chunk and
+    /// stops at zero); returns how many jobs grew. No-op without one.
+    pub fn whole_chunks(&self, jobs: &mut [JobSpec]) -> usize {
+        let Some(g) = self.iteration_granularity.map(|g| g as f64) else {
+            return 0;
+        };
+        let mut grew = 0;
+        for j in jobs {
+            let whole = (j.iterations / g).ceil() * g;
+            if whole > j.iterations {
+                j.iterations = whole;
+                grew += 1;
+            }
+        }
+        grew
     }
 }
 
@@ -209,5 +238,7 @@ pub fn parse_cluster(file: &str, text: &str, cpu_cores: f64) -> Result<ClusterFi
         policy: raw(file, o, "cluster_policy")?,
         iteration_granularity: whole(file, o, "iteration_granularity")?.map(u64::from),
         consolidate,
+        shape_used: raw(file, o, "should_use_config")?
+            .is_some_and(|s| s.eq_ignore_ascii_case("true")),
     })
 }

@@ -13,9 +13,9 @@
 //!   the widest level its GPUs span, a throughput fraction `0 < s <= 1`; so
 //!   its run time is `total_iterations * time_per_iteration / (n * s)`.
 //!   Arrival is `arrival_time`, else `start_time`. Records with zero
-//!   iterations are skipped and counted. Jobs of one `job_group_id` are
-//!   simulated as independent jobs: the published simulator's halving of a
-//!   group's iterations (hyper-parameter search) is not modelled.
+//!   iterations are skipped and counted. The jobs of one `job_group_id`
+//!   that arrive with its first job have their iterations cut in halving
+//!   steps, as the published simulator does (see `groups`).
 //! - [`Format::Batchcast`](super::Format::Batchcast), batchcast's own:
 //!   `time_per_iteration` is the iteration time of the whole job inside one
 //!   slot and slowdowns are iteration-time multipliers `>= 1`.
@@ -24,6 +24,7 @@
 
 use serde_json::Value;
 
+use super::groups::{halved, Member};
 use super::{bad, check_count, parse_datetime, Parsed};
 use crate::error::SimError;
 use crate::job::{JobSpec, Slowdown};
@@ -150,6 +151,7 @@ fn slowdown(
 fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed, SimError> {
     let v = parse_json(file, text_in)?;
     let mut out = Parsed::default();
+    let (mut members, mut job_of) = (Vec::new(), Vec::new());
     for (k, o) in records(file, &v)?.iter().enumerate() {
         let r = k + 1;
         if !o.is_object() {
@@ -199,10 +201,17 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
                 1.0,
             ),
         };
+        members.push(Member {
+            group: text(o, "job_group_id"),
+            id: id.clone(),
+            arrival,
+            iterations,
+        });
         if iterations == 0.0 {
             out.skipped += 1;
             continue;
         }
+        job_of.push(members.len() - 1);
         if !(iterations > 0.0 && iter_time > 0.0 && (iterations * iter_time).is_finite()) {
             return Err(bad(
                 file,
@@ -239,6 +248,13 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
             slowdown,
             cpu,
         });
+    }
+    if published {
+        let (iterations, cut) = halved(&members);
+        for (job, &m) in out.jobs.iter_mut().zip(&job_of) {
+            job.iterations = iterations[m];
+        }
+        out.halved = cut;
     }
     Ok(out)
 }

@@ -6,7 +6,9 @@
 
 mod cluster_file;
 mod dally;
+mod groups;
 mod helios;
+mod java_sort;
 mod philly;
 mod time;
 
@@ -66,6 +68,12 @@ pub struct Parsed {
     /// Records skipped as not simulable (CPU-only jobs, never ran, zero
     /// iterations).
     pub skipped: usize,
+    /// Jobs whose iterations the published simulator's job-group halving
+    /// cut (`--format dally` only).
+    pub halved: usize,
+    /// The first arrival as the trace wrote it, subtracted from every
+    /// arrival (0 for an empty trace).
+    pub origin: f64,
 }
 
 /// The text of `path`, refused unread when larger than `limit` bytes.
@@ -124,6 +132,7 @@ pub fn parse(file: &str, text: &str, format: Format) -> Result<Parsed, SimError>
         for j in &mut p.jobs {
             j.arrival -= first;
         }
+        p.origin = first;
     }
     Ok(p)
 }

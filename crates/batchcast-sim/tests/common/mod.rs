@@ -1,6 +1,8 @@
 //! Helpers for hand-made traces.
 #![allow(dead_code)]
 
+pub mod published;
+
 use batchcast_sim::{simulate, ClusterSpec, JobSpec, Outcome, Policy, SimConfig, Slowdown};
 
 /// A job of `gpus` GPUs arriving at `t` that runs `secs` ideal seconds

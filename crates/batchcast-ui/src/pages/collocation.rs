@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use axum::extract::{Path, State};
 use axum::response::Html;
-use batchcast_runs::compare::{self, WorkloadSummary};
+use batchcast_store::compare::{self, WorkloadSummary};
 
 use crate::error::UiError;
 use crate::html::{esc, page};

@@ -3,7 +3,7 @@
 
 use axum::extract::{RawQuery, State};
 use axum::response::Html;
-use batchcast_runs::now_ms;
+use batchcast_store::now_ms;
 
 use crate::error::UiError;
 use crate::html::{page, pick_form, runs_table};

@@ -4,7 +4,7 @@ use std::fmt::Write;
 
 use axum::extract::{Path, RawQuery, State};
 use axum::response::Html;
-use batchcast_runs::now_ms;
+use batchcast_store::now_ms;
 
 use crate::error::UiError;
 use crate::html::{esc, page, runs_table};

@@ -14,7 +14,7 @@ pub(crate) mod workload;
 
 use std::collections::BTreeSet;
 
-use batchcast_runs::{keys, Experiment, ExperimentId, Run, RunFilter, RunStatus, Store};
+use batchcast_store::{keys, Experiment, ExperimentId, Run, RunFilter, RunStatus, Store};
 
 use crate::error::UiError;
 use crate::html::esc;
@@ -66,7 +66,7 @@ pub(crate) fn experiment(store: &Store, id: ExperimentId) -> Result<Experiment, 
         .into_iter()
         .find(|e| e.id == id)
         .ok_or_else(|| {
-            UiError::Store(batchcast_runs::StoreError::NotFound {
+            UiError::Store(batchcast_store::StoreError::NotFound {
                 what: format!("experiment {id}"),
             })
         })

@@ -5,7 +5,7 @@ use std::fmt::Write;
 
 use axum::extract::{Path, State};
 use axum::response::Html;
-use batchcast_runs::{now_ms, LogStream};
+use batchcast_store::{now_ms, LogStream};
 
 use crate::error::UiError;
 use crate::html::{devices, duration, esc, page, status, time};

@@ -1,15 +1,15 @@
 //! The "Data stalls" section of a run recorded by `batchcast stalls
 //! --store`: the modes, the stalls, what sharing would buy (predicted and,
 //! with `--validate`, measured) and the verdict, read back from the run's
-//! `stalls/...` metrics (named in [`batchcast_runs::keys::STALLS_PREFIX`]).
+//! `stalls/...` metrics (named in [`batchcast_store::keys::STALLS_PREFIX`]).
 //!
 //! A run without such metrics gets no section.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use batchcast_runs::keys::{STALLS_MODE_FIGURES, STALLS_PREFIX};
-use batchcast_runs::{RunId, Store};
+use batchcast_store::keys::{STALLS_MODE_FIGURES, STALLS_PREFIX};
+use batchcast_store::{RunId, Store};
 
 use crate::error::UiError;
 use crate::html::esc;

@@ -2,7 +2,7 @@
 
 use axum::extract::{Path, State};
 use axum::response::Html;
-use batchcast_runs::{now_ms, RunRow};
+use batchcast_store::{now_ms, RunRow};
 
 use crate::error::UiError;
 use crate::html::{esc, page, runs_table};

@@ -1,4 +1,4 @@
-//! Test helpers: a store written through batchcast-runs' own write API, a
+//! Test helpers: a store written through the store's own write API, a
 //! dashboard serving it on a real socket, and a tiny HTTP/1.1 client.
 
 #![allow(dead_code)]
@@ -8,7 +8,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::path::Path;
 use std::time::Duration;
 
-use batchcast_runs::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
+use batchcast_store::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
 use batchcast_ui::{Ui, UiConfig};
 
 /// Ids of what [`make_store`] wrote.

@@ -301,7 +301,7 @@ impl Consumer {
         let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
         let board = BoardView::map(board_fd)?;
         let ledger = Ledger::open(ledger_fd, slots)?;
-        let holds = HoldsView::open(holds_fd, slots)?;
+        let holds = HoldsView::open(holds_fd, slots);
         let watch = ProducerWatch::open(name, welcome.producer_pid);
         Ok(Consumer {
             name: name.to_owned(),
@@ -717,7 +717,7 @@ impl Consumer {
                 self.cut_off = true;
                 return Ok(None);
             }
-            Err(e) => return Err(e),
+            Err(e) => return Err(e.into()),
         };
         if !self.link.acquire(slot, seq) {
             self.cut_off = true;

@@ -1,0 +1,254 @@
+//! `batchcast serve` as a function: run a producer over a dataset (or a
+//! synthetic source), with the flags, waits and printed lines of the
+//! command. Its faces (the binary, the Python binding) supply a [`Face`].
+
+use std::cell::RefCell;
+use std::time::{Duration, Instant};
+
+use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason};
+
+use crate::args::SourceArgs;
+use crate::error::{Result, ServeError};
+use crate::serve::{serve, shutdown_reason, ServeSummary};
+
+/// The number of trainers `batchcast run` gave a workload, in the
+/// environment of its data command: `serve` waits for that many consumers
+/// before the first epoch.
+pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+
+/// What the face running the command does for it.
+pub trait Face {
+    /// True to stop: called every 100 ms while waiting, and after each
+    /// batch (SIGINT, SIGTERM, Ctrl-C in Python).
+    fn interrupted(&mut self) -> bool;
+    /// Writes one event line (with `--json`: stdout for the binary).
+    fn event(&mut self, line: &str) -> std::io::Result<()>;
+    /// Batch `i` (from 1) of the `n` of `epoch` is published (a progress bar).
+    fn batch(&mut self, _epoch: u64, _i: u64, _n: u64) {}
+    /// The last batch is out (a progress bar is cleared).
+    fn served(&mut self) {}
+}
+
+/// Arguments of `batchcast serve`.
+#[derive(Debug, clap::Args)]
+pub struct ServeArgs {
+    /// Name consumers attach to.
+    #[arg(long)]
+    pub name: String,
+    /// What to serve.
+    #[command(flatten)]
+    pub source: SourceArgs,
+    /// Epochs to serve. 0: serve for as long as any consumer reads (each
+    /// trainer looping its own number of epochs), until none has been
+    /// attached for --idle-timeout seconds (never without --idle-timeout),
+    /// like Python's `Producer.run()` without `epochs=`.
+    #[arg(long, default_value_t = 1)]
+    pub epochs: u64,
+    /// Slots retained: how far the slowest consumer may fall behind.
+    #[arg(long, default_value_t = 8)]
+    pub window: usize,
+    /// Bytes per slot (default: sized from the first batch, +25 %).
+    #[arg(long)]
+    pub slot_size: Option<usize>,
+    /// How far a consumer may fall behind the others before it holds them
+    /// back (or is evicted): bytes ("512MiB", "2GiB") or batches
+    /// ("100batches"). Default: the smaller of 1 GiB and 1/8 of the memory
+    /// available, reserved only when used.
+    #[arg(long)]
+    pub max_lag: Option<String>,
+    /// Past the lag budget: "wait" (hold the others back) or "evict" (evict
+    /// the laggard after --stall-timeout seconds).
+    #[arg(long, default_value = "wait")]
+    pub lag_policy: String,
+    /// Seconds the producer stays blocked by a laggard before it evicts it
+    /// (with --lag-policy evict).
+    #[arg(long, default_value_t = 10.0)]
+    pub stall_timeout: f64,
+    /// Publish even with no consumer attached (default: wait for one).
+    #[arg(long)]
+    pub no_wait: bool,
+    /// Wait for this many consumers before the first epoch (so that all of
+    /// them see it whole). Under `batchcast run` the workload's number of
+    /// trainers (BATCHCAST_CONSUMERS) is waited for too, within
+    /// --idle-timeout or 300 s.
+    #[arg(long, default_value_t = 0)]
+    pub consumers: usize,
+    /// Give up after this many seconds with no consumer attached (with
+    /// --epochs 0, once a batch was served: finish).
+    #[arg(long)]
+    pub idle_timeout: Option<f64>,
+    /// Print one JSON line per event on stdout (for scripts and tests).
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// How long to wait for the trainers that `batchcast run` announced, when
+/// no --idle-timeout is given.
+const TRAINERS_WITHIN: Duration = Duration::from_secs(300);
+
+/// The number of trainers `batchcast run` gave the workload (0: none given).
+fn trainers_from_env() -> Result<usize> {
+    match std::env::var(CONSUMERS_ENV) {
+        Err(std::env::VarError::NotPresent) => Ok(0),
+        Ok(v) => v.trim().parse().map_err(|_| {
+            ServeError::invalid(format!(
+                "{CONSUMERS_ENV}={v:?} is not a number of consumers; `batchcast run` sets it to \
+                 the workload's number of trainers: unset it, or set a whole number"
+            ))
+        }),
+        Err(std::env::VarError::NotUnicode(v)) => Err(ServeError::invalid(format!(
+            "{CONSUMERS_ENV}={v:?} is not a number of consumers; unset it, or set a whole number"
+        ))),
+    }
+}
+
+impl ServeArgs {
+    /// `--idle-timeout` as a duration.
+    fn idle_timeout(&self) -> Result<Option<Duration>> {
+        self.idle_timeout
+            .map(|t| {
+                Duration::try_from_secs_f64(t).map_err(|_| {
+                    ServeError::invalid(format!(
+                        "--idle-timeout must be a non-negative number of seconds, not {t}"
+                    ))
+                })
+            })
+            .transpose()
+    }
+}
+
+/// Runs `batchcast serve`: prints what it serves (stderr, or a
+/// `listening` event line with `--json`), waits for the consumers it was
+/// told to, serves, tells the consumers why it ended, and prints the
+/// summary (stderr, or a `finished` event line).
+pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
+    let trainers = trainers_from_env()?;
+    let idle_timeout = args.idle_timeout()?;
+    let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
+    let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
+    let source = args.source.open()?;
+    let mut producer = Producer::create(
+        &args.name,
+        ProducerOptions {
+            window: args.window,
+            slot_size: args.slot_size,
+            samples_per_epoch: Some(source.samples_per_epoch()),
+            batch_size: Some(args.source.batch_size),
+            idle: if args.no_wait {
+                IdlePolicy::Run
+            } else {
+                IdlePolicy::Wait(idle_timeout)
+            },
+            dir: None,
+            max_lag,
+            lag_policy,
+            ..ProducerOptions::default()
+        },
+    )?;
+    if args.json {
+        let line = serde_json::json!({"event": "listening", "name": args.name,
+            "socket": producer.socket_path(), "pid": std::process::id(),
+            "samples_per_epoch": source.samples_per_epoch()});
+        face.event(&line.to_string()).map_err(ServeError::Output)?;
+    } else {
+        let epochs = match (args.epochs, args.idle_timeout) {
+            (0, Some(t)) => format!("epochs until no consumer for {t} s"),
+            (0, None) => "epochs until stopped".to_string(),
+            (n, _) => format!("{n} epochs"),
+        };
+        eprintln!(
+            "serving {:?} on {} ({} samples per epoch, batch {}, {epochs}); Ctrl-C stops",
+            args.name,
+            producer.socket_path().display(),
+            source.samples_per_epoch(),
+            args.source.batch_size,
+        );
+    }
+    let want = args.consumers.max(trainers);
+    if want > 0 {
+        match wait_for_start(&mut producer, args, idle_timeout, trainers, face) {
+            Ok(true) => {}
+            Ok(false) => {
+                producer.finish(ShutdownReason::Interrupted);
+                return Ok(ServeSummary {
+                    interrupted: true,
+                    ..ServeSummary::default()
+                });
+            }
+            Err(e) => {
+                producer.finish(ShutdownReason::Failed(e.chain()));
+                return Err(e);
+            }
+        }
+    }
+    let shared = RefCell::new(&mut *face);
+    let result = serve(
+        &mut producer,
+        source.as_ref(),
+        args.epochs,
+        &mut || shared.borrow_mut().interrupted(),
+        &mut |e, i, n| shared.borrow_mut().batch(e, i, n),
+    );
+    face.served();
+    producer.finish(shutdown_reason(&result));
+    let summary = result?;
+    if args.json {
+        let line = serde_json::json!({"event": "finished", "summary": summary});
+        face.event(&line.to_string()).map_err(ServeError::Output)?;
+    } else {
+        eprintln!(
+            "served {} epochs, {} batches, {} samples in {:.1} s ({:.0} samples/s){}",
+            summary.epochs,
+            summary.batches,
+            summary.samples,
+            summary.seconds,
+            summary.samples as f64 / summary.seconds.max(1e-9),
+            if summary.interrupted {
+                "; interrupted"
+            } else if summary.idle {
+                "; no consumer left"
+            } else {
+                ""
+            }
+        );
+    }
+    Ok(summary)
+}
+
+/// Waits for `--consumers` (or the `trainers` of `batchcast run`) before
+/// the first epoch, in short slices so that an interrupt ends the wait at
+/// once: false when interrupted, an error when they did not come in time.
+fn wait_for_start(
+    producer: &mut Producer,
+    args: &ServeArgs,
+    idle_timeout: Option<Duration>,
+    trainers: usize,
+    face: &mut dyn Face,
+) -> Result<bool> {
+    let want = args.consumers.max(trainers);
+    let within = match (idle_timeout, trainers > args.consumers) {
+        (Some(t), _) => Some(t),
+        (None, true) => Some(TRAINERS_WITHIN),
+        (None, false) => None,
+    };
+    // A deadline past what the clock can count is none.
+    let deadline = within.and_then(|t| Instant::now().checked_add(t));
+    while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
+        if face.interrupted() {
+            return Ok(false);
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            let secs = within.map_or(0.0, |t| t.as_secs_f64());
+            return Err(if trainers > args.consumers {
+                ServeError::TrainersMissing {
+                    attached: producer.consumers(),
+                    trainers,
+                    secs,
+                }
+            } else {
+                batchcast::Error::NoConsumers { secs }.into()
+            });
+        }
+    }
+    Ok(true)
+}

@@ -1,0 +1,42 @@
+//! batchcast-serve: the serve loop as a library. A [`BatchSource`] (an
+//! image dataset through the native pipeline, or synthetic samples) is
+//! published through a core [`batchcast::Producer`] for a number of epochs,
+//! or for as long as any consumer reads.
+//!
+//! - [`serve`] is the loop: per epoch, each batch of the source is loaned a
+//!   slot, filled in place and published; it ends as [`batchcast::ServeUntil`]
+//!   (the core's rule, which Python's `Producer.run` follows too) says.
+//! - [`SourceArgs`] describes a source as command-line flags and opens it
+//!   ([`Images`], [`Synthetic`]).
+//! - [`ServeArgs`] and [`run`] are the whole `batchcast serve` command: the
+//!   flags, the wait for the first consumers, the lines it prints and the
+//!   loop. The `batchcast` binary and the Python binding
+//!   (`batchcast._native.serve`, `python -m batchcast.serve`) are faces
+//!   over it: they parse the same flags and pass a [`Face`] (interrupts,
+//!   where event lines go, progress).
+//!
+//! # Invariants
+//! - Every sample of an epoch is published once, in the source's order;
+//!   a batch whose samples were all skipped (undecodable files) is not
+//!   published.
+//! - The consumers are told why the stream ended: finished, interrupted,
+//!   or the error that ended it ([`shutdown_reason`]).
+//! - The arrows run one way: this crate depends on the core and the
+//!   pipeline, never on a face.
+#![deny(missing_docs)]
+
+mod args;
+mod command;
+mod error;
+mod images;
+mod serve;
+mod source;
+mod synthetic;
+
+pub use args::{default_workers, SourceArgs, SyntheticArgs};
+pub use command::{run, Face, ServeArgs, CONSUMERS_ENV};
+pub use error::{Result, ServeError};
+pub use images::{ImageArgs, Images};
+pub use serve::{serve, shutdown_reason, ServeSummary};
+pub use source::{check_batch_size, BatchSource};
+pub use synthetic::{calibrate, expected_byte, Synthetic};

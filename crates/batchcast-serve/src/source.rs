@@ -1,0 +1,27 @@
+//! What the serve loop publishes: a source of batches.
+
+use batchcast::{LeafSpec, Node};
+
+use crate::error::{Result, ServeError};
+
+/// A source of batches for one producer.
+pub trait BatchSource: Send {
+    /// Rows in one epoch (what the consumers' `len()` is computed from).
+    fn samples_per_epoch(&self) -> u64;
+    /// The sample indices of each batch of `epoch`, in order.
+    fn batches(&self, epoch: u64) -> Vec<Vec<u64>>;
+    /// The structure of a batch of `rows` rows.
+    fn spec(&self, rows: u64) -> (Node, Vec<LeafSpec>);
+    /// Fills the leaves of a batch of `indices` (laid out as `spec` says);
+    /// returns the rows actually written (fewer when bad samples were
+    /// skipped: the written rows come first).
+    fn fill(&self, epoch: u64, indices: &[u64], leaves: Vec<&mut [u8]>) -> Result<u64>;
+}
+
+/// Checks a batch size option.
+pub fn check_batch_size(bs: u64) -> Result<()> {
+    if bs == 0 {
+        return Err(ServeError::invalid("--batch-size must be at least 1"));
+    }
+    Ok(())
+}

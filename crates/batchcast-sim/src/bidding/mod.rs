@@ -1,0 +1,185 @@
+//! The published simulator's model (github aakash-sharma/cluster-sim at
+//! 2953d56), for comparing like with like: GPUs are auctioned one at a
+//! time, so a job runs on 1 to `gpus` GPUs and grows or shrinks between
+//! chunks; it runs in chunks of `granularity` iterations at
+//! `time_per_iteration / (n s)` each, `n` GPUs spanning a level of
+//! throughput fraction `s`; a GPU is leased for `lease` seconds and a chunk
+//! starts only on GPUs whose lease outlasts one iteration, but once started
+//! runs to its end. Whenever GPUs come free every free GPU, in cluster
+//! order (rack, machine, slot, GPU), goes to the best bid among the jobs
+//! with fewer GPUs than they ask for (see `bids`). Events at one instant run
+//! in the published order: arrivals, chunk ends, chunk starts, then
+//! auctions, each kind first come first served. Released GPUs are auctioned
+//! `restart_cost` seconds per GPU later.
+//!
+//! It is as slow as the published code: one event per chunk. batchcast's
+//! own model (`simulate`) gang-schedules and moves progress continuously.
+
+mod bids;
+mod layout;
+mod sim;
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+
+pub use bids::Bidder;
+use layout::Layout;
+use sim::{Job, Kind, Sim};
+
+use crate::cluster::ClusterSpec;
+use crate::config::SimConfig;
+use crate::engine::Outcome;
+use crate::error::SimError;
+use crate::job::JobSpec;
+use crate::state::JobState;
+
+/// Most chunks one run may take (it costs a few events each).
+const MAX_CHUNKS: f64 = 1e8;
+
+/// How a run of the published model is set up beyond the cluster shape.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct BiddingRun {
+    /// The trace's first arrival ([`Parsed::origin`](crate::trace::Parsed)):
+    /// the clock runs on the trace's own times, as the published code's
+    /// does, so that its rounding and its ties are the same; times are
+    /// reported from the first arrival, as `simulate` reports them.
+    pub origin: f64,
+    /// Iterations per chunk (the cluster file's `iteration_granularity`).
+    pub granularity: u64,
+    /// The cluster file's `should_use_config` is not "true": the published
+    /// code (2953d56) then ignores the shape and builds, per rack, 6
+    /// machines of 2 slots x 2 GPUs, 3 of 2 GPUs and 2 of 1 GPU.
+    pub published_default_cluster: bool,
+}
+
+/// Runs `jobs` on `spec` under the published simulator's model with
+/// `bidder`'s bids, `cfg.lease` and `cfg.restart_cost` seconds per released
+/// GPU (congestion, CPU and data sharing are not part of that model and are
+/// ignored).
+pub fn simulate_bidding(
+    spec: &ClusterSpec,
+    cfg: &SimConfig,
+    jobs: &[JobSpec],
+    run: &BiddingRun,
+    bidder: Bidder,
+) -> Result<Outcome, SimError> {
+    let BiddingRun {
+        origin,
+        granularity,
+        published_default_cluster,
+    } = *run;
+    if !(origin.is_finite() && origin >= 0.0) {
+        return Err(SimError::Config(format!(
+            "origin {origin}: the trace's first arrival must be a time >= 0"
+        )));
+    }
+    spec.validate()?;
+    if !(cfg.lease.is_finite() && cfg.lease > 0.0 && cfg.restart_cost >= 0.0) {
+        return Err(SimError::Config(
+            "lease must be > 0 and restart cost >= 0 seconds".into(),
+        ));
+    }
+    if granularity == 0 || granularity > i64::MAX as u64 {
+        return Err(SimError::Config(
+            "iteration granularity must be a whole number >= 1".into(),
+        ));
+    }
+    let chunks: f64 = jobs
+        .iter()
+        .map(|j| (j.iterations / granularity as f64).ceil())
+        .sum();
+    if chunks > MAX_CHUNKS {
+        return Err(SimError::Config(format!(
+            "the published model runs one event per chunk and this trace has {chunks:.3e} \
+             chunks of {granularity} iterations; raise iteration_granularity to at most \
+             {MAX_CHUNKS:.0e} chunks in all"
+        )));
+    }
+    let mut state = Vec::with_capacity(jobs.len());
+    let mut js = Vec::with_capacity(jobs.len());
+    for (k, j) in jobs.iter().enumerate() {
+        let ok = j.arrival.is_finite()
+            && j.arrival >= 0.0
+            && j.iterations >= 1.0
+            && j.iterations < 9e18
+            && j.iter_time > 0.0
+            && j.gpus >= 1;
+        if !ok {
+            return Err(SimError::Config(format!(
+                "job {:?}: needs an arrival >= 0, iterations >= 1, a time per iteration > 0 \
+                 and GPUs >= 1",
+                j.id
+            )));
+        }
+        let total = j.iterations.ceil() as i64;
+        js.push(Job {
+            tpi: j.iter_time * j.gpus as f64,
+            s: [
+                1.0 / j.slowdown.cross_slot,
+                1.0 / j.slowdown.cross_machine,
+                1.0 / j.slowdown.cross_rack,
+            ],
+            remaining: total,
+            total,
+            service: 0.0,
+            current: Vec::new(),
+            next: Vec::new(),
+            expected: Vec::new(),
+            waiting: true,
+            last: j.arrival + origin - 1.0,
+            id: j.id.parse().unwrap_or(k as i64),
+        });
+        state.push(JobState::new(j.clone(), 0));
+    }
+    let mut sim = Sim {
+        layout: if published_default_cluster {
+            Layout::published_default(spec.racks)
+        } else {
+            Layout::of(spec)
+        },
+        origin,
+        lease: cfg.lease,
+        per_gpu: cfg.restart_cost,
+        chunk: granularity as i64,
+        bidder,
+        gpus: Vec::new(),
+        jobs: js,
+        out: state,
+        running: Vec::new(),
+        queue: BinaryHeap::new(),
+        seq: 0,
+        now: 0.0,
+        timeline: Vec::new(),
+        events: 0,
+    };
+    sim.gpus = vec![None; sim.layout.len()];
+    let mut order: Vec<usize> = (0..jobs.len()).collect();
+    order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
+    for j in order {
+        sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
+    }
+    while let Some(Reverse((t, kind, _, j))) = sim.queue.pop() {
+        sim.now = f64::from_bits(t);
+        sim.events += 1;
+        match kind {
+            Kind::Arrive => sim.arrive(j),
+            Kind::End => sim.end(j),
+            Kind::Start => sim.start(j),
+            Kind::Auction => sim.auction(),
+        }
+        sim.sample();
+    }
+    if let Some(j) = sim.out.iter().find(|j| j.finish.is_none()) {
+        return Err(SimError::Config(format!(
+            "job {:?} never ran: no GPU was ever free for it",
+            j.spec.id
+        )));
+    }
+    Ok(Outcome {
+        policy: bidder.name().to_string(),
+        jobs: sim.out,
+        timeline: sim.timeline,
+        total_gpus: sim.gpus.len() as u64,
+        events: sim.events,
+    })
+}

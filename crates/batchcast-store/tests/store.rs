@@ -1,0 +1,642 @@
+//! The run store on a real SQLite file: creation, refusal of foreign files,
+//! resumable runs, orphan repair, and writers and readers at once.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Barrier};
+
+use batchcast_store::{
+    LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, RunStatus, Store,
+    StoreError, WorkloadId,
+};
+
+/// A new store in a temporary directory, with experiment "exp" and its
+/// workload "w".
+struct Fixture {
+    _dir: tempfile::TempDir,
+    path: PathBuf,
+    store: Store,
+    w: WorkloadId,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("runs.sqlite");
+        let store = Store::open(&path).unwrap();
+        let e = store.experiment("exp").unwrap();
+        let w = store.workload(e, "w", None, 0).unwrap();
+        Fixture {
+            _dir: dir,
+            path,
+            store,
+            w,
+        }
+    }
+
+    /// Adds run `name` to "w".
+    fn run(&mut self, name: &str) -> RunId {
+        self.store.add_run(self.w, &new_run(name)).unwrap().0
+    }
+}
+
+fn new_run(name: &str) -> NewRun {
+    NewRun {
+        name: name.into(),
+        command: vec![
+            "python".into(),
+            "train.py".into(),
+            "--lr".into(),
+            "0.1".into(),
+        ],
+        params: vec![("lr".into(), "0.1".into())],
+        devices: vec![],
+        collocation: "-".into(),
+        listeners: vec!["process".into()],
+        host: "testhost".into(),
+        plan_file: Some("plan.csv".into()),
+        plan_row: Some(2),
+    }
+}
+
+#[test]
+fn a_new_store_is_created_with_its_directory_and_reopened() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("a/b/runs.sqlite");
+    let mut store = Store::open(&path).unwrap();
+    let e = store.experiment("exp").unwrap();
+    let w = store
+        .workload(e, "shared", Some("batchcast serve --name x"), 0)
+        .unwrap();
+    let (run, status) = store.add_run(w, &new_run("r1")).unwrap();
+    assert_eq!(status, RunStatus::Pending);
+    drop(store);
+
+    let ro = Store::open_read_only(&path).unwrap();
+    let row = ro.run(run).unwrap();
+    assert_eq!(
+        (row.experiment.as_str(), row.workload.as_str()),
+        ("exp", "shared")
+    );
+    assert_eq!(row.run.command[1], "train.py");
+    assert_eq!(ro.params(run).unwrap()[0].key, "lr");
+    assert_eq!(
+        ro.workloads(e).unwrap()[0].data.as_deref(),
+        Some("batchcast serve --name x")
+    );
+}
+
+#[test]
+fn foreign_and_missing_files_are_refused_and_left_untouched() {
+    let dir = tempfile::tempdir().unwrap();
+    let text = dir.path().join("notes.txt");
+    std::fs::write(
+        &text,
+        "hello, this is not a database at all, but it is long enough to have a header",
+    )
+    .unwrap();
+    let before = std::fs::read(&text).unwrap();
+    assert!(matches!(
+        Store::open(&text),
+        Err(StoreError::NotAStore { .. })
+    ));
+    assert!(matches!(
+        Store::open_read_only(&text),
+        Err(StoreError::NotAStore { .. })
+    ));
+    assert_eq!(std::fs::read(&text).unwrap(), before);
+
+    let other = dir.path().join("other.sqlite");
+    let conn = rusqlite::Connection::open(&other).unwrap();
+    conn.execute_batch("CREATE TABLE t (x); PRAGMA application_id = 42;")
+        .unwrap();
+    drop(conn);
+    let err = Store::open(&other).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NotAStore { found: 42, .. }),
+        "{err}"
+    );
+    assert!(
+        err.to_string().contains("--store"),
+        "the message says what to do: {err}"
+    );
+
+    let missing = dir.path().join("missing.sqlite");
+    let err = Store::open_read_only(&missing).unwrap_err();
+    assert!(matches!(err, StoreError::Missing { .. }));
+    assert!(!missing.exists(), "a reader never creates a store");
+}
+
+#[test]
+fn a_newer_store_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    drop(Store::open(&path).unwrap());
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("PRAGMA user_version = 99")
+        .unwrap();
+    let err = Store::open_read_only(&path).unwrap_err();
+    assert!(
+        matches!(err, StoreError::NewerSchema { found: 99, .. }),
+        "{err}"
+    );
+}
+
+/// A store of layout 1 (no job start times) is read as it stands, and a
+/// writer migrates it to layout 2 in place, keeping its runs.
+#[test]
+fn a_layout_1_store_is_read_and_migrated() {
+    let mut f = Fixture::new();
+    let a = f.run("a");
+    let Fixture {
+        _dir, path, store, ..
+    } = f;
+    drop(store);
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute_batch("ALTER TABLE runs DROP COLUMN pid_start; PRAGMA user_version = 1;")
+        .unwrap();
+    let runs = Store::open_read_only(&path)
+        .unwrap()
+        .runs(&RunFilter::default())
+        .unwrap();
+    assert_eq!(runs.len(), 1);
+    let store = Store::open(&path).unwrap();
+    store.set_pid(a, 4242, Some(7)).unwrap();
+    let version: i64 = rusqlite::Connection::open(&path)
+        .unwrap()
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
+}
+
+#[test]
+fn runs_resume_claims_are_exclusive_and_orphans_are_repaired() {
+    let mut f = Fixture::new();
+    let a = f.run("a");
+    let b = f.run("b");
+    let Fixture { mut store, w, .. } = f;
+    let env = serde_json::json!({"host": "testhost"});
+    assert!(store.claim_run(a, 111, 5, &env).unwrap());
+    assert!(
+        !store.claim_run(a, 222, 6, &env).unwrap(),
+        "a RUNNING run cannot be claimed twice"
+    );
+    assert!(store.claim_run(b, 111, 5, &env).unwrap());
+    store.set_pid(a, 4242, None).unwrap();
+    store
+        .finish_run(a, RunStatus::Finished, Some(0), None)
+        .unwrap();
+
+    // Adding the same run again keeps its status: that is what resumes a plan.
+    let (a2, status) = store.add_run(w, &new_run("a")).unwrap();
+    assert_eq!((a2, status), (a, RunStatus::Finished));
+
+    // Runner 111 died: its RUNNING run b becomes KILLED; another host's is left.
+    let repaired = store
+        .repair_orphans("testhost", |pid, start| pid == 999 && start == 1)
+        .unwrap();
+    assert_eq!(repaired, vec![b]);
+    let b_row = store.run(b).unwrap().run;
+    assert_eq!(b_row.status, RunStatus::Killed);
+    assert!(b_row.message.unwrap().contains("pid 111"));
+    assert!(b_row.end_ms.is_some());
+    assert!(
+        store.claim_run(b, 333, 7, &env).unwrap(),
+        "a KILLED run can be run again"
+    );
+    assert_eq!(store.run(b).unwrap().run.end_ms, None);
+}
+
+#[test]
+fn filters_search_names_and_parameters() {
+    let mut f = Fixture::new();
+    let a = f.run("alpha");
+    let _b = f.run("beta");
+    let Fixture { store, .. } = f;
+    store
+        .log_param(a, "optimizer", "adamw", ParamSource::Logged)
+        .unwrap();
+    let by = |search: &str| {
+        store
+            .runs(&RunFilter {
+                search: Some(search.into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("alph"), vec!["alpha"]);
+    assert_eq!(by("optimizer=adamw"), vec!["alpha"]);
+    assert_eq!(by("lr=0.1"), vec!["beta", "alpha"]);
+    assert!(
+        by("%").is_empty(),
+        "wildcards in a search are taken literally"
+    );
+    let limited = store
+        .runs(&RunFilter {
+            limit: Some(1),
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!(limited.len(), 1);
+}
+
+#[test]
+fn logs_keep_order_and_tails_are_cut_at_the_end() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { mut store, .. } = f;
+    let big: Vec<u8> = (0..200_000u32).map(|i| b'a' + (i % 26) as u8).collect();
+    store
+        .append_log(r, LogStream::Stdout, 1, b"first\n")
+        .unwrap();
+    store.append_log(r, LogStream::Stdout, 2, &big).unwrap();
+    store
+        .append_log(r, LogStream::Stderr, 3, b"oops\n")
+        .unwrap();
+    let (all, cut) = store.log(r, LogStream::Stdout, None).unwrap();
+    assert!(!cut);
+    assert_eq!(&all[..6], b"first\n");
+    assert_eq!(&all[6..], &big[..]);
+    let (tail, cut) = store.log(r, LogStream::Stdout, Some(1000)).unwrap();
+    assert!(cut);
+    assert_eq!(&tail[..], &big[big.len() - 1000..]);
+    assert_eq!(
+        store.log(r, LogStream::Stderr, Some(1000)).unwrap(),
+        (b"oops\n".to_vec(), false)
+    );
+}
+
+/// Four threads record through one recorder while a second recorder (as
+/// a second runner would) and a read-only reader use the same file.
+#[test]
+fn writers_and_readers_share_one_file_from_several_threads() {
+    let mut f = Fixture::new();
+    let r1 = f.run("one");
+    let r2 = f.run("two");
+    let Fixture { path, store, .. } = f;
+    drop(store);
+
+    const PER_THREAD: i64 = 5_000;
+    let rec1 = Recorder::start(&path).unwrap();
+    let rec2 = Recorder::start(&path).unwrap();
+    let start = Arc::new(Barrier::new(6));
+    let mut threads = Vec::new();
+    for t in 0..4 {
+        let (h, run) = if t % 2 == 0 {
+            (rec1.handle(), r1)
+        } else {
+            (rec2.handle(), r2)
+        };
+        let start = start.clone();
+        threads.push(std::thread::spawn(move || {
+            start.wait();
+            for i in 0..PER_THREAD {
+                assert!(h.metric(MetricPoint {
+                    run_id: run,
+                    key: format!("t{t}"),
+                    step: i,
+                    ts_ms: i,
+                    value: i as f64
+                }));
+            }
+        }));
+    }
+    let reader = {
+        let path = path.clone();
+        let start = start.clone();
+        std::thread::spawn(move || {
+            let ro = Store::open_read_only(&path).unwrap();
+            start.wait();
+            let mut seen = 0;
+            // Reads go on while the writers commit; counts only grow.
+            for _ in 0..50 {
+                let n = ro.metric(r1, "t0", None, usize::MAX).unwrap().len();
+                assert!(n >= seen);
+                seen = n;
+            }
+        })
+    };
+    start.wait();
+    for t in threads {
+        t.join().unwrap();
+    }
+    reader.join().unwrap();
+    rec1.finish().unwrap();
+    rec2.finish().unwrap();
+
+    let ro = Store::open_read_only(&path).unwrap();
+    for (run, key) in [(r1, "t0"), (r2, "t1"), (r1, "t2"), (r2, "t3")] {
+        let points = ro.metric(run, key, None, usize::MAX).unwrap();
+        assert_eq!(points.len() as i64, PER_THREAD, "{key}");
+        assert!(points.windows(2).all(|p| p[0].step + 1 == p[1].step));
+    }
+    assert_eq!(ro.metric_keys(r1).unwrap(), vec!["t0", "t2"]);
+    assert_eq!(
+        ro.metric(r1, "t0", Some(PER_THREAD - 3), 10).unwrap().len(),
+        2,
+        "points after a time, for live updates"
+    );
+}
+
+/// A recorder's points reach the file within its flush period, without
+/// the recorder being finished: a runner killed later loses at most that.
+#[test]
+fn recorded_points_are_committed_within_the_flush_period() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    h.metric(MetricPoint {
+        run_id: r,
+        key: "loss".into(),
+        step: 1,
+        ts_ms: 1,
+        value: 0.5,
+    });
+    h.log(r, LogStream::Stdout, 1, b"epoch 1\n".to_vec());
+    let deadline = std::time::Instant::now() + batchcast_store::FLUSH_EVERY * 10;
+    let ro = Store::open_read_only(&path).unwrap();
+    loop {
+        let n = ro.metric(r, "loss", None, 10).unwrap().len();
+        let (log, _) = ro.log(r, LogStream::Stdout, None).unwrap();
+        if n == 1 && log == b"epoch 1\n" {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not committed within 10 flush periods"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    drop(h);
+    rec.finish().unwrap();
+}
+
+#[test]
+fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    let point = |key: &str, step: i64, value: f64| MetricPoint {
+        run_id: r,
+        key: key.into(),
+        step,
+        ts_ms: step,
+        value,
+    };
+    for step in 0..10 {
+        h.metric(point(
+            "loss",
+            step,
+            if step % 3 == 1 { f64::NAN } else { 1.0 },
+        ));
+        h.metric(point("acc", step, 0.5));
+    }
+    h.metric(point("grad", 11, f64::INFINITY));
+    drop(h);
+    rec.finish().unwrap();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric(r, "acc", None, 100).unwrap().len(), 10);
+    let loss: Vec<i64> = ro
+        .metric(r, "loss", None, 100)
+        .unwrap()
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    assert_eq!(loss, [0, 2, 3, 5, 6, 8, 9]);
+    assert_eq!(ro.last_metric(r, "grad").unwrap(), Some(f64::INFINITY));
+    let events = ro.events(r).unwrap();
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert!(
+        events[0].message.contains("\"loss\" was NaN at step 1"),
+        "{events:?}"
+    );
+}
+
+/// Runners started together create one store between them.
+#[test]
+fn runners_opening_a_new_store_at_once_all_succeed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let start = Arc::new(Barrier::new(4));
+    let threads: Vec<_> = (0..4)
+        .map(|i| {
+            let (path, start) = (path.clone(), start.clone());
+            std::thread::spawn(move || {
+                start.wait();
+                let store = Store::open(&path).unwrap();
+                store.experiment(&format!("e{i}")).unwrap();
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(
+        Store::open_read_only(&path)
+            .unwrap()
+            .experiments()
+            .unwrap()
+            .len(),
+        4
+    );
+}
+
+/// A chart's read of a long metric keeps at most what it draws, evenly,
+/// with both ends, and counts what it would scan without reading it.
+#[test]
+fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { path, .. } = f;
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    const N: i64 = 10_007;
+    for step in 0..N {
+        assert!(h.metric(MetricPoint {
+            run_id: r,
+            key: "loss".into(),
+            step,
+            ts_ms: 1000 + step,
+            value: step as f64,
+        }));
+    }
+    drop(h);
+    rec.finish().unwrap();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric_len(r, "loss", None).unwrap(), N as usize);
+    assert_eq!(ro.metric_len(r, "loss", Some(1000 + N - 11)).unwrap(), 10);
+    assert_eq!(ro.metric_len(r, "nothing", None).unwrap(), 0);
+
+    let steps: Vec<i64> = ro
+        .metric_thinned(r, "loss", None, 100)
+        .unwrap()
+        .iter()
+        .map(|p| p.step)
+        .collect();
+    assert!(
+        (50..=100).contains(&steps.len()),
+        "{} points kept",
+        steps.len()
+    );
+    assert_eq!(steps[0], 0);
+    assert_eq!(*steps.last().unwrap(), N - 1);
+    let gaps: Vec<i64> = steps.windows(2).map(|w| w[1] - w[0]).collect();
+    let stride = gaps[0];
+    assert!(
+        gaps[..gaps.len() - 1].iter().all(|&g| g == stride),
+        "{gaps:?}"
+    );
+    assert!((1..=stride).contains(gaps.last().unwrap()), "{gaps:?}");
+
+    // A short read (live updates) is returned whole.
+    let tail = ro
+        .metric_thinned(r, "loss", Some(1000 + N - 11), 100)
+        .unwrap();
+    assert_eq!(
+        tail.iter().map(|p| p.step).collect::<Vec<_>>(),
+        (N - 10..N).collect::<Vec<_>>()
+    );
+    assert!(ro
+        .metric_thinned(r, "nothing", None, 100)
+        .unwrap()
+        .is_empty());
+}
+
+/// Writers on their own connections (the runner's recorder, its MLflow
+/// endpoint, its main thread) never fail with "database is locked": a
+/// transaction that reads before it writes (a log's next sequence number)
+/// takes the write lock first, so another writer's commit cannot turn its
+/// snapshot stale (which SQLite refuses at once, busy timeout or not).
+#[test]
+fn writers_that_read_first_never_find_the_store_locked() {
+    let mut f = Fixture::new();
+    let runs = [f.run("a"), f.run("b")];
+    let path = Arc::new(f.path.clone());
+    const ROUNDS: usize = 200;
+    let start = Arc::new(Barrier::new(runs.len() * 2));
+    let mut threads = Vec::new();
+    for &r in &runs {
+        let (p, s) = (Arc::clone(&path), Arc::clone(&start));
+        threads.push(std::thread::spawn(move || {
+            let mut store = Store::open(p.as_ref()).unwrap();
+            s.wait();
+            for i in 0..ROUNDS {
+                store
+                    .append_log(
+                        r,
+                        LogStream::Stdout,
+                        i as i64,
+                        format!("line {i}\n").as_bytes(),
+                    )
+                    .unwrap();
+            }
+        }));
+        let (p, s) = (Arc::clone(&path), Arc::clone(&start));
+        threads.push(std::thread::spawn(move || {
+            let mut store = Store::open(p.as_ref()).unwrap();
+            s.wait();
+            for i in 0..ROUNDS as i64 {
+                let point = MetricPoint {
+                    run_id: r,
+                    key: "loss".into(),
+                    step: i,
+                    ts_ms: i,
+                    value: 1.0,
+                };
+                store.insert_metrics(&[point]).unwrap();
+                store.set_pid(r, i, None).unwrap();
+            }
+        }));
+    }
+    for t in threads {
+        t.join().unwrap();
+    }
+    let ro = Store::open_read_only(path.as_ref()).unwrap();
+    for r in runs {
+        let (log, _) = ro.log(r, LogStream::Stdout, None).unwrap();
+        let want: String = (0..ROUNDS).map(|i| format!("line {i}\n")).collect();
+        assert_eq!(String::from_utf8(log).unwrap(), want);
+        assert_eq!(ro.metric_len(r, "loss", None).unwrap(), ROUNDS);
+    }
+}
+
+/// A point the store refuses (a run that does not exist) fails alone: the
+/// other points of its commit, another run's among them, are stored.
+#[test]
+fn a_refused_point_never_costs_the_points_committed_with_it() {
+    let mut f = Fixture::new();
+    let good = f.run("good");
+    let Fixture { path, .. } = f;
+    let rec = Recorder::start(&path).unwrap();
+    let h = rec.handle();
+    for step in 0..30 {
+        h.metric(MetricPoint {
+            run_id: good,
+            key: "loss".into(),
+            step,
+            ts_ms: step,
+            value: 1.0,
+        });
+        if step == 10 {
+            h.metric(MetricPoint {
+                run_id: good + 999,
+                key: "loss".into(),
+                step,
+                ts_ms: step,
+                value: 1.0,
+            });
+        }
+    }
+    drop(h);
+    let finished = rec.finish();
+    let ro = Store::open_read_only(&path).unwrap();
+    assert_eq!(ro.metric(good, "loss", None, 100).unwrap().len(), 30);
+    let err = finished
+        .expect_err("the refused point is reported")
+        .to_string();
+    assert!(err.contains("FOREIGN KEY"), "{err}");
+}
+
+/// `%` and `_` in a search are the characters themselves, not wildcards
+/// (nor dropped): `batch_size=64` finds the run with that parameter only.
+#[test]
+fn a_search_takes_percent_and_underscore_literally() {
+    let mut f = Fixture::new();
+    let a = f.run("drop50%");
+    let b = f.run("drop500");
+    let c = f.run("c\\d");
+    let Fixture { store, .. } = f;
+    store
+        .log_param(a, "batch_size", "64", ParamSource::Logged)
+        .unwrap();
+    store
+        .log_param(b, "batchXsize", "64", ParamSource::Logged)
+        .unwrap();
+    store
+        .log_param(c, "batchsize", "64", ParamSource::Logged)
+        .unwrap();
+    let by = |search: &str| {
+        store
+            .runs(&RunFilter {
+                search: Some(search.into()),
+                ..Default::default()
+            })
+            .unwrap()
+            .into_iter()
+            .map(|r| r.run.name)
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(by("batch_size=64"), vec!["drop50%"]);
+    assert_eq!(by("50%"), vec!["drop50%"]);
+    assert_eq!(by("drop50_"), Vec::<String>::new());
+    assert_eq!(by("c\\d"), vec!["c\\d"]);
+    assert_eq!(by("size=64").len(), 3);
+}

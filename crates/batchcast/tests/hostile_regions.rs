@@ -1,0 +1,147 @@
+//! A producer that hands a consumer shared memory it must not trust (not
+//! sealed, not a batchcast region, a region of another layout version, the
+//! wrong region in a place, a header that disagrees with the welcome) is
+//! refused at connect, with an error that says what is wrong, before any
+//! slot is read. The producer here is a fake one on a real Unix socket: it
+//! speaks the handshake and sends what the test gives it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::os::unix::net::UnixListener;
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use batchcast::internals::wire::{
+    encode, send_frame_with_fds, FrameReader, ToConsumer, ToProducer, Welcome, PROTOCOL_VERSION,
+};
+use batchcast::internals::Arena;
+use batchcast::{Consumer, ConsumerOptions, Endpoint, Error, RegionOpenError, StreamSpec};
+use rustix::fs::{MemfdFlags, SealFlags};
+
+const SLOT: usize = 4096;
+
+/// Accepts one consumer on `name` in `dir`, reads its hello, and welcomes
+/// it to `slots` slots with `fds` (arena, board, ledger, holder counts).
+fn fake_producer(dir: &Path, name: &str, slots: u32, fds: Vec<OwnedFd>) -> JoinHandle<()> {
+    let endpoint = Endpoint::in_dir(name, dir).unwrap();
+    endpoint.ensure_dir().unwrap();
+    let listener = UnixListener::bind(endpoint.socket_path()).unwrap();
+    std::thread::spawn(move || {
+        let (sock, _) = listener.accept().unwrap();
+        let mut reader = FrameReader::new();
+        while reader.next_frame::<ToProducer>().unwrap().is_none() {
+            reader.fill(&sock, true, None).unwrap();
+        }
+        let welcome = ToConsumer::Welcome(Welcome {
+            version: PROTOCOL_VERSION,
+            producer_pid: std::process::id(),
+            slot_size: SLOT as u64,
+            slots,
+            window: slots,
+            samples_per_epoch: None,
+            batch_size: None,
+            consumer_id: 1,
+            stream: StreamSpec::default(),
+            first_epoch_partial: false,
+            first_epoch_samples: None,
+        });
+        let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
+        send_frame_with_fds(&sock, &encode(&welcome).unwrap(), &fds).unwrap();
+        // Until the consumer hangs up, having refused what it was sent.
+        let _ = reader.fill(&sock, true, None);
+    })
+}
+
+/// A memfd of `len` bytes starting with `head`, sealed against shrinking
+/// when `sealed`.
+fn memfd(len: u64, head: &[u8], sealed: bool) -> OwnedFd {
+    let fd = rustix::fs::memfd_create("hostile", MemfdFlags::CLOEXEC | MemfdFlags::ALLOW_SEALING)
+        .unwrap();
+    rustix::fs::ftruncate(&fd, len).unwrap();
+    rustix::io::pwrite(&fd, head, 0).unwrap();
+    if sealed {
+        rustix::fs::fcntl_add_seals(&fd, SealFlags::SHRINK | SealFlags::GROW).unwrap();
+    }
+    fd
+}
+
+/// What a consumer gets from a producer that sends `fds` for `slots` slots.
+fn connect_to(slots: u32, fds: Vec<OwnedFd>) -> Error {
+    let dir = tempfile::tempdir().unwrap();
+    let producer = fake_producer(dir.path(), "hostile", slots, fds);
+    let opts = ConsumerOptions {
+        connect_timeout: Some(Duration::from_secs(30)),
+        dir: Some(dir.path().to_owned()),
+        ..Default::default()
+    };
+    let err = Consumer::connect("hostile", opts, &mut || false)
+        .err()
+        .expect("the consumer refuses the producer's shared memory");
+    producer.join().unwrap();
+    err
+}
+
+/// Four descriptors: `arena` and `board` in their places, then two
+/// placeholders (never reached: the first refusal ends the connect).
+fn welcome_fds(arena: OwnedFd, board: OwnedFd) -> Vec<OwnedFd> {
+    vec![arena, board, memfd(8, b"", false), memfd(8, b"", false)]
+}
+
+fn region_error(err: Error) -> RegionOpenError {
+    match err {
+        Error::Region(e) => e,
+        other => panic!("expected a region error, got {other:?}"),
+    }
+}
+
+#[test]
+fn an_unsealed_arena_is_refused() {
+    let arena = memfd(2 * SLOT as u64, b"", false);
+    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    assert!(matches!(err, RegionOpenError::NotSealed { .. }), "{err}");
+    assert!(err.to_string().contains("not sealed"), "{err}");
+}
+
+#[test]
+fn a_file_that_is_not_an_arena_is_refused() {
+    // A sealed file of the size the welcome announces, in another layout.
+    let arena = memfd(3 * SLOT as u64, b"BCSLOT02", true);
+    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    assert!(matches!(err, RegionOpenError::WrongKind { .. }), "{err}");
+    assert!(err.to_string().contains("not a batchcast arena"), "{err}");
+}
+
+#[test]
+fn an_arena_of_another_layout_version_is_refused_naming_both() {
+    // The header's first words: the arena's magic, then version 99.
+    let mut head = b"BCARENA2".to_vec();
+    head.extend(99u32.to_le_bytes());
+    let arena = memfd(3 * SLOT as u64, &head, true);
+    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    assert!(
+        matches!(err, RegionOpenError::VersionMismatch { .. }),
+        "{err}"
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("version 99") && msg.contains("same batchcast version"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn an_arena_sent_as_the_board_is_refused() {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let fds = welcome_fds(arena.readonly_fd().unwrap(), arena.readonly_fd().unwrap());
+    let err = region_error(connect_to(2, fds));
+    assert!(err.to_string().contains("not a batchcast board"), "{err}");
+}
+
+#[test]
+fn an_arena_smaller_than_the_welcome_says_is_refused() {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
+    let err = region_error(connect_to(3, fds));
+    assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
+    assert!(err.to_string().contains("announced 3"), "{err}");
+}
