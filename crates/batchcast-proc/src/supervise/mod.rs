@@ -44,16 +44,13 @@ pub enum Output {
 }
 
 impl Output {
-    fn stdio(&mut self) -> Stdio {
-        match self {
+    fn stdio(&mut self) -> io::Result<Stdio> {
+        Ok(match self {
             Output::Null => Stdio::null(),
             Output::Inherit => Stdio::inherit(),
             Output::Pipe | Output::Capture(_) => Stdio::piped(),
-            Output::File(f) => match f.try_clone() {
-                Ok(f) => Stdio::from(f),
-                Err(_) => Stdio::null(),
-            },
-        }
+            Output::File(f) => Stdio::from(f.try_clone()?),
+        })
     }
 }
 
@@ -120,8 +117,8 @@ impl Process {
             } else {
                 Stdio::null()
             })
-            .stdout(options.stdout.stdio())
-            .stderr(options.stderr.stdio())
+            .stdout(options.stdout.stdio()?)
+            .stderr(options.stderr.stdio()?)
             .process_group(0);
         if let Some(cpus) = &options.cpus {
             pin(&mut command, cpus)?;
@@ -292,7 +289,9 @@ impl Process {
         self.usage
     }
 
-    /// The last `lines` lines of its captured output.
+    /// The last `lines` lines of its captured output. Both captured
+    /// streams share one tail; between them, the order is the order their
+    /// readers got the bytes, which may differ from the order written.
     pub fn tail(&self, lines: usize) -> String {
         self.tail.lock().map(|t| t.lines(lines)).unwrap_or_default()
     }
