@@ -15,8 +15,9 @@ import time
 from statistics import mean
 from typing import Any, Dict, List, Optional, Tuple
 
+from batchcast._native import proc_table
+
 from .measure import CLK_TCK
-from .procfs import proc_table
 
 INTERVAL_S = 0.5
 FIELDS = ("gpu_util_pct", "gpu_mem_peak_mib", "gpu_power_w", "sm_active_pct")
@@ -149,7 +150,7 @@ class GpuSampler:
         its CPU would otherwise be counted as the cell's)."""
         if self.proc is None:
             return 0.0
-        return proc_table().get(self.proc.pid, [0, 0])[1] / CLK_TCK
+        return sum(proc_table().get(self.proc.pid, (0, 0, 0))[1:]) / CLK_TCK
 
     def stop(self) -> None:
         self.stop_event.set()

@@ -15,9 +15,10 @@ import threading
 import time
 from typing import Dict, Optional
 
-from .procfs import descendants, proc_table, read_kb, shm_objects
+from batchcast._native import clock_ticks, descendants, proc_table
 
-CLK_TCK = os.sysconf("SC_CLK_TCK")
+CLK_TCK = clock_ticks()
+SHM_PREFIXES = ("/memfd:", "/dev/shm/", "/SYSV")
 
 _STATUS_KEYS = ("RssAnon", "RssFile", "RssShmem", "VmHWM")
 _ROLLUP_KEYS = ("Pss_Anon", "Pss_File")
@@ -32,7 +33,40 @@ def cpu_children() -> float:
 def descendants_cpu_s() -> float:
     """CPU seconds already used by the live descendants of this process."""
     table = proc_table()
-    return sum(table[p][1] for p in descendants(table, os.getpid()) if p in table) / CLK_TCK
+    # Each one's own time and that of the children it has waited for.
+    return sum(sum(table[p][1:]) for p in descendants(os.getpid()) if p in table) / CLK_TCK
+
+
+def read_kb(path: str, keys) -> Dict[str, int]:
+    """The `keys` found in a `Key: N kB` file (/proc/PID/status, smaps_rollup,
+    /proc/meminfo), in kB; none if it cannot be read."""
+    out = {}
+    try:
+        with open(path) as f:
+            for line in f:
+                k, _, v = line.partition(":")
+                if k in keys:
+                    out[k] = int(v.split()[0])
+    except (OSError, ValueError, IndexError):
+        pass
+    return out
+
+
+def shm_objects(pid: int, into: Dict[tuple, int]) -> None:
+    """Adds the shared-memory objects `pid` maps (memfds, /dev/shm files,
+    SysV segments) to `into`: (device, inode) -> bytes mapped (the largest
+    extent seen), so that an object mapped by many processes counts once."""
+    try:
+        with open(f"/proc/{pid}/maps") as f:
+            for line in f:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or parts[1][3] != "s" or not parts[5].startswith(SHM_PREFIXES):
+                    continue
+                lo, hi = (int(x, 16) for x in parts[0].split("-"))
+                key = (parts[3], parts[4])
+                into[key] = max(into.get(key, 0), int(parts[2], 16) + hi - lo)
+    except (OSError, ValueError, IndexError):
+        pass
 
 
 def self_cpu_seconds() -> Dict[str, float]:
@@ -110,7 +144,7 @@ class MemorySampler(threading.Thread):
         now = time.monotonic()
         tr = ld = 0.0
         shm: Dict[tuple, int] = {}
-        for pid in descendants(proc_table(), me):
+        for pid in descendants(me):
             if pid in ignored:
                 continue
             st = read_kb(f"/proc/{pid}/status", _STATUS_KEYS)

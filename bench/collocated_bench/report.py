@@ -12,7 +12,7 @@ from typing import Any, Dict, List
 
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 from .plan import Run, usable_cores
-from .procfs import read_kb
+from .measure import read_kb
 from .summary import summarize
 
 

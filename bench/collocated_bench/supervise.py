@@ -1,7 +1,8 @@
 """Supervision of a cell's child processes: starting them in their own
-process groups, reading their lines, the time limits (the whole cell,
-start-up, and a stall: no trainer making progress), and stopping and reaping
-every process, grandchildren included. The runner never hangs on a child.
+process groups (batchcast's one supervisor, in Rust), reading their lines,
+the time limits (the whole cell, start-up, and a stall: no trainer making
+progress), and stopping and reaping every process, grandchildren included.
+The runner never hangs on a child.
 """
 
 from __future__ import annotations
@@ -10,13 +11,12 @@ import json
 import os
 import queue
 import signal
-import subprocess
-import tempfile
 import threading
 import time
 from typing import Any, Callable, Dict, List, Optional
 
-from .procfs import descendants, proc_table
+from batchcast import _native
+
 from .protocol import GO, PROGRESS, READY, RESULT, payload
 
 
@@ -34,13 +34,14 @@ def set_subreaper() -> None:
 
 class Child:
     """A child process in its own process group; stdout lines go to a shared
-    queue, stderr to a file (its tail goes into error reports)."""
+    queue, stderr is captured (its tail goes into error reports)."""
 
     def __init__(self, label: str, argv: List[str], events: "queue.Queue", env=None):
         self.label = label
-        self.stderr = tempfile.TemporaryFile(mode="w+b")
-        self.proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                     stderr=self.stderr, start_new_session=True, env=env)
+        self.proc = _native.Process(argv, None if env is None else dict(env), stdin_pipe=True,
+                                    stdout="pipe", stderr="capture")
+        self.stdin = os.fdopen(self.proc.take_stdin(), "wb")
+        self.stdout = os.fdopen(self.proc.take_stdout(), "rb")
         self.pid = self.proc.pid
         self.ready = False
         self.result: Optional[Dict[str, Any]] = None
@@ -51,37 +52,27 @@ class Child:
         self.reader.start()
 
     def _read(self) -> None:
-        for raw in self.proc.stdout:
+        for raw in self.stdout:
             self.events.put((self, raw.decode("utf-8", "replace").rstrip("\n")))
         self.events.put((self, None))
 
     def go(self) -> None:
         try:
-            self.proc.stdin.write(GO.encode() + b"\n")
-            self.proc.stdin.flush()
+            self.stdin.write(GO.encode() + b"\n")
+            self.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
 
     def kill(self) -> None:
+        """SIGKILL to its group (reaped by reap())."""
         if self.proc.poll() is None:
-            try:
-                os.killpg(self.pid, signal.SIGKILL)
-            except (ProcessLookupError, PermissionError):
-                pass
+            self.proc.signal(signal.SIGKILL)
 
     def reap(self, timeout: Optional[float] = None) -> Optional[int]:
-        try:
-            return self.proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            return None
+        return self.proc.wait(timeout)
 
     def stderr_tail(self, lines: int = 12) -> str:
-        try:
-            self.stderr.seek(0)
-            text = self.stderr.read().decode("utf-8", "replace")
-        except OSError:
-            return ""
-        return "\n".join(text.rstrip().splitlines()[-lines:])
+        return self.proc.tail(lines)
 
 
 def reap_orphans(wait_s: float = 3.0) -> None:
@@ -95,7 +86,7 @@ def reap_orphans(wait_s: float = 3.0) -> None:
             return
         if pid == 0:
             if time.monotonic() > deadline:
-                for p in descendants(proc_table(), os.getpid()):
+                for p in _native.descendants(os.getpid()):
                     try:
                         os.kill(p, signal.SIGKILL)
                     except ProcessLookupError:
@@ -229,7 +220,7 @@ class Supervisor:
         for c in self.children:
             c.reader.join(5)
             try:
-                c.proc.stdin.close()
+                c.stdin.close()
             except OSError:
                 pass
         while True:

@@ -8,7 +8,6 @@
 //! returns that as an error instead of panicking as `println!` does.
 
 mod cmd;
-mod cpu;
 mod out;
 mod progress;
 mod signals;

@@ -33,6 +33,7 @@ mod consumer;
 mod dlpack;
 mod errors;
 mod outpool;
+mod proc;
 mod producer;
 mod serve;
 mod stored;
@@ -255,6 +256,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<dlpack::ArrayView>()?;
     m.add_class::<augment::PyAugmenter>()?;
     m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;
+    proc::register(m)?;
     serve::register(m)?;
     errors::register(m)?;
     Ok(())

@@ -7,31 +7,20 @@
 //!
 //! Defaults: 4 jobs of 3 processes, 20 s, at 1 Hz and at 10 Hz.
 
-use std::os::unix::process::CommandExt;
-use std::process::{Child, Command};
+use std::process::Command;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use batchcast_proc::{cpu_secs, Options, Process, Who};
 use batchcast_runs::gpu::NoGpus;
 use batchcast_runs::listen::{watch, JobWatch, WatchOptions};
 use batchcast_runs::{NewRun, Recorder, Store};
 
-fn cpu_seconds() -> f64 {
-    let stat = std::fs::read_to_string("/proc/self/stat").unwrap_or_default();
-    let rest = stat.rsplit_once(')').map(|(_, r)| r).unwrap_or("");
-    let f: Vec<&str> = rest.split_ascii_whitespace().collect();
-    let ticks: u64 = f.get(11).and_then(|x| x.parse().ok()).unwrap_or(0)
-        + f.get(12).and_then(|x| x.parse().ok()).unwrap_or(0);
-    ticks as f64 / rustix::param::clock_ticks_per_second() as f64
-}
-
-fn job() -> Child {
+fn job() -> Process {
     // A script and two workers, idle: the cost measured is the listeners'.
-    Command::new("sh")
-        .args(["-c", "sleep 600 & sleep 600 & wait"])
-        .process_group(0)
-        .spawn()
-        .expect("spawn sh")
+    let mut sh = Command::new("sh");
+    sh.args(["-c", "sleep 600 & sleep 600 & wait"]);
+    Process::start(sh, Options::default()).expect("spawn sh")
 }
 
 fn measure(jobs: usize, seconds: f64, interval: Duration) -> (f64, usize) {
@@ -55,7 +44,7 @@ fn measure(jobs: usize, seconds: f64, interval: Duration) -> (f64, usize) {
         let child = job();
         watches.push(JobWatch {
             run,
-            pid: child.id() as i32,
+            pid: child.pid(),
             devices: vec![],
             listeners: vec![],
         });
@@ -68,19 +57,16 @@ fn measure(jobs: usize, seconds: f64, interval: Duration) -> (f64, usize) {
             reason: "benchmark".into(),
         }),
     };
-    let cpu0 = cpu_seconds();
+    let cpu0 = cpu_secs(Who::SelfProcess);
     let t0 = Instant::now();
     let sampler = watch(&watches, &options, &rec.handle());
     std::thread::sleep(Duration::from_secs_f64(seconds));
     sampler.stop();
     rec.finish().expect("recorder");
-    let cpu = cpu_seconds() - cpu0;
+    let cpu = cpu_secs(Who::SelfProcess) - cpu0;
     let wall = t0.elapsed().as_secs_f64();
     for mut c in children {
-        if let Some(pid) = rustix::process::Pid::from_raw(c.id() as i32) {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        let _ = c.wait();
+        c.kill();
     }
     let points = Store::open_read_only(&path)
         .and_then(|s| s.metric_keys(watches[0].run).map(|k| k.len()))

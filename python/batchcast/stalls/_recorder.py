@@ -12,8 +12,8 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+from .._native import machine_busy_seconds, tree_cpu_seconds
 from . import _protocol
-from ._cpu import machine_busy_seconds, tree_cpu_seconds
 
 #: At most this many steps past the warm-up are spent catching up with a
 #: shared producer (three windows of the producer :mod:`_mark` starts).

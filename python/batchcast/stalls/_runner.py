@@ -10,13 +10,13 @@ output.
 import glob
 import json
 import os
-import signal
-import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Dict, FrozenSet, List, Optional, Sequence
+from typing import Optional
 
+from .. import _native
 from . import _protocol
 
 MAX_RESULT_BYTES = 64 << 20
@@ -35,13 +35,13 @@ class Job:
     command: Sequence[str]
     mode: str
     out: str
-    env: Dict[str, str] = field(default_factory=dict)
+    env: dict[str, str] = field(default_factory=dict)
     expect_result: bool = True
     ranks: int = 1
-    proc: Optional["subprocess.Popen[bytes]"] = None
+    proc: Optional[_native.Process] = None
     log: str = ""
     #: Run on these CPUs only (Linux ``sched_setaffinity``); None: anywhere.
-    cpus: Optional[FrozenSet[int]] = None
+    cpus: Optional[frozenset[int]] = None
 
 
 def tail(path: str, lines: int = TAIL_LINES) -> str:
@@ -62,15 +62,17 @@ def make_job(
     command: Sequence[str],
     mode: str,
     base: str,
-    settings: Dict[str, str],
+    settings: dict[str, str],
     ranks: int = 1,
-    cpus: Optional[FrozenSet[int]] = None,
+    cpus: Optional[frozenset[int]] = None,
 ) -> Job:
     out = tempfile.mkdtemp(prefix=f"{label}-", dir=base)
     env = dict(settings)
     env[_protocol.MODE] = mode
     env[_protocol.OUT] = out
-    return Job(label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks, cpus=cpus)
+    return Job(
+        label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks, cpus=cpus
+    )
 
 
 def can_pin() -> bool:
@@ -79,39 +81,30 @@ def can_pin() -> bool:
 
 
 def start(job: Job) -> None:
+    """Starts the job in a process group of its own (the one supervisor,
+    in Rust), its output in ``output.log``; held to its CPUs before the
+    script runs, so that everything it starts (data-loader workers too)
+    inherits them."""
     job.log = os.path.join(job.out, "output.log")
     env = dict(os.environ)
     env.update(job.env)
-    cpus = job.cpus
-    # The child holds itself to its CPUs before it runs the script, so that
-    # everything it starts (data-loader workers too) inherits them.
-    pin = (lambda: os.sched_setaffinity(0, cpus)) if cpus is not None else None
-    with open(job.log, "wb") as log:
-        try:
-            job.proc = subprocess.Popen(
-                list(job.command), env=env, stdout=log, stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=pin,
-            )
-        except (OSError, subprocess.SubprocessError) as e:
-            why = e.strerror if isinstance(e, OSError) else str(e)
-            raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {why}") from e
+    cpus = sorted(job.cpus) if job.cpus is not None else None
+    try:
+        job.proc = _native.Process(
+            list(job.command), env, stdout="log", stderr="log", log=job.log, cpus=cpus
+        )
+    except OSError as e:
+        why = e.strerror or str(e)
+        raise StallsError(f"{job.label}: cannot start {job.command[0]!r}: {why}") from e
 
 
 def _kill(job: Job) -> None:
-    if job.proc is None or job.proc.poll() is not None:
-        return
-    try:
-        os.killpg(job.proc.pid, signal.SIGTERM)
-        job.proc.wait(5)
-    except (OSError, subprocess.TimeoutExpired):
-        try:
-            os.killpg(job.proc.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        job.proc.wait()
+    """SIGTERM to the job's group, SIGKILL after 5 s; waits for it."""
+    if job.proc is not None:
+        job.proc.stop(5.0)
 
 
-def results_of(job: Job) -> List[dict]:
+def results_of(job: Job) -> list[dict]:
     found = []
     for path in sorted(glob.glob(os.path.join(job.out, "result-*.json"))):
         if os.path.getsize(path) > MAX_RESULT_BYTES:
@@ -123,21 +116,27 @@ def results_of(job: Job) -> List[dict]:
 
 def _failure(job: Job, why: str) -> StallsError:
     marked = glob.glob(os.path.join(job.out, "marked-*.json"))
-    hint = "" if marked else (
-        "\n  the script never created its marked loader: wrap it once with"
-        " `loader = batchcast.stalls.mark(loader)`"
+    hint = (
+        ""
+        if marked
+        else (
+            "\n  the script never created its marked loader: wrap it once with"
+            " `loader = batchcast.stalls.mark(loader)`"
+        )
     )
-    return StallsError(f"mode {job.mode} ({job.label}): {why}{hint}\n  last output of the script:\n{tail(job.log)}")
+    return StallsError(
+        f"mode {job.mode} ({job.label}): {why}{hint}\n  last output of the script:\n{tail(job.log)}"
+    )
 
 
-def run_all(jobs: List[Job], timeout: float, grace: float = 20.0) -> Dict[str, List[dict]]:
+def run_all(jobs: list[Job], timeout: float, grace: float = 20.0) -> dict[str, list[dict]]:
     """Starts the jobs together and waits for every result (all ranks);
     processes still alive ``grace`` seconds after their results are stopped."""
     for j in jobs:
         start(j)
     deadline = time.monotonic() + timeout
-    done: Dict[str, List[dict]] = {}
-    done_at: Dict[str, float] = {}
+    done: dict[str, list[dict]] = {}
+    done_at: dict[str, float] = {}
     try:
         while True:
             for j in jobs:
@@ -153,16 +152,24 @@ def run_all(jobs: List[Job], timeout: float, grace: float = 20.0) -> Dict[str, L
                     if len(res) >= j.ranks:
                         done[j.label] = res
                         continue
-                    raise _failure(j, f"the script exited with status {j.proc.returncode} before its measured steps ended")
+                    raise _failure(
+                        j,
+                        f"the script exited with status {j.proc.returncode} before its measured steps ended",
+                    )
             waiting = [j for j in jobs if j.expect_result and j.label not in done]
             if not waiting:
                 break
             if time.monotonic() > deadline:
-                raise _failure(waiting[0], f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)")
+                raise _failure(
+                    waiting[0],
+                    f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)",
+                )
             time.sleep(0.05)
         # Let them exit by themselves (the recorder ends the script), then stop.
         end = time.monotonic() + grace
-        while time.monotonic() < end and any(j.proc is not None and j.proc.poll() is None for j in jobs):
+        while time.monotonic() < end and any(
+            j.proc is not None and j.proc.poll() is None for j in jobs
+        ):
             time.sleep(0.05)
     finally:
         for j in jobs:

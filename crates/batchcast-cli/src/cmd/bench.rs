@@ -14,7 +14,7 @@
 //! (each reused slot is then scanned for pages written in place).
 
 use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context, Result};
@@ -24,8 +24,8 @@ use batchcast::{
 use serde::Serialize;
 use serde_json::json;
 
-use crate::cpu::{cpu_secs, Who};
 use crate::out::outln;
+use batchcast_proc::{cpu_secs, Options, Output, Process, Signal, Who};
 
 /// Arguments of `batchcast bench`.
 #[derive(Debug, clap::Args)]
@@ -229,22 +229,16 @@ fn run_cell(
     let mut children = Vec::new();
     let mode = args.copy_on_write.then_some("--copy-on-write");
     for _ in 0..n {
-        let child = Command::new(exe)
-            .args(["bench-consumer", &name])
-            .args(mode)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .spawn()
-            .context("cannot start a bench consumer")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["bench-consumer", &name]).args(mode);
+        let child = supervised(cmd, Output::Pipe).context("cannot start a bench consumer")?;
         children.push(child);
     }
     let stopped = if args.stopped {
-        let child = Command::new(exe)
-            .args(["bench-consumer", &name])
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .spawn()
-            .context("cannot start the stopped bench consumer")?;
+        let mut cmd = Command::new(exe);
+        cmd.args(["bench-consumer", &name]);
+        let child =
+            supervised(cmd, Output::Null).context("cannot start the stopped bench consumer")?;
         Some(child)
     } else {
         None
@@ -254,8 +248,7 @@ fn run_cell(
         bail!("the bench consumers did not attach within 60 s");
     }
     if let Some(child) = &stopped {
-        // SAFETY: kill(2) on our own child's pid has no memory effects.
-        unsafe { libc::kill(child.id() as i32, libc::SIGSTOP) };
+        child.signal(Signal::STOP);
     }
     let cpu0 = cpu_secs(Who::SelfProcess);
     let mut never = || false;
@@ -273,13 +266,12 @@ fn run_cell(
     producer.end_epoch()?;
     let cpu = cpu_secs(Who::SelfProcess) - cpu0;
     if let Some(mut child) = stopped {
-        let _ = child.kill();
-        let _ = child.wait();
+        child.kill();
     }
     producer.finish(batchcast::ShutdownReason::Finished);
     let mut rates = Vec::new();
     for mut child in children {
-        let out = child.stdout.take().context("bench consumer stdout")?;
+        let out = child.take_stdout().context("bench consumer stdout")?;
         for line in BufReader::new(out).lines().map_while(Result::ok) {
             if let Ok(v) = serde_json::from_str::<serde_json::Value>(&line) {
                 if let Some(r) = v["batches_per_sec"].as_f64() {
@@ -297,6 +289,18 @@ fn run_cell(
     }
     rates.sort_by(|a, b| a.total_cmp(b));
     Ok((rates[n / 2], cpu * 1e6 / args.batches as f64))
+}
+
+/// Starts a bench consumer: its stdout to `stdout`, its stderr the
+/// bench's, killed with its group if the bench dies.
+fn supervised(cmd: Command, stdout: Output) -> std::io::Result<Process> {
+    let options = Options {
+        stdout,
+        stderr: Output::Inherit,
+        watcher: true,
+        ..Options::default()
+    };
+    Process::start(cmd, options)
 }
 
 fn median(mut v: Vec<f64>) -> f64 {

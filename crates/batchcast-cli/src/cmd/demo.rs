@@ -11,11 +11,12 @@
 
 use std::io::{BufRead, BufReader, IsTerminal};
 use std::path::PathBuf;
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::Instant;
 
 use anyhow::{bail, Context, Result};
+use batchcast_proc::{Options, Output, Process};
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use serde_json::{json, Value};
@@ -237,21 +238,18 @@ fn default_cache_dir() -> PathBuf {
 fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFigures> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let name = format!("demo-{}", std::process::id());
-    let cpu0 = crate::cpu::cpu_secs(crate::cpu::Who::Children);
     let t0 = Instant::now();
-    let mut producer: Option<Child> = None;
+    let mut producer: Option<Process> = None;
     if mode == Mode::Shared {
         let mut cmd = Command::new(&exe);
         cmd.args(["serve", "--name", &name, "--json", "--epochs"])
             .arg(args.epochs.to_string())
             .arg("--consumers")
             .arg(args.trainers.to_string())
-            .args(args.source.to_flags())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        let mut child = cmd.spawn().context("cannot start the demo producer")?;
+            .args(args.source.to_flags());
+        let mut child = supervised(cmd).context("cannot start the demo producer")?;
         // Its first line says it listens; no line means it failed to start.
-        let out = child.stdout.take().context("producer stdout")?;
+        let out = child.take_stdout().context("producer stdout")?;
         let mut lines = BufReader::new(out).lines();
         if !matches!(lines.next(), Some(Ok(l)) if l.contains("listening")) {
             let status = child.wait()?;
@@ -275,11 +273,9 @@ fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFi
             .arg(args.epochs.to_string())
             .arg("--step-ms")
             .arg(args.step_ms.to_string())
-            .args(args.source.to_flags())
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped());
-        let mut child = cmd.spawn().context("cannot start a demo trainer")?;
-        let out = child.stdout.take().context("trainer stdout")?;
+            .args(args.source.to_flags());
+        let mut child = supervised(cmd).context("cannot start a demo trainer")?;
+        let out = child.take_stdout().context("trainer stdout")?;
         let tx = tx.clone();
         std::thread::spawn(move || {
             for line in BufReader::new(out).lines().map_while(Result::ok) {
@@ -319,24 +315,25 @@ fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFi
     if let Some(bar) = &bar {
         bar.finish_and_clear();
     }
-    for mut t in trainers {
+    let mut cpu = 0.0;
+    for t in trainers.iter_mut() {
         let status = t.wait()?;
+        cpu += t.usage().map_or(0.0, |u| u.cpu_seconds);
         if !status.success() {
             if let Some(mut p) = producer.take() {
-                let _ = p.kill();
-                let _ = p.wait();
+                p.kill();
             }
             bail!("a {mode_name} trainer failed ({status}); see its error above");
         }
     }
     if let Some(mut p) = producer {
         let status = p.wait()?;
+        cpu += p.usage().map_or(0.0, |u| u.cpu_seconds);
         if !status.success() {
             bail!("the demo producer failed ({status}); see its error above");
         }
     }
     let wall = t0.elapsed().as_secs_f64();
-    let cpu = crate::cpu::cpu_secs(crate::cpu::Who::Children) - cpu0;
     let mut figures = Vec::new();
     let mut samples = 0;
     for d in done {
@@ -356,4 +353,16 @@ fn run_once(args: &DemoArgs, mode: Mode, samples_per_epoch: u64) -> Result<RunFi
         cpu_secs_per_1000_samples: cpu / (samples as f64 / 1000.0).max(1e-9),
         wall_secs: wall,
     })
+}
+
+/// Starts one of the demo's processes: its stdout piped to the demo, its
+/// stderr the demo's, killed with its group if the demo dies.
+fn supervised(cmd: Command) -> std::io::Result<Process> {
+    let options = Options {
+        stdout: Output::Pipe,
+        stderr: Output::Inherit,
+        watcher: true,
+        ..Options::default()
+    };
+    Process::start(cmd, options)
 }

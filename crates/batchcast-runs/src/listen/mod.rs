@@ -7,7 +7,6 @@
 
 mod gpu;
 mod process;
-mod procfs;
 mod shared;
 mod system;
 
@@ -18,8 +17,8 @@ use std::time::Duration;
 
 use crate::gpu::GpuLayer;
 use crate::{now_ms, MetricPoint, RecorderHandle, RunId};
+use batchcast_proc::ProcessTree;
 use gpu::Gpus;
-use process::ProcessTree;
 use shared::Consumers;
 use system::Machine;
 
@@ -162,7 +161,7 @@ fn round(jobs: &mut [Job], machine: &mut Machine, options: &WatchOptions, rec: &
     let ts = now_ms();
     let wants = |name: &str| jobs.iter().any(|j| j.enabled.contains(name));
     let procs = if wants("process") || wants("batchcast") {
-        process::snapshot()
+        batchcast_proc::snapshot()
     } else {
         Vec::new()
     };
@@ -183,7 +182,7 @@ fn round(jobs: &mut [Job], machine: &mut Machine, options: &WatchOptions, rec: &
         out.clear();
         if job.enabled.contains("process") || job.enabled.contains("batchcast") {
             let mut tree = Vec::new();
-            job.tree.sample(&procs, &mut tree);
+            process::sample(&mut job.tree, &procs, &mut tree);
             if job.enabled.contains("process") {
                 out.extend(tree);
             }
@@ -204,7 +203,7 @@ fn round(jobs: &mut [Job], machine: &mut Machine, options: &WatchOptions, rec: &
             }
         }
         if job.enabled.contains("batchcast") {
-            job.consumers.sample(&reports, &job.tree.members, &mut out);
+            job.consumers.sample(&reports, job.tree.members(), &mut out);
         }
         for (key, value) in out.drain(..) {
             rec.metric(MetricPoint {

@@ -4,8 +4,8 @@
 use std::collections::HashMap;
 use std::time::Instant;
 
-use super::procfs;
 use crate::keys;
+use batchcast_proc::procfs;
 
 /// At most this many disks and network interfaces are recorded (a machine
 /// with thousands of virtual interfaces must not flood the store).
@@ -29,15 +29,9 @@ impl Machine {
             .filter(|d| *d > 0.0);
         if let Some(stat) = procfs::read("/proc/stat") {
             for line in stat.lines().filter(|l| l.starts_with("cpu")).take(4096) {
-                let mut f = line.split_ascii_whitespace();
-                let Some(name) = f.next() else { continue };
-                let v: Vec<u64> = f.filter_map(|x| x.parse().ok()).collect();
-                if v.len() < 5 {
+                let Some((name, busy, total)) = procfs::cpu_line(line) else {
                     continue;
-                }
-                let total: u64 = v.iter().take(8).sum();
-                let idle = v[3] + v[4]; // idle + iowait
-                let busy = total.saturating_sub(idle);
+                };
                 if let Some((b0, t0)) = self.cpu.insert(name.to_string(), (busy, total)) {
                     let dtot = total.saturating_sub(t0);
                     if dtot > 0 {

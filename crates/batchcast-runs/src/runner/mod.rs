@@ -84,9 +84,7 @@ pub fn host_name() -> String {
 
 /// Start time of a process (clock ticks after boot), against pid reuse.
 pub fn process_start(pid: i64) -> Option<i64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = &stat[stat.rfind(')')? + 1..];
-    rest.split_ascii_whitespace().nth(19)?.parse().ok()
+    batchcast_proc::procfs::start_time(pid)
 }
 
 /// Runs `plan`; returns what happened. Rows fail on their own (a job that
@@ -422,7 +420,7 @@ fn drive(
         for j in started
             .jobs
             .iter_mut()
-            .filter(|j| !j.recorded && j.exit.is_some())
+            .filter(|j| !j.recorded && j.exited())
         {
             let status = record(store, j, label, &mut *opts.progress)?;
             ended.insert(j.run, status);
@@ -445,7 +443,7 @@ fn drive(
             let lines: Vec<String> = started
                 .jobs
                 .iter()
-                .filter(|j| j.exit.is_none())
+                .filter(|j| !j.exited())
                 .map(|j| format!("  {}: {}", j.name, j.last_line()))
                 .collect();
             (opts.progress)(&format!(

@@ -18,13 +18,13 @@ const GONE_WITHIN: Duration = Duration::from_secs(5);
 /// Whether the process `pid` that started at `start` is still running (a
 /// zombie is not).
 fn running(pid: i64, start: i64) -> bool {
-    if process_start(pid) != Some(start) {
+    let Some(s) = i32::try_from(pid)
+        .ok()
+        .and_then(batchcast_proc::procfs::stat)
+    else {
         return false;
-    }
-    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
-        s.rsplit_once(')')
-            .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-    })
+    };
+    i64::try_from(s.start).ok() == Some(start) && s.state != 'Z'
 }
 
 fn signal(pid: i64, sig: Signal) -> rustix::io::Result<()> {
