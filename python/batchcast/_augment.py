@@ -14,8 +14,9 @@ class Augment:
     """A consumer's ``transform=``: augments each decoded batch into fresh
     memory of this process (see :mod:`batchcast.transforms`)."""
 
-    def __init__(self, transform: Any, seed: int | None, threads: int, fmt: str,
-                 transfers: Transfers | None) -> None:
+    def __init__(
+        self, transform: Any, seed: int | None, threads: int, fmt: str, transfers: Transfers | None
+    ) -> None:
         from . import transforms
 
         if isinstance(transform, transforms.RandomResizedCrop):
@@ -30,7 +31,9 @@ class Augment:
         if isinstance(seed, bool) or not isinstance(seed, int) or not 0 <= seed < 2**64:
             raise _native.InvalidArgument(f"seed must be an int in [0, 2**64), not {seed!r}")
         if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
-            raise _native.InvalidArgument(f"transform_threads must be a positive int, not {threads!r}")
+            raise _native.InvalidArgument(
+                f"transform_threads must be a positive int, not {threads!r}"
+            )
         self.seed = seed
         self._native = transform.native(threads, seed)
         self._dtype = transform.dtype

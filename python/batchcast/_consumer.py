@@ -195,7 +195,9 @@ class Consumer:
                 )
         if batch_size is not None:
             if isinstance(batch_size, bool) or not hasattr(batch_size, "__index__"):
-                raise TypeError(f"batch_size must be an int or None, not {type(batch_size).__name__}")
+                raise TypeError(
+                    f"batch_size must be an int or None, not {type(batch_size).__name__}"
+                )
             batch_size = batch_size.__index__()
             if batch_size < 1:
                 raise _native.InvalidArgument(
@@ -214,7 +216,9 @@ class Consumer:
         self._prefetch = bool(transform_prefetch) and transform is not None
         self._executor: ThreadPoolExecutor | None = None
         if transform is not None:
-            self._augment = Augment(transform, seed, transform_threads, self._format, self._transfers)
+            self._augment = Augment(
+                transform, seed, transform_threads, self._format, self._transfers
+            )
         self._convert = _converter(self._format, name)
         #: Seconds the loop waited for a batch a prefetch thread was
         #: waiting for (its own wait is not the loop's).
@@ -655,7 +659,12 @@ class Consumer:
             # The task holds what it needs, not this Consumer, so dropping
             # the Consumer still closes the native one (see __del__).
             task = self._executor.submit(
-                take_and_augment, self._native, self._augment, self._convert, self._current.batch_size, self.name
+                take_and_augment,
+                self._native,
+                self._augment,
+                self._convert,
+                self._current.batch_size,
+                self.name,
             )
             self._pending = Pending(None, task, None, waiting=True)
             return
@@ -775,7 +784,7 @@ def _converter(fmt: str, name: str) -> Callable[[Any], Any]:
     def to_numpy(view: Any) -> Any:
         if view.dtype == "bf16":
             raise TypeError(
-                f"the producer {name!r} sends a bfloat16 array, which NumPy cannot hold; use format=\"torch\""
+                f'the producer {name!r} sends a bfloat16 array, which NumPy cannot hold; use format="torch"'
             )
         a = numpy.from_dlpack(view)
         a.flags.writeable = False

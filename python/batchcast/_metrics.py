@@ -77,7 +77,9 @@ def log_metrics(metrics: Mapping[str, Any], step: int | None = None) -> None:
             raise TypeError(
                 f"metric {key!r}: {value!r} is not a number; pass a float, an int or a one-element tensor"
             ) from None
-        rows.append({"key": key, "value": _json_double(number), "timestamp": now, "step": step or 0})
+        rows.append(
+            {"key": key, "value": _json_double(number), "timestamp": now, "step": step or 0}
+        )
     _send({"metrics": rows})
 
 
@@ -92,7 +94,9 @@ def log_params(params: Mapping[str, Any]) -> None:
     for key, value in _items(params, "params"):
         text = str(value)
         if len(text) > _MAX_PARAM_VALUE:
-            raise ValueError(f"param {key!r}: its value is {len(text)} characters; the limit is {_MAX_PARAM_VALUE}")
+            raise ValueError(
+                f"param {key!r}: its value is {len(text)} characters; the limit is {_MAX_PARAM_VALUE}"
+            )
         rows.append({"key": key, "value": text})
     _send({"params": rows})
 
@@ -102,7 +106,9 @@ def _items(mapping: Mapping[str, Any], what: str) -> Iterator[tuple[str, Any]]:
         raise TypeError(f"{what} must be a dict of name to value, not {type(mapping).__name__}")
     for key, value in mapping.items():
         if not isinstance(key, str) or not key or len(key) > _MAX_KEY:
-            raise ValueError(f"{what}: {key!r} is not a name; use a non-empty str of at most {_MAX_KEY} characters")
+            raise ValueError(
+                f"{what}: {key!r} is not a name; use a non-empty str of at most {_MAX_KEY} characters"
+            )
         yield key, value
 
 
@@ -205,9 +211,11 @@ class _Sender:
         while True:
             with self._cond:
                 self._cond.wait_for(
-                    lambda: self._closing
-                    or len(self._metrics) >= _MAX_METRICS
-                    or len(self._params) >= _MAX_PARAMS,
+                    lambda: (
+                        self._closing
+                        or len(self._metrics) >= _MAX_METRICS
+                        or len(self._params) >= _MAX_PARAMS
+                    ),
                     timeout=_FLUSH_EVERY_S,
                 )
                 metrics, self._metrics = self._metrics[:_MAX_METRICS], self._metrics[_MAX_METRICS:]
@@ -259,7 +267,10 @@ class _Sender:
         with self._cond:
             left = len(self._metrics) + len(self._params) + self._in_flight
             if left:
-                self._drop(left, f"the runner's endpoint at {self._uri} did not take them within {_EXIT_WAIT_S:g} s of the end")
+                self._drop(
+                    left,
+                    f"the runner's endpoint at {self._uri} did not take them within {_EXIT_WAIT_S:g} s of the end",
+                )
             self._metrics, self._params = [], []
             dropped, why = self._dropped, self._why
         if dropped:

@@ -251,7 +251,6 @@ class Augmenter:
     def apply_op(name: str, image: Any, magnitude: float = ...) -> None: ...
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
-
 def serve(args: list[str], events: Callable[[str], None] | None = None) -> str:
     """`batchcast serve ARGS` in this process; returns the summary as JSON
     text (epochs, batches, samples, seconds, interrupted, idle). Bad flags

@@ -7,8 +7,9 @@ import logging
 import os
 import warnings
 import weakref
+from collections.abc import Iterable, Iterator
 from collections.abc import Iterator as _IteratorABC
-from typing import Any, Iterable, Iterator, Optional, Tuple, Union
+from typing import Any
 
 from . import _native
 from ._modules import types_of
@@ -29,20 +30,20 @@ class _Auto:
 AUTO: Any = _Auto()
 
 
-def _positive_int(x: Any) -> Optional[int]:
+def _positive_int(x: Any) -> int | None:
     if isinstance(x, int) and not isinstance(x, bool) and x > 0:
         return x
     return None
 
 
-def _loader_batch_size(loader: Any) -> Optional[int]:
+def _loader_batch_size(loader: Any) -> int | None:
     bs = _positive_int(getattr(loader, "batch_size", None))
     if bs is None:
         bs = _positive_int(getattr(getattr(loader, "batch_sampler", None), "batch_size", None))
     return bs
 
 
-def _from_batch_sampler(bsampler: Any) -> Optional[int]:
+def _from_batch_sampler(bsampler: Any) -> int | None:
     """Exact samples per epoch of a BatchSampler-like object, if knowable
     without iterating it (iterating would consume random numbers)."""
     sampler = getattr(bsampler, "sampler", None)
@@ -64,7 +65,7 @@ def _from_batch_sampler(bsampler: Any) -> Optional[int]:
     return None
 
 
-def _derive_samples(loader: Any, batch_size: Optional[int]) -> Tuple[Optional[int], str]:
+def _derive_samples(loader: Any, batch_size: int | None) -> tuple[int | None, str]:
     """``(samples per epoch, why unknown)`` for ``loader`` of nominal
     ``batch_size``."""
     if isinstance(loader, types_of("torch.utils.data", "DataLoader")):
@@ -197,16 +198,16 @@ class Producer:
         name: str,
         *,
         window: int = 8,
-        slot_size: Optional[int] = None,
-        samples_per_epoch: Optional[int] = AUTO,
-        batch_size: Optional[int] = AUTO,
-        wait_for_consumers: Union[bool, int] = True,
-        idle_timeout: Optional[float] = 60.0,
-        dir: Union[str, "os.PathLike[str]", None] = None,
-        max_lag: Union[int, str, None] = None,
+        slot_size: int | None = None,
+        samples_per_epoch: int | None = AUTO,
+        batch_size: int | None = AUTO,
+        wait_for_consumers: bool | int = True,
+        idle_timeout: float | None = 60.0,
+        dir: str | os.PathLike[str] | None = None,
+        max_lag: int | str | None = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
-        metadata: Optional[dict] = None,
+        metadata: dict | None = None,
     ) -> None:
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
@@ -238,11 +239,13 @@ class Producer:
         if samples_per_epoch is AUTO:
             samples_per_epoch, self.samples_unknown_reason = _derive_samples(loader, batch_size)
         elif samples_per_epoch is not None:
-            samples_per_epoch = _check_count(samples_per_epoch, "samples_per_epoch", allow_zero=True)
+            samples_per_epoch = _check_count(
+                samples_per_epoch, "samples_per_epoch", allow_zero=True
+            )
         else:
             self.samples_unknown_reason = "samples_per_epoch=None was given"
-        self._samples: Optional[int] = samples_per_epoch
-        self._batch_size: Optional[int] = batch_size
+        self._samples: int | None = samples_per_epoch
+        self._batch_size: int | None = batch_size
         self._native = _native.Producer(
             name,
             window=window,
@@ -263,12 +266,12 @@ class Producer:
                 self._native.close()
                 raise
         self._idle_timeout = idle_timeout
-        self._epoch: Optional[int] = None
+        self._epoch: int | None = None
         self._waited = False
         #: Batches published (so a consumer was attached at some point).
         self._served = 0
         #: The core's rule of when run() ends (None while iterated directly).
-        self._rule: Optional[Any] = None
+        self._rule: Any | None = None
         # A producer still open at interpreter exit tells its consumers the
         # stream finished (rather than leaving them to see it vanish).
         self._finalizer = weakref.finalize(self, self._native.close)
@@ -281,23 +284,23 @@ class Producer:
         return self._native.name
 
     @property
-    def socket_path(self) -> Optional[str]:
+    def socket_path(self) -> str | None:
         """The Unix socket consumers connect to (None once closed)."""
         path = self._native.socket_path
         return None if path is None else os.fspath(path)
 
     @property
-    def epoch(self) -> Optional[int]:
+    def epoch(self) -> int | None:
         """The epoch in progress or last run (from 0); None before the first."""
         return self._epoch
 
     @property
-    def samples_per_epoch(self) -> Optional[int]:
+    def samples_per_epoch(self) -> int | None:
         """Samples per epoch as announced to consumers (None: unknown)."""
         return self._samples
 
     @property
-    def batch_size(self) -> Optional[int]:
+    def batch_size(self) -> int | None:
         """The nominal batch size (None: the first batch's rows)."""
         return self._batch_size
 
@@ -317,7 +320,7 @@ class Producer:
 
     # -- running ----------------------------------------------------------
 
-    def run(self, epochs: Optional[int] = None, *, forever: bool = False) -> int:
+    def run(self, epochs: int | None = None, *, forever: bool = False) -> int:
         """Publishes epochs, then finishes; returns the epochs it published.
 
         By default (``epochs=None``) it serves as long as any consumer needs
@@ -475,14 +478,14 @@ class Producer:
 
     # -- closing ----------------------------------------------------------
 
-    def _finish(self, reason: str, message: Optional[str] = None) -> None:
+    def _finish(self, reason: str, message: str | None = None) -> None:
         self._native.finish(reason, message)
 
     def close(self) -> None:
         """Tells consumers the stream is over and frees the name. Idempotent."""
         self._native.close()
 
-    def __enter__(self) -> "Producer":
+    def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:

@@ -119,7 +119,9 @@ def _paths(spec: Any, path: str, leaves: list, out: dict[str, Any]) -> None:
             _paths(child, f"{path}[{i}]", leaves, out)
 
 
-def arrays_of_batch(batch: Any, path: str = "batch", out: dict[str, Any] | None = None) -> dict[str, Any]:
+def arrays_of_batch(
+    batch: Any, path: str = "batch", out: dict[str, Any] | None = None
+) -> dict[str, Any]:
     """``{path: ArraySpec}`` of a received batch's arrays (to check
     expectations the welcome could not: see :func:`check_expect`)."""
     out = {} if out is None else out
@@ -155,13 +157,13 @@ def check_arrays(arrays: dict[str, Any], expect: Mapping[str, Any], name: str) -
 def encode_metadata(metadata: Any) -> str:
     """The JSON text of ``metadata`` (a dict with str keys)."""
     if not isinstance(metadata, Mapping) or not all(isinstance(k, str) for k in metadata):
-        raise TypeError(
-            f"metadata must be a dict with str keys, not {type(metadata).__name__}"
-        )
+        raise TypeError(f"metadata must be a dict with str keys, not {type(metadata).__name__}")
     try:
         return json.dumps(dict(metadata), sort_keys=True)
     except (TypeError, ValueError) as e:
-        raise TypeError(f"metadata must be JSON-serialisable (str, numbers, lists, dicts): {e}") from None
+        raise TypeError(
+            f"metadata must be JSON-serialisable (str, numbers, lists, dicts): {e}"
+        ) from None
 
 
 def _same_array(want: Any, got: Any) -> bool:

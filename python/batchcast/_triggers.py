@@ -40,7 +40,9 @@ class DriftTrigger:
         if isinstance(window, bool) or not isinstance(window, int) or window < 2:
             raise ValueError(f"window must be an int of at least 2 samples, not {window!r}")
         if metric not in _METRICS:
-            raise ValueError(f"unknown drift metric {metric!r}; choose one of {', '.join(_METRICS)}")
+            raise ValueError(
+                f"unknown drift metric {metric!r}; choose one of {', '.join(_METRICS)}"
+            )
         if not threshold > 0:
             raise ValueError(f"threshold must be positive, not {threshold!r}")
         if bandwidth is not None and not bandwidth > 0:
@@ -131,8 +133,9 @@ class PerformanceTrigger:
         return fired
 
 
-def distance(a: torch.Tensor, b: torch.Tensor, metric: str = "mmd",
-             bandwidth: float | None = None) -> float:
+def distance(
+    a: torch.Tensor, b: torch.Tensor, metric: str = "mmd", bandwidth: float | None = None
+) -> float:
     """The distance between two samples ``(n, d)`` and ``(m, d)``: ``"mmd"``
     (the square root of the biased squared MMD, Gaussian kernel) or
     ``"mean"`` (of the means)."""

@@ -50,7 +50,8 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Dict, Optional, Sequence
+from collections.abc import Sequence
+from typing import Any, Callable
 
 from . import _native
 from ._consumer import Consumer
@@ -69,9 +70,7 @@ def _ray():
     try:
         import ray
     except ImportError:
-        raise _native.UsageError(
-            "batchcast.ray needs Ray: pip install 'ray[tune]'"
-        ) from None
+        raise _native.UsageError("batchcast.ray needs Ray: pip install 'ray[tune]'") from None
     if not ray.is_initialized():
         raise _native.UsageError(
             "batchcast.ray.consumer() runs inside a Ray task, actor or Tune trial "
@@ -99,7 +98,7 @@ def _default_sweep() -> str:
     return "batchcast"
 
 
-def _identity(factory: Optional[Callable[[], Any]], serve: Optional[Sequence[str]], options: dict) -> str:
+def _identity(factory: Callable[[], Any] | None, serve: Sequence[str] | None, options: dict) -> str:
     if factory is not None:
         what = f"{getattr(factory, '__module__', '?')}.{getattr(factory, '__qualname__', repr(factory))}"
     else:
@@ -111,12 +110,14 @@ class _ProducerHost:
     """The body of a node's producer actor (made a Ray actor class lazily,
     so that importing batchcast never needs Ray)."""
 
-    def __init__(self, name: str, identity: str, factory, serve, idle_timeout: float, options: dict):
+    def __init__(
+        self, name: str, identity: str, factory, serve, idle_timeout: float, options: dict
+    ):
         self._name = name
         self._identity = identity
         self._ready = threading.Event()
-        self._socket: Optional[str] = None
-        self._error: Optional[str] = None
+        self._socket: str | None = None
+        self._error: str | None = None
         target = self._serve_command if serve is not None else self._serve_loader
         args = (serve,) if serve is not None else (factory,)
         self._thread = threading.Thread(
@@ -165,7 +166,9 @@ class _ProducerHost:
         try:
             serve_command(args, events=on_event)
         except _native.InvalidArgument as e:
-            raise _native.UsageError(f"`batchcast serve {' '.join(args)}` did not start: {e}") from None
+            raise _native.UsageError(
+                f"`batchcast serve {' '.join(args)}` did not start: {e}"
+            ) from None
 
     def _exit(self) -> None:
         # The producer has finished (idle) or failed: end this actor, so the
@@ -206,13 +209,13 @@ def _host_class(ray):
 
 
 def consumer(
-    loader_factory: Optional[Callable[[], Any]] = None,
+    loader_factory: Callable[[], Any] | None = None,
     *,
-    serve: Optional[Sequence[str]] = None,
-    sweep: Optional[str] = None,
+    serve: Sequence[str] | None = None,
+    sweep: str | None = None,
     num_cpus: float = 1,
     idle_timeout: float = 30.0,
-    producer_options: Optional[Dict[str, Any]] = None,
+    producer_options: dict[str, Any] | None = None,
     start_timeout: float = 300.0,
     **consumer_options: Any,
 ) -> Consumer:
@@ -238,7 +241,9 @@ def consumer(
             (batch_size, drop_last, ...).
     """
     if (loader_factory is None) == (serve is None):
-        raise _native.UsageError("give batchcast.ray.consumer() either a loader_factory or serve=[...]")
+        raise _native.UsageError(
+            "give batchcast.ray.consumer() either a loader_factory or serve=[...]"
+        )
     if loader_factory is not None and not callable(loader_factory):
         raise TypeError(f"loader_factory must be callable, not {type(loader_factory).__name__}")
     ray = _ray()
@@ -249,7 +254,7 @@ def consumer(
     options = dict(producer_options or {})
     identity = _identity(loader_factory, serve, options)
     host = _host_class(ray)
-    last_error: Optional[BaseException] = None
+    last_error: BaseException | None = None
     for _ in range(5):
         actor = host.options(
             name=_ACTOR_PREFIX + name,
@@ -260,7 +265,9 @@ def consumer(
             scheduling_strategy=NodeAffinitySchedulingStrategy(node_id=node, soft=False),
         ).remote(name, identity, loader_factory, serve, idle_timeout, options)
         try:
-            directory = ray.get(actor.ready.remote(identity, start_timeout), timeout=start_timeout + 30)
+            directory = ray.get(
+                actor.ready.remote(identity, start_timeout), timeout=start_timeout + 30
+            )
         except ray.exceptions.GetTimeoutError:
             raise _native.UsageError(
                 f"the producer {name} was not placed on node {node} within {start_timeout:.0f} s: "
@@ -273,7 +280,9 @@ def consumer(
             cause = e.as_instanceof_cause()
             raise _native.UsageError(str(getattr(cause, "args", [cause])[0]).strip()) from None
         try:
-            made = Consumer(name, dir=directory, **dict({"connect_timeout": 30.0}, **consumer_options))
+            made = Consumer(
+                name, dir=directory, **dict({"connect_timeout": 30.0}, **consumer_options)
+            )
             _last[made] = (time.monotonic(), 0, 0.0)
             return made
         except (_native.ProducerFinished, _native.ProducerNotFound, _native.ProducerGone) as e:
@@ -282,10 +291,10 @@ def consumer(
     raise _native.UsageError(f"cannot reach a producer for {name} on this node: {last_error}")
 
 
-_last: "weakref.WeakKeyDictionary[Consumer, tuple]" = weakref.WeakKeyDictionary()
+_last: weakref.WeakKeyDictionary[Consumer, tuple] = weakref.WeakKeyDictionary()
 
 
-def data_metrics(loader: Consumer) -> Dict[str, float]:
+def data_metrics(loader: Consumer) -> dict[str, float]:
     """``{"batchcast/samples_per_s", "batchcast/data_wait_share"}`` of
     ``loader`` since the previous call (since it was made, the first
     time), for ``tune.report``."""
@@ -320,7 +329,7 @@ class RunStoreCallback(_tune_callback_base()):  # type: ignore[misc]
     Outside ``batchcast run`` it records nothing (see :func:`batchcast.log_metrics`).
     """
 
-    def __init__(self, keys: Optional[Sequence[str]] = None) -> None:
+    def __init__(self, keys: Sequence[str] | None = None) -> None:
         self._keys = None if keys is None else set(keys)
 
     def on_trial_result(self, iteration, trials, trial, result, **info) -> None:

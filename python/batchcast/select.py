@@ -281,7 +281,9 @@ class Accumulator:
         """Rows held until the next batch is full."""
         return self._rows
 
-    def add(self, batch: Any, weights: torch.Tensor | None = None) -> list[tuple[Any, torch.Tensor]]:
+    def add(
+        self, batch: Any, weights: torch.Tensor | None = None
+    ) -> list[tuple[Any, torch.Tensor]]:
         """Adds one selected batch; returns the batches now full."""
         import torch
 
@@ -357,7 +359,9 @@ class Downsampler:
         generator: torch.Generator | None = None,
     ) -> None:
         if method not in METHODS:
-            raise ValueError(f"unknown selection method {method!r}; choose one of {', '.join(METHODS)}")
+            raise ValueError(
+                f"unknown selection method {method!r}; choose one of {', '.join(METHODS)}"
+            )
         if importance and method not in _IMPORTANCE:
             raise ValueError(
                 f'importance sampling is defined for "loss" and "gradnorm", not "{method}"'

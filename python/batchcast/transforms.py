@@ -123,7 +123,11 @@ def _side(size: Any, what: str) -> int:
         else:
             raise _native.InvalidArgument(
                 f"{what} size {size!r}: only "
-                + ("an int (the shorter side) is supported" if what == "Resize" else "square crops are supported")
+                + (
+                    "an int (the shorter side) is supported"
+                    if what == "Resize"
+                    else "square crops are supported"
+                )
             )
     if isinstance(size, bool) or not isinstance(size, int) or not 1 <= size <= 16384:
         raise _native.InvalidArgument(f"{what} size must be an int in 1..16384, not {size!r}")
@@ -173,7 +177,9 @@ def _jitter_range(
     range ``(center - v, center + v)``; ``None`` when the range does
     nothing."""
     if isinstance(value, bool):
-        raise _native.InvalidArgument(f"{name} must be a number or a (min, max) pair, not {value!r}")
+        raise _native.InvalidArgument(
+            f"{name} must be a number or a (min, max) pair, not {value!r}"
+        )
     if isinstance(value, (int, float)):
         if not value >= 0:
             raise _native.InvalidArgument(
@@ -201,7 +207,9 @@ class ColorJitter:
     drawn uniformly from its range (a number ``v`` means ``(1 - v, 1 + v)``,
     clipped at 0, or ``(-v, v)`` for the hue, at most 0.5)."""
 
-    def __init__(self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0) -> None:
+    def __init__(
+        self, brightness: Any = 0, contrast: Any = 0, saturation: Any = 0, hue: Any = 0
+    ) -> None:
         inf = float("inf")
         self.brightness = _jitter_range(brightness, "brightness", 1.0, (0.0, inf), True)
         self.contrast = _jitter_range(contrast, "contrast", 1.0, (0.0, inf), True)
@@ -221,7 +229,9 @@ class ColorJitter:
 
 def _int(value: Any, name: str, lo: int, hi: int, example: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise _native.InvalidArgument(f"{name} must be an int in {lo}..{hi}, not {value!r} ({example})")
+        raise _native.InvalidArgument(
+            f"{name} must be an int in {lo}..{hi}, not {value!r} ({example})"
+        )
     return value
 
 
@@ -234,7 +244,9 @@ def _native_only(interpolation: Any, fill: Any, name: str) -> None:
         )
     fills = fill if isinstance(fill, (tuple, list)) else [fill]
     if fill is not None and any(isinstance(f, bool) or f != 0 for f in fills):
-        raise _native.InvalidArgument(f"{name}: fill {fill!r} is not native; only fill=None or 0 is")
+        raise _native.InvalidArgument(
+            f"{name}: fill {fill!r} is not native; only fill=None or 0 is"
+        )
 
 
 class TrivialAugmentWide:
@@ -243,7 +255,9 @@ class TrivialAugmentWide:
     uniform magnitude bin, with a random sign. ``interpolation`` must be
     NEAREST and ``fill`` None or 0 (the defaults)."""
 
-    def __init__(self, num_magnitude_bins: int = 31, interpolation: Any = "nearest", fill: Any = None) -> None:
+    def __init__(
+        self, num_magnitude_bins: int = 31, interpolation: Any = "nearest", fill: Any = None
+    ) -> None:
         self.num_magnitude_bins = _int(num_magnitude_bins, "num_magnitude_bins", 2, 1024, "e.g. 31")
         _native_only(interpolation, fill, "TrivialAugmentWide")
 
@@ -272,7 +286,11 @@ class RandAugment:
         self.num_magnitude_bins = _int(num_magnitude_bins, "num_magnitude_bins", 2, 1024, "e.g. 31")
         self.num_ops = _int(num_ops, "num_ops", 0, 64, "e.g. 2")
         self.magnitude = _int(
-            magnitude, "magnitude", 0, self.num_magnitude_bins - 1, "a bin below num_magnitude_bins, e.g. 9"
+            magnitude,
+            "magnitude",
+            0,
+            self.num_magnitude_bins - 1,
+            "a bin below num_magnitude_bins, e.g. 9",
         )
         _native_only(interpolation, fill, "RandAugment")
 
@@ -300,7 +318,9 @@ class Normalize:
         self.std = tuple(float(s) for s in std)
         if len(self.mean) != 3 or len(self.std) != 3:
             raise _native.InvalidArgument("mean and std must have 3 values (R, G, B)")
-        if any(s == 0 or not math.isfinite(s) for s in self.std) or not all(map(math.isfinite, self.mean)):
+        if any(s == 0 or not math.isfinite(s) for s in self.std) or not all(
+            map(math.isfinite, self.mean)
+        ):
             raise _native.InvalidArgument(f"std must be non-zero and finite: {self.std}")
 
     def __repr__(self) -> str:
@@ -341,8 +361,16 @@ class Compose:
         jitter = ops.pop(0) if ops and isinstance(ops[0], ColorJitter) else None
         normalize = ops.pop(0) if ops and isinstance(ops[0], Normalize) else None
         if ops:
-            known = (RandomResizedCrop, Resize, CenterCrop, RandomHorizontalFlip, TrivialAugmentWide, RandAugment,
-                     ColorJitter, Normalize)
+            known = (
+                RandomResizedCrop,
+                Resize,
+                CenterCrop,
+                RandomHorizontalFlip,
+                TrivialAugmentWide,
+                RandAugment,
+                ColorJitter,
+                Normalize,
+            )
             if isinstance(ops[0], known):
                 raise _native.InvalidArgument(
                     f"{ops[0]!r} is not supported here, out of order (or repeated): batchcast "
@@ -366,7 +394,9 @@ class Compose:
         if isinstance(self.crop, tuple):  # Resize, CenterCrop
             resize, centre = self.crop
             kwargs.update(resize=resize.size, hflip_p=0.0)
-            return _native.Augmenter(centre.size, layout=self.layout, threads=threads, seed=seed, **kwargs)
+            return _native.Augmenter(
+                centre.size, layout=self.layout, threads=threads, seed=seed, **kwargs
+            )
         return _native.Augmenter(
             self.crop.size,
             scale=self.crop.scale,

@@ -83,11 +83,20 @@ class TensorProducer:
         producer_batch_size: int = 8,
         **options: Any,
     ) -> None:
-        defaults = dict(ack_port=5556, heart_ports=(4444, 4445), rubber_band_pct=0.005,
-                        pack_fn=None, producer_batch_size=8)
-        given = dict(ack_port=ack_port, heart_ports=tuple(heart_ports),
-                     rubber_band_pct=rubber_band_pct, pack_fn=pack_fn,
-                     producer_batch_size=producer_batch_size)
+        defaults = dict(
+            ack_port=5556,
+            heart_ports=(4444, 4445),
+            rubber_band_pct=0.005,
+            pack_fn=None,
+            producer_batch_size=8,
+        )
+        given = dict(
+            ack_port=ack_port,
+            heart_ports=tuple(heart_ports),
+            rubber_band_pct=rubber_band_pct,
+            pack_fn=pack_fn,
+            producer_batch_size=producer_batch_size,
+        )
         for arg, value in given.items():
             if value != defaults[arg]:
                 _note(arg)
@@ -143,8 +152,9 @@ class TensorConsumer:
             _note("unpack_fn")
         self.port = port
         self.batch_size = batch_size
-        self._consumer = Consumer(stream_name(port), batch_size=batch_size,
-                                  connect_timeout=connect_timeout, **options)
+        self._consumer = Consumer(
+            stream_name(port), batch_size=batch_size, connect_timeout=connect_timeout, **options
+        )
         self._epoch_iter: Iterator[Any] | None = None
 
     @property

@@ -15,7 +15,9 @@ def _jobs(text: str) -> list[int]:
     try:
         jobs = [int(x) for x in text.split(",") if x.strip()]
     except ValueError:
-        raise argparse.ArgumentTypeError(f"--jobs takes numbers separated by commas, e.g. 2,4 (got {text!r})") from None
+        raise argparse.ArgumentTypeError(
+            f"--jobs takes numbers separated by commas, e.g. 2,4 (got {text!r})"
+        ) from None
     if not jobs or any(j < 1 or j > 64 for j in jobs):
         raise argparse.ArgumentTypeError(f"--jobs: each number must be 1..64 (got {text!r})")
     return jobs
@@ -27,19 +29,40 @@ def main(argv: Optional[list[str]] = None) -> int:
     if "--" in argv:
         i = argv.index("--")
         argv, command = argv[:i], argv[i + 1 :]
-    p = argparse.ArgumentParser(prog="batchcast stalls", description="Data-stall analysis of a training script.")
+    p = argparse.ArgumentParser(
+        prog="batchcast stalls", description="Data-stall analysis of a training script."
+    )
     g = p.add_mutually_exclusive_group()
-    g.add_argument("--steps", type=int, help="measured steps per mode, after the warm-up (default 30)")
+    g.add_argument(
+        "--steps", type=int, help="measured steps per mode, after the warm-up (default 30)"
+    )
     g.add_argument("--seconds", type=float, help="measure each mode for this long instead")
     p.add_argument("--warmup", type=int, default=5, help="steps run before measuring (default 5)")
-    p.add_argument("--repeats", type=int, default=1,
-                   help="run every measurement this many rounds, interleaved, and report medians (default 1;"
-                        " 3 on a busy or virtual machine, whose speed drifts by tens of percent)")
+    p.add_argument(
+        "--repeats",
+        type=int,
+        default=1,
+        help="run every measurement this many rounds, interleaved, and report medians (default 1;"
+        " 3 on a busy or virtual machine, whose speed drifts by tens of percent)",
+    )
     p.add_argument("--jobs", type=_jobs, default=[], help="predict N collocated copies, e.g. 2,4")
-    p.add_argument("--nproc", type=int, default=0, help="also run K data-parallel processes under torchrun")
-    p.add_argument("--validate", action="store_true", help="run the --jobs copies and print measured beside predicted")
-    p.add_argument("--data", action="append", default=[], help="the dataset's files or directory (default: what the loader opens)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds one mode may take (default 300)")
+    p.add_argument(
+        "--nproc", type=int, default=0, help="also run K data-parallel processes under torchrun"
+    )
+    p.add_argument(
+        "--validate",
+        action="store_true",
+        help="run the --jobs copies and print measured beside predicted",
+    )
+    p.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        help="the dataset's files or directory (default: what the loader opens)",
+    )
+    p.add_argument(
+        "--timeout", type=float, default=300.0, help="seconds one mode may take (default 300)"
+    )
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--json-out", help="also write the JSON analysis to this file")
     a = p.parse_args(argv)

@@ -100,7 +100,9 @@ def median_measured(rounds: Sequence[dict]) -> dict:
         "shared": med("shared"),
         "background_cores": med("background_cores"),
         "copies": middle["copies"],
-        "rounds": [{k: r[k] for k in ("independent", "shared", "background_cores")} for r in rounds],
+        "rounds": [
+            {k: r[k] for k in ("independent", "shared", "background_cores")} for r in rounds
+        ],
     }
 
 
@@ -124,7 +126,12 @@ class Stall:
 
 def _stall(name: str, slow: float, fast: float, real_step: float, epoch: Optional[int]) -> Stall:
     per_step = max(0.0, slow - fast)
-    return Stall(name, per_step, per_step * epoch if epoch else None, per_step / real_step if real_step > 0 else 0.0)
+    return Stall(
+        name,
+        per_step,
+        per_step * epoch if epoch else None,
+        per_step / real_step if real_step > 0 else 0.0,
+    )
 
 
 def stalls(modes: dict[str, ModeFigures], comm_step_s: Optional[float] = None) -> list[Stall]:
@@ -170,7 +177,8 @@ def background_cores(copies: Sequence[dict], known: float = 0.0) -> float:
     if not copies:
         return 0.0
     busy = sorted(
-        (float(r.get("others_cpu_seconds", 0.0)) + float(r["cpu_seconds"])) / max(float(r["seconds"]), 1e-9)
+        (float(r.get("others_cpu_seconds", 0.0)) + float(r["cpu_seconds"]))
+        / max(float(r["seconds"]), 1e-9)
         for r in copies
     )[len(copies) // 2]
     own = sum(float(r["cpu_seconds"]) / max(float(r["seconds"]), 1e-9) for r in copies)
@@ -230,7 +238,9 @@ def predict(
     k_warm = warm.cpu_per_1000 / 1000.0
     k_syn = syn.cpu_per_1000 / 1000.0
     k_prep = loader.cpu_per_1000 / 1000.0 if loader is not None else max(0.0, k_warm - k_syn)
-    k_own = timeshared_cpu(k_warm, timeshared.cpu_per_1000 / 1000.0 if timeshared else None, cores, jobs)
+    k_own = timeshared_cpu(
+        k_warm, timeshared.cpu_per_1000 / 1000.0 if timeshared else None, cores, jobs
+    )
     independent = min(jobs * warm.samples_per_s, cores / k_own if k_own > 0 else float("inf"))
     workers = max(1, warm.num_workers)
     landing = max(0.0, jobs - (cores - workers)) / (jobs * cores) if jobs > 0 and cores > 0 else 0.0

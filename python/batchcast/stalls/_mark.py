@@ -52,7 +52,9 @@ def mark(loader: Any, *, batch_size: Optional[int] = None) -> Any:
 
         size = info["batch_size"]
         inner = Consumer(config.shared, batch_size=size, connect_timeout=60)
-        return Marked(inner, Recorder(config, info, backlog=lambda: _available(inner)), synthetic=False)
+        return Marked(
+            inner, Recorder(config, info, backlog=lambda: _available(inner)), synthetic=False
+        )
     return Marked(loader, Recorder(config, info), synthetic=config.mode == "synthetic")
 
 
@@ -73,7 +75,9 @@ def _drain(loader: Any, recorder: Recorder) -> None:
         for _ in marked:
             batches += 1
         if batches == 0:
-            raise SystemExit("batchcast stalls: the loader yielded no batch in an epoch (is it empty?)")
+            raise SystemExit(
+                "batchcast stalls: the loader yielded no batch in an epoch (is it empty?)"
+            )
 
 
 def _serve(loader: Any, config: "_protocol.Config") -> None:
@@ -82,7 +86,9 @@ def _serve(loader: Any, config: "_protocol.Config") -> None:
     from .._producer import Producer
 
     if isinstance(loader, Consumer):
-        raise SystemExit("batchcast stalls: this script already reads a shared producer (a Consumer)")
+        raise SystemExit(
+            "batchcast stalls: this script already reads a shared producer (a Consumer)"
+        )
     if config.shared is None:
         raise SystemExit(
             f"batchcast stalls: the producer mode needs {_protocol.SHARED} (the producer's name); "
@@ -148,7 +154,17 @@ def _watch_opens(path: str, out: str) -> None:
     for reading to ``path``: the runner evicts or warms them."""
     skip = tuple(
         os.path.realpath(p) + os.sep
-        for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, out, "/proc", "/sys", "/dev", "/usr", "/etc"}
+        for p in {
+            sys.prefix,
+            sys.base_prefix,
+            sys.exec_prefix,
+            out,
+            "/proc",
+            "/sys",
+            "/dev",
+            "/usr",
+            "/etc",
+        }
     )
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
     seen = set()

@@ -46,7 +46,9 @@ class Recorder:
     :data:`DRAIN_MAX_STEPS` steps past the warm-up, whichever comes first.
     """
 
-    def __init__(self, config: "_protocol.Config", info: dict, backlog: Optional[Callable[[], int]] = None) -> None:
+    def __init__(
+        self, config: "_protocol.Config", info: dict, backlog: Optional[Callable[[], int]] = None
+    ) -> None:
         self._c = config
         self._info = info
         self._backlog = backlog
@@ -78,7 +80,12 @@ class Recorder:
     def step(self, asked: float, got: float, batch: Any) -> None:
         """One batch: ``next()`` was called at ``asked`` and returned at ``got``."""
         self._seen += 1
-        if self._start is None and self._c.warmup == 0 and self._seen == 1 and self._backlog is None:
+        if (
+            self._start is None
+            and self._c.warmup == 0
+            and self._seen == 1
+            and self._backlog is None
+        ):
             self._begin(asked)  # no warm-up: the first step is measured too
         if self._start is not None:
             self._waits.append(got - asked)

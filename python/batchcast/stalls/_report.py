@@ -19,7 +19,9 @@ def _ms(s: float) -> str:
 
 def table(report: dict) -> str:
     lines: list[str] = []
-    lines.append(f"batchcast stalls: {' '.join(report['command'])}  ({report['cores']} cores, {report['free_cores']:.1f} free)")
+    lines.append(
+        f"batchcast stalls: {' '.join(report['command'])}  ({report['cores']} cores, {report['free_cores']:.1f} free)"
+    )
     lines.append("")
     head = f"{'mode':<11}{'steps/s':>9}{'samples/s':>11}{'wait mean':>11}{'wait p50':>10}{'wait p95':>10}{'CPU s/1000':>12}"
     lines.append(head)
@@ -39,13 +41,19 @@ def table(report: dict) -> str:
     if ts:
         alone = (report["modes"].get("warm") or report["modes"]["cold"])["cpu_per_1000"]
         extra = ts["cpu_per_1000"] / alone - 1 if alone > 0 else 0.0
-        lines.append(f"timeshared: 2 copies held to core {ts['core']}, together (a sample costs {extra:+.0%}"
-                     " CPU when cores switch between copies)")
+        lines.append(
+            f"timeshared: 2 copies held to core {ts['core']}, together (a sample costs {extra:+.0%}"
+            " CPU when cores switch between copies)"
+        )
     if report.get("loader"):
-        lines.append("loader: the loader alone, with no training step (what one shared producer does)")
+        lines.append(
+            "loader: the loader alone, with no training step (what one shared producer does)"
+        )
     if report.get("repeats", 1) > 1:
         ranges = ", ".join(f"{m} {min(v):.0f}-{max(v):.0f}" for m, v in report["spread"].items())
-        lines.append(f"each figure: the median of {report['repeats']} rounds (samples/s ranged {ranges})")
+        lines.append(
+            f"each figure: the median of {report['repeats']} rounds (samples/s ranged {ranges})"
+        )
     lines.append("")
     lines.append(f"{'stall':<15}{'per step':>10}{'per epoch':>11}{'share':>8}")
     for s in report["stalls"]:
@@ -54,12 +62,16 @@ def table(report: dict) -> str:
     if report["predictions"]:
         lines.append("")
         lines.append("aggregate samples/s of N copies: predicted [measured]")
-        lines.append(f"{'jobs':<6}{'free cores':>11}{'own loaders':>16}{'one producer':>16}{'speedup':>18}")
+        lines.append(
+            f"{'jobs':<6}{'free cores':>11}{'own loaders':>16}{'one producer':>16}{'speedup':>18}"
+        )
         for p in report["predictions"]:
             m = p.get("measured")
             own = f"{p['independent']:.0f}" + (f" [{m['independent']:.0f}]" if m else "")
             sh = f"{p['shared']:.0f}" + (f" [{m['shared']:.0f}]" if m else "")
-            sp = f"{p['speedup']:.2f}x" + (f" [{m['shared'] / m['independent']:.2f}x]" if m and m["independent"] else "")
+            sp = f"{p['speedup']:.2f}x" + (
+                f" [{m['shared'] / m['independent']:.2f}x]" if m and m["independent"] else ""
+            )
             lines.append(f"{p['jobs']:<6}{p['cores']:>11.1f}{own:>16}{sh:>16}{sp:>18}")
     for n in report["notes"]:
         lines.append(f"note: {n}")

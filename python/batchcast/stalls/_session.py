@@ -52,7 +52,14 @@ def _torchrun(command: Sequence[str], nproc: int) -> list[str]:
         raise StallsError(
             f"--nproc runs the script under torchrun, which needs the command to start with python (got {command[0]!r})"
         )
-    return [command[0], "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={nproc}", *command[1:]]
+    return [
+        command[0],
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        f"--nproc_per_node={nproc}",
+        *command[1:],
+    ]
 
 
 def analyse(opts: Options) -> dict:
@@ -88,12 +95,21 @@ def _analyse_in(opts: Options, base: str, settings: dict[str, str]) -> dict:
     ddp = None
     if opts.nproc > 1:
         _say(opts, f"running the synthetic mode with {opts.nproc} processes (torchrun)")
-        job = make_job("ddp", _torchrun(opts.command, opts.nproc), "synthetic", base, settings, ranks=opts.nproc)
+        job = make_job(
+            "ddp",
+            _torchrun(opts.command, opts.nproc),
+            "synthetic",
+            base,
+            settings,
+            ranks=opts.nproc,
+        )
         ddp = _analysis.merge_ranks(run_all([job], opts.timeout)["ddp"])
     return _report(opts, rounds, ddp, notes, cache_info)
 
 
-def _modes(opts: Options, base: str, settings: dict[str, str], notes: list[str]) -> tuple[dict[str, Any], dict]:
+def _modes(
+    opts: Options, base: str, settings: dict[str, str], notes: list[str]
+) -> tuple[dict[str, Any], dict]:
     """One round of the single-process modes: synthetic, cold, warm, and
     for ``--jobs`` the loader alone."""
     raw: dict[str, Any] = {}
@@ -110,9 +126,16 @@ def _modes(opts: Options, base: str, settings: dict[str, str], notes: list[str])
     if not files:
         files = _cache.files_under(_cache.dataset_roots(raw["synthetic"]["opened"]))
     size = _cache.total_bytes(files)
-    cache_info = {"files": len(files), "bytes": size, "roots": opts.data or _cache.dataset_roots(raw["synthetic"]["opened"])}
+    cache_info = {
+        "files": len(files),
+        "bytes": size,
+        "roots": opts.data or _cache.dataset_roots(raw["synthetic"]["opened"]),
+    }
     if not files:
-        _note(notes, "no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data")
+        _note(
+            notes,
+            "no dataset files seen (data generated in memory?): cold and warm are the same; name them with --data",
+        )
         raw["warm"] = one("warm")
         if opts.jobs:
             raw["loader"] = one("loader")
@@ -130,13 +153,19 @@ def _modes(opts: Options, base: str, settings: dict[str, str], notes: list[str])
     if share is None:
         _note(notes, "cannot verify the eviction on this kernel (no RWF_NOWAIT)")
     elif share > 0.5:
-        _note(notes, f"eviction did not work: {share:.0%} of the files stay cached (tmpfs? mapped elsewhere?)")
+        _note(
+            notes,
+            f"eviction did not work: {share:.0%} of the files stay cached (tmpfs? mapped elsewhere?)",
+        )
     raw["cold"] = one("cold")
     if size <= _cache.available_bytes() // 2:
         _cache.warm(files)
         raw["warm"] = one("warm")
     else:
-        _note(notes, f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped")
+        _note(
+            notes,
+            f"the dataset ({size >> 20} MiB) does not fit in half the free memory: warm mode skipped",
+        )
     if opts.jobs:
         # What the producer of --jobs would do: the loader alone, on the
         # cache as warm left it (or as cold did, when warm was skipped).
@@ -148,7 +177,9 @@ def _cores(raw: dict[str, Any]) -> int:
     return int(raw["synthetic"].get("cpus") or os.cpu_count() or 1)
 
 
-def _compare(opts: Options, raw: dict[str, Any], base: str, settings: dict[str, str], notes: list[str]) -> None:
+def _compare(
+    opts: Options, raw: dict[str, Any], base: str, settings: dict[str, str], notes: list[str]
+) -> None:
     """After one round of modes: the cost of time-sharing a core (when some
     ``--jobs`` exceeds the free cores) and, with ``--validate``, the copies."""
     modes = [_analysis.figures(raw[m]) for m in ("synthetic", "cold", "warm") if m in raw]
@@ -156,8 +187,11 @@ def _compare(opts: Options, raw: dict[str, Any], base: str, settings: dict[str, 
     if any(n > free for n in opts.jobs):
         got = _timeshare(opts, "warm" if "warm" in raw else "cold", base, settings)
         if got is None:
-            _note(notes, "cannot hold processes to a core here: the cost of more copies than cores is not measured,"
-                         " so own loaders may be predicted too fast for those")
+            _note(
+                notes,
+                "cannot hold processes to a core here: the cost of more copies than cores is not measured,"
+                " so own loaders may be predicted too fast for those",
+            )
         else:
             raw["timeshare"] = got
     if opts.validate:
@@ -190,7 +224,10 @@ def _timeshare(opts: Options, mode: str, base: str, settings: dict[str, str]) ->
     core = max(os.sched_getaffinity(0))
     _say(opts, f"measuring the cost of time-sharing: 2 copies on core {core}")
     together = _together(base, "timeshare", settings, 2)
-    jobs = [make_job(f"timeshare{i}", opts.command, mode, base, together, cpus=frozenset({core})) for i in range(2)]
+    jobs = [
+        make_job(f"timeshare{i}", opts.command, mode, base, together, cpus=frozenset({core}))
+        for i in range(2)
+    ]
     got = [r[0] for r in run_all(jobs, opts.timeout * 2).values()]
     merged = dict(got[0])  # the waits are the first copy's
     merged["mode"] = "timeshare"
@@ -203,7 +240,11 @@ def _timeshare(opts: Options, mode: str, base: str, settings: dict[str, str]) ->
 
 
 def _validate(
-    opts: Options, jobs: int, base: str, settings: dict[str, str], loader: Optional[_analysis.ModeFigures]
+    opts: Options,
+    jobs: int,
+    base: str,
+    settings: dict[str, str],
+    loader: Optional[_analysis.ModeFigures],
 ) -> dict[str, Any]:
     _say(opts, f"validating: {jobs} copies with their own loaders")
     own_settings = _together(base, f"own{jobs}", settings, jobs)
@@ -214,33 +255,55 @@ def _validate(
     shared_settings = _together(base, f"shared{jobs}", settings, jobs)
     shared_settings[_protocol.SHARED] = f"stalls-{uuid.uuid4().hex[:12]}"
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
-    readers = [make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)]
+    readers = [
+        make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)
+    ]
     got_shared = run_all([producer] + readers, opts.timeout * 2)
     # Other processes while the readers ran, less the producer (not in the
     # readers' trees): it prepared each sample they read once, at the
     # loader mode's CPU per sample.
-    read = sorted(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())[len(got_shared) // 2]
+    read = sorted(_analysis.figures(r[0]).samples_per_s for r in got_shared.values())[
+        len(got_shared) // 2
+    ]
     producer_cores = read * loader.cpu_per_1000 / 1000.0 if loader is not None else 0.0
-    background = max(background, _analysis.background_cores([r[0] for r in got_shared.values()], producer_cores))
+    background = max(
+        background, _analysis.background_cores([r[0] for r in got_shared.values()], producer_cores)
+    )
     copies: dict[str, list[dict[str, float]]] = {}
     for side, runs in (("independent", got), ("shared", got_shared)):
         copies[side] = []
         for r in runs.values():
             f = _analysis.figures(r[0])
-            copies[side].append({"samples_per_s": f.samples_per_s, "cpu_per_1000": f.cpu_per_1000,
-                                 "caught_up_after": r[0].get("caught_up_after", 0)})
+            copies[side].append(
+                {
+                    "samples_per_s": f.samples_per_s,
+                    "cpu_per_1000": f.cpu_per_1000,
+                    "caught_up_after": r[0].get("caught_up_after", 0),
+                }
+            )
     total = {side: sum(c["samples_per_s"] for c in cs) for side, cs in copies.items()}
-    return {"independent": total["independent"], "shared": total["shared"], "background_cores": background,
-            "copies": copies}
+    return {
+        "independent": total["independent"],
+        "shared": total["shared"],
+        "background_cores": background,
+        "copies": copies,
+    }
 
 
-def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], notes: list[str], cache_info: dict) -> dict:
+def _report(
+    opts: Options,
+    rounds: list[dict[str, Any]],
+    ddp: Optional[dict],
+    notes: list[str],
+    cache_info: dict,
+) -> dict:
     """The analysis from the rounds' medians (each mode's median run, each
     measured aggregate's median)."""
     first = rounds[0]
     modes: dict[str, _analysis.ModeFigures] = {
         m: _analysis.figures(_analysis.median_run([r[m] for r in rounds]))
-        for m in ("synthetic", "cold", "warm") if m in first
+        for m in ("synthetic", "cold", "warm")
+        if m in first
     }
     comm_step = _analysis.figures(ddp).step_s if ddp else None
     stall_list = _analysis.stalls(modes, comm_step)
@@ -253,7 +316,9 @@ def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], no
     timeshared = _analysis.figures(timeshare) if timeshare else None
     loader_runs = [r["loader"] for r in rounds if "loader" in r]
     loader = _analysis.figures(_analysis.median_run(loader_runs)) if loader_runs else None
-    predictions = [_analysis.predict(modes["synthetic"], real, free, n, timeshared, loader) for n in opts.jobs]
+    predictions = [
+        _analysis.predict(modes["synthetic"], real, free, n, timeshared, loader) for n in opts.jobs
+    ]
     measured: dict[int, dict] = {}
     if opts.validate:
         for i, n in enumerate(opts.jobs):
@@ -262,10 +327,18 @@ def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], no
             # copies ran (a build beside them changes the machine, not the model).
             at = max(1.0, cores - measured[n]["background_cores"])
             predictions[i] = _analysis.predict(modes["synthetic"], real, at, n, timeshared, loader)
-    speedups = {n: m["shared"] / m["independent"] for n, m in measured.items() if m["independent"] > 0}
-    cpu_saved = max(0.0, 1 - modes["synthetic"].cpu_per_1000 / real.cpu_per_1000) if real.cpu_per_1000 > 0 else 0.0
+    speedups = {
+        n: m["shared"] / m["independent"] for n, m in measured.items() if m["independent"] > 0
+    }
+    cpu_saved = (
+        max(0.0, 1 - modes["synthetic"].cpu_per_1000 / real.cpu_per_1000)
+        if real.cpu_per_1000 > 0
+        else 0.0
+    )
     spread = {
-        m: [_analysis.figures(r[m]).samples_per_s for r in rounds] for m in ("synthetic", "cold", "warm") if m in first
+        m: [_analysis.figures(r[m]).samples_per_s for r in rounds]
+        for m in ("synthetic", "cold", "warm")
+        if m in first
     }
     return {
         "schema_version": SCHEMA_VERSION,
@@ -278,12 +351,20 @@ def _report(opts: Options, rounds: list[dict[str, Any]], ddp: Optional[dict], no
         "modes": {m: vars(f) for m, f in modes.items()},
         "spread": spread,
         "ddp": (vars(_analysis.figures(ddp)) | {"processes": opts.nproc}) if ddp else None,
-        "timeshare": (vars(timeshared) | {"core": timeshare["core"]}) if timeshare and timeshared else None,
+        "timeshare": (vars(timeshared) | {"core": timeshare["core"]})
+        if timeshare and timeshared
+        else None,
         "loader": vars(loader) if loader else None,
         "stalls": [vars(s) for s in stall_list],
         "predictions": [
-            {"jobs": p.jobs, "cores": p.cores, "independent": p.independent, "shared": p.shared, "speedup": p.speedup,
-             "measured": measured.get(p.jobs)}
+            {
+                "jobs": p.jobs,
+                "cores": p.cores,
+                "independent": p.independent,
+                "shared": p.shared,
+                "speedup": p.speedup,
+                "measured": measured.get(p.jobs),
+            }
             for p in predictions
         ],
         "epochs": {m: first[m].get("epochs", []) for m in modes},
