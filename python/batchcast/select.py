@@ -175,7 +175,10 @@ def choose(
     """Chooses ``keep`` rows by ``score``: the highest (weights of one), or
     with ``importance`` drawn in proportion to the scores without
     replacement and weighted ``1 / (n p_i)`` (uniformly, weights of one,
-    where every score is zero)."""
+    where every score is zero). Where fewer than ``keep`` scores are above
+    zero (a confident model's loss is often exactly 0.0), the draw mixes in
+    a uniform share of ``1e-3``, so that it can fill ``keep`` and the
+    weights stay those of the distribution drawn from."""
     import torch
 
     n = int(score.shape[0])
@@ -194,10 +197,17 @@ def choose(
         indices = torch.randperm(n, generator=generator, device=gen_device)[:keep].to(score.device)
         return Selection(indices.sort().values, ones)
     p = score / total
+    if int((p > 0).sum()) < keep:
+        p = (1.0 - _UNIFORM_SHARE) * p + _UNIFORM_SHARE / n
     drawn = torch.multinomial(p, keep, replacement=False, generator=generator)
     indices, order = drawn.sort()
     weights = (1.0 / (n * p[drawn]))[order]
     return Selection(indices, weights.float())
+
+
+# The uniform share of an importance draw whose positive scores are fewer
+# than the samples it keeps.
+_UNIFORM_SHARE = 1e-3
 
 
 def take(batch: Any, indices: Any) -> Any:

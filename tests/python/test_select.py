@@ -117,6 +117,19 @@ def test_importance_sampling_weights_each_drawn_sample_by_one_over_n_p():
     assert len(set(uniform.indices.tolist())) == 16 and uniform.weights.tolist() == [1.0] * 16
 
 
+def test_importance_sampling_fills_keep_when_most_scores_are_zero():
+    # A confident model: 60 of 64 losses are exactly 0.0, and 16 are kept.
+    score = torch.zeros(64)
+    score[[3, 17, 40, 62]] = torch.tensor([0.5, 1.0, 2.0, 0.25])
+    chosen = choose(score, 16, importance=True, generator=torch.Generator().manual_seed(5))
+    idx = chosen.indices.tolist()
+    assert idx == sorted(set(idx)) and len(idx) == 16
+    p = 0.999 * score / score.sum() + 0.001 / 64
+    assert chosen.weights.tolist() == pytest.approx([1 / (64 * float(p[i])) for i in idx], rel=1e-4)
+    # The positive scores hold almost all the mass: every one of them is drawn.
+    assert {3, 17, 40, 62} <= set(idx)
+
+
 def test_a_ratio_that_cannot_fill_batches_is_refused_naming_both_sizes():
     assert keep_count(0.25, 64) == 16
     named = r"0\.3 keeps 19\.2 of a 64-sample batch.*e\.g\. 0\.296875 \(19\) or 0\.3125 \(20\)"

@@ -116,6 +116,7 @@ def test_serve_in_process_hands_events_to_a_callback_and_returns_the_summary(bc_
     with batchcast.Consumer("inproc", connect_timeout=30) as c:
         assert ids_of(c) == list(range(96))
     t.join(60)
+    assert not t.is_alive(), "serve() did not return within 60 s"
     assert [e["event"] for e in events] == ["listening", "finished"]
     assert result["epochs"] == 1 and result["samples"] == 96 and not result["interrupted"]
 
@@ -131,6 +132,7 @@ def test_serve_in_process_until_idle_ends_once_the_last_consumer_has_gone(bc_dir
     with batchcast.Consumer("idle", connect_timeout=30) as c:
         assert ids_of(c) == list(range(96))
     t.join(60)
+    assert not t.is_alive(), "serve() did not return within 60 s"
     assert result["idle"] and result["epochs"] >= 1
 
 

@@ -210,6 +210,10 @@ fn fault5_loader_keeps_its_descriptors_under_a_flood() {
     while opened.load(Ordering::Relaxed) <= 1500 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+    assert!(
+        opened.load(Ordering::Relaxed) > 1500,
+        "the flood did not pass 1,500 connections within 60 s"
+    );
     let mut c = env.spawn(&["consume", "img", "--verify"]);
     let ok = c.finish().success();
     stop.store(true, Ordering::Relaxed);

@@ -87,38 +87,48 @@ impl Summary {
 
 /// Per-job CSV: one row per job in trace order.
 pub fn jobs_csv(o: &Outcome) -> String {
-    let mut s = String::from(
-        "job_id,gpus,arrival,first_start,finish,jct,queueing,held,comm_overhead,cpu_overhead,restart_stall,preemptions,widest_level,dataset\n",
-    );
+    let mut w = csv::Writer::from_writer(Vec::new());
+    let header = [
+        "job_id",
+        "gpus",
+        "arrival",
+        "first_start",
+        "finish",
+        "jct",
+        "queueing",
+        "held",
+        "comm_overhead",
+        "cpu_overhead",
+        "restart_stall",
+        "preemptions",
+        "widest_level",
+        "dataset",
+    ];
+    // Writing to a Vec cannot fail, and every record has the header's width.
+    let _ = w.write_record(header);
+    let t = |x: f64| format!("{x:.3}");
     for j in &o.jobs {
         let f = j.finish.unwrap_or(f64::NAN);
-        s.push_str(&format!(
-            "{},{},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{:.3},{},{},{}\n",
-            csv_field(&j.spec.id),
-            j.spec.gpus,
-            j.spec.arrival,
-            j.first_start.unwrap_or(f64::NAN),
-            f,
-            f - j.spec.arrival,
-            j.queued,
-            j.held,
-            j.comm,
-            j.cpu_lost,
-            j.stalled,
-            j.preemptions,
-            j.widest.name(),
-            csv_field(&j.spec.dataset),
-        ));
+        let _ = w.write_record([
+            j.spec.id.clone(),
+            j.spec.gpus.to_string(),
+            t(j.spec.arrival),
+            t(j.first_start.unwrap_or(f64::NAN)),
+            t(f),
+            t(f - j.spec.arrival),
+            t(j.queued),
+            t(j.held),
+            t(j.comm),
+            t(j.cpu_lost),
+            t(j.stalled),
+            j.preemptions.to_string(),
+            j.widest.name().to_string(),
+            j.spec.dataset.clone(),
+        ]);
     }
-    s
-}
-
-fn csv_field(v: &str) -> String {
-    if v.contains([',', '"', '\n']) {
-        format!("\"{}\"", v.replace('"', "\"\""))
-    } else {
-        v.to_string()
-    }
+    let bytes = w.into_inner().unwrap_or_default();
+    // Every field written is a Rust string: the bytes are UTF-8.
+    String::from_utf8(bytes).unwrap_or_default()
 }
 
 /// A plain-text (Markdown) table comparing policies; the last column is the

@@ -1,6 +1,8 @@
 //! Each trace format parsed from a small sample written by the test, and
 //! malformed records refused with file, record and field named.
 
+mod common;
+
 use std::path::Path;
 
 use batchcast_sim::trace::{parse_datetime, read_file, Format};
@@ -182,4 +184,27 @@ fn timestamps_and_missing_files() {
         e.contains("/nonexistent/trace.json") && e.contains("cannot read"),
         "{e}"
     );
+}
+
+/// A job id or dataset name from a trace with a comma, a quote, a carriage
+/// return or a newline stays one field of the per-job CSV.
+#[test]
+fn per_job_csv_quotes_every_field_a_reader_would_split() {
+    let mut a = common::job("a,\"b\"", 0.0, 1, 10.0);
+    a.dataset = "imagenet\r\nsplit".into();
+    let b = common::job("plain", 0.0, 1, 10.0);
+    let o = common::run_policy(
+        "fifo",
+        batchcast_sim::ClusterSpec::new(1, 1, 2, 64.0),
+        &batchcast_sim::SimConfig::default(),
+        &[a, b],
+    );
+    let text = batchcast_sim::jobs_csv(&o);
+    let mut r = csv::Reader::from_reader(text.as_bytes());
+    let rows: Vec<csv::StringRecord> = r.records().map(|r| r.expect("a CSV row")).collect();
+    assert_eq!(rows.len(), 2, "{text}");
+    assert_eq!(&rows[0][0], "a,\"b\"");
+    assert_eq!(&rows[0][13], "imagenet\r\nsplit");
+    assert_eq!(&rows[1][0], "plain");
+    assert_eq!(&rows[1][5], "10.000", "{text}");
 }
