@@ -213,3 +213,36 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     let err = sim("fifo").fail();
     assert!(err.contains("pick sjf, las, tiresias or gandiva"), "{err}");
 }
+
+#[test]
+fn sim_model_bidding_refuses_the_gang_models_cpu_and_congestion_flags() {
+    for (flag, value) in [
+        ("--data-sharing", "share"),
+        ("--rack-congestion", "0.1"),
+        ("--core-congestion", "0.1"),
+        ("--cpu-cores", "32"),
+    ] {
+        let err = batchcast()
+            .args(["sim", "--model", "bidding", "--jobs", "10", flag, value])
+            .fail();
+        assert!(
+            err.contains(&format!("{flag} does not apply to --model bidding"))
+                && err.contains("no CPU or congestion model")
+                && err.contains("--model gang"),
+            "{err}"
+        );
+    }
+    let o = batchcast()
+        .args([
+            "sim", "--model", "bidding", "--jobs", "20", "--racks", "1", "--policy", "sjf",
+        ])
+        .succeed();
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let header = stdout.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("20 jobs on 64 GPUs (1 racks x 8 machines x 8 GPUs)")
+            && !header.contains("data sharing")
+            && !header.contains("cores"),
+        "{stdout}"
+    );
+}

@@ -271,17 +271,24 @@ impl BatchSource for Images {
         };
         let labels = leaves.pop().ok_or_else(missing)?;
         let images = leaves.pop().ok_or_else(missing)?;
-        // SAFETY: any bit pattern is a valid i64; align_to_mut hands back
-        // only the aligned middle part, and we check there is no rest (slot
-        // leaves are 64-byte aligned and 8 bytes per label).
-        let (pre, labels, post) = unsafe { labels.align_to_mut::<i64>() };
-        if !pre.is_empty() || !post.is_empty() {
+        if labels.len() % 8 != 0 {
             return Err(ServeError::invalid(
-                "the labels array is not 8-byte aligned in the slot",
+                "the labels array is not a whole number of 8-byte labels",
             ));
         }
+        // The pipeline writes i64s; they are copied into the slot's bytes
+        // after (one batch of labels, a few KiB at most).
+        let mut written_labels = vec![0i64; labels.len() / 8];
         let indices: Vec<usize> = indices.iter().map(|&i| i as usize).collect();
-        let report = self.pipeline.fill_batch(epoch, &indices, images, labels)?;
+        let report = self
+            .pipeline
+            .fill_batch(epoch, &indices, images, &mut written_labels)?;
+        for (out, label) in labels
+            .chunks_exact_mut(8)
+            .zip(written_labels.iter().take(report.rows_written))
+        {
+            out.copy_from_slice(&label.to_ne_bytes());
+        }
         if let (Some(out), Some(selection)) = (weights, &self.selection) {
             // The rows written are the batch's samples less the skipped
             // ones, in order.

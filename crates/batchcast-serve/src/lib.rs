@@ -24,6 +24,7 @@
 //!   or the error that ended it ([`shutdown_reason`]).
 //! - The arrows run one way: this crate depends on the core and the
 //!   pipeline, never on a face.
+#![forbid(unsafe_code)]
 #![deny(missing_docs)]
 
 mod args;

@@ -25,6 +25,7 @@ use std::sync::atomic::{AtomicU32, Ordering};
 
 use crate::error::{Error, Result};
 use crate::region::{Access, Geometry, Kind, Region, Shared, Writers};
+use crate::warn::Warn;
 
 /// The holder counts' fixed part: nothing; the items are the counts
 /// (`AtomicU32`, one per slot).
@@ -113,9 +114,19 @@ impl HoldsView {
     /// writes this region, its header included, so one that does not
     /// validate (spoiled by a consumer, or not sealed: then it is not
     /// mapped) costs wake-ups, never the connection: every release of a
-    /// view without counts wakes a waiting producer.
-    pub fn open(fd: OwnedFd, slots: usize) -> HoldsView {
-        let region = Region::open(fd, Access::ReadWrite, Some(slots), COUNT).ok();
+    /// view without counts wakes a waiting producer. That degraded mode is
+    /// reported once, through `warn`, with the reason.
+    pub fn open(fd: OwnedFd, slots: usize, warn: &Warn) -> HoldsView {
+        let region = match Region::open(fd, Access::ReadWrite, Some(slots), COUNT) {
+            Ok(r) => Some(r),
+            Err(e) => {
+                warn.emit(&format!(
+                    "the holder counts are unusable ({e}); this consumer still reads, but \
+                     each of its releases wakes the producer"
+                ));
+                None
+            }
+        };
         HoldsView { region }
     }
 
@@ -147,7 +158,7 @@ mod tests {
     #[test]
     fn only_the_last_release_reports_last() {
         let holds = Holds::create(4).unwrap();
-        let view = HoldsView::open(holds.share_fd().unwrap(), 4);
+        let view = HoldsView::open(holds.share_fd().unwrap(), 4, &Warn::default());
         holds.set(2, 3);
         assert!(!view.release(2));
         assert!(!view.release(2));
@@ -161,7 +172,7 @@ mod tests {
     #[test]
     fn joiners_and_departures_adjust_the_count() {
         let holds = Holds::create(1).unwrap();
-        let view = HoldsView::open(holds.share_fd().unwrap(), 1);
+        let view = HoldsView::open(holds.share_fd().unwrap(), 1, &Warn::default());
         holds.set(0, 1);
         holds.add(0);
         holds.forget(0);
@@ -180,13 +191,25 @@ mod tests {
         // SAFETY: the header's first word, inside the mapping, 8-aligned; no
         // reference to it is alive.
         unsafe { header.write_volatile(0) };
-        let late = HoldsView::open(holds.share_fd().unwrap(), 2);
+        let (warn, warnings) = Warn::kept();
+        let late = HoldsView::open(holds.share_fd().unwrap(), 2, &warn);
         assert!(late.region.is_none());
+        {
+            let w = warnings.lock().unwrap();
+            assert_eq!(w.len(), 1, "{w:?}");
+            assert!(
+                w[0].contains("holder counts") && w[0].contains("each of its releases wakes"),
+                "{w:?}"
+            );
+        }
         assert!(late.release(0), "without counts, every release wakes");
         assert_eq!(holds.get(0), 2);
         // An unsealed file is not mapped at all.
         let file = tempfile::tempfile().unwrap();
         file.set_len(4096).unwrap();
-        assert!(HoldsView::open(OwnedFd::from(file), 1).region.is_none());
+        assert!(HoldsView::open(OwnedFd::from(file), 1, &warn)
+            .region
+            .is_none());
+        assert_eq!(warnings.lock().unwrap().len(), 2);
     }
 }

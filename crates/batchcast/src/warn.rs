@@ -37,15 +37,25 @@ impl fmt::Debug for Warn {
 }
 
 #[cfg(test)]
+impl Warn {
+    /// A sink that keeps the messages, and the list they go to.
+    pub(crate) fn kept() -> (Warn, Arc<std::sync::Mutex<Vec<String>>>) {
+        let got = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let sink = Arc::clone(&got);
+        (
+            Warn::to(move |m| sink.lock().unwrap().push(m.to_owned())),
+            got,
+        )
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::Mutex;
 
     #[test]
     fn a_sink_gets_each_message_on_the_calling_thread() {
-        let got = Arc::new(Mutex::new(Vec::new()));
-        let sink = Arc::clone(&got);
-        let warn = Warn::to(move |m| sink.lock().unwrap().push(m.to_owned()));
+        let (warn, got) = Warn::kept();
         let clone = warn.clone();
         std::thread::spawn(move || clone.emit("from a thread"))
             .join()

@@ -51,9 +51,10 @@ pub struct SimArgs {
     /// GPUs per slot inside a machine (0: the machine is one slot).
     #[arg(long, default_value_t = 0)]
     gpus_per_slot: u32,
-    /// CPU cores per machine for data loading.
-    #[arg(long, default_value_t = 64.0)]
-    cpu_cores: f64,
+    /// CPU cores per machine for data loading; default 64. Not under
+    /// --model bidding, which has no CPU model.
+    #[arg(long)]
+    cpu_cores: Option<f64>,
     /// Lease length, seconds (preemptive policies decide at its multiples);
     /// default 360, or a published cluster file's lease_time.
     #[arg(long)]
@@ -65,17 +66,18 @@ pub struct SimArgs {
     #[arg(long)]
     restart_cost: Option<f64>,
     /// Congestion per extra job on a rack's cross-machine links; default
-    /// 0.02, or 0 with a published cluster file.
+    /// 0.02, or 0 with a published cluster file. Not under --model bidding.
     #[arg(long)]
     rack_congestion: Option<f64>,
     /// Congestion per extra job on the cross-rack links; default 0.01, or 0
-    /// with a published cluster file.
+    /// with a published cluster file. Not under --model bidding.
     #[arg(long)]
     core_congestion: Option<f64>,
     /// Data loading: off (a pipeline per job), share (one per dataset and
-    /// machine), place (share, and place same-dataset jobs together).
-    #[arg(long, default_value = "off")]
-    data_sharing: String,
+    /// machine), place (share, and place same-dataset jobs together);
+    /// default off. Not under --model bidding.
+    #[arg(long)]
+    data_sharing: Option<String>,
     /// Synthetic trace: jobs.
     #[arg(long, default_value_t = 5000)]
     jobs: usize,
@@ -116,10 +118,13 @@ pub struct SimArgs {
     model: String,
 }
 
+/// CPU cores per machine without `--cpu-cores`.
+const CPU_CORES: f64 = 64.0;
+
 /// The cluster from `--cluster` or the shape flags.
 fn cluster(a: &SimArgs) -> Result<ClusterFile> {
     let file = match &a.cluster {
-        Some(p) => read_cluster(p, a.cpu_cores)?,
+        Some(p) => read_cluster(p, a.cpu_cores.unwrap_or(CPU_CORES))?,
         None => {
             let spec = ClusterSpec {
                 gpus_per_slot: a.gpus_per_slot,
@@ -127,7 +132,7 @@ fn cluster(a: &SimArgs) -> Result<ClusterFile> {
                     a.racks,
                     a.machines_per_rack,
                     a.gpus_per_machine,
-                    a.cpu_cores,
+                    a.cpu_cores.unwrap_or(CPU_CORES),
                 )
             };
             spec.validate()?;
@@ -155,10 +160,37 @@ fn config(a: &SimArgs, c: &ClusterFile, data_sharing: DataSharing) -> SimConfig 
     }
 }
 
+/// Refuses the flags the bidding model has no use for, naming the first one
+/// given.
+fn refuse_gang_only_flags(a: &SimArgs) -> Result<()> {
+    let given = [
+        ("--data-sharing", a.data_sharing.is_some()),
+        ("--rack-congestion", a.rack_congestion.is_some()),
+        ("--core-congestion", a.core_congestion.is_some()),
+        ("--cpu-cores", a.cpu_cores.is_some()),
+    ];
+    if let Some((flag, _)) = given.iter().find(|(_, g)| *g) {
+        bail!(
+            "{flag} does not apply to --model bidding: the bidding model has no CPU or \
+             congestion model; use --model gang for it"
+        );
+    }
+    Ok(())
+}
+
 pub fn run(a: SimArgs) -> Result<()> {
+    let bidding = match a.model.as_str() {
+        "gang" => false,
+        "bidding" => true,
+        o => bail!("unknown --model {o:?}; pick gang or bidding"),
+    };
+    if bidding {
+        refuse_gang_only_flags(&a)?;
+    }
     let cfile = cluster(&a)?;
     let spec = cfile.spec;
-    let data_sharing = match a.data_sharing.as_str() {
+    let data_sharing_name = a.data_sharing.as_deref().unwrap_or("off");
+    let data_sharing = match data_sharing_name {
         "off" => DataSharing::Off,
         "share" => DataSharing::Share,
         "place" => DataSharing::SharePlace,
@@ -191,7 +223,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                 }
             },
         );
-        if a.model != "bidding" {
+        if !bidding {
             eprintln!(
                 "not simulated from the published model: per-GPU bidding (jobs run \
                  gang-scheduled on all their GPUs, never on fewer), a chunk of iterations \
@@ -217,7 +249,7 @@ pub fn run(a: SimArgs) -> Result<()> {
                 );
             }
             // The bidding model runs the chunks itself.
-            let grew = if a.model == "bidding" {
+            let grew = if bidding {
                 0
             } else {
                 cfile.whole_chunks(&mut t.jobs)
@@ -249,11 +281,6 @@ pub fn run(a: SimArgs) -> Result<()> {
                 0.0,
             )
         }
-    };
-    let bidding = match a.model.as_str() {
-        "gang" => false,
-        "bidding" => true,
-        o => bail!("unknown --model {o:?}; pick gang or bidding"),
     };
     let policy = a.policy.as_deref().unwrap_or(if bidding {
         "sjf,las,tiresias,gandiva"
@@ -324,6 +351,16 @@ pub fn run(a: SimArgs) -> Result<()> {
             spec.racks,
         )?;
         out!("{}", comparison_table(&summaries))?;
+    } else if bidding {
+        outln!(
+            "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs)",
+            jobs.len(),
+            spec.total_gpus(),
+            spec.racks,
+            spec.machines_per_rack,
+            spec.gpus_per_machine,
+        )?;
+        out!("{}", comparison_table(&summaries))?;
     } else {
         outln!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",
@@ -333,7 +370,7 @@ pub fn run(a: SimArgs) -> Result<()> {
             spec.machines_per_rack,
             spec.gpus_per_machine,
             spec.cpu_cores,
-            a.data_sharing
+            data_sharing_name
         )?;
         out!("{}", comparison_table(&summaries))?;
     }

@@ -301,7 +301,7 @@ impl Consumer {
         let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
         let board = BoardView::map(board_fd)?;
         let ledger = Ledger::open(ledger_fd, slots)?;
-        let holds = HoldsView::open(holds_fd, slots);
+        let holds = HoldsView::open(holds_fd, slots, &opts.warn);
         let watch = ProducerWatch::open(name, welcome.producer_pid);
         Ok(Consumer {
             name: name.to_owned(),
