@@ -2,15 +2,15 @@
 //! GPU cluster and compare them (the simulator is batchcast-sim).
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use crate::out::{out, outln};
 use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
     by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, simulate_bidding,
-    synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing, SimConfig, Summary,
-    SynthConfig,
+    synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing, JobSpec, Outcome,
+    SimConfig, Summary, SynthConfig,
 };
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -197,91 +197,8 @@ pub fn run(a: SimArgs) -> Result<()> {
         o => bail!("unknown --data-sharing {o:?}; pick off, share or place"),
     };
     let cfg = config(&a, &cfile, data_sharing);
-    if cfile.published {
-        eprintln!(
-            "published cluster file: lease {} s, restart cost {} s, congestion {} / {}{}{}",
-            cfg.lease,
-            cfg.restart_cost,
-            cfg.rack_congestion,
-            cfg.core_congestion,
-            cfile
-                .policy
-                .as_deref()
-                .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
-                .unwrap_or_default(),
-            match (cfile.shape_used, a.model.as_str()) {
-                (true, _) => "",
-                (false, "bidding") => {
-                    "; should_use_config is not \"true\": as the published simulator does, \
-                     the shape is ignored for its fixed cluster of 32 GPUs a rack (6 machines \
-                     of 2 slots x 2 GPUs, 3 of 2 GPUs, 2 of 1 GPU)"
-                }
-                (false, _) => {
-                    "; should_use_config is not \"true\": the published simulator would ignore \
-                     the shape and build its fixed cluster of 32 GPUs a rack; batchcast \
-                     simulates the shape as written (--model bidding builds that cluster)"
-                }
-            },
-        );
-        if !bidding {
-            eprintln!(
-                "not simulated from the published model: per-GPU bidding (jobs run \
-                 gang-scheduled on all their GPUs, never on fewer), a chunk of iterations \
-                 holding its GPUs past the lease; --model bidding simulates them"
-            );
-        }
-    }
-    let (jobs, origin) = match &a.trace {
-        Some(p) => {
-            let mut t = read_file(p, Format::by_name(&a.format)?)?;
-            if t.skipped > 0 {
-                eprintln!(
-                    "{}: skipped {} records without GPUs, run time or iterations",
-                    p.display(),
-                    t.skipped
-                );
-            }
-            if t.halved > 0 {
-                eprintln!(
-                    "{}: {} jobs cut by the published simulator's job_group_id halving",
-                    p.display(),
-                    t.halved
-                );
-            }
-            // The bidding model runs the chunks itself.
-            let grew = if bidding {
-                0
-            } else {
-                cfile.whole_chunks(&mut t.jobs)
-            };
-            if grew > 0 {
-                if let Some(g) = cfile.iteration_granularity {
-                    eprintln!(
-                        "{grew} jobs rounded up to whole chunks of iteration_granularity {g}, \
-                         as the published simulator runs them"
-                    );
-                }
-            }
-            (t.jobs, t.origin)
-        }
-        None => {
-            let sc = SynthConfig {
-                jobs: a.jobs,
-                seed: a.seed,
-                mean_interarrival: a.interarrival,
-                heavy_share: a.heavy_share,
-                median_duration: a.median_duration,
-                duration_sigma: a.duration_sigma,
-                cpu_per_gpu: a.cpu_per_gpu,
-                datasets: a.datasets,
-                ..SynthConfig::default()
-            };
-            (
-                synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?,
-                0.0,
-            )
-        }
-    };
+    published_notes(&a, &cfile, &cfg, bidding);
+    let (jobs, origin) = load_jobs(&a, &cfile, &spec, bidding)?;
     let policy = a.policy.as_deref().unwrap_or(if bidding {
         "sjf,las,tiresias,gandiva"
     } else {
@@ -295,51 +212,21 @@ pub fn run(a: SimArgs) -> Result<()> {
     if names.is_empty() {
         bail!("--policy names no policy; give e.g. dally,tiresias,gandiva,srsf,fifo");
     }
-    let mut outcomes = Vec::new();
-    if bidding {
+    let outcomes = if bidding {
         let run = BiddingRun {
             origin,
             granularity: cfile.iteration_granularity.unwrap_or(1),
             published_default_cluster: cfile.published && !cfile.shape_used,
         };
+        let mut outcomes = Vec::new();
         for n in &names {
-            outcomes.push(simulate_bidding(
-                &spec,
-                &cfg,
-                &jobs,
-                &run,
-                Bidder::by_name(n)?,
-            )?);
+            let bidder = Bidder::by_name(n)?;
+            outcomes.push(simulate_bidding(&spec, &cfg, &jobs, &run, bidder)?);
         }
-    }
-    let mut policies = Vec::new();
-    for n in names.iter().filter(|_| !bidding) {
-        policies.push(by_name(n)?);
-    }
-    let show = std::io::stderr().is_terminal();
-    for p in &mut policies {
-        let bar = show.then(|| {
-            let b = ProgressBar::new(jobs.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
-            );
-            b.set_prefix(p.name().to_string());
-            b
-        });
-        let o = simulate(&spec, &cfg, &jobs, p.as_mut(), &mut |done, _| {
-            if let Some(b) = &bar {
-                b.set_position(done as u64);
-            }
-        })?;
-        if let Some(b) = bar {
-            b.finish_and_clear();
-        }
-        outcomes.push(o);
-    }
+        outcomes
+    } else {
+        simulate_gang(&spec, &cfg, &jobs, &names)?
+    };
     let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
     if a.json {
         outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
@@ -375,22 +262,168 @@ pub fn run(a: SimArgs) -> Result<()> {
         out!("{}", comparison_table(&summaries))?;
     }
     if let Some(dir) = &a.out {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
-        let write = |name: &str, body: &str| {
-            let p = dir.join(name);
-            std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
-        };
-        for o in &outcomes {
-            write(&format!("{}.jobs.csv", o.policy), &jobs_csv(o))?;
-        }
-        write("summary.json", &serde_json::to_string_pretty(&summaries)?)?;
-        write("jct_cdf.svg", &jct_cdf_svg(&outcomes)?)?;
-        write("utilisation.svg", &utilisation_svg(&outcomes)?)?;
-        write("queue.svg", &queue_svg(&outcomes)?)?;
+        write_out(dir, &outcomes, &summaries)?;
+    }
+    Ok(())
+}
+
+/// What a published cluster file sets, and what of it is not simulated, on
+/// stderr.
+fn published_notes(a: &SimArgs, cfile: &ClusterFile, cfg: &SimConfig, bidding: bool) {
+    if !cfile.published {
+        return;
+    }
+    eprintln!(
+        "published cluster file: lease {} s, restart cost {} s, congestion {} / {}{}{}",
+        cfg.lease,
+        cfg.restart_cost,
+        cfg.rack_congestion,
+        cfg.core_congestion,
+        cfile
+            .policy
+            .as_deref()
+            .map(|p| format!("; its cluster_policy {p} is not used (pick with --policy)"))
+            .unwrap_or_default(),
+        match (cfile.shape_used, a.model.as_str()) {
+            (true, _) => "",
+            (false, "bidding") => {
+                "; should_use_config is not \"true\": as the published simulator does, \
+                 the shape is ignored for its fixed cluster of 32 GPUs a rack (6 machines \
+                 of 2 slots x 2 GPUs, 3 of 2 GPUs, 2 of 1 GPU)"
+            }
+            (false, _) => {
+                "; should_use_config is not \"true\": the published simulator would ignore \
+                 the shape and build its fixed cluster of 32 GPUs a rack; batchcast \
+                 simulates the shape as written (--model bidding builds that cluster)"
+            }
+        },
+    );
+    if !bidding {
         eprintln!(
-            "wrote per-job CSVs, summary.json and three SVG charts to {}",
-            dir.display()
+            "not simulated from the published model: per-GPU bidding (jobs run \
+             gang-scheduled on all their GPUs, never on fewer), a chunk of iterations \
+             holding its GPUs past the lease; --model bidding simulates them"
         );
     }
+}
+
+/// The jobs to simulate, from `--trace` or synthetic, and the trace's clock
+/// origin.
+fn load_jobs(
+    a: &SimArgs,
+    cfile: &ClusterFile,
+    spec: &ClusterSpec,
+    bidding: bool,
+) -> Result<(Vec<JobSpec>, f64)> {
+    Ok(match &a.trace {
+        Some(p) => {
+            let mut t = read_file(p, Format::by_name(&a.format)?)?;
+            if t.skipped > 0 {
+                eprintln!(
+                    "{}: skipped {} records without GPUs, run time or iterations",
+                    p.display(),
+                    t.skipped
+                );
+            }
+            if t.halved > 0 {
+                eprintln!(
+                    "{}: {} jobs cut by the published simulator's job_group_id halving",
+                    p.display(),
+                    t.halved
+                );
+            }
+            // The bidding model runs the chunks itself.
+            let grew = if bidding {
+                0
+            } else {
+                cfile.whole_chunks(&mut t.jobs)
+            };
+            if grew > 0 {
+                if let Some(g) = cfile.iteration_granularity {
+                    eprintln!(
+                        "{grew} jobs rounded up to whole chunks of iteration_granularity {g}, \
+                     as the published simulator runs them"
+                    );
+                }
+            }
+            (t.jobs, t.origin)
+        }
+        None => {
+            let sc = SynthConfig {
+                jobs: a.jobs,
+                seed: a.seed,
+                mean_interarrival: a.interarrival,
+                heavy_share: a.heavy_share,
+                median_duration: a.median_duration,
+                duration_sigma: a.duration_sigma,
+                cpu_per_gpu: a.cpu_per_gpu,
+                datasets: a.datasets,
+                ..SynthConfig::default()
+            };
+            (
+                synthetic(&sc, spec.total_gpus().min(u32::MAX as u64) as u32)?,
+                0.0,
+            )
+        }
+    })
+}
+
+/// Runs each gang-model policy of `names`, with a progress bar on a terminal.
+fn simulate_gang(
+    spec: &ClusterSpec,
+    cfg: &SimConfig,
+    jobs: &[JobSpec],
+    names: &[&str],
+) -> Result<Vec<Outcome>> {
+    let mut outcomes = Vec::new();
+    let mut policies = Vec::new();
+    for n in names {
+        policies.push(by_name(n)?);
+    }
+    let show = std::io::stderr().is_terminal();
+    for p in &mut policies {
+        let bar = show.then(|| {
+            let b = ProgressBar::new(jobs.len() as u64);
+            b.set_style(
+                ProgressStyle::with_template(
+                    "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
+                )
+                .unwrap_or_else(|_| ProgressStyle::default_bar())
+                .progress_chars("=> "),
+            );
+            b.set_prefix(p.name().to_string());
+            b
+        });
+        let o = simulate(spec, cfg, jobs, p.as_mut(), &mut |done, _| {
+            if let Some(b) = &bar {
+                b.set_position(done as u64);
+            }
+        })?;
+        if let Some(b) = bar {
+            b.finish_and_clear();
+        }
+        outcomes.push(o);
+    }
+    Ok(outcomes)
+}
+
+/// Writes the per-job CSVs, the summaries and the charts into `dir`.
+fn write_out(dir: &Path, outcomes: &[Outcome], summaries: &[Summary]) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let write = |name: &str, body: &str| {
+        let p = dir.join(name);
+        std::fs::write(&p, body).with_context(|| format!("cannot write {}", p.display()))
+    };
+    for o in outcomes {
+        write(&format!("{}.jobs.csv", o.policy), &jobs_csv(o))?;
+    }
+    write("summary.json", &serde_json::to_string_pretty(summaries)?)?;
+    write("jct_cdf.svg", &jct_cdf_svg(outcomes)?)?;
+    write("utilisation.svg", &utilisation_svg(outcomes)?)?;
+    write("queue.svg", &queue_svg(outcomes)?)?;
+    eprintln!(
+        "wrote per-job CSVs, summary.json and three SVG charts to {}",
+        dir.display()
+    );
     Ok(())
 }
