@@ -20,6 +20,7 @@
 //! crate plans, runs and records, and depends on no HTTP or drawing code.
 
 #![forbid(unsafe_code)]
+#![deny(missing_docs)]
 
 #[cfg(feature = "export")]
 pub mod export;

@@ -31,6 +31,7 @@ pub const DEFAULT_INTERVAL: Duration = Duration::from_secs(1);
 /// One job to watch.
 #[derive(Clone, Debug)]
 pub struct JobWatch {
+    /// The run the job's samples are recorded under.
     pub run: RunId,
     /// The job's process; it leads its own process group, so its process
     /// tree is every process of that group and their descendants.
@@ -44,7 +45,9 @@ pub struct JobWatch {
 /// What the listeners of one workload share.
 #[derive(Clone, Debug)]
 pub struct WatchOptions {
+    /// Sampling period.
     pub interval: Duration,
+    /// The GPU layer (NVML, or a stand-in in tests) the GPU listener reads.
     pub gpus: Arc<dyn GpuLayer>,
 }
 

@@ -28,11 +28,14 @@ use tracking::Tracking;
 
 /// How a plan is run.
 pub struct RunOptions {
+    /// The run store file.
     pub store: PathBuf,
     /// Listener sampling period.
     pub interval: Duration,
     /// Run FAILED rows again (FINISHED rows are always skipped).
     pub rerun_failed: bool,
+    /// The GPU layer (NVML, or a stand-in in tests) for placement and
+    /// listeners.
     pub gpus: Arc<dyn GpuLayer>,
     /// Set (by a signal handler) to stop every job of the running workload
     /// and record them KILLED.
@@ -55,8 +58,11 @@ pub struct RunOptions {
 /// What running a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Outcome {
+    /// Runs that ended FINISHED.
     pub finished: usize,
+    /// Runs that ended FAILED.
     pub failed: usize,
+    /// Runs that ended KILLED.
     pub killed: usize,
     /// Rows not run: FINISHED already, or FAILED without `--rerun-failed`.
     pub skipped: usize,
@@ -69,8 +75,10 @@ pub struct Outcome {
 /// Why a plan could not be run at all.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
+    /// The run store refused a read or a write.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// Anything else that stops the plan, with what to do.
     #[error("{0}")]
     Other(String),
 }
