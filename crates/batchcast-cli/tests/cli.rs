@@ -2,19 +2,10 @@
 
 mod common;
 
-use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{assert_full_epoch, serve_data, Env, Fail, Succeed};
+use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
-    let config = GenerateConfig {
-        classes,
-        images_per_class: per_class,
-        long_side: (64, 96),
-        ..GenerateConfig::default()
-    };
-    generate_jpeg_dataset(&dir.join("data"), &config, &|_, _| {})
-        .unwrap()
-        .path
+    jpeg_dataset(&dir.join("data"), classes, per_class, (64, 96))
 }
 
 /// `batchcast demo --json` runs both modes on a dataset it generates and

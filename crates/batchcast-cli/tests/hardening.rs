@@ -13,8 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
-use common::{assert_full_epoch, Env, Proc};
+use common::{assert_full_epoch, jpeg_dataset, Env, Proc};
 use rustix::event::{PollFd, PollFlags, Timespec};
 
 /// CPU seconds (user + system) the process has used, from /proc.
@@ -169,15 +168,7 @@ fn fault5_silent_connections_at_fd_limit() {
 #[test]
 fn fault5_loader_keeps_its_descriptors_under_a_flood() {
     let env = Env::new();
-    let config = GenerateConfig {
-        classes: 3,
-        images_per_class: 7,
-        long_side: (64, 96),
-        ..GenerateConfig::default()
-    };
-    let data = generate_jpeg_dataset(&env.path().join("data"), &config, &|_, _| {})
-        .unwrap()
-        .path;
+    let data = jpeg_dataset(&env.path().join("data"), 3, 7, (64, 96));
     let args = [
         "serve",
         "--name",

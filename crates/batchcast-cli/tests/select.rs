@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use batchcast::{Consumer, ConsumerOptions, Event};
 use batchcast_pipeline::{
-    generate_jpeg_dataset, write_scores, DType as PixelType, Dataset, GenerateConfig, Layout,
-    OnError, OutputFormat, Pipeline, Selection, Transform,
+    write_scores, DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Selection,
+    Transform,
 };
-use common::Env;
+use common::{jpeg_dataset, Env, Fail};
 use serde_json::Value;
 
 /// Classes of 1,000, 900, ..., 100 images: 5,500.
@@ -25,15 +25,7 @@ const SIDE: u32 = 8;
 
 /// An ImageFolder of tiny JPEGs with classes of [`SIZES`].
 fn dataset(dir: &Path) -> PathBuf {
-    let config = GenerateConfig {
-        classes: SIZES.len(),
-        images_per_class: SIZES[0],
-        long_side: (24, 32),
-        ..GenerateConfig::default()
-    };
-    let root = generate_jpeg_dataset(&dir.join("data"), &config, &|_, _| {})
-        .unwrap()
-        .path;
+    let root = jpeg_dataset(&dir.join("data"), SIZES.len(), SIZES[0], (24, 32));
     for (c, &size) in SIZES.iter().enumerate() {
         let class = root.join(format!("class_{c:03}"));
         let mut files: Vec<PathBuf> = std::fs::read_dir(&class)
@@ -254,15 +246,7 @@ fn serve_select_delivers_the_selection_to_every_consumer_and_decodes_only_it() {
 #[test]
 fn serve_select_refuses_bad_specs_with_the_fix() {
     let env = Env::new();
-    let config = GenerateConfig {
-        classes: 2,
-        images_per_class: 3,
-        long_side: (24, 32),
-        ..GenerateConfig::default()
-    };
-    let root = generate_jpeg_dataset(&env.path().join("d"), &config, &|_, _| {})
-        .unwrap()
-        .path;
+    let root = jpeg_dataset(&env.path().join("d"), 2, 3, (24, 32));
     let data = root.to_str().unwrap();
     let file = env.path().join("s.npy");
     write_scores(&file, &[1.0; 5]).unwrap();
@@ -290,7 +274,7 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
             "{spec}: {err}"
         );
     }
-    let out = env
+    let err = env
         .cmd(&[
             "serve",
             "--name",
@@ -299,13 +283,8 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
             "--select",
             "random:0.5",
         ])
-        .output()
-        .unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && err.contains("--data PATH"),
-        "{err}"
-    );
+        .fail();
+    assert!(err.contains("--data PATH"), "{err}");
 }
 
 /// Measures the producer with and without `--select random:50%` on one
@@ -317,15 +296,7 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
 #[ignore = "a measurement: run by hand"]
 fn bench_select_random_half() {
     let env = Env::new();
-    let config = GenerateConfig {
-        classes: 10,
-        images_per_class: 100,
-        long_side: (200, 300),
-        ..GenerateConfig::default()
-    };
-    let root = generate_jpeg_dataset(&env.path().join("d"), &config, &|_, _| {})
-        .unwrap()
-        .path;
+    let root = jpeg_dataset(&env.path().join("d"), 10, 100, (200, 300));
     let data = root.to_str().unwrap();
     println!("select           samples/s  decoded/epoch  s/epoch  decoded/s");
     let runs = [None, None, Some("random:50%"), None, Some("random:50%")];

@@ -43,6 +43,25 @@ impl Succeed for Command {
 /// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
 /// batches of 4, for `consumers` consumers, as JSON lines. More options may
 /// be added after them.
+/// An ImageFolder of generated JPEGs in `dir`: `classes` classes of
+/// `per_class` images whose long side lies in `long_side`.
+pub fn jpeg_dataset(
+    dir: &Path,
+    classes: usize,
+    per_class: usize,
+    long_side: (u32, u32),
+) -> PathBuf {
+    let config = batchcast_pipeline::GenerateConfig {
+        classes,
+        images_per_class: per_class,
+        long_side,
+        ..batchcast_pipeline::GenerateConfig::default()
+    };
+    batchcast_pipeline::generate_jpeg_dataset(dir, &config, &|_, _| {})
+        .unwrap()
+        .path
+}
+
 pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&'a str> {
     vec![
         "serve",
