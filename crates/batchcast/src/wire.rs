@@ -30,7 +30,7 @@ use crate::stream::StreamSpec;
 
 /// Version of this protocol and of the shared-memory regions it hands over
 /// (`crate::region`); both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -215,6 +215,11 @@ pub struct Welcome {
     pub first_epoch_partial: bool,
     /// Rows of that partial first epoch, when the producer knows them.
     pub first_epoch_samples: Option<u64>,
+    /// True when the producer keeps a state file and a producer restarted
+    /// under its name resumes its stream: a consumer that loses it waits
+    /// for the restart (`ConsumerOptions::reconnect_timeout`) instead of
+    /// failing at once.
+    pub resumable: bool,
 }
 
 /// An epoch begins.
@@ -231,6 +236,11 @@ pub struct EpochStart {
     /// This consumer's first batch of the epoch; it reads every batch the
     /// board publishes from here to the epoch's end.
     pub first_seq: u64,
+    /// The position in the epoch (rows from its start, in the epoch's
+    /// order) of the first row of batch `first_seq`: more than 0 when the
+    /// consumer joins mid-epoch or a restarted producer resumes the epoch
+    /// there. A consumer that reattaches skips the rows it already has.
+    pub first_row: u64,
 }
 
 /// Why a producer stopped.
@@ -509,6 +519,7 @@ mod tests {
             batch_size: 8,
             partial: false,
             first_seq: 7,
+            first_row: 0,
         })
     }
 

@@ -194,6 +194,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             stream: Default::default(),
             first_epoch_partial: false,
             first_epoch_samples: None,
+            resumable: false,
         }),
         ToConsumer::EpochStart(EpochStart {
             epoch: 0,
@@ -201,6 +202,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             batch_size: 64,
             partial: false,
             first_seq: 0,
+            first_row: 0,
         }),
         ToConsumer::EpochEnd {
             epoch: 0,

@@ -82,6 +82,9 @@ struct Epoch {
     number: u64,
     open: bool,
     first_seq: Option<u64>,
+    /// The position of the epoch's first published row: more than 0 when a
+    /// restarted producer resumes the epoch mid-way.
+    start_row: u64,
     published_rows: u64,
     samples: Option<u64>,
 }
@@ -151,6 +154,9 @@ pub(crate) struct State {
     stream: StreamSpec,
     /// Threads waiting on the condition variable.
     waiters: usize,
+    /// A producer restarted under this name resumes the stream (it keeps a
+    /// state file), told in welcomes.
+    resumable: bool,
 }
 
 impl State {
@@ -181,6 +187,7 @@ impl State {
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
             waiters: 0,
+            resumable: false,
         }
     }
 
@@ -261,6 +268,7 @@ impl State {
             number,
             open: true,
             first_seq: None,
+            start_row: 0,
             published_rows: 0,
             samples: self.samples_per_epoch,
         };
@@ -625,6 +633,7 @@ impl State {
             } else {
                 None
             },
+            resumable: self.resumable,
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
@@ -740,12 +749,20 @@ impl State {
         partial: bool,
         first_seq: u64,
     ) -> bool {
+        // A catch-up joiner starts at the epoch's first batch; any other
+        // consumer at the next one.
+        let first_row = if self.epoch.first_seq == Some(first_seq) {
+            self.epoch.start_row
+        } else {
+            self.epoch.start_row + self.epoch.published_rows
+        };
         let msg = ToConsumer::EpochStart(EpochStart {
             epoch: self.epoch.number,
             samples,
             batch_size: self.batch_size.unwrap_or(1),
-            partial,
+            partial: partial || first_row > 0,
             first_seq,
+            first_row,
         });
         let Ok(frame) = wire::encode(&msg) else {
             return false;
