@@ -5,10 +5,14 @@
 use std::cell::RefCell;
 use std::time::{Duration, Instant};
 
-use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason};
+use batchcast::{
+    Durability, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ResumePoint,
+    ShutdownReason,
+};
 
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
+use crate::resume::identity;
 use crate::serve::{serve, shutdown_reason, ServeSummary};
 
 /// The number of trainers `batchcast run` gave a workload, in the
@@ -80,6 +84,19 @@ pub struct ServeArgs {
     /// Print one JSON line per event on stdout (for scripts and tests).
     #[arg(long)]
     pub json: bool,
+    /// Start the stream afresh, discarding the position a killed producer
+    /// of this name left in its state file (by default a restart resumes
+    /// it, and consumers waiting for the restart continue where they were).
+    #[arg(long)]
+    pub fresh: bool,
+    /// Keep no state file: a restart under this name starts afresh, and
+    /// consumers fail at once when this producer dies.
+    #[arg(long, conflicts_with = "fresh")]
+    pub no_state: bool,
+    /// Seconds a resumed producer waits for the consumers its predecessor
+    /// had to reattach before it publishes (then it goes on without them).
+    #[arg(long, default_value_t = 30.0)]
+    pub rejoin_timeout: f64,
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when
@@ -115,6 +132,16 @@ impl ServeArgs {
             })
             .transpose()
     }
+
+    /// `--rejoin-timeout` as a duration.
+    fn rejoin_timeout(&self) -> Result<Duration> {
+        Duration::try_from_secs_f64(self.rejoin_timeout).map_err(|_| {
+            ServeError::invalid(format!(
+                "--rejoin-timeout must be a non-negative number of seconds, not {}",
+                self.rejoin_timeout
+            ))
+        })
+    }
 }
 
 /// Runs `batchcast serve`: prints what it serves (stderr, or a
@@ -126,7 +153,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let idle_timeout = args.idle_timeout()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
+    let rejoin_timeout = args.rejoin_timeout()?;
     let source = args.source.open()?;
+    let durable = (!args.no_state).then(|| Durability {
+        fresh: args.fresh,
+        ..Durability::new(identity(&args.source, source.samples_per_epoch()))
+    });
     let mut producer = Producer::create(
         &args.name,
         ProducerOptions {
@@ -142,15 +174,21 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             dir: None,
             max_lag,
             lag_policy,
+            durable,
             ..ProducerOptions::default()
         },
     )?;
+    let resumed = producer.resumed();
     if args.json {
         let mut line = serde_json::json!({"event": "listening", "name": args.name,
             "socket": producer.socket_path(), "pid": std::process::id(),
             "samples_per_epoch": source.samples_per_epoch()});
         if let Some(spec) = &args.source.images.select {
             line["select"] = spec.to_string().into();
+        }
+        if let Some(r) = resumed {
+            line["resumed"] = serde_json::json!({"epoch": r.epoch, "row": r.row,
+                "consumers": r.consumers});
         }
         face.event(&line.to_string()).map_err(ServeError::Output)?;
     } else {
@@ -170,6 +208,22 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             source.samples_per_epoch(),
             args.source.batch_size,
         );
+        if let Some(r) = resumed {
+            eprintln!(
+                "resuming the stream of the producer {:?} that stopped: epoch {}, from row {} \
+                 (--fresh starts afresh)",
+                args.name, r.epoch, r.row
+            );
+        }
+    }
+    if let Some(r) = resumed {
+        if !wait_for_rejoin(&producer, r, rejoin_timeout, face) {
+            producer.finish(ShutdownReason::Interrupted);
+            return Ok(ServeSummary {
+                interrupted: true,
+                ..ServeSummary::default()
+            });
+        }
     }
     let want = args.consumers.max(trainers);
     if want > 0 {
@@ -220,6 +274,28 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         );
     }
     Ok(summary)
+}
+
+/// Waits up to `within` for the consumers a resumed stream had to
+/// reattach, so that none finds the stream gone past its position; false
+/// when interrupted. Those that do not come in time are not waited for.
+fn wait_for_rejoin(
+    producer: &Producer,
+    resumed: ResumePoint,
+    within: Duration,
+    face: &mut dyn Face,
+) -> bool {
+    let deadline = Instant::now().checked_add(within);
+    let want = resumed.consumers as usize;
+    while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
+        if face.interrupted() {
+            return false;
+        }
+        if deadline.is_none_or(|d| Instant::now() >= d) {
+            break;
+        }
+    }
+    true
 }
 
 /// Waits for `--consumers` (or the `trainers` of `batchcast run`) before

@@ -20,6 +20,10 @@
 //!   the same for every consumer) is published once, in the source's order;
 //!   a batch whose samples were all skipped (undecodable files) is not
 //!   published.
+//! - A producer restarted under the same name, with the same dataset,
+//!   seed and options ([`identity`]), resumes the stream at the state
+//!   file's resume point: the epoch, and in it the row every consumer has
+//!   received ([`skip_rows`]); another identity is refused.
 //! - The consumers are told why the stream ended: finished, interrupted,
 //!   or the error that ended it ([`shutdown_reason`]).
 //! - The arrows run one way: this crate depends on the core and the
@@ -31,6 +35,7 @@ mod args;
 mod command;
 mod error;
 mod images;
+mod resume;
 mod serve;
 mod source;
 mod synthetic;
@@ -39,6 +44,7 @@ pub use args::{default_workers, SourceArgs, SyntheticArgs};
 pub use command::{run, Face, ServeArgs, CONSUMERS_ENV};
 pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
+pub use resume::{identity, skip_rows};
 pub use serve::{serve, shutdown_reason, ServeSummary};
 pub use source::{check_batch_size, BatchSource};
 pub use synthetic::{calibrate, expected_byte, Synthetic};

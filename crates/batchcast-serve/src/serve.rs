@@ -5,6 +5,7 @@ use std::time::Instant;
 use batchcast::{AfterLoanError, Producer, ServeUntil, ShutdownReason};
 
 use crate::error::{Result, ServeError};
+use crate::resume::skip_rows;
 use crate::source::BatchSource;
 
 /// Figures of a finished `serve` run.
@@ -29,7 +30,9 @@ pub struct ServeSummary {
     pub idle: bool,
 }
 
-/// Publishes `epochs` epochs of `source` through `producer`; `epochs` 0
+/// Publishes `epochs` epochs of `source` through `producer` (a producer
+/// that resumed a stream, [`Producer::resumed`], publishes those its
+/// predecessors did not, from the resume point on); `epochs` 0
 /// publishes epochs for as long as any consumer reads: until none has been
 /// attached for the producer's idle timeout (after at least one batch was
 /// served; before that, the timeout is an error), by the core's
@@ -47,10 +50,15 @@ pub fn serve(
     let t0 = Instant::now();
     let mut summary = ServeSummary::default();
     let until = ServeUntil::from_epochs(epochs);
-    'epochs: while until.wants_epoch(summary.epochs) {
+    // A resumed stream counts the epochs its predecessors served, and its
+    // first epoch begins at the resume point's row.
+    let resumed = producer.resumed();
+    let mut skip = resumed.map_or(0, |r| r.row);
+    let before = resumed.map_or(0, |r| r.epoch);
+    'epochs: while until.wants_epoch(before + summary.epochs) {
         let epoch = producer.begin_epoch()?;
         let decoded_before = source.decoded();
-        let plan = source.batches(epoch);
+        let plan = skip_rows(source.batches(epoch), std::mem::take(&mut skip));
         let total = plan.len() as u64;
         for (i, indices) in plan.iter().enumerate() {
             let (tree, leaves) = source.spec(indices.len() as u64);

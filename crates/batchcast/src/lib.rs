@@ -64,14 +64,15 @@ mod wire;
 
 pub use consumer::{
     Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Keepalive, Leaf, Waiter,
+    DEFAULT_RECONNECT_TIMEOUT,
 };
 pub use dtype::DType;
 pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
-    EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
-    DEFAULT_LAG_BYTES,
+    Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions,
+    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY,
 };
 pub use region::RegionOpenError;
 pub use serving::{AfterLoanError, ServeUntil};

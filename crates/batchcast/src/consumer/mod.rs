@@ -39,23 +39,22 @@
 //! [`OnEvict::Rejoin`], its epoch ends short and it follows the next one.
 
 mod assemble;
+mod attach;
 mod batch;
 mod link;
+mod reattach;
 pub mod rebatch;
 mod waiter;
 mod watch;
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
-
 use assemble::Assembler;
+use attach::attach;
 pub use batch::{Batch, Keepalive, Leaf, SlotLease};
 use link::Link;
 use rebatch::batches_in;
@@ -63,22 +62,24 @@ pub use waiter::Waiter;
 use watch::ProducerWatch;
 
 use crate::arena::ArenaView;
-use crate::board::{BoardView, Woken};
+use crate::board::Woken;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::holds::HoldsView;
-use crate::ledger::Ledger;
 use crate::warn::Warn;
 use crate::wire::{
-    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
-    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    self, EpochStart, Fill, FrameReader, JoinPolicy, OnEvict, ShutdownReason, ToConsumer,
+    ToProducer, Welcome,
 };
 
 /// How often blocking calls wake to run the interrupt hook.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a consumer waits by default for a lost producer that resumes
+/// its stream to be restarted.
+pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Consumer settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ConsumerOptions {
     /// Rows per batch; `None`: the producer's batch size.
     pub batch_size: Option<u64>,
@@ -98,9 +99,32 @@ pub struct ConsumerOptions {
     pub copy_on_write: bool,
     /// What to do if the producer evicts this consumer for falling behind.
     pub on_evict: OnEvict,
-    /// Where warnings go (evicted, rejoining at the next epoch); stderr by
-    /// default.
+    /// Where warnings go (evicted, rejoining at the next epoch, waiting for
+    /// a restarted producer); stderr by default.
     pub warn: Warn,
+    /// How long to wait for a lost producer to be restarted under its name,
+    /// when it resumes its stream (its welcome says so: `batchcast serve`
+    /// keeps a state file); [`DEFAULT_RECONNECT_TIMEOUT`] by default. The
+    /// consumer then reattaches and continues with exactly the rows it has
+    /// not received. Zero: fail at once with [`Error::ProducerGone`].
+    pub reconnect_timeout: Duration,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            batch_size: None,
+            drop_last: false,
+            join: JoinPolicy::default(),
+            connect_timeout: None,
+            label: String::new(),
+            dir: None,
+            copy_on_write: false,
+            on_evict: OnEvict::default(),
+            warn: Warn::default(),
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+        }
+    }
 }
 
 /// An epoch as this consumer will see it.
@@ -153,10 +177,24 @@ pub struct ConsumerStats {
 /// Where this consumer reads the board in the epoch it follows.
 #[derive(Debug, Clone, Copy)]
 struct Cursor {
+    /// The epoch read.
+    epoch: u64,
     /// The next batch to read.
     next: u64,
     /// The epoch's end, once its `EpochEnd` has arrived.
     end: Option<u64>,
+    /// The position in the epoch of batch `next`'s first row.
+    row: u64,
+    /// The epoch lies wholly behind this consumer (a restarted producer
+    /// resumed at an earlier epoch): its batches are read and dropped.
+    behind: bool,
+}
+
+/// The next row this consumer wants: its position in the stream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Pos {
+    epoch: u64,
+    row: u64,
 }
 
 /// A consumer attached to one producer.
@@ -187,6 +225,19 @@ pub struct Consumer {
     watch: Option<ProducerWatch>,
     /// The producer was seen dead: every later call fails at once.
     gone: bool,
+    /// Where this consumer stands in the stream (None before its first
+    /// epoch): the rows before it were taken from the board, whatever
+    /// producer published them.
+    pos: Option<Pos>,
+    /// Rows taken in the current epoch.
+    epoch_taken: u64,
+    /// The current epoch was continued from a restarted producer.
+    resumed: bool,
+    /// Since when the producer is lost while a restarted one may resume
+    /// its stream (see `reattach`).
+    lost: Option<Instant>,
+    /// Reattached, and the restarted producer's first epoch not begun yet.
+    reattached: bool,
 }
 
 impl Consumer {
@@ -212,103 +263,13 @@ impl Consumer {
             )));
         }
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
-        let sock = connect_socket(&endpoint, opts.connect_timeout, interrupt)?;
-        let cred = crate::peer::peer_cred(&sock)?;
-        let ours = rustix::process::getuid().as_raw();
-        if cred.uid != ours {
-            return Err(Error::ForeignPeer {
-                peer: cred.uid,
-                ours,
-            });
-        }
-        let hello = ToProducer::Hello(Hello {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            role: Role::Consumer(ConsumerHello {
-                batch_size: opts.batch_size,
-                drop_last: opts.drop_last,
-                join: opts.join,
-                label: opts.label.clone(),
-                on_evict: opts.on_evict,
-            }),
-        });
-        wire::send_frame(&sock, &wire::encode(&hello)?)?;
-        let mut reader = FrameReader::new();
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        let gone = || Error::ProducerGone {
-            name: name.to_owned(),
-        };
-        // Frames read with the end of the stream (a shutdown just before
-        // the producer exits) are decoded before the end counts.
-        let mut eof = false;
-        let welcome = loop {
-            if let Some(msg) = reader.next_frame::<ToConsumer>()? {
-                match msg {
-                    ToConsumer::Welcome(w) => break w,
-                    ToConsumer::Refused(reason) => {
-                        return Err(Error::JoinRefused {
-                            name: name.to_owned(),
-                            reason,
-                        })
-                    }
-                    ToConsumer::Shutdown(reason) => {
-                        return Err(Error::ProducerStopped {
-                            name: name.to_owned(),
-                            reason,
-                        })
-                    }
-                    other => {
-                        return Err(Error::Protocol(format!(
-                            "expected a welcome, got {other:?}"
-                        )))
-                    }
-                }
-            }
-            if eof {
-                return Err(gone());
-            }
-            if !wait_readable(&sock, TICK)? {
-                if interrupt() {
-                    return Err(Error::Interrupted);
-                }
-                continue;
-            }
-            eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
-        };
-        if welcome.version != PROTOCOL_VERSION {
-            return Err(Error::VersionMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs: welcome.version,
-            });
-        }
-        if welcome.batch_size == Some(0) {
-            return Err(Error::Protocol(
-                "the welcome announced a batch size of 0".into(),
-            ));
-        }
-        let mut fds = fds.into_iter();
-        let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
-            (fds.next(), fds.next(), fds.next(), fds.next())
-        else {
-            return Err(Error::Protocol(
-                "the welcome did not carry the arena, board, ledger and holder-count descriptors"
-                    .into(),
-            ));
-        };
-        let slot_size = usize::try_from(welcome.slot_size)
-            .map_err(|_| Error::Protocol("slot size out of range".into()))?;
-        let slots = welcome.slots as usize;
-        let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
-        let board = BoardView::map(board_fd)?;
-        let ledger = Ledger::open(ledger_fd, slots)?;
-        let holds = HoldsView::open(holds_fd, slots, &opts.warn);
-        let watch = ProducerWatch::open(name, welcome.producer_pid);
+        let attached = attach(&endpoint, &opts, opts.join, opts.connect_timeout, interrupt)?;
         Ok(Consumer {
             name: name.to_owned(),
-            link: Arc::new(Link::new(sock, board, ledger, holds)),
-            reader,
-            arena: Arc::new(arena),
-            welcome,
+            link: Arc::new(attached.link),
+            reader: attached.reader,
+            arena: Arc::new(attached.arena),
+            welcome: attached.welcome,
             opts,
             assembler: None,
             epoch: None,
@@ -319,8 +280,13 @@ impl Consumer {
             finished: None,
             cut_off: false,
             fell_behind: None,
-            watch,
+            watch: attached.watch,
             gone: false,
+            pos: None,
+            epoch_taken: 0,
+            resumed: false,
+            lost: None,
+            reattached: false,
         })
     }
 
@@ -376,6 +342,10 @@ impl Consumer {
             if let Some(event) = self.try_next_event()? {
                 return Ok(event);
             }
+            if self.lost.is_some() {
+                self.reattach(interrupt)?;
+                continue;
+            }
             let t0 = Instant::now();
             let woken = self.link.board.sleep(seen, TICK);
             self.link
@@ -415,7 +385,9 @@ impl Consumer {
                     budget,
                 });
             }
-            self.drain()?;
+            if self.lost.is_none() {
+                self.drain()?;
+            }
             if self.fell_behind.is_some() {
                 continue;
             }
@@ -430,6 +402,7 @@ impl Consumer {
             if let Some(reason) = &self.finished {
                 return Ok(Some(Event::Finished(reason.clone())));
             }
+            // Lost: `next_event` waits for a restarted producer.
             return Ok(None);
         }
     }
@@ -454,12 +427,28 @@ impl Consumer {
     /// later call fails with [`Error::ProducerGone`]. Always false where
     /// the producer's process cannot be watched
     /// ([`watches_producer`](Self::watches_producer)).
+    ///
+    /// Where the producer resumes its stream when restarted (see
+    /// [`ConsumerOptions::reconnect_timeout`]), true means that the next
+    /// [`next_event`](Self::next_event) waits for the restart (and fails
+    /// only if none comes in time).
     pub fn producer_exited(&mut self) -> bool {
-        if !self.gone && self.watch.as_mut().is_some_and(ProducerWatch::gone) {
+        if !self.gone && self.lost.is_none() && self.watch.as_mut().is_some_and(ProducerWatch::gone)
+        {
+            self.lose_producer();
+        }
+        self.gone || self.lost.is_some()
+    }
+
+    /// The producer died: wait for a restart where one resumes the stream,
+    /// else fail every later call.
+    fn lose_producer(&mut self) {
+        if self.can_reattach() {
+            self.lost.get_or_insert_with(Instant::now);
+        } else {
             self.gone = true;
             self.events.clear();
         }
-        self.gone
     }
 
     /// Whether the producer's process is watched (a pidfd), so that its
@@ -473,6 +462,9 @@ impl Consumer {
     fn gone_error(&self) -> Error {
         Error::ProducerGone {
             name: self.name.clone(),
+            waited_secs: self
+                .can_reattach()
+                .then(|| self.opts.reconnect_timeout.as_secs_f64()),
         }
     }
 
@@ -515,10 +507,10 @@ impl Consumer {
             .iter()
             .any(|m| matches!(m, ToConsumer::Shutdown(_)));
         if eof && self.finished.is_none() && !shutdown {
-            self.events.clear();
-            return Err(Error::ProducerGone {
-                name: self.name.clone(),
-            });
+            self.lose_producer();
+            if self.gone {
+                return Err(self.gone_error());
+            }
         }
         Ok(())
     }
@@ -553,29 +545,7 @@ impl Consumer {
                 return Ok(());
             };
             match msg {
-                ToConsumer::EpochStart(es) if self.cursor.is_none() => {
-                    let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
-                    let info = EpochInfo {
-                        epoch: es.epoch,
-                        samples: es.samples,
-                        batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
-                        batch_size: bs,
-                        partial: es.partial,
-                    };
-                    self.assembler = Some(Assembler::new(
-                        es.epoch,
-                        es.samples,
-                        bs,
-                        self.opts.drop_last,
-                    ));
-                    self.rows = 0;
-                    self.epoch = Some(info.clone());
-                    self.cursor = Some(Cursor {
-                        next: es.first_seq,
-                        end: None,
-                    });
-                    self.events.push_back(Ok(Event::EpochStart(info)));
-                }
+                ToConsumer::EpochStart(es) if self.cursor.is_none() => self.epoch_started(es)?,
                 ToConsumer::EpochEnd {
                     epoch,
                     samples,
@@ -601,12 +571,21 @@ impl Consumer {
                         });
                         continue;
                     }
+                    if self.cursor.take().is_some_and(|c| c.behind) {
+                        continue; // an epoch this consumer had already
+                    }
                     if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
                         self.rows += tail.as_ref().map_or(0, |b| b.rows());
                         self.events.push_back(tail.map(Event::Batch));
                     }
                     self.assembler = None;
-                    self.cursor = None;
+                    // Resumed, the producer counts only what it published.
+                    let samples = if self.resumed {
+                        self.epoch_taken
+                    } else {
+                        samples
+                    };
+                    self.epoch_ended(epoch);
                     self.events
                         .push_back(Ok(Event::EpochEnd { epoch, samples }));
                 }
@@ -649,6 +628,75 @@ impl Consumer {
         }
     }
 
+    /// An epoch begins on the board: a new one for this consumer, one it
+    /// continues after reattaching (it skips the rows it has), or one
+    /// wholly behind it (read and dropped, no events).
+    fn epoch_started(&mut self, es: EpochStart) -> Result<()> {
+        let mut cursor = Cursor {
+            epoch: es.epoch,
+            next: es.first_seq,
+            end: None,
+            row: es.first_row,
+            behind: false,
+        };
+        let reattached = std::mem::take(&mut self.reattached);
+        if let Some(p) = self.pos {
+            let continues = self.assembler.is_some() && p.epoch == es.epoch;
+            if es.epoch < p.epoch {
+                cursor.behind = true;
+                self.cursor = Some(cursor);
+                return Ok(());
+            }
+            if (continues || reattached) && (es.epoch > p.epoch || es.first_row > p.row) {
+                return Err(Error::Protocol(format!(
+                    "the restarted producer {:?} resumed its stream at epoch {}, row {}, past                      this consumer's position (epoch {}, row {}): the rows between would be                      lost. Its state file was not the one of the producer this consumer                      followed (restarted with --fresh, or removed); reconnect to start afresh",
+                    self.name, es.epoch, es.first_row, p.epoch, p.row
+                )));
+            }
+            if continues {
+                self.resumed = true;
+                self.cursor = Some(cursor);
+                return Ok(());
+            }
+        }
+        let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
+        let info = EpochInfo {
+            epoch: es.epoch,
+            samples: es.samples,
+            batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
+            batch_size: bs,
+            partial: es.partial,
+        };
+        self.assembler = Some(Assembler::new(
+            es.epoch,
+            es.samples,
+            bs,
+            self.opts.drop_last,
+        ));
+        self.rows = 0;
+        self.epoch_taken = 0;
+        self.resumed = false;
+        self.pos = Some(Pos {
+            epoch: es.epoch,
+            row: es.first_row,
+        });
+        self.epoch = Some(info.clone());
+        self.cursor = Some(cursor);
+        self.events.push_back(Ok(Event::EpochStart(info)));
+        Ok(())
+    }
+
+    /// This consumer is done with `epoch`: it stands at the next one's
+    /// start.
+    fn epoch_ended(&mut self, epoch: u64) {
+        self.cursor = None;
+        self.resumed = false;
+        self.pos = Some(Pos {
+            epoch: epoch + 1,
+            row: 0,
+        });
+    }
+
     /// True when a batch (or an error in a batch's place) waits to be
     /// handed out: batches are taken from the board one at a time.
     fn holds_batches(&self) -> bool {
@@ -667,6 +715,7 @@ impl Consumer {
         self.events
             .retain(|e| !matches!(e, Ok(Event::Batch(_)) | Err(_)));
         let in_epoch = self.cursor.take().is_some();
+        self.epoch_ended(epoch);
         match self.opts.on_evict {
             OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
             OnEvict::Rejoin => {
@@ -725,15 +774,26 @@ impl Consumer {
         }
         self.arena.refresh(slot)?;
         let header = self.arena.header(slot, seq)?;
-        let Some(epoch) = self.epoch.as_ref().map(|e| e.epoch) else {
+        let Some(cursor) = self.cursor.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
+        let epoch = cursor.epoch;
         if header.epoch != epoch {
             return Err(Error::Protocol(format!(
                 "batch {seq} belongs to epoch {}, not to epoch {epoch}",
                 header.epoch
             )));
         }
+        // The rows of this batch this consumer already has (from a producer
+        // that died) are skipped: all of them in an epoch behind it.
+        let rows = header.layout.rows();
+        let first = cursor.row;
+        cursor.row += rows;
+        let skip = match self.pos {
+            _ if cursor.behind => rows,
+            Some(p) if p.epoch == epoch => p.row.saturating_sub(first).min(rows),
+            _ => 0,
+        };
         let lease = Arc::new(SlotLease {
             seq,
             slot,
@@ -741,51 +801,17 @@ impl Consumer {
             arena: Arc::clone(&self.arena),
             link: Arc::clone(&self.link),
         });
+        if skip == rows {
+            return Ok(Some(Vec::new())); // the lease drops: released
+        }
         let Some(assembler) = self.assembler.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
-        Ok(Some(assembler.push(lease)))
-    }
-}
-
-fn connect_socket(
-    endpoint: &Endpoint,
-    timeout: Option<Duration>,
-    interrupt: &mut dyn FnMut() -> bool,
-) -> Result<UnixStream> {
-    let path = endpoint.socket_path();
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        match endpoint.connect()? {
-            Some(sock) => return Ok(sock),
-            None => {
-                if deadline.is_none_or(|d| Instant::now() >= d) {
-                    return Err(Error::ProducerNotFound {
-                        name: endpoint.name().to_owned(),
-                        socket: path,
-                        waited_secs: timeout.map(|t| t.as_secs_f64()),
-                    });
-                }
-                // No signal exists for "a socket appeared": retry briefly.
-                std::thread::sleep(Duration::from_millis(20));
-                if interrupt() {
-                    return Err(Error::Interrupted);
-                }
-            }
-        }
-    }
-}
-
-/// Waits up to `timeout` for `sock` to be readable (or closed).
-fn wait_readable(sock: &UnixStream, timeout: Duration) -> Result<bool> {
-    let mut fds = [PollFd::new(sock, PollFlags::IN)];
-    let ts = Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: timeout.subsec_nanos() as i64,
-    };
-    match rustix::event::poll(&mut fds, Some(&ts)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(Error::io("cannot wait for the producer", e)),
+        self.pos = Some(Pos {
+            epoch,
+            row: first + rows,
+        });
+        self.epoch_taken += rows - skip;
+        Ok(Some(assembler.push(lease, skip)))
     }
 }

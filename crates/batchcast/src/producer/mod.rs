@@ -15,11 +15,14 @@
 
 mod admission;
 mod control;
+mod durable;
 mod lag;
 pub(crate) mod lock;
 mod slots;
 mod state;
 
+pub(crate) use durable::read_refusal;
+pub use durable::{Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
 
 use std::os::fd::OwnedFd;
@@ -37,6 +40,7 @@ use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
 use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
+use durable::StateFile;
 use state::State;
 
 /// What the producer does while no consumer is attached.
@@ -74,6 +78,10 @@ pub struct ProducerOptions {
     pub lag_policy: LagPolicy,
     /// Where warnings go (lag memory the kernel refused); stderr by default.
     pub warn: Warn,
+    /// Keep a state file so that a producer restarted under this name
+    /// resumes the stream where this one stopped (see [`Durability`]);
+    /// `None`: a restart starts afresh.
+    pub durable: Option<Durability>,
 }
 
 /// Headroom of auto-sized slots over the first batch (25 %).
@@ -91,6 +99,7 @@ impl Default for ProducerOptions {
             max_lag: None,
             lag_policy: LagPolicy::Wait,
             warn: Warn::default(),
+            durable: None,
         }
     }
 }
@@ -162,6 +171,16 @@ pub struct Producer {
     lag_refused: bool,
     /// The first batch is described in the stream's spec.
     described: bool,
+    /// The state file, for a durable producer.
+    state_file: Option<StateFile>,
+    /// Where this producer resumed its stream, if it did.
+    resumed: Option<ResumePoint>,
+    /// Batches this producer published.
+    published: u64,
+    /// The resume point written is never past this one until as many
+    /// consumers as it had are attached again (those not back yet have
+    /// received nothing of this producer).
+    floor: Option<ResumePoint>,
 }
 
 impl Producer {
@@ -180,6 +199,13 @@ impl Producer {
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
+        let (state_file, resumed) = match &opts.durable {
+            Some(d) => {
+                let (file, resumed) = StateFile::open(&endpoint, d)?;
+                (Some(file), resumed)
+            }
+            None => (None, None),
+        };
         let sock_path = endpoint.socket_path();
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
@@ -203,13 +229,19 @@ impl Producer {
                 opts.window
             )));
         }
-        let state = State::new(
+        let mut state = State::new(
             name,
             opts.window,
             opts.batch_size,
             opts.samples_per_epoch,
             opts.lag_policy,
         );
+        if state_file.is_some() {
+            state.set_resumable();
+        }
+        if let Some(r) = resumed {
+            state.resume_at(r.epoch, r.row);
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             cond: Condvar::new(),
@@ -234,6 +266,10 @@ impl Producer {
             epoch_batches: 0,
             lag_refused: false,
             described: false,
+            state_file,
+            resumed,
+            published: 0,
+            floor: resumed,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -289,11 +325,56 @@ impl Producer {
         true
     }
 
-    /// Begins the next epoch; returns its number (the first is 0).
+    /// Where this producer resumed the stream of a predecessor under its
+    /// name (from its state file; see [`ProducerOptions::durable`]): its
+    /// first epoch is `epoch`, and begins with the row at position `row`,
+    /// which the caller publishes first. None when it starts afresh.
+    pub fn resumed(&self) -> Option<ResumePoint> {
+        self.resumed
+    }
+
+    /// Begins the next epoch; returns its number (the first is 0, or a
+    /// resumed stream's epoch, see [`Producer::resumed`]).
     pub fn begin_epoch(&mut self) -> Result<u64> {
         let number = self.shared.lock().begin_epoch()?;
         self.epoch_batches = 0;
+        self.save_state(true)?;
         Ok(number)
+    }
+
+    /// Writes the resume point to the state file if it is due (`boundary`:
+    /// at an epoch's edge, always if it moved).
+    fn save_state(&mut self, boundary: bool) -> Result<()> {
+        let Some(file) = self.state_file.as_mut() else {
+            return Ok(());
+        };
+        if self.published == 0 && self.resumed.is_none() {
+            // Nothing to resume yet: a restart starts the same way.
+            return Ok(());
+        }
+        let (low, consumers) = {
+            let state = self.shared.lock();
+            (state.low_water(), state.consumer_count() as u32)
+        };
+        let Some((epoch, row)) = low else {
+            return Ok(());
+        };
+        let mut point = ResumePoint {
+            epoch,
+            row,
+            consumers,
+        };
+        if let Some(floor) = self.floor {
+            if consumers >= floor.consumers {
+                self.floor = None;
+            } else {
+                point = floor.min_position(point);
+            }
+        }
+        if file.due(&point, boundary) {
+            file.write(point)?;
+        }
+        Ok(())
     }
 
     /// Loans a free slot for a batch of the given structure. Blocks while
@@ -457,13 +538,17 @@ impl Producer {
             arena.seal_slot(index, seq, epoch, used, &encoded)?;
         }
         state.publish(index, seq, rows);
+        drop(state);
         self.epoch_batches += 1;
+        self.published += 1;
+        self.save_state(false)?;
         Ok(seq)
     }
 
     /// Ends the current epoch: every consumer following it gets its end.
     pub fn end_epoch(&mut self) -> Result<EpochSummary> {
         let (epoch, samples) = self.shared.lock().end_epoch()?;
+        self.save_state(true)?;
         Ok(EpochSummary {
             epoch,
             batches: self.epoch_batches,
@@ -478,6 +563,12 @@ impl Producer {
     }
 
     fn shutdown(&mut self, reason: ShutdownReason) {
+        // Every consumer is told the stream is over (however it ended):
+        // nothing is left to resume. Only a producer that dies without a
+        // word leaves its state file.
+        if let Some(file) = self.state_file.take() {
+            file.finished();
+        }
         if let Some(wake) = self.wake.take() {
             if let Ok(frame) = wire::encode(&ToConsumer::Shutdown(reason)) {
                 self.shared.lock().shutdown(&frame);

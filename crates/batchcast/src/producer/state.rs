@@ -157,6 +157,20 @@ pub(crate) struct State {
     /// A producer restarted under this name resumes the stream (it keeps a
     /// state file), told in welcomes.
     resumable: bool,
+    /// The first row of the next epoch to begin (a resumed epoch's
+    /// position; 0 otherwise).
+    next_start_row: u64,
+    /// Where the recently published batches lie in their epochs, oldest
+    /// first: for the resume point (see [`State::low_water`]).
+    marks: VecDeque<Mark>,
+}
+
+/// Where a published batch lies in its epoch.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    seq: u64,
+    epoch: u64,
+    row: u64,
 }
 
 impl State {
@@ -188,6 +202,8 @@ impl State {
             recent: VecDeque::new(),
             waiters: 0,
             resumable: false,
+            next_start_row: 0,
+            marks: VecDeque::new(),
         }
     }
 
@@ -239,6 +255,54 @@ impl State {
         self.waiters > 0
     }
 
+    /// Resumes a stream (before the first epoch): welcomes say a restart
+    /// resumes it, and the first epoch begun is `epoch`, from its row `row`.
+    pub fn resume_at(&mut self, epoch: u64, row: u64) {
+        self.epochs_begun = epoch;
+        self.next_start_row = row;
+    }
+
+    /// Welcomes say that a producer restarted under this name resumes the
+    /// stream.
+    pub fn set_resumable(&mut self) {
+        self.resumable = true;
+    }
+
+    /// The position (epoch, row) every attached consumer has received:
+    /// where a restarted producer may resume without a consumer missing a
+    /// row. A consumer following the epoch has received every batch before
+    /// its position (one past the last batch it acquired; a consumer that
+    /// acquired a batch keeps it when the producer dies); one waiting for
+    /// the next epoch has received everything published. None when the
+    /// slowest consumer's batch is no longer known (keep the older point).
+    pub fn low_water(&self) -> Option<(u64, u64)> {
+        let next = self.next_seq;
+        let low = self
+            .consumers
+            .values()
+            .filter_map(|c| match c.phase {
+                Phase::Following => Some(position(c, next)),
+                Phase::Waiting | Phase::Pending => Some(next),
+                Phase::Evicted | Phase::Left => None,
+            })
+            .min()
+            .unwrap_or(next);
+        if low >= next {
+            return Some(if self.epoch.open {
+                (
+                    self.epoch.number,
+                    self.epoch.start_row + self.epoch.published_rows,
+                )
+            } else {
+                (self.epochs_begun, self.next_start_row)
+            });
+        }
+        self.marks
+            .iter()
+            .find(|m| m.seq == low)
+            .map(|m| (m.epoch, m.row))
+    }
+
     /// Sets the rows of the coming epochs.
     pub fn set_samples_per_epoch(&mut self, samples: Option<u64>) {
         self.samples_per_epoch = samples;
@@ -264,13 +328,14 @@ impl State {
         }
         let number = self.epochs_begun;
         self.epochs_begun += 1;
+        let start_row = std::mem::take(&mut self.next_start_row);
         self.epoch = Epoch {
             number,
             open: true,
             first_seq: None,
-            start_row: 0,
+            start_row,
             published_rows: 0,
-            samples: self.samples_per_epoch,
+            samples: self.samples_per_epoch.map(|n| n.saturating_sub(start_row)),
         };
         for id in self.ids_in(Phase::Waiting) {
             self.set_phase(id, Phase::Following);
@@ -424,6 +489,14 @@ impl State {
         // Only now may consumers see it: every holder is recorded.
         if let Some(shm) = &self.shm {
             shm.board.publish(seq, index);
+        }
+        self.marks.push_back(Mark {
+            seq,
+            epoch: self.epoch.number,
+            row: self.epoch.start_row + self.epoch.published_rows,
+        });
+        while self.marks.len() > 2 * self.slots.len() {
+            self.marks.pop_front();
         }
         self.epoch.published_rows += rows;
         self.published += 1;

@@ -1,0 +1,186 @@
+//! Attaching to a producer: connect to its socket (same uid), say hello,
+//! receive the welcome and its descriptors, and map and validate every
+//! region they name. [`Consumer::connect`](super::Consumer::connect) does
+//! it once; a consumer that lost a producer that resumes its stream does it
+//! again with the restarted one (`super::reattach`).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+
+use super::link::Link;
+use super::watch::ProducerWatch;
+use super::{ConsumerOptions, TICK};
+use crate::arena::ArenaView;
+use crate::board::BoardView;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::holds::HoldsView;
+use crate::ledger::Ledger;
+use crate::wire::{
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ToConsumer, ToProducer,
+    Welcome, MAGIC, PROTOCOL_VERSION,
+};
+
+/// What attaching to a producer yields.
+pub(super) struct Attached {
+    pub link: Link,
+    pub reader: FrameReader,
+    pub arena: ArenaView,
+    pub welcome: Welcome,
+    pub watch: Option<ProducerWatch>,
+}
+
+/// Attaches to the producer at `endpoint`, joining under `join`, waiting
+/// up to `connect_timeout` for its socket to appear.
+pub(super) fn attach(
+    endpoint: &Endpoint,
+    opts: &ConsumerOptions,
+    join: JoinPolicy,
+    connect_timeout: Option<Duration>,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<Attached> {
+    let name = endpoint.name();
+    let sock = connect_socket(endpoint, connect_timeout, interrupt)?;
+    let cred = crate::peer::peer_cred(&sock)?;
+    let ours = rustix::process::getuid().as_raw();
+    if cred.uid != ours {
+        return Err(Error::ForeignPeer {
+            peer: cred.uid,
+            ours,
+        });
+    }
+    let hello = ToProducer::Hello(Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        role: Role::Consumer(ConsumerHello {
+            batch_size: opts.batch_size,
+            drop_last: opts.drop_last,
+            join,
+            label: opts.label.clone(),
+            on_evict: opts.on_evict,
+        }),
+    });
+    wire::send_frame(&sock, &wire::encode(&hello)?)?;
+    let mut reader = FrameReader::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // Frames read with the end of the stream (a shutdown just before
+    // the producer exits) are decoded before the end counts.
+    let mut eof = false;
+    let welcome = loop {
+        if let Some(msg) = reader.next_frame::<ToConsumer>()? {
+            match msg {
+                ToConsumer::Welcome(w) => break w,
+                ToConsumer::Refused(reason) => {
+                    return Err(Error::JoinRefused {
+                        name: name.to_owned(),
+                        reason,
+                    })
+                }
+                ToConsumer::Shutdown(reason) => {
+                    return Err(Error::ProducerStopped {
+                        name: name.to_owned(),
+                        reason,
+                    })
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "expected a welcome, got {other:?}"
+                    )))
+                }
+            }
+        }
+        if eof {
+            return Err(Error::ProducerGone {
+                name: name.to_owned(),
+                waited_secs: None,
+            });
+        }
+        if !wait_readable(&sock, TICK)? {
+            if interrupt() {
+                return Err(Error::Interrupted);
+            }
+            continue;
+        }
+        eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
+    };
+    if welcome.version != PROTOCOL_VERSION {
+        return Err(Error::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs: welcome.version,
+        });
+    }
+    if welcome.batch_size == Some(0) {
+        return Err(Error::Protocol(
+            "the welcome announced a batch size of 0".into(),
+        ));
+    }
+    let mut fds = fds.into_iter();
+    let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        return Err(Error::Protocol(
+            "the welcome did not carry the arena, board, ledger and holder-count descriptors"
+                .into(),
+        ));
+    };
+    let slot_size = usize::try_from(welcome.slot_size)
+        .map_err(|_| Error::Protocol("slot size out of range".into()))?;
+    let slots = welcome.slots as usize;
+    let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
+    let board = BoardView::map(board_fd)?;
+    let ledger = Ledger::open(ledger_fd, slots)?;
+    let holds = HoldsView::open(holds_fd, slots, &opts.warn);
+    let watch = ProducerWatch::open(name, welcome.producer_pid);
+    Ok(Attached {
+        link: Link::new(sock, board, ledger, holds),
+        reader,
+        arena,
+        welcome,
+        watch,
+    })
+}
+
+fn connect_socket(
+    endpoint: &Endpoint,
+    timeout: Option<Duration>,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<UnixStream> {
+    let path = endpoint.socket_path();
+    let deadline = timeout.map(|t| Instant::now() + t);
+    loop {
+        match endpoint.connect()? {
+            Some(sock) => return Ok(sock),
+            None => {
+                if deadline.is_none_or(|d| Instant::now() >= d) {
+                    return Err(Error::ProducerNotFound {
+                        name: endpoint.name().to_owned(),
+                        socket: path,
+                        waited_secs: timeout.map(|t| t.as_secs_f64()),
+                    });
+                }
+                // No signal exists for "a socket appeared": retry briefly.
+                std::thread::sleep(Duration::from_millis(20));
+                if interrupt() {
+                    return Err(Error::Interrupted);
+                }
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for `sock` to be readable (or closed).
+fn wait_readable(sock: &UnixStream, timeout: Duration) -> Result<bool> {
+    let mut fds = [PollFd::new(sock, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(Error::io("cannot wait for the producer", e)),
+    }
+}
