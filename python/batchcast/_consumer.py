@@ -93,8 +93,11 @@ class Consumer:
     and the next loop raises :class:`batchcast.ProducerFinished`; a producer
     that stops in the middle of an epoch (Ctrl-C, a failed loader) makes the
     loop in progress raise it, so that a cut epoch is never taken for a
-    whole one. If the producer dies,
-    the next call raises :class:`batchcast.ProducerGone` at once.
+    whole one. If the producer dies, the next call raises
+    :class:`batchcast.ProducerGone` at once, unless the producer resumes its
+    stream when restarted (``batchcast serve`` keeps a state file): then the
+    consumer waits up to ``reconnect_timeout`` for the restart, logging that
+    it waits, and continues with exactly the batches it has not received.
 
     **DataLoader attributes.** ``dataset``, ``sampler``, ``batch_sampler``,
     ``batch_size``, ``drop_last``, ``num_workers`` (0), ``pin_memory`` and
@@ -115,6 +118,9 @@ class Consumer:
             from :attr:`batches_per_epoch`).
         connect_timeout: seconds to wait for the producer to appear; None
             fails at once with :class:`batchcast.ProducerNotFound`.
+        reconnect_timeout: seconds to wait for a producer that died to be
+            restarted under its name, when it resumes its stream (see
+            above); then :class:`batchcast.ProducerGone`. 0: fail at once.
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
             (``.to(device, non_blocking=True)``); needs torch with CUDA. The
             arena is then registered once with CUDA as page-locked memory so
@@ -178,6 +184,7 @@ class Consumer:
         dir: str | os.PathLike[str] | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
+        reconnect_timeout: float = 300.0,
         expect: dict | None = None,
         transform: Any = None,
         seed: int | None = None,
@@ -242,6 +249,7 @@ class Consumer:
             # then read instead of what the producer writes.
             copy_on_write=bool(copy_on_write) and self._transfers is None,
             on_evict=on_evict,
+            reconnect_timeout=reconnect_timeout,
         )
         self._spec = StreamSpec(self._native.welcome())
         #: Array expectations left to check on the first batch.

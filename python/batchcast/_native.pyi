@@ -206,6 +206,7 @@ class Consumer:
         dir: str | os.PathLike | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
+        reconnect_timeout: float = 300.0,
     ) -> Consumer: ...
     @property
     def name(self) -> str: ...

@@ -218,7 +218,7 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
                         connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
-                        on_evict="error"))]
+                        on_evict="error", reconnect_timeout=300.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -231,6 +231,7 @@ impl PyConsumer {
         dir: Option<PathBuf>,
         copy_on_write: bool,
         on_evict: &str,
+        reconnect_timeout: f64,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
         let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
@@ -245,6 +246,8 @@ impl PyConsumer {
             copy_on_write,
             on_evict,
             warn: warnings.sink(),
+            reconnect_timeout: seconds(py, Some(reconnect_timeout), "reconnect_timeout")?
+                .unwrap_or_default(),
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();

@@ -244,6 +244,9 @@ impl PyProducer {
             max_lag,
             lag_policy,
             warn: warnings.sink(),
+            // Python producers do not resume yet (a loader's position is
+            // not known): a restart starts afresh.
+            durable: None,
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();

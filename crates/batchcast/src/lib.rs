@@ -31,9 +31,17 @@
 //!   change under it.
 //! - Every sample of an epoch reaches every consumer following that epoch
 //!   exactly once, in producer order, the epoch's tail included.
-//! - A consumer learns of its producer's death from its socket closing, and
-//!   its next call fails with [`Error::ProducerGone`]; nothing waits on a
-//!   timeout. Nothing is deserialised but closed, bounded message types.
+//! - A consumer learns of its producer's death from its socket closing (or
+//!   the producer's pidfd). If the producer keeps a state file
+//!   ([`Durability`]: its welcome says it resumes), the consumer waits up
+//!   to [`ConsumerOptions::reconnect_timeout`] for a producer restarted
+//!   under the name, reattaches, and skips the rows it already has: what
+//!   it hands out equals an uninterrupted run's. Otherwise, or once the
+//!   timeout passes, its next call fails with [`Error::ProducerGone`].
+//! - A state file's resume point never lies past a row some attached
+//!   consumer has not taken from the board (a lower one costs only
+//!   skipped rows); a damaged file or another stream's is refused, never
+//!   reset. Nothing is deserialised but closed, bounded message types.
 //! - Shared memory is a region (arena, board, ledger, holder counts) with a
 //!   `#[repr(C)]` header (magic, layout version, length, geometry) and
 //!   `#[repr(C)]` structs of atomics; a consumer maps nothing it has not

@@ -444,7 +444,10 @@ impl Consumer {
     /// else fail every later call.
     fn lose_producer(&mut self) {
         if self.can_reattach() {
-            self.lost.get_or_insert_with(Instant::now);
+            if self.lost.is_none() {
+                self.lost = Some(Instant::now());
+                self.warn_waiting();
+            }
         } else {
             self.gone = true;
             self.events.clear();
@@ -464,7 +467,7 @@ impl Consumer {
             name: self.name.clone(),
             waited_secs: self
                 .can_reattach()
-                .then(|| self.opts.reconnect_timeout.as_secs_f64()),
+                .then_some(self.opts.reconnect_timeout.as_secs_f64()),
         }
     }
 

@@ -29,6 +29,17 @@ impl Consumer {
         self.welcome.resumable && !self.opts.reconnect_timeout.is_zero()
     }
 
+    /// The producer is lost: says once that this consumer waits for it.
+    pub(super) fn warn_waiting(&self) {
+        let name = &self.name;
+        self.opts.warn.emit(&format!(
+            "producer {name:?} is gone; waiting up to {:.0} s for it to be restarted under the \
+             same name (`batchcast serve --name {name} ...`, same dataset, seed and options), \
+             then continuing where this consumer stopped",
+            self.opts.reconnect_timeout.as_secs_f64()
+        ));
+    }
+
     /// Waits for a restarted producer and reattaches to it; after the
     /// reconnect timeout, fails with [`Error::ProducerGone`] (and so does
     /// every later call).
@@ -36,12 +47,6 @@ impl Consumer {
         let since = *self.lost.get_or_insert_with(Instant::now);
         let timeout = self.opts.reconnect_timeout;
         let name = self.name.clone();
-        self.opts.warn.emit(&format!(
-            "producer {name:?} is gone; waiting up to {:.0} s for it to be restarted under the \
-             same name (`batchcast serve --name {name} ...`, same dataset, seed and options), \
-             then continuing where this consumer stopped",
-            timeout.as_secs_f64()
-        ));
         let endpoint = Endpoint::resolve(&name, self.opts.dir.as_deref())?;
         loop {
             if let Some(reason) = crate::producer::read_refusal(&endpoint) {
