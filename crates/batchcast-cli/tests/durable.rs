@@ -6,7 +6,7 @@
 
 mod common;
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use common::{jpeg_dataset, Env, Proc};
@@ -76,6 +76,25 @@ fn reaches(c: &mut Proc, epoch: u64, index: u64) {
         let e = v["epoch"].as_u64().unwrap();
         e > epoch || (e == epoch && v["index"].as_u64().unwrap() >= index)
     });
+}
+
+/// A producer over two classes of `per_class` images, SIGKILLed once the
+/// fastest of its three consumers reached batch `at`: the dataset (and the
+/// directory that holds it) and the consumers, now waiting.
+fn killed_mid_epoch(
+    env: &Env,
+    name: &str,
+    per_class: usize,
+    at: u64,
+) -> (tempfile::TempDir, PathBuf, Vec<Proc>) {
+    let dir = tempfile::tempdir().unwrap();
+    let data = jpeg_dataset(dir.path(), 2, per_class, (20, 40));
+    let mut producer = serve(env, name, &data, "7");
+    let mut cs = consumers(env, name);
+    reaches(&mut cs[0], 0, at);
+    producer.kill9();
+    producer.finish();
+    (dir, data, cs)
 }
 
 #[test]
@@ -152,14 +171,8 @@ fn a_producer_killed_twice_and_restarted_delivers_what_an_uninterrupted_run_does
 
 #[test]
 fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
-    let data_dir = tempfile::tempdir().unwrap();
-    let data = jpeg_dataset(data_dir.path(), 2, 100, (20, 40));
     let env = Env::new();
-    let mut producer = serve(&env, "seeds", &data, "7");
-    let mut cs = consumers(&env, "seeds");
-    reaches(&mut cs[0], 0, 10);
-    producer.kill9();
-    producer.finish();
+    let (_dir, data, mut cs) = killed_mid_epoch(&env, "seeds", 100, 10);
 
     let data_str = data.to_str().unwrap();
     let mut args = common::serve_data("seeds", data_str, "3");
@@ -191,14 +204,8 @@ fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
 
 #[test]
 fn a_damaged_state_file_is_refused_and_kept() {
-    let data_dir = tempfile::tempdir().unwrap();
-    let data = jpeg_dataset(data_dir.path(), 2, 50, (20, 40));
     let env = Env::new();
-    let mut producer = serve(&env, "damaged", &data, "7");
-    let mut cs = consumers(&env, "damaged");
-    reaches(&mut cs[0], 0, 5);
-    producer.kill9();
-    producer.finish();
+    let (_dir, data, mut cs) = killed_mid_epoch(&env, "damaged", 50, 5);
     for c in &mut cs {
         c.kill9();
         c.finish();

@@ -26,6 +26,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::Producer;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 
@@ -208,6 +209,51 @@ impl StateFile {
     /// The stream ended cleanly: nothing is left to resume.
     pub fn finished(self) {
         let _ = fs::remove_file(&self.path);
+    }
+}
+
+impl Producer {
+    /// Where this producer resumed the stream of a predecessor under its
+    /// name (from its state file; see [`ProducerOptions::durable`]): its
+    /// first epoch is `epoch`, and begins with the row at position `row`,
+    /// which the caller publishes first. None when it starts afresh.
+    pub fn resumed(&self) -> Option<ResumePoint> {
+        self.resumed
+    }
+
+    /// Writes the resume point to the state file if it is due (`boundary`:
+    /// at an epoch's edge, always if it moved).
+    pub(super) fn save_state(&mut self, boundary: bool) -> Result<()> {
+        let Some(file) = self.state_file.as_mut() else {
+            return Ok(());
+        };
+        if self.published == 0 && self.resumed.is_none() {
+            // Nothing to resume yet: a restart starts the same way.
+            return Ok(());
+        }
+        let (low, consumers) = {
+            let state = self.shared.lock();
+            (state.low_water(), state.consumer_count() as u32)
+        };
+        let Some((epoch, row)) = low else {
+            return Ok(());
+        };
+        let mut point = ResumePoint {
+            epoch,
+            row,
+            consumers,
+        };
+        if let Some(floor) = self.floor {
+            if consumers >= floor.consumers {
+                self.floor = None;
+            } else {
+                point = floor.min_position(point);
+            }
+        }
+        if file.due(&point, boundary) {
+            file.write(point)?;
+        }
+        Ok(())
     }
 }
 

@@ -18,12 +18,14 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod slot;
 mod slots;
 mod state;
 
 pub(crate) use durable::read_refusal;
 pub use durable::{Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
+pub use slot::SlotMut;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
@@ -325,14 +327,6 @@ impl Producer {
         true
     }
 
-    /// Where this producer resumed the stream of a predecessor under its
-    /// name (from its state file; see [`ProducerOptions::durable`]): its
-    /// first epoch is `epoch`, and begins with the row at position `row`,
-    /// which the caller publishes first. None when it starts afresh.
-    pub fn resumed(&self) -> Option<ResumePoint> {
-        self.resumed
-    }
-
     /// Begins the next epoch; returns its number (the first is 0, or a
     /// resumed stream's epoch, see [`Producer::resumed`]).
     pub fn begin_epoch(&mut self) -> Result<u64> {
@@ -340,41 +334,6 @@ impl Producer {
         self.epoch_batches = 0;
         self.save_state(true)?;
         Ok(number)
-    }
-
-    /// Writes the resume point to the state file if it is due (`boundary`:
-    /// at an epoch's edge, always if it moved).
-    fn save_state(&mut self, boundary: bool) -> Result<()> {
-        let Some(file) = self.state_file.as_mut() else {
-            return Ok(());
-        };
-        if self.published == 0 && self.resumed.is_none() {
-            // Nothing to resume yet: a restart starts the same way.
-            return Ok(());
-        }
-        let (low, consumers) = {
-            let state = self.shared.lock();
-            (state.low_water(), state.consumer_count() as u32)
-        };
-        let Some((epoch, row)) = low else {
-            return Ok(());
-        };
-        let mut point = ResumePoint {
-            epoch,
-            row,
-            consumers,
-        };
-        if let Some(floor) = self.floor {
-            if consumers >= floor.consumers {
-                self.floor = None;
-            } else {
-                point = floor.min_position(point);
-            }
-        }
-        if file.due(&point, boundary) {
-            file.write(point)?;
-        }
-        Ok(())
     }
 
     /// Loans a free slot for a batch of the given structure. Blocks while
@@ -411,12 +370,7 @@ impl Producer {
             return Err(Error::BatchTooLarge { needed, slot_size });
         }
         let index = self.wait_for_slot(interrupt)?;
-        Ok(SlotMut {
-            producer: self,
-            index,
-            layout,
-            published: false,
-        })
+        Ok(SlotMut::new(self, index, layout))
     }
 
     fn wait_for_slot(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<usize> {
@@ -589,124 +543,6 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
-    }
-}
-
-/// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
-/// Dropped unpublished, it gives the slot back.
-pub struct SlotMut<'p> {
-    producer: &'p mut Producer,
-    index: usize,
-    layout: Layout,
-    published: bool,
-}
-
-impl Drop for SlotMut<'_> {
-    fn drop(&mut self) {
-        if !self.published {
-            self.producer.shared.lock().give_back(self.index);
-        }
-    }
-}
-
-impl SlotMut<'_> {
-    /// Where each array goes.
-    pub fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    /// The bytes of leaf `i`, to fill.
-    pub fn leaf_mut(&mut self, i: usize) -> &mut [u8] {
-        let leaf = &self.layout.leaves[i];
-        let (start, len) = (leaf.offset as usize, leaf.nbytes as usize);
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        &mut arena.slot_mut(self.index)[start..start + len]
-    }
-
-    /// Every leaf's bytes at once, to fill in parallel.
-    pub fn leaves_mut(&mut self) -> Vec<&mut [u8]> {
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let mut rest = arena.slot_mut(self.index);
-        let mut consumed = 0usize;
-        let mut out = Vec::with_capacity(self.layout.leaves.len());
-        for leaf in &self.layout.leaves {
-            let start = leaf.offset as usize - consumed;
-            let (_, tail) = rest.split_at_mut(start);
-            let (mine, tail) = tail.split_at_mut(leaf.nbytes as usize);
-            out.push(mine);
-            rest = tail;
-            consumed = leaf.offset as usize + leaf.nbytes as usize;
-        }
-        out
-    }
-
-    /// Keeps only the first `rows` rows (a source skipped bad samples):
-    /// re-plans the layout for `rows` and moves each array's first rows to
-    /// its new place. Fails if `rows` is 0 or more than the batch has.
-    pub fn truncate_rows(&mut self, rows: u64) -> Result<()> {
-        let old = self.layout.rows();
-        if rows == old {
-            return Ok(());
-        }
-        if rows == 0 || rows > old {
-            return Err(Error::InvalidBatch(format!(
-                "cannot keep {rows} rows of a batch of {old}"
-            )));
-        }
-        let specs: Vec<LeafSpec> = self
-            .layout
-            .leaves
-            .iter()
-            .map(|l| {
-                if l.kind == crate::layout::LeafKind::StrList {
-                    return Err(Error::InvalidBatch(
-                        "a batch with strings cannot be truncated".into(),
-                    ));
-                }
-                let mut shape = l.shape.clone();
-                shape[0] = rows;
-                Ok(LeafSpec {
-                    kind: l.kind,
-                    dtype: l.dtype,
-                    shape,
-                    text_bytes: 0,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let new = Layout::plan(self.layout.tree.clone(), &specs)?;
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let slot = arena.slot_mut(self.index);
-        // New offsets are never past old ones (every leaf shrank), so moving
-        // leaves front to back never overwrites one not yet moved.
-        for (o, n) in self.layout.leaves.iter().zip(&new.leaves) {
-            let len = n.nbytes as usize;
-            slot.copy_within(
-                o.offset as usize..o.offset as usize + len,
-                n.offset as usize,
-            );
-        }
-        self.layout = new;
-        Ok(())
-    }
-
-    /// Publishes the batch to every consumer following the epoch; returns
-    /// its sequence number.
-    pub fn publish(mut self) -> Result<u64> {
-        let seq = self.producer.publish(self.index, &self.layout)?;
-        self.published = true;
-        Ok(seq)
     }
 }
 
