@@ -150,24 +150,61 @@ fn connect_socket(
 ) -> Result<UnixStream> {
     let path = endpoint.socket_path();
     let deadline = timeout.map(|t| Instant::now() + t);
+    // Watched before each attempt, so that a socket made after a failed
+    // one wakes the wait below.
+    let watch = timeout.and_then(|_| DirWatch::new(endpoint.dir()));
     loop {
         match endpoint.connect()? {
             Some(sock) => return Ok(sock),
             None => {
-                if deadline.is_none_or(|d| Instant::now() >= d) {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let Some(left) = left.filter(|l| !l.is_zero()) else {
                     return Err(Error::ProducerNotFound {
                         name: endpoint.name().to_owned(),
                         socket: path,
                         waited_secs: timeout.map(|t| t.as_secs_f64()),
                     });
+                };
+                match &watch {
+                    // Until a file appears or changes in the directory, or
+                    // a tick passes (for the interrupt hook).
+                    Some(w) => w.wait(left.min(TICK)),
+                    // No watch (inotify refused): look again shortly.
+                    None => std::thread::sleep(Duration::from_millis(20).min(left)),
                 }
-                // No signal exists for "a socket appeared": retry briefly.
-                std::thread::sleep(Duration::from_millis(20));
                 if interrupt() {
                     return Err(Error::Interrupted);
                 }
             }
         }
+    }
+}
+
+/// An inotify watch on the socket directory: the signal that a producer's
+/// socket may have appeared.
+struct DirWatch {
+    fd: OwnedFd,
+}
+
+impl DirWatch {
+    fn new(dir: &std::path::Path) -> Option<DirWatch> {
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let what = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ATTRIB;
+        inotify::add_watch(&fd, dir, what).ok()?;
+        Some(DirWatch { fd })
+    }
+
+    /// Waits up to `timeout` for an event, then drops the events queued.
+    fn wait(&self, timeout: Duration) {
+        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+        let ts = Timespec {
+            tv_sec: timeout.as_secs() as i64,
+            tv_nsec: timeout.subsec_nanos() as i64,
+        };
+        let _ = rustix::event::poll(&mut fds, Some(&ts));
+        let mut buf = [0u8; 4096];
+        while matches!(rustix::io::read(&self.fd, &mut buf), Ok(n) if n > 0) {}
     }
 }
 

@@ -8,8 +8,8 @@
 //! batches it holds from the dead producer's arena stay valid: their
 //! leases keep the old mapping until they drop.
 //!
-//! The wait is one warning line, then attempts to attach (the socket's
-//! appearance is polled briefly, as at connection); a producer that
+//! The wait is one warning line, then attempts to attach, each woken by a
+//! change in the socket directory (inotify) or a tick; a producer that
 //! refused to resume the stream (another dataset or seed, a damaged state
 //! file) leaves its reason for the waiting consumers, which fail with it.
 
