@@ -98,7 +98,7 @@ fn killed_mid_epoch(
 }
 
 #[test]
-fn a_producer_killed_twice_and_restarted_delivers_what_an_uninterrupted_run_does() {
+fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_run_does() {
     let data_dir = tempfile::tempdir().unwrap();
     // 900 images in batches of 4: 225 batches per epoch.
     let data = jpeg_dataset(data_dir.path(), 3, 300, (20, 40));
@@ -124,8 +124,10 @@ fn a_producer_killed_twice_and_restarted_delivers_what_an_uninterrupted_run_does
     let mut producer = serve(&env, "durable", &data, "7");
     let mut cs = consumers(&env, "durable");
     let mut restarts = Vec::new();
-    for (epoch, index) in [(0, 100), (1, 125)] {
-        // The fastest consumer's progress says when: about batch 100, then 350.
+    for (epoch, index) in [(0, 100), (1, 0), (1, 125)] {
+        // The fastest consumer's progress says when: about batch 100, at the
+        // epoch boundary (the slower ones still in the first epoch's tail),
+        // then about batch 350.
         reaches(&mut cs[0], epoch, index);
         producer.kill9();
         producer.finish();

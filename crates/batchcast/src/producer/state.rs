@@ -270,19 +270,21 @@ impl State {
 
     /// The position (epoch, row) every attached consumer has received:
     /// where a restarted producer may resume without a consumer missing a
-    /// row. A consumer following the epoch has received every batch before
-    /// its position (one past the last batch it acquired; a consumer that
-    /// acquired a batch keeps it when the producer dies); one waiting for
-    /// the next epoch has received everything published. None when the
-    /// slowest consumer's batch is no longer known (keep the older point).
+    /// row. A consumer has received every batch before its [`position`]
+    /// (one past the last batch it acquired: a consumer that acquired a
+    /// batch keeps it when the producer dies), whether it follows the
+    /// epoch or waits for the next one (told the epoch's end, it may still
+    /// be reading its tail); one not welcomed yet has received nothing of
+    /// this producer. None when the slowest consumer's batch is no longer
+    /// known (keep the older point).
     pub fn low_water(&self) -> Option<(u64, u64)> {
         let next = self.next_seq;
         let low = self
             .consumers
             .values()
             .filter_map(|c| match c.phase {
-                Phase::Following => Some(position(c, next)),
-                Phase::Waiting | Phase::Pending => Some(next),
+                Phase::Following | Phase::Waiting => Some(position(c, next)),
+                Phase::Pending => Some(next),
                 Phase::Evicted | Phase::Left => None,
             })
             .min()
@@ -1082,5 +1084,36 @@ mod tests {
         assert_eq!(s.awaited_read(), Some(first));
         read(&s, slow, first);
         assert_eq!(publish(&mut s, 1000), 1);
+    }
+
+    /// The resume point is what the slowest consumer has taken, as a row of
+    /// its epoch, across an epoch boundary and from a resumed start.
+    #[test]
+    fn the_low_water_mark_is_the_slowest_consumers_row_in_its_epoch() {
+        let mut s = state(8);
+        s.set_samples_per_epoch(Some(6));
+        s.resume_at(3, 4); // resumed: epoch 3 from its row 4
+        let (fast, _f) = attach(&mut s, OnEvict::Error);
+        let (slow, _s) = attach(&mut s, OnEvict::Error);
+        assert_eq!(s.low_water(), Some((3, 4)), "nothing published yet");
+        assert_eq!(s.begin_epoch().unwrap(), 3);
+        assert_eq!(publish(&mut s, 2), 2); // rows 4 and 5 of epoch 3
+        s.end_epoch().unwrap();
+        assert_eq!(s.low_water(), Some((3, 4)), "nobody has read");
+        read(&s, fast, 0);
+        read(&s, fast, 1);
+        s.begin_epoch().unwrap();
+        assert_eq!(publish(&mut s, 3), 3); // rows 0..3 of epoch 4
+        for seq in 2..5 {
+            read(&s, fast, seq);
+        }
+        assert_eq!(s.low_water(), Some((3, 4)), "the slow one has read nothing");
+        read(&s, slow, 0);
+        assert_eq!(s.low_water(), Some((3, 5)), "the slow one took row 4");
+        read(&s, slow, 1);
+        read(&s, slow, 2);
+        assert_eq!(s.low_water(), Some((4, 1)), "and now row 0 of epoch 4");
+        s.remove_consumer(slow);
+        assert_eq!(s.low_water(), Some((4, 3)), "the fast one has everything");
     }
 }
