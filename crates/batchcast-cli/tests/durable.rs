@@ -12,13 +12,15 @@ use std::time::Instant;
 use common::{jpeg_dataset, Env, Proc};
 use serde_json::Value;
 
-/// Consumers' per-batch delays, in ms: a fast, a middling and a slow one.
-const DELAYS: [&str; 3] = ["0", "2", "5"];
+/// Consumers' per-batch delays in ms and batch sizes: a fast, a middling
+/// and a slow one of the producer's batch size, and one of 7 rows (its
+/// batches span producer batches: it holds pieces across a restart).
+const CONSUMERS: [(&str, &str); 4] = [("0", "4"), ("2", "4"), ("5", "4"), ("1", "7")];
 
-/// `serve` over `data` for three consumers, seed 7, 2 epochs.
+/// `serve` over `data` for the four consumers, seed 7, 2 epochs.
 fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
     let data = data.to_str().unwrap();
-    let mut args = common::serve_data(name, data, "3");
+    let mut args = common::serve_data(name, data, "4");
     args.extend(["--seed", seed, "--epochs", "2", "--window", "4"]);
     args.extend(["--workers", "1"]);
     let mut p = env.spawn(&args);
@@ -27,16 +29,18 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
 }
 
 fn consumers(env: &Env, name: &str) -> Vec<Proc> {
-    DELAYS
+    CONSUMERS
         .iter()
-        .map(|d| {
+        .map(|(delay, batch)| {
             env.spawn(&[
                 "consume",
                 name,
                 "--each",
                 "--hash",
                 "--delay-ms",
-                d,
+                delay,
+                "--batch-size",
+                batch,
                 "--connect-timeout",
                 "60",
             ])
@@ -79,7 +83,7 @@ fn reaches(c: &mut Proc, epoch: u64, index: u64) {
 }
 
 /// A producer over two classes of `per_class` images, SIGKILLed once the
-/// fastest of its three consumers reached batch `at`: the dataset (and the
+/// fastest of its consumers reached batch `at`: the dataset (and the
 /// directory that holds it) and the consumers, now waiting.
 fn killed_mid_epoch(
     env: &Env,
@@ -110,12 +114,12 @@ fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_ru
         finished_cleanly(c);
     }
     assert!(producer.finish().success());
-    let want = log(&reference[0]);
-    assert_eq!(want.len(), 450, "two epochs of 225 batches");
-    for c in &reference[1..] {
+    let want: Vec<_> = reference.iter().map(log).collect();
+    assert_eq!(want[0].len(), 450, "two epochs of 225 batches");
+    assert_eq!(want[3].len(), 2 * 900usize.div_ceil(7));
+    for w in &want[1..3] {
         assert_eq!(
-            log(c),
-            want,
+            *w, want[0],
             "consumers of one producer see the same batches"
         );
     }
@@ -146,13 +150,13 @@ fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_ru
         );
     }
     assert!(producer.finish().success());
-    for (i, c) in cs.iter().enumerate() {
+    for (i, (c, want)) in cs.iter().zip(&want).enumerate() {
         let got = log(c);
-        let first_diff = got.iter().zip(&want).position(|(a, b)| a != b);
+        let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
         assert!(
-            got == want,
-            "consumer {i} (delay {} ms): {} batches, want {}; first difference at {first_diff:?}",
-            DELAYS[i],
+            got == *want,
+            "consumer {i} {:?}: {} batches, want {}; first difference at {first_diff:?}",
+            CONSUMERS[i],
             got.len(),
             want.len()
         );

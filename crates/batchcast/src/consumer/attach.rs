@@ -33,17 +33,26 @@ pub(super) struct Attached {
     pub watch: Option<ProducerWatch>,
 }
 
-/// Attaches to the producer at `endpoint`, joining under `join`, waiting
-/// up to `connect_timeout` for its socket to appear.
+/// How to attach.
+pub(super) struct Attach {
+    /// The join policy.
+    pub join: JoinPolicy,
+    /// How long to wait for the socket to appear.
+    pub timeout: Option<Duration>,
+    /// Remove a killed producer's files if found (not while waiting for
+    /// its restart: the restarted producer replaces them).
+    pub clear: bool,
+}
+
+/// Attaches to the producer at `endpoint` as `how` says.
 pub(super) fn attach(
     endpoint: &Endpoint,
     opts: &ConsumerOptions,
-    join: JoinPolicy,
-    connect_timeout: Option<Duration>,
+    how: Attach,
     interrupt: &mut dyn FnMut() -> bool,
 ) -> Result<Attached> {
     let name = endpoint.name();
-    let sock = connect_socket(endpoint, connect_timeout, interrupt)?;
+    let sock = connect_socket(endpoint, how.timeout, how.clear, interrupt)?;
     let cred = crate::peer::peer_cred(&sock)?;
     let ours = rustix::process::getuid().as_raw();
     if cred.uid != ours {
@@ -58,7 +67,7 @@ pub(super) fn attach(
         role: Role::Consumer(ConsumerHello {
             batch_size: opts.batch_size,
             drop_last: opts.drop_last,
-            join,
+            join: how.join,
             label: opts.label.clone(),
             on_evict: opts.on_evict,
         }),
@@ -146,15 +155,16 @@ pub(super) fn attach(
 fn connect_socket(
     endpoint: &Endpoint,
     timeout: Option<Duration>,
+    clear: bool,
     interrupt: &mut dyn FnMut() -> bool,
 ) -> Result<UnixStream> {
     let path = endpoint.socket_path();
     let deadline = timeout.map(|t| Instant::now() + t);
     // Watched before each attempt, so that a socket made after a failed
     // one wakes the wait below.
-    let watch = timeout.and_then(|_| DirWatch::new(endpoint.dir()));
+    let watch = timeout.and_then(|_| DirWatch::new(endpoint));
     loop {
-        match endpoint.connect()? {
+        match endpoint.connect_or_clear(clear)? {
             Some(sock) => return Ok(sock),
             None => {
                 let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
@@ -181,30 +191,62 @@ fn connect_socket(
 }
 
 /// An inotify watch on the socket directory: the signal that a producer's
-/// socket may have appeared.
+/// socket may have appeared. Only events on the socket's own name wake the
+/// wait, so that the lock files that consumers and producers create and
+/// remove around it do not.
 struct DirWatch {
     fd: OwnedFd,
+    socket: std::ffi::OsString,
 }
 
 impl DirWatch {
-    fn new(dir: &std::path::Path) -> Option<DirWatch> {
+    fn new(endpoint: &Endpoint) -> Option<DirWatch> {
         use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let socket = endpoint.socket_path().file_name()?.to_owned();
         let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
         let what = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ATTRIB;
-        inotify::add_watch(&fd, dir, what).ok()?;
-        Some(DirWatch { fd })
+        inotify::add_watch(&fd, endpoint.dir(), what).ok()?;
+        Some(DirWatch { fd, socket })
     }
 
-    /// Waits up to `timeout` for an event, then drops the events queued.
+    /// Waits up to `timeout` for an event on the socket's name.
     fn wait(&self, timeout: Duration) {
-        let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
-        let ts = Timespec {
-            tv_sec: timeout.as_secs() as i64,
-            tv_nsec: timeout.subsec_nanos() as i64,
-        };
-        let _ = rustix::event::poll(&mut fds, Some(&ts));
-        let mut buf = [0u8; 4096];
-        while matches!(rustix::io::read(&self.fd, &mut buf), Ok(n) if n > 0) {}
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let ts = Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: left.subsec_nanos() as i64,
+            };
+            if left.is_zero() || !matches!(rustix::event::poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+            {
+                return;
+            }
+            if self.drain() {
+                return;
+            }
+        }
+    }
+
+    /// Reads the events queued; true if one is about the socket.
+    fn drain(&self) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = rustix::fs::inotify::Reader::new(&self.fd, &mut buf);
+        let mut ours = false;
+        loop {
+            match reader.next() {
+                Ok(event) => {
+                    ours |= event
+                        .file_name()
+                        .is_some_and(|n| n.to_bytes() == self.socket.as_bytes());
+                }
+                // Drained (AGAIN), or the watch failed: look at the socket.
+                Err(rustix::io::Errno::AGAIN) => return ours,
+                Err(_) => return true,
+            }
+        }
     }
 }
 

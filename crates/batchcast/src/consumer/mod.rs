@@ -55,7 +55,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use assemble::Assembler;
-use attach::attach;
+use attach::{attach, Attach};
 pub use batch::{Batch, Keepalive, Leaf};
 use link::Link;
 use reading::{Cursor, Pos};
@@ -241,7 +241,12 @@ impl Consumer {
             )));
         }
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
-        let attached = attach(&endpoint, &opts, opts.join, opts.connect_timeout, interrupt)?;
+        let how = Attach {
+            join: opts.join,
+            timeout: opts.connect_timeout,
+            clear: true,
+        };
+        let attached = attach(&endpoint, &opts, how, interrupt)?;
         Ok(Consumer {
             name: name.to_owned(),
             link: Arc::new(attached.link),

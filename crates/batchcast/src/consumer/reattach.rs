@@ -17,7 +17,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Instant;
 
-use super::attach::attach;
+use super::attach::{attach, Attach};
 use super::{Consumer, TICK};
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -59,13 +59,12 @@ impl Consumer {
                 self.events.clear();
                 return Err(self.gone_error());
             }
-            let attempt = attach(
-                &endpoint,
-                &self.opts,
-                JoinPolicy::CatchUp,
-                Some(left.min(TICK)),
-                interrupt,
-            );
+            let how = Attach {
+                join: JoinPolicy::CatchUp,
+                timeout: Some(left.min(TICK)),
+                clear: false,
+            };
+            let attempt = attach(&endpoint, &self.opts, how, interrupt);
             match attempt {
                 Ok(a) => {
                     let link = Arc::new(a.link);
