@@ -22,7 +22,7 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
     let data = data.to_str().unwrap();
     let mut args = common::serve_data(name, data, "4");
     args.extend(["--seed", seed, "--epochs", "2", "--window", "4"]);
-    args.extend(["--workers", "1"]);
+    args.extend(["--workers", "1", "--state-interval", "0.02"]);
     let mut p = env.spawn(&args);
     p.expect("listening");
     p

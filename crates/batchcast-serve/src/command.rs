@@ -97,6 +97,10 @@ pub struct ServeArgs {
     /// had to reattach before it publishes (then it goes on without them).
     #[arg(long, default_value_t = 30.0)]
     pub rejoin_timeout: f64,
+    /// Seconds between two writes of the state file while the stream
+    /// moves (tests make it short, to resume close to the consumers).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub state_interval: f64,
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when
@@ -135,13 +139,17 @@ impl ServeArgs {
 
     /// `--rejoin-timeout` as a duration.
     fn rejoin_timeout(&self) -> Result<Duration> {
-        Duration::try_from_secs_f64(self.rejoin_timeout).map_err(|_| {
-            ServeError::invalid(format!(
-                "--rejoin-timeout must be a non-negative number of seconds, not {}",
-                self.rejoin_timeout
-            ))
-        })
+        seconds(self.rejoin_timeout, "--rejoin-timeout")
     }
+}
+
+/// `secs` of the flag `flag` as a duration.
+fn seconds(secs: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        ServeError::invalid(format!(
+            "{flag} must be a non-negative number of seconds, not {secs}"
+        ))
+    })
 }
 
 /// Runs `batchcast serve`: prints what it serves (stderr, or a
@@ -155,8 +163,10 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
     let rejoin_timeout = args.rejoin_timeout()?;
     let source = args.source.open()?;
+    let interval = seconds(args.state_interval, "--state-interval")?;
     let durable = (!args.no_state).then(|| Durability {
         fresh: args.fresh,
+        interval,
         ..Durability::new(identity(&args.source, source.samples_per_epoch()))
     });
     let mut producer = Producer::create(
