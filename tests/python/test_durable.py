@@ -1,7 +1,8 @@
 """Durable epochs from Python: a Consumer whose `batchcast serve` producer is
 SIGKILLed and restarted under the same name waits for it (saying so through
 the `batchcast` logger), reattaches, and receives every sample of each
-epoch exactly once, in order, as if nothing had happened."""
+epoch exactly once, in order, as if nothing had happened; a batch it held
+from the dead producer's arena stays valid."""
 
 from __future__ import annotations
 
@@ -39,7 +40,9 @@ def test_a_python_consumer_waits_for_a_restarted_producer_and_misses_nothing(
                 for step, (_payload, batch_ids) in enumerate(c):
                     ids[epoch].extend(int(i) for i in np.asarray(batch_ids))
                     if epoch == 0 and step == 70:
-                        # Mid-epoch: kill the producer, start another one.
+                        # Mid-epoch: kill the producer, start another one;
+                        # this batch's view of the dead one's arena is kept.
+                        held = batch_ids
                         procs[-1].send_signal(signal.SIGKILL)
                         procs[-1].communicate(timeout=30)
                         assert procs[-1].returncode == -signal.SIGKILL
@@ -53,6 +56,7 @@ def test_a_python_consumer_waits_for_a_restarted_producer_and_misses_nothing(
                 p.communicate()
     for epoch in (0, 1):
         assert ids[epoch] == list(range(SAMPLES)), f"epoch {epoch}: {len(ids[epoch])} ids"
+    assert np.asarray(held).tolist() == list(range(700, 710)), "the held batch stayed valid"
     waiting = [r.getMessage() for r in caplog.records if "waiting up to 60 s" in r.getMessage()]
     assert len(waiting) == 1, [r.getMessage() for r in caplog.records]
     assert '"resumed"' in out.splitlines()[0], out.splitlines()[:1]
