@@ -370,7 +370,7 @@ impl Plan {
                 ));
             }
             for l in &r.listeners {
-                check_listener_name(l).map_err(|e| at(r.row, e))?;
+                check_listener_name(l).map_err(|e| at(r.row, e.to_string()))?;
             }
             self.find_command(&r.file, "File")
                 .map_err(|e| at(r.row, e.to_string()))?;

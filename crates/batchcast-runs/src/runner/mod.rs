@@ -321,12 +321,13 @@ fn drive(
     let mut placed = Vec::new();
     for (row, id) in todo {
         let place = match (&row.collocation, &mps_error) {
-            (Collocation::Mps, Some(e)) => Err(format!("cannot start MPS: {e}")),
+            (Collocation::Mps, Some(e)) => Err(placement::PlaceError::Mps(e.clone())),
             _ => placement::place(row, opts.gpus.as_ref(), &mut used_mig),
         };
         match place {
             Ok(visible) => placed.push((*row, *id, visible)),
-            Err(msg) => {
+            Err(e) => {
+                let msg = e.to_string();
                 store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
                 (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
                 ended.insert(*id, RunStatus::Failed);
