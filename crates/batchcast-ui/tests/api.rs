@@ -74,7 +74,7 @@ fn csv_rows_are_every_point_of_the_chart() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "run_id,run,metric,elapsed_s,step,ts_ms,value"
+        "run_id,experiment,workload,run,key,step,ts_ms,elapsed_s,value"
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 40);
@@ -84,12 +84,17 @@ fn csv_rows_are_every_point_of_the_chart() {
             .metric(id, keys::BATCHCAST_SAMPLES, None, 100)
             .unwrap();
         for (row, w) in rows[i * 20..(i + 1) * 20].iter().zip(&want) {
+            let run = store.run(id).unwrap();
             assert_eq!(row[0], id.to_string());
-            assert_eq!(row[1], format!("independent/trainer-{} (#{id})", i + 1));
-            assert_eq!(row[2], "batchcast/samples");
-            assert_eq!(row[4], w.step.to_string());
-            assert_eq!(row[5], w.ts_ms.to_string());
-            assert_eq!(row[6].parse::<f64>().unwrap(), w.value);
+            assert_eq!(row[1], run.experiment);
+            assert_eq!(row[2], "independent");
+            assert_eq!(row[3], format!("trainer-{}", i + 1));
+            assert_eq!(row[4], "batchcast/samples");
+            assert_eq!(row[5], w.step.to_string());
+            assert_eq!(row[6], w.ts_ms.to_string());
+            let elapsed = (w.ts_ms - run.run.start_ms.unwrap()) as f64 / 1000.0;
+            assert_eq!(row[7], format!("{elapsed:.3}"));
+            assert_eq!(row[8].parse::<f64>().unwrap(), w.value);
         }
     }
 }
