@@ -104,7 +104,7 @@ mod tests {
     #[test]
     fn rows_quote_names_and_leave_elapsed_empty_before_a_start() {
         let dir = tempfile::tempdir().unwrap();
-        let mut store = Store::open(&dir.path().join("runs.db")).unwrap();
+        let mut store = Store::open(dir.path().join("runs.db")).unwrap();
         let e = store.experiment("e,1").unwrap();
         let w = store.workload(e, "w \"x\"", None, 0).unwrap();
         let new = NewRun {
