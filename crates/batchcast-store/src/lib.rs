@@ -10,7 +10,8 @@
 //! both serve through `http`, their one HTTP stack (the `http` feature, off
 //! by default: without it the crate is SQLite and serde alone). Metric
 //! points as CSV, the one writer of every metrics CSV, are behind the `csv`
-//! feature ([`MetricsCsv`]).
+//! feature ([`MetricsCsv`]); what the toolkit's tests measure with, behind
+//! `test-support`.
 //!
 //! Invariants:
 //! - The store is the only state. A runner keeps nothing in memory that a
@@ -45,6 +46,8 @@ mod recorder;
 mod schema;
 pub mod stalls;
 mod store;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 mod write;
 
 pub use axis::{unit_label, XAxis};
