@@ -118,6 +118,13 @@ mod tests {
     use super::*;
     use crate::gpu::{FakeGpus, MigInstance, NoGpus};
 
+    /// Asserts that `placed` is an error whose message holds every one of
+    /// `needles`.
+    fn refused(placed: Result<String, PlaceError>, needles: &[&str]) {
+        let e = placed.unwrap_err().to_string();
+        assert!(needles.iter().all(|n| e.contains(n)), "{e}");
+    }
+
     fn row(devices: &[&str], collocation: Collocation) -> PlanRow {
         PlanRow {
             row: 1,
@@ -145,17 +152,14 @@ mod tests {
             place(&row(&[], Collocation::Plain), &none, &mut used),
             Ok(String::new())
         );
-        let e = place(&row(&["0"], Collocation::Plain), &none, &mut used)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("NVML could not be loaded") && e.contains("leave Devices empty"),
-            "{e}"
+        refused(
+            place(&row(&["0"], Collocation::Plain), &none, &mut used),
+            &["NVML could not be loaded", "leave Devices empty"],
         );
-        let e = place(&row(&[], Collocation::Mps), &none, &mut used)
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("needs GPUs"), "{e}");
+        refused(
+            place(&row(&[], Collocation::Mps), &none, &mut used),
+            &["needs GPUs"],
+        );
     }
 
     #[test]
@@ -171,12 +175,9 @@ mod tests {
             .unwrap(),
             "GPU-fake-1,GPU-fake-0"
         );
-        let e = place(&row(&["7"], Collocation::Plain), &fake, &mut used)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("no GPU \"7\"") && e.contains("GPU-fake-1"),
-            "{e}"
+        refused(
+            place(&row(&["7"], Collocation::Plain), &fake, &mut used),
+            &["no GPU \"7\"", "GPU-fake-1"],
         );
     }
 
@@ -208,19 +209,13 @@ mod tests {
             place(&row(&["0"], mig("3g.20gb")), &fake, &mut used).unwrap(),
             "MIG-b"
         );
-        let e = place(&row(&["0"], mig("3g.20gb")), &fake, &mut used)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("no free 3g.20gb") && e.contains("-cgi 3g.20gb -C"),
-            "{e}"
+        refused(
+            place(&row(&["0"], mig("3g.20gb")), &fake, &mut used),
+            &["no free 3g.20gb", "-cgi 3g.20gb -C"],
         );
-        let e = place(&row(&["1"], mig("1g.5gb")), &fake, &mut used)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("MIG is off on GPU 1") && e.contains("-mig 1"),
-            "{e}"
+        refused(
+            place(&row(&["1"], mig("1g.5gb")), &fake, &mut used),
+            &["MIG is off on GPU 1", "-mig 1"],
         );
     }
 }
