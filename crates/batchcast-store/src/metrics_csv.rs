@@ -107,12 +107,11 @@ mod tests {
         let mut store = Store::open(dir.path().join("runs.db")).unwrap();
         let e = store.experiment("e,1").unwrap();
         let w = store.workload(e, "w \"x\"", None, 0).unwrap();
-        let new = NewRun {
-            name: "a".into(),
-            collocation: "-".into(),
+        let named = |name: &str| NewRun {
+            name: name.into(),
             ..NewRun::default()
         };
-        let (id, _) = store.add_run(w, &new).unwrap();
+        let (id, _) = store.add_run(w, &named("a")).unwrap();
         let point = |step, ts_ms, value| MetricPoint {
             run_id: id,
             key: "loss".into(),
