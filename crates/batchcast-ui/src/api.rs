@@ -88,14 +88,15 @@ fn ask(store: &Store, q: &Query) -> Result<Ask, UiError> {
     })
 }
 
-/// The points of one series, thinned to `MAX_DRAWN`; the values it scans
-/// are counted against the request's budget before any is read.
+/// The points of one series, thinned to at most `keep`; the values it
+/// scans are counted against the request's budget before any is read.
 fn read(
     store: &Store,
     run: RunId,
     key: &str,
     after: Option<i64>,
     budget: &mut usize,
+    keep: usize,
 ) -> Result<Vec<batchcast_store::MetricPoint>, UiError> {
     let n = store.metric_len(run, key, after)?;
     if n > *budget {
@@ -104,7 +105,7 @@ fn read(
         )));
     }
     *budget -= n;
-    Ok(store.metric_thinned(run, key, after, MAX_DRAWN)?)
+    Ok(store.metric_thinned(run, key, after, keep)?)
 }
 
 fn label(r: &RunRow) -> String {
@@ -131,7 +132,7 @@ pub(crate) async fn series(
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    let points = read(store, r.run.id, key, a.after, &mut budget)?
+                    let points = read(store, r.run.id, key, a.after, &mut budget, MAX_DRAWN)?
                         .iter()
                         .filter(|p| p.value.is_finite())
                         .map(|p| [x_of(a.x, start, p.step, p.ts_ms), p.value, p.ts_ms as f64])
@@ -173,7 +174,8 @@ pub(crate) async fn csv(
             let mut budget = MAX_POINTS;
             for r in &a.runs {
                 for key in &a.keys {
-                    for p in read(store, r.run.id, key, a.after, &mut budget)? {
+                    // The download has every point; the budget bounds them.
+                    for p in read(store, r.run.id, key, a.after, &mut budget, MAX_POINTS)? {
                         out.point(r, key, p.step, p.ts_ms, p.value)?;
                     }
                 }

@@ -154,3 +154,36 @@ fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
         1000
     );
 }
+
+#[test]
+fn the_chart_is_thinned_but_the_csv_has_every_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let made = make_store(&path);
+    let run = made.runs[0];
+    let mut s = Store::open(&path).unwrap();
+    let points: Vec<batchcast_store::MetricPoint> = (0..6_000i64)
+        .map(|t| batchcast_store::MetricPoint {
+            run_id: run,
+            key: "many".into(),
+            step: t,
+            ts_ms: 1_000_000 + t,
+            value: t as f64,
+        })
+        .collect();
+    s.insert_metrics(&points).unwrap();
+    drop(s);
+    let addr = serve(&path);
+    let drawn = get(addr, &format!("/api/series?runs={run}&key=many")).json();
+    let n = drawn["series"][0]["points"].as_array().unwrap().len();
+    assert!((2..=5_000).contains(&n), "drawn {n}");
+    let r = get(addr, &format!("/api/csv?runs={run}&key=many"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    let values: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(values, (0..6_000).map(|t| t as f64).collect::<Vec<_>>());
+}
