@@ -128,22 +128,32 @@ def common_args(description, out):
     return ap
 
 
-def main():
-    ap = common_args(__doc__.split("\n\n")[0], "bench/results/sim-paper")
-    a = ap.parse_args()
-    repo = repo_arg(a)
-    bin_ = find_batchcast(a.batchcast)
+def setup(description, out):
+    """Parsed arguments, the batchcast binary and the output folder."""
+    a = common_args(description, out).parse_args()
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
+    return a, find_batchcast(a.batchcast), out
+
+
+def inputs(a, work, keep):
+    """The cluster file and the traces for which keep(records) holds (those
+    of --traces only, if given), written under work."""
+    repo = repo_arg(a)
+    cluster = work / "cluster.json"
+    cluster.write_text(git_show(repo, a.rev, CLUSTER) or sys.exit(f"{CLUSTER} not at {a.rev}"))
+    traces = published_traces(repo, a.rev, work, keep)
+    if a.traces:
+        want = set(a.traces.split(","))
+        traces = [t for t in traces if t[0] in want]
+    return cluster, traces
+
+
+def main():
+    a, bin_, out = setup(__doc__.split("\n\n")[0], "bench/results/sim-paper")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        cluster = work / "cluster.json"
-        cluster.write_text(git_show(repo, a.rev, CLUSTER) or sys.exit(f"{CLUSTER} not at {a.rev}"))
-        traces = published_traces(repo, a.rev, work, names_a_model)
-        if a.traces:
-            want = set(a.traces.split(","))
-            traces = [t for t in traces if t[0] in want]
+        cluster, traces = inputs(a, Path(tmp), names_a_model)
         for name, path in traces:
             for net in NETWORKS:
                 for cong, flags in CONGESTION.items():

@@ -21,23 +21,10 @@ Written to DIR: summary.csv and summary.md. Standard library only.
 """
 
 import json
-import sys
 import tempfile
 from pathlib import Path
 
-from sim_paper import (
-    CLUSTER,
-    HOUR,
-    change,
-    common_args,
-    find_batchcast,
-    git_show,
-    pct,
-    published_traces,
-    repo_arg,
-    run_sim,
-    write_csv,
-)
+from sim_paper import HOUR, change, inputs, pct, run_sim, setup, write_csv
 
 POLICIES = ["dally", "tiresias", "gandiva"]
 SHARING = ["off", "share", "place"]
@@ -63,21 +50,10 @@ def with_datasets(path):
 
 
 def main():
-    ap = common_args(__doc__.split("\n\n")[0], "bench/results/sim-sharing")
-    a = ap.parse_args()
-    repo = repo_arg(a)
-    bin_ = find_batchcast(a.batchcast)
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    a, bin_, out = setup(__doc__.split("\n\n")[0], "bench/results/sim-sharing")
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        work = Path(tmp)
-        cluster = work / "cluster.json"
-        cluster.write_text(git_show(repo, a.rev, CLUSTER) or sys.exit(f"{CLUSTER} not at {a.rev}"))
-        traces = published_traces(repo, a.rev, work, names_a_dataset)
-        if a.traces:
-            want = set(a.traces.split(","))
-            traces = [t for t in traces if t[0] in want]
+        cluster, traces = inputs(a, Path(tmp), names_a_dataset)
         for name, path in traces:
             from_model = with_datasets(path)
             datasets = len({r["dataset"] for r in json.loads(path.read_text())})

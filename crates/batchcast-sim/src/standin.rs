@@ -46,46 +46,32 @@ pub struct ModelComm {
     pub compute: f64,
 }
 
-/// The models of the published traces (sources in the module docs: the
-/// workload file, its compute sum in ns, the Java code's computeScale).
+/// One model: gradient bytes, its workload file's compute sum (ns) and the
+/// Java code's computeScale for it.
+const fn from_workload(
+    name: &'static str,
+    grad_bytes: f64,
+    compute_ns: f64,
+    scale: f64,
+) -> ModelComm {
+    ModelComm {
+        name,
+        grad_bytes,
+        compute: compute_ns * 1e-9 * scale,
+    }
+}
+
+/// The models of the published traces, from the workload files
+/// resnet50_B512, resnet18_B512, alexnet_B512, mobilenet_v3_B512,
+/// vgg11_B256 and BERT-large_B256 (`_astra-sim.csv`; BERT's is
+/// `_astra-sim2.csv`, its 66 layers).
 pub const MODELS: [ModelComm; 6] = [
-    // resnet50_B512_astra-sim.csv: 348,241,268 ns x 0.033950.
-    ModelComm {
-        name: "ResNet50",
-        grad_bytes: 102_011_648.0,
-        compute: 348_241_268e-9 * 0.033950,
-    },
-    // resnet18_B512_astra-sim.csv: 147,376,542 ns x 0.001223.
-    ModelComm {
-        name: "ResNet18",
-        grad_bytes: 46_715_648.0,
-        compute: 147_376_542e-9 * 0.001223,
-    },
-    // alexnet_B512_astra-sim.csv: 60,661,300 ns x 0.0199.
-    ModelComm {
-        name: "AlexNet",
-        grad_bytes: 244_361_984.0,
-        compute: 60_661_300e-9 * 0.0199,
-    },
-    // mobilenet_v3_B512_astra-sim.csv: 9,896,082 ns x 0.00639.
-    ModelComm {
-        name: "MobileNetV3",
-        grad_bytes: 9_870_144.0,
-        compute: 9_896_082e-9 * 0.00639,
-    },
-    // vgg11_B256_astra-sim.csv: 247,711,914 ns x 0.01549.
-    ModelComm {
-        name: "VGG",
-        grad_bytes: 531_405_568.0,
-        compute: 247_711_914e-9 * 0.01549,
-    },
-    // BERT-large_B256_astra-sim2.csv (its 66 layers): 15,266,464,430 ns x
-    // 0.0001121.
-    ModelComm {
-        name: "BERT",
-        grad_bytes: 562_044_928.0,
-        compute: 15_266_464_430e-9 * 0.0001121,
-    },
+    from_workload("ResNet50", 102_011_648.0, 348_241_268.0, 0.033950),
+    from_workload("ResNet18", 46_715_648.0, 147_376_542.0, 0.001223),
+    from_workload("AlexNet", 244_361_984.0, 60_661_300.0, 0.0199),
+    from_workload("MobileNetV3", 9_870_144.0, 9_896_082.0, 0.00639),
+    from_workload("VGG", 531_405_568.0, 247_711_914.0, 0.01549),
+    from_workload("BERT", 562_044_928.0, 15_266_464_430.0, 0.0001121),
 ];
 
 /// Ring bandwidth, bytes per second, by level (slot, machine, rack,
