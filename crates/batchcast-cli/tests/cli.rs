@@ -2,6 +2,7 @@
 
 mod common;
 
+use batchcast_serve::TooFewConsumers;
 use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
@@ -352,6 +353,52 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
         "{finished}"
     );
     assert!(p.finish().success(), "{}", p.stderr_text());
+}
+
+/// Too few consumers before the first epoch: `batchcast serve` prints the
+/// one message of the wait (`TooFewConsumers`, which Python's `Producer`
+/// raises too), with the figures of the wait: one of the workload's two
+/// trainers (BATCHCAST_CONSUMERS) attached; none of `--consumers 2`.
+#[test]
+fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
+    let env = Env::new();
+    // The trainer that did start waits for the producer, so that it
+    // attaches well within the idle timeout.
+    let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
+    let mut serve = env.cmd(&[
+        "serve",
+        "--name",
+        "few",
+        "--synthetic",
+        "--json",
+        "--idle-timeout",
+        "3",
+    ]);
+    serve.env("BATCHCAST_CONSUMERS", "2");
+    let mut serve = common::Proc::start(serve);
+    assert_eq!(serve.finish().code(), Some(1));
+    // The trainer is told why the stream ended.
+    assert!(!trainer.finish().success());
+    let runner = TooFewConsumers {
+        attached: 1,
+        wanted: 2,
+        secs: 3.0,
+        from_runner: true,
+    };
+    let stderr = serve.stderr_text();
+    assert!(stderr.contains(&format!("error: {runner}\n")), "{stderr}");
+
+    let asked = TooFewConsumers {
+        attached: 0,
+        wanted: 2,
+        secs: 0.3,
+        from_runner: false,
+    };
+    let stderr = env
+        .cmd(&["serve", "--name", "two", "--synthetic", "--consumers", "2"])
+        .args(["--idle-timeout", "0.3"])
+        .fail();
+    assert!(stderr.contains(&format!("error: {asked}\n")), "{stderr}");
 }
 
 /// `batchcast stalls` run with a Python that lacks batchcast says which
