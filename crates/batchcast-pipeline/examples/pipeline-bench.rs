@@ -207,7 +207,7 @@ fn run(args: &Args) -> anyhow::Result<()> {
     });
     let step = (config.total() / 10).max(1);
     let progress = |done: usize, total: usize| {
-        if done % step == 0 || done == total {
+        if done.is_multiple_of(step) || done == total {
             eprintln!("generating {}: {done}/{total}", dir.display());
         }
     };
