@@ -77,3 +77,12 @@ pub const STALLS_MODE_FIGURES: [&str; 7] = [
     "wait_p95",
     "cpu_per_1000",
 ];
+
+/// What a job reports about itself through the runner's figures file
+/// (`BATCHCAST_FIGURES`) is recorded as `figure/<name>`, once, when it ends.
+pub const FIGURE_PREFIX: &str = "figure";
+
+/// The metric name of the job's own figure `name`.
+pub fn figure(name: &str) -> String {
+    format!("{FIGURE_PREFIX}/{name}")
+}

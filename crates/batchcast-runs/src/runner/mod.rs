@@ -4,6 +4,8 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
+mod figures;
+pub use figures::{FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
 mod placement;
@@ -200,6 +202,26 @@ fn command_line(plan: &Plan, row: &PlanRow, python: &str) -> Vec<String> {
     argv
 }
 
+/// A private place for the figures of `run`, given to its job in
+/// [`FIGURES_ENV`]; when none can be made, the job is not told of one and
+/// the run's events say why.
+fn figures_slot(cmd: &mut Command, run: RunId, rec: &crate::RecorderHandle) -> Option<FiguresSlot> {
+    match FiguresSlot::new() {
+        Ok(slot) => {
+            cmd.env(FIGURES_ENV, slot.file());
+            Some(slot)
+        }
+        Err(e) => {
+            let note = format!(
+                "no {FIGURES_ENV} for the job: cannot make a private directory for it: {e}; \
+                 check that the temporary directory (TMPDIR) is writable"
+            );
+            rec.event(run, "runner", &note);
+            None
+        }
+    }
+}
+
 /// Facts about where runs ran.
 fn environment(gpus: &dyn GpuLayer, host: &str) -> serde_json::Value {
     let gpus = match gpus.gpus() {
@@ -376,8 +398,10 @@ fn drive(
         if let Some(name) = &producer_name {
             cmd.env("BATCHCAST_NAME", name);
         }
+        let figures = figures_slot(&mut cmd, *id, &rec.handle());
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
-            Ok(job) => {
+            Ok(mut job) => {
+                job.figures = figures;
                 let pid = job.pid();
                 let job_start = job.start;
                 started.jobs.push(job);
