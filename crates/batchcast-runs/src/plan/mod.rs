@@ -1,15 +1,18 @@
 //! Experiment plans: which jobs run, together or one workload after
-//! another, from a CSV or YAML file.
+//! another, from a CSV or YAML file or built in code ([`PlanBuilder`]).
 //!
 //! A plan is checked whole before anything starts: an unknown column, a
 //! missing file, a bad collocation or listener, a sweep with no values or a
 //! duplicate run is refused with the file, the row and the problem named.
 
+mod build;
 mod csv;
 mod sweep;
 mod yaml;
 
 use std::path::{Path, PathBuf};
+
+pub use build::PlanBuilder;
 
 use crate::listen::check_listener_name;
 use crate::RunStatus;
