@@ -5,7 +5,7 @@
 mod data;
 pub use data::CONSUMERS_ENV;
 mod figures;
-pub use figures::{FiguresError, FiguresSlot, FIGURES_ENV};
+pub use figures::{write_for_runner, FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
 mod placement;
