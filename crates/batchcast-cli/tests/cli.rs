@@ -55,6 +55,87 @@ fn demo_runs_both_modes_and_reports_every_figure() {
     assert!(env.leftovers().is_empty());
 }
 
+/// `batchcast demo` is a plan the runner runs: its two workloads land in
+/// the run store it names on its last line, every run FINISHED with the
+/// trainers' own figures, and `batchcast runs` reads them back.
+#[test]
+fn demo_records_both_workloads_in_the_store_it_names() {
+    use batchcast_runs::{keys, RunFilter, RunStatus, Store};
+    let env = Env::new();
+    let files = tempfile::tempdir().unwrap();
+    let cache = files.path().join("cache");
+    let store = files.path().join("demo runs.db");
+    let out = env
+        .cmd(&[
+            "demo",
+            "--trainers",
+            "2",
+            "--images",
+            "60",
+            "--batch-size",
+            "16",
+            "--image-size",
+            "32",
+            "--step-ms",
+            "1",
+            "--store",
+        ])
+        .arg(&store)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .succeed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "recorded in {}; open it with: batchcast ui --store '{}'",
+            store.display(),
+            store.display()
+        ),
+        "{text}"
+    );
+    let db = Store::open_read_only(&store).unwrap();
+    let runs = db.runs(&RunFilter::default()).unwrap();
+    for workload in ["independent", "shared"] {
+        let trainers: Vec<_> = runs
+            .iter()
+            .filter(|r| r.workload == workload && r.run.name != keys::DATA_RUN)
+            .collect();
+        assert_eq!(trainers.len(), 2, "{runs:?}");
+        for r in trainers {
+            assert_eq!(r.run.status, RunStatus::Finished, "{r:?}");
+            let samples = db.last_metric(r.run.id, &keys::figure("samples")).unwrap();
+            assert_eq!(samples, Some(60.0), "{r:?}");
+            for figure in ["seconds", "wait_secs"] {
+                let v = db.last_metric(r.run.id, &keys::figure(figure)).unwrap();
+                assert!(v.is_some_and(|v| v >= 0.0), "{figure} of {r:?}");
+            }
+        }
+    }
+    let data: Vec<_> = runs
+        .iter()
+        .filter(|r| r.run.name == keys::DATA_RUN)
+        .collect();
+    assert_eq!(data.len(), 1, "{runs:?}");
+    assert_eq!(data[0].workload, "shared");
+    assert_eq!(data[0].run.status, RunStatus::Finished, "{:?}", data[0]);
+    let store_arg = store.to_str().unwrap();
+    let list = env.cmd(&["runs", "list", "--store", store_arg]).succeed();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(list.matches("FINISHED").count(), 5, "{list}");
+    let compare = env
+        .cmd(&["runs", "compare", "--json", "--store", store_arg])
+        .succeed();
+    let v: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
+    let text = v.to_string();
+    assert!(
+        text.contains("independent") && text.contains("shared"),
+        "{v}"
+    );
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
 /// `batchcast serve --data` serves an ImageFolder: every image once per
 /// epoch, with exact len, to consumers of different batch sizes.
 #[test]
