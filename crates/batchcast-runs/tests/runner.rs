@@ -58,6 +58,7 @@ impl Fixture {
             python: "python3".into(),
             grace: Duration::from_secs(2),
             log_cap: self.log_cap,
+            report_every: batchcast_runs::runner::REPORT_EVERY,
             progress: Box::new(move |line: &str| progress.lock().unwrap().push(line.to_string())),
         };
         run_plan(plan, &mut opts)

@@ -55,7 +55,13 @@ pub struct RunOptions {
     /// Where progress lines go (which workload, which jobs are alive, the
     /// elapsed time, each job's last line).
     pub progress: Box<dyn FnMut(&str) + Send>,
+    /// How often the jobs' progress is reported ([`REPORT_EVERY`] unless
+    /// told otherwise).
+    pub report_every: Duration,
 }
+
+/// How often `batchcast run` reports its jobs' progress.
+pub const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// What running a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -470,7 +476,7 @@ fn drive(
             );
             continue;
         }
-        if last_report.elapsed() >= Duration::from_secs(2) {
+        if last_report.elapsed() >= opts.report_every {
             last_report = Instant::now();
             let lines: Vec<String> = started
                 .jobs

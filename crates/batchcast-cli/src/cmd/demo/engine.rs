@@ -26,6 +26,8 @@ pub(super) const INDEPENDENT: &str = "independent";
 pub(super) const SHARED: &str = "shared";
 /// What the runner samples of each trainer.
 const LISTENERS: [&str; 3] = ["process", "system", "batchcast"];
+/// How often the bar follows the trainers.
+const REPORT_EVERY: Duration = Duration::from_millis(250);
 /// Time a trainer gets between SIGTERM and SIGKILL when the demo is stopped.
 const GRACE: Duration = Duration::from_secs(5);
 
@@ -125,6 +127,7 @@ impl Engine {
             python: "python3".into(),
             grace: GRACE,
             log_cap: batchcast_runs::DEFAULT_LOG_CAP,
+            report_every: REPORT_EVERY,
             progress: progress(bar.clone()),
         };
         let outcome = run_plan(&plan, &mut opts)?;
