@@ -93,10 +93,12 @@ pub(crate) fn start(
         .current_dir(&plan.dir)
         .env("BATCHCAST_NAME", &name)
         .env(CONSUMERS_ENV, trainers.to_string());
+    let figures = super::figures_slot(&mut cmd, run, rec);
     let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
         Ok(job) => job,
         Err(e) => return Err(failed(store, format!("cannot start {}: {e}", argv[0]))),
     };
+    job.figures = figures;
     let _ = store.set_pid(run, i64::from(job.pid()), job.start);
     let deadline = Instant::now() + READY_WITHIN;
     loop {
