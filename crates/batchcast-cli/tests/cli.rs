@@ -136,6 +136,57 @@ fn demo_records_both_workloads_in_the_store_it_names() {
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
+/// Ctrl-C stops the demo: its trainers are stopped (none left alive), their
+/// runs recorded KILLED, and the demo says so and fails.
+#[test]
+fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
+    use batchcast_runs::{RunFilter, RunStatus, Store};
+    let env = Env::new();
+    let files = tempfile::tempdir().unwrap();
+    let store = files.path().join("runs.db");
+    let mut demo = env.spawn(&[
+        "demo",
+        "--synthetic",
+        "--samples",
+        "100000",
+        "--step-ms",
+        "50",
+        "--trainers",
+        "2",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    // No signal says the trainers started: the store does, once it holds
+    // their pids.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pids = loop {
+        let running: Vec<i64> = Store::open_read_only(&store)
+            .and_then(|db| db.runs(&RunFilter::default()))
+            .map(|runs| runs.iter().filter_map(|r| r.run.pid).collect())
+            .unwrap_or_default();
+        if running.len() == 2 {
+            break running;
+        }
+        assert!(std::time::Instant::now() < deadline, "no trainers started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    demo.signal(libc::SIGINT);
+    let status = demo.finish();
+    assert_eq!(status.code(), Some(1), "{}", demo.stderr_text());
+    assert!(demo.stderr_text().contains("the demo was stopped"));
+    for pid in pids {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        assert!(!alive, "trainer {pid} left running");
+    }
+    let db = Store::open_read_only(&store).unwrap();
+    let runs = db.runs(&RunFilter::default()).unwrap();
+    assert_eq!(runs.len(), 2, "the shared workload never started: {runs:?}");
+    for r in runs {
+        assert_eq!(r.run.status, RunStatus::Killed, "{r:?}");
+    }
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
 /// `batchcast serve --data` serves an ImageFolder: every image once per
 /// epoch, with exact len, to consumers of different batch sizes.
 #[test]
