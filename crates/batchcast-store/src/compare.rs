@@ -4,10 +4,11 @@
 //! independent and shared workloads side by side.
 //!
 //! Definitions (also in the README):
-//! - a run's samples: its last `batchcast/samples`, else its last `samples`
-//!   (logged by a script with its own loader), else the `samples` figure
-//!   the job reported at its end (`figure/samples`); its rate: samples /
-//!   wall time;
+//! - a run's samples: the `samples` figure the job reported at its end
+//!   (`figure/samples`), else its last `batchcast/samples` (sampled, so
+//!   short of the end by up to one interval), else its last `samples`
+//!   (logged by a script with its own loader); its rate: samples / wall
+//!   time;
 //! - a workload's aggregate samples/s: the sum of its training runs' rates;
 //! - CPU per 1000 samples: CPU seconds of every run of the workload (the
 //!   shared producer's run [`keys::DATA_RUN`] included: the kernel's count
@@ -151,8 +152,12 @@ fn summarize_workload(
         }
     }
     for r in &training {
-        let mut n = last(store, r.id, keys::BATCHCAST_SAMPLES)?;
-        for key in [keys::SCRIPT_SAMPLES.to_string(), keys::figure("samples")] {
+        let mut n = None;
+        for key in [
+            keys::figure("samples"),
+            keys::BATCHCAST_SAMPLES.to_string(),
+            keys::SCRIPT_SAMPLES.to_string(),
+        ] {
             if n.is_none() {
                 n = last(store, r.id, &key)?;
             }

@@ -121,9 +121,9 @@ fn shared_and_independent_workloads_side_by_side() {
     assert!(m[1].1.is_none());
 }
 
-/// A job that reports its samples only as a figure at its end (the demo's
-/// trainers) is counted, and the CPU the kernel counted at a run's end
-/// counts over its last sample.
+/// The samples a job reports as a figure at its end (the demo's trainers)
+/// count over the last sampled count, and the CPU the kernel counted at a
+/// run's end over its last sample.
 #[test]
 fn figures_and_cpu_at_exit_are_counted() {
     let dir = tempfile::tempdir().unwrap();
@@ -140,6 +140,7 @@ fn figures_and_cpu_at_exit_are_counted() {
         .insert_metrics(&[
             point(run, keys::PROC_CPU_SECONDS, 1, 1.0),
             point(run, keys::PROC_EXIT_CPU_SECONDS, 2, 3.0),
+            point(run, keys::BATCHCAST_SAMPLES, 1, 1400.0),
             point(run, &keys::figure("samples"), 2, 1500.0),
         ])
         .unwrap();
