@@ -48,6 +48,7 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
         python: "python3".into(),
         grace: Duration::from_secs(2),
         log_cap: CAP,
+        report_every: batchcast_runs::runner::REPORT_EVERY,
         progress: Box::new(move |line: &str| p.lock().unwrap().push(line.to_string())),
     };
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());

@@ -124,6 +124,7 @@ pub(crate) fn start(
         .current_dir(&plan.dir)
         .env("BATCHCAST_NAME", &name)
         .env(CONSUMERS_ENV, trainers.to_string());
+    let figures = super::figures_slot(&mut cmd, run, rec);
     let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
         Ok(job) => job,
         Err(source) => {
@@ -131,6 +132,7 @@ pub(crate) fn start(
             return Err(failed(store, DataError::Start { program, source }));
         }
     };
+    job.figures = figures;
     let _ = store.set_pid(run, i64::from(job.pid()), job.start);
     let deadline = Instant::now() + READY_WITHIN;
     loop {

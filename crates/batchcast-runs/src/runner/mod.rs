@@ -4,6 +4,8 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
+mod figures;
+pub use figures::{write_for_runner, FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
 mod placement;
@@ -53,7 +55,13 @@ pub struct RunOptions {
     /// Where progress lines go (which workload, which jobs are alive, the
     /// elapsed time, each job's last line).
     pub progress: Box<dyn FnMut(&str) + Send>,
+    /// How often the jobs' progress is reported ([`REPORT_EVERY`] unless
+    /// told otherwise).
+    pub report_every: Duration,
 }
+
+/// How often `batchcast run` reports its jobs' progress.
+pub const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// What running a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -198,6 +206,26 @@ fn command_line(plan: &Plan, row: &PlanRow, python: &str) -> Vec<String> {
     };
     argv.extend(row.args.iter().cloned());
     argv
+}
+
+/// A private place for the figures of `run`, given to its job in
+/// [`FIGURES_ENV`]; when none can be made, the job is not told of one and
+/// the run's events say why.
+fn figures_slot(cmd: &mut Command, run: RunId, rec: &crate::RecorderHandle) -> Option<FiguresSlot> {
+    match FiguresSlot::new() {
+        Ok(slot) => {
+            cmd.env(FIGURES_ENV, slot.file());
+            Some(slot)
+        }
+        Err(e) => {
+            let note = format!(
+                "no {FIGURES_ENV} for the job: cannot make a private directory for it: {e}; \
+                 check that the temporary directory (TMPDIR) is writable"
+            );
+            rec.event(run, "runner", &note);
+            None
+        }
+    }
 }
 
 /// Facts about where runs ran.
@@ -377,8 +405,10 @@ fn drive(
         if let Some(name) = &producer_name {
             cmd.env("BATCHCAST_NAME", name);
         }
+        let figures = figures_slot(&mut cmd, *id, &rec.handle());
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
-            Ok(job) => {
+            Ok(mut job) => {
+                job.figures = figures;
                 let pid = job.pid();
                 let job_start = job.start;
                 started.jobs.push(job);
@@ -447,7 +477,7 @@ fn drive(
             );
             continue;
         }
-        if last_report.elapsed() >= Duration::from_secs(2) {
+        if last_report.elapsed() >= opts.report_every {
             last_report = Instant::now();
             let lines: Vec<String> = started
                 .jobs
