@@ -120,7 +120,6 @@ impl StateFile {
             )));
         }
         let path = state_path(endpoint);
-        let _ = fs::remove_file(refusal_path(endpoint));
         let found = if durability.fresh {
             remove(&path)?;
             None
@@ -257,6 +256,11 @@ pub(crate) fn state_path(endpoint: &Endpoint) -> PathBuf {
 
 fn refusal_path(endpoint: &Endpoint) -> PathBuf {
     endpoint.dir().join(format!("{}.refused", endpoint.name()))
+}
+
+/// A producer took the name: a refusal left by an earlier one is stale.
+pub(crate) fn clear_refusal(endpoint: &Endpoint) {
+    let _ = fs::remove_file(refusal_path(endpoint));
 }
 
 /// Why the last producer started under this name refused to resume its
@@ -456,10 +460,17 @@ mod tests {
         assert!(!err.contains("data:"), "{err}");
         assert!(err.contains("--fresh"), "{err}");
         assert_eq!(read_refusal(&ep).as_deref(), Some(err.as_str()));
-        // --fresh starts afresh and clears the refusal.
+        // --fresh starts afresh, and a producer that takes the name clears
+        // the refusal.
         let mut fresh = Durability::new("data=/x\nseed=8");
         fresh.fresh = true;
-        assert_eq!(StateFile::open(&ep, &fresh).unwrap().1, None);
+        let opts = super::super::ProducerOptions {
+            dir: Some(dir.path().to_owned()),
+            durable: Some(fresh),
+            ..Default::default()
+        };
+        let producer = Producer::create("durable", opts).unwrap();
+        assert_eq!(producer.resumed(), None);
         assert_eq!(read_refusal(&ep), None);
     }
 

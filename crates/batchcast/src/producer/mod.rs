@@ -201,6 +201,7 @@ impl Producer {
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
+        durable::clear_refusal(&endpoint);
         let (state_file, resumed) = match &opts.durable {
             Some(d) => {
                 let (file, resumed) = StateFile::open(&endpoint, d)?;
