@@ -60,3 +60,38 @@ def test_a_python_consumer_waits_for_a_restarted_producer_and_misses_nothing(
     waiting = [r.getMessage() for r in caplog.records if "waiting up to 60 s" in r.getMessage()]
     assert len(waiting) == 1, [r.getMessage() for r in caplog.records]
     assert '"resumed"' in out.splitlines()[0], out.splitlines()[:1]
+
+
+def test_a_prefetch_threads_wait_sees_the_restart_too(batchcast_bin, bc_dir):
+    """`wait_event` (what a prefetch thread waits with: the consumer is held
+    only while looking) reattaches as `next_event` does: each epoch's
+    batches come once each, in order, and each epoch ends with all its
+    samples."""
+    procs = [serve(batchcast_bin, bc_dir)]
+    try:
+        c = batchcast._native.Consumer("dur", connect_timeout=30, reconnect_timeout=60)
+        indices: dict[int, list[int]] = {0: [], 1: []}
+        ends = []
+        while True:
+            event = c.wait_event()
+            if event[0] == "batch":
+                indices[event[1]].append(event[2])
+                if event[1] == 0 and event[2] == 120:
+                    procs[-1].send_signal(signal.SIGKILL)
+                    procs[-1].communicate(timeout=30)
+                    procs.append(serve(batchcast_bin, bc_dir))
+            elif event[0] == "end":
+                ends.append((event[1], event[2]))
+            elif event[0] == "finished":
+                break
+        c.close()
+        procs[-1].communicate(timeout=60)
+        assert procs[-1].returncode == 0
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    for epoch in (0, 1):
+        assert indices[epoch] == list(range(SAMPLES // BATCH)), f"epoch {epoch}"
+    assert ends == [(0, SAMPLES), (1, SAMPLES)]
