@@ -51,7 +51,7 @@ fn read(dir: std::path::PathBuf, name: &str, epochs: u64) -> Vec<Vec<i64>> {
             }
             Event::EpochEnd { .. } => seen.push(Vec::new()),
             Event::Finished(_) => break,
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
         }
     }
     seen.pop();

@@ -4,7 +4,8 @@
 //! the arena fd and maps it read-only. [`Consumer::next_event`] then yields,
 //! in order, [`Event::EpochStart`] (with the exact number of batches when the
 //! producer knows its epoch's size), the epoch's [`Event::Batch`]es cut to the
-//! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
+//! consumer's batch size, [`Event::EpochEnd`], an [`Event::Trigger`] where
+//! one fired at that boundary, and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
 //! is the signal, so no heartbeat is involved, or, where forked children of
@@ -71,8 +72,12 @@ use crate::ledger::Ledger;
 use crate::warn::Warn;
 use crate::wire::{
     self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
-    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    ToConsumer, ToProducer, TriggerFired, Welcome, MAGIC, PROTOCOL_VERSION,
 };
+
+/// Most triggers held back inside one epoch (a producer announces one per
+/// boundary).
+const MAX_HELD_TRIGGERS: usize = 64;
 
 /// How often blocking calls wake to run the interrupt hook.
 const TICK: Duration = Duration::from_millis(100);
@@ -133,6 +138,9 @@ pub enum Event {
     },
     /// The producer shut down cleanly; repeated on every later call.
     Finished(ShutdownReason),
+    /// A trigger fired at an epoch boundary: after the ending epoch's
+    /// [`Event::EpochEnd`], before the next [`Event::EpochStart`].
+    Trigger(TriggerFired),
 }
 
 /// A consumer's own figures.
@@ -187,6 +195,9 @@ pub struct Consumer {
     watch: Option<ProducerWatch>,
     /// The producer was seen dead: every later call fails at once.
     gone: bool,
+    /// Triggers announced inside the epoch being read: handed out after
+    /// its end.
+    triggers: Vec<TriggerFired>,
 }
 
 impl Consumer {
@@ -321,6 +332,7 @@ impl Consumer {
             fell_behind: None,
             watch,
             gone: false,
+            triggers: Vec::new(),
         })
     }
 
@@ -329,7 +341,9 @@ impl Consumer {
         &self.name
     }
 
-    /// What the producer said at join.
+    /// What the producer said at join; its `samples_per_epoch` follows
+    /// the sizes of later full epochs and those announced at epoch
+    /// boundaries (a dataset that grew).
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
     }
@@ -339,7 +353,8 @@ impl Consumer {
         self.epoch.as_ref()
     }
 
-    /// Batches in a full epoch, from what the producer announced at join.
+    /// Batches in a full epoch, from what the producer announced last (at
+    /// join, at the last full epoch's start or at an epoch boundary).
     pub fn batches_per_epoch(&self) -> Option<u64> {
         let bs = self.opts.batch_size.or(self.welcome.batch_size)?;
         let samples = self.welcome.samples_per_epoch?;
@@ -527,9 +542,14 @@ impl Consumer {
     /// the order the producer meant them.
     fn advance(&mut self, mut published: u64) -> Result<()> {
         loop {
-            // An epoch's end bounds what is read of the board for it.
+            // An epoch's end bounds what is read of the board for it (a
+            // boundary announced before it does not hide it).
+            let next = self
+                .control
+                .iter()
+                .find(|m| !matches!(m, ToConsumer::Boundary(_)));
             if let (Some(c), Some(ToConsumer::EpochEnd { end_seq, .. })) =
-                (self.cursor.as_mut(), self.control.front())
+                (self.cursor.as_mut(), next)
             {
                 c.end = Some(*end_seq);
             }
@@ -569,6 +589,9 @@ impl Consumer {
                         self.opts.drop_last,
                     ));
                     self.rows = 0;
+                    if !es.partial && es.samples.is_some() {
+                        self.welcome.samples_per_epoch = es.samples;
+                    }
                     self.epoch = Some(info.clone());
                     self.cursor = Some(Cursor {
                         next: es.first_seq,
@@ -609,7 +632,11 @@ impl Consumer {
                     self.cursor = None;
                     self.events
                         .push_back(Ok(Event::EpochEnd { epoch, samples }));
+                    let fired = std::mem::take(&mut self.triggers);
+                    self.events
+                        .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                 }
+                ToConsumer::Boundary(b) => self.boundary(b)?,
                 ToConsumer::Shutdown(reason) => {
                     // What was published before the shutdown is still read;
                     // an unfinished epoch's last partial batch is dropped.
@@ -649,6 +676,29 @@ impl Consumer {
         }
     }
 
+    /// An epoch boundary: the size of the coming epochs from now on, and
+    /// its trigger after the epoch being read, if any, else at once.
+    fn boundary(&mut self, b: wire::Boundary) -> Result<()> {
+        if let Some(n) = b.next_samples {
+            self.welcome.samples_per_epoch = Some(n);
+        }
+        let Some(t) = b.trigger else {
+            return Ok(());
+        };
+        if t.id.len() > wire::MAX_TRIGGER_ID || self.triggers.len() >= MAX_HELD_TRIGGERS {
+            return Err(Error::Protocol(format!(
+                "a trigger id of {} bytes, or more than {MAX_HELD_TRIGGERS} triggers in one epoch",
+                t.id.len()
+            )));
+        }
+        if self.cursor.is_some() {
+            self.triggers.push(t);
+        } else {
+            self.events.push_back(Ok(Event::Trigger(t)));
+        }
+        Ok(())
+    }
+
     /// True when a batch (or an error in a batch's place) waits to be
     /// handed out: batches are taken from the board one at a time.
     fn holds_batches(&self) -> bool {
@@ -682,6 +732,9 @@ impl Consumer {
                         samples: self.rows,
                     }));
                 }
+                let fired = std::mem::take(&mut self.triggers);
+                self.events
+                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
             }
         }
     }
