@@ -9,7 +9,8 @@ use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, Shu
 
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
-use crate::serve::{serve, shutdown_reason, ServeSummary};
+use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+use crate::trigger::{Trigger, TriggerSpec};
 
 /// The number of trainers `batchcast run` gave a workload, in the
 /// environment of its data command: `serve` waits for that many consumers
@@ -80,6 +81,19 @@ pub struct ServeArgs {
     /// Print one JSON line per event on stdout (for scripts and tests).
     #[arg(long)]
     pub json: bool,
+    /// Tell every consumer, at an epoch boundary, when the data that
+    /// arrived since the last firing calls for it (with --watch):
+    /// `amount=N` (N samples arrived), `time=D` (D since the last firing:
+    /// 90s, 10m, 2h), `every-epoch`, or `any(T,...)` / `all(T,...)` of
+    /// these. Consumers receive the trigger after the epoch's last batch,
+    /// before the next epoch's first.
+    #[arg(long, value_parser = parse_trigger)]
+    pub trigger: Option<TriggerSpec>,
+}
+
+/// `--trigger` as clap reads it.
+fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, String> {
+    text.parse().map_err(|e: ServeError| e.to_string())
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when
@@ -126,7 +140,8 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let idle_timeout = args.idle_timeout()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
-    let source = args.source.open()?;
+    let mut source = args.source.open()?;
+    let mut trigger = args.trigger.clone().map(Trigger::new);
     let mut producer = Producer::create(
         &args.name,
         ProducerOptions {
@@ -151,6 +166,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             "samples_per_epoch": source.samples_per_epoch()});
         if let Some(spec) = &args.source.images.select {
             line["select"] = spec.to_string().into();
+        }
+        if args.source.images.watch {
+            line["watch"] = true.into();
+        }
+        if let Some(spec) = &args.trigger {
+            line["trigger"] = spec.to_string().into();
         }
         face.event(&line.to_string()).map_err(ServeError::Output)?;
     } else {
@@ -189,13 +210,21 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         }
     }
     let shared = RefCell::new(&mut *face);
+    let mut written = Ok(());
     let result = serve(
         &mut producer,
-        source.as_ref(),
+        source.as_mut(),
         args.epochs,
+        trigger.as_mut(),
         &mut || shared.borrow_mut().interrupted(),
         &mut |e, i, n| shared.borrow_mut().batch(e, i, n),
+        &mut |report| {
+            if written.is_ok() {
+                written = boundary_lines(report, args.json, *shared.borrow_mut());
+            }
+        },
     );
+    written.map_err(ServeError::Output)?;
     face.served();
     producer.finish(shutdown_reason(&result));
     let summary = result?;
@@ -220,6 +249,38 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         );
     }
     Ok(summary)
+}
+
+/// The lines an epoch boundary prints: `grew` when the dataset took in
+/// samples, `trigger` when the trigger fired (JSON events, or text on
+/// stderr).
+fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> std::io::Result<()> {
+    if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
+        if json {
+            let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
+                "added": a.added, "samples_per_epoch": report.samples_per_epoch,
+                "arrivals": a.arrivals, "rescan_seconds": a.seconds});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "epoch {}: {} new samples, {} per epoch from now on",
+                report.epoch, a.added, report.samples_per_epoch
+            );
+        }
+    }
+    if let Some(t) = &report.trigger {
+        if json {
+            let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
+                "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "trigger {} fired (#{}) before epoch {}: {} samples arrived since the last",
+                t.id, t.seq, t.epoch, t.samples
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Waits for `--consumers` (or the `trainers` of `batchcast run`) before

@@ -8,6 +8,10 @@
 //!   (the core's rule, which Python's `Producer.run` follows too) says.
 //! - [`SourceArgs`] describes a source as command-line flags and opens it
 //!   ([`Images`], [`Synthetic`]).
+//! - At each epoch boundary a growing source ([`BatchSource::grow`],
+//!   `--watch`) takes in what arrived, and a [`Trigger`] (`--trigger`)
+//!   decides whether to tell every consumer (a `Boundary` message, in
+//!   order with the batches).
 //! - [`ServeArgs`] and [`run`] are the whole `batchcast serve` command: the
 //!   flags, the wait for the first consumers, the lines it prints and the
 //!   loop. The `batchcast` binary and the Python binding
@@ -19,7 +23,8 @@
 //! - Every sample of an epoch (with `--select`, of the epoch's selection,
 //!   the same for every consumer) is published once, in the source's order;
 //!   a batch whose samples were all skipped (undecodable files) is not
-//!   published.
+//!   published. What a source takes in at a boundary is served from the
+//!   next epoch on, never in the epoch in progress.
 //! - The consumers are told why the stream ended: finished, interrupted,
 //!   or the error that ended it ([`shutdown_reason`]).
 //! - The arrows run one way: this crate depends on the core and the
@@ -34,11 +39,13 @@ mod images;
 mod serve;
 mod source;
 mod synthetic;
+mod trigger;
 
 pub use args::{default_workers, SourceArgs, SyntheticArgs};
 pub use command::{run, Face, ServeArgs, CONSUMERS_ENV};
 pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
-pub use serve::{serve, shutdown_reason, ServeSummary};
-pub use source::{check_batch_size, BatchSource};
+pub use serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+pub use source::{check_batch_size, Arrived, BatchSource};
 pub use synthetic::{calibrate, expected_byte, Synthetic};
+pub use trigger::{Trigger, TriggerSpec, TRIGGER_FORMS};

@@ -21,6 +21,24 @@ pub trait BatchSource: Send {
     fn decoded(&self) -> Option<u64> {
         None
     }
+    /// At an epoch boundary: takes in what was added to the dataset since
+    /// the last look (a watched folder), for the epochs to come; None for
+    /// a source that does not grow.
+    fn grow(&mut self) -> Result<Option<Arrived>> {
+        Ok(None)
+    }
+}
+
+/// What [`BatchSource::grow`] took in.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Arrived {
+    /// Samples added to the dataset.
+    pub added: u64,
+    /// Earliest and latest arrival time among them (seconds since the
+    /// Unix epoch).
+    pub arrivals: Option<(f64, f64)>,
+    /// Seconds the look took.
+    pub seconds: f64,
 }
 
 /// Checks a batch size option.
