@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use batchcast::{Consumer, ConsumerOptions, Event};
-use common::{jpeg_dataset, Env};
+use common::{jpeg_dataset, Env, Proc};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
@@ -107,36 +107,40 @@ fn per_label(labels: &[i64]) -> Vec<usize> {
     per
 }
 
-#[test]
-fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
+/// Serves a dataset of 1,000 to three consumers for 4 epochs, adding 500
+/// images during epoch 1; returns what the first consumer saw (the others
+/// saw the same) and the producer, finished.
+fn run_growing(select: &[&str]) -> (Seen, Proc) {
     let env = Env::new();
     let root = jpeg_dataset(&env.path().join("data"), 10, 100, (24, 32));
     let stage = jpeg_dataset(&env.path().join("stage"), 5, 100, (24, 32));
     let side = SIDE.to_string();
-    let mut producer = env.spawn(&[
+    let mut args = vec![
         "serve",
         "--name",
         "grow",
         "--data",
         root.to_str().unwrap(),
-        "--decode-only",
-        "--store-size",
-        &side,
-        "--batch-size",
-        "64",
-        "--window",
-        "4",
-        "--epochs",
-        "4",
-        "--consumers",
-        "3",
-        "--workers",
-        "2",
         "--watch",
         "--trigger",
         "amount=400",
+        "--decode-only",
+        "--store-size",
+        &side,
+        "--window",
+        "4",
+        "--batch-size",
+        "64",
+        "--consumers",
+        "3",
+        "--epochs",
+        "4",
+        "--workers",
+        "2",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(select);
+    let mut producer = env.spawn(&args);
     let listening = producer.expect("listening");
     assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
     assert_eq!(listening["trigger"], "amount=400", "{listening}");
@@ -151,9 +155,14 @@ fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
         readers.into_iter().map(|r| r.join().unwrap()).collect()
     });
     assert!(producer.finish().success(), "{}", producer.stderr_text());
+    assert!(seen[1..].iter().all(|s| *s == seen[0]), "consumers differ");
+    (seen.into_iter().next().unwrap(), producer)
+}
 
-    let first = &seen[0];
-    assert!(seen[1..].iter().all(|s| s == first), "consumers differ");
+#[test]
+fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
+    let (seen, producer) = run_growing(&[]);
+    let first = &seen;
     assert_eq!(
         first.events,
         [
@@ -194,6 +203,41 @@ fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
         finished["summary"]["decoded_per_epoch"],
         serde_json::json!([1000, 1000, 1500, 1500])
     );
+}
+
+/// `new-data` serves only the 500 that arrived since the trigger;
+/// `freshness:50` all 500 of them and 500 of the 1,000 seen before.
+#[test]
+fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
+    let (new, producer) = run_growing(&["--select", "new-data"]);
+    assert_eq!(
+        producer.events("finished")[0]["summary"]["decoded_per_epoch"],
+        serde_json::json!([1000, 1000, 500, 500])
+    );
+    let only_new = vec![100, 100, 100, 100, 0, 0, 0, 0, 0, 0, 100];
+    assert_eq!(per_label(&new.labels[2]), only_new);
+    assert_eq!(per_label(&new.labels[3]), only_new);
+    assert!(
+        new.events.contains(&"start 2 Some(500)".to_string()),
+        "{:?}",
+        new.events
+    );
+
+    let (fresh, _) = run_growing(&["--select", "freshness:50"]);
+    assert!(
+        fresh.events.contains(&"start 2 Some(1000)".to_string()),
+        "{:?}",
+        fresh.events
+    );
+    for epoch in [2, 3] {
+        let per = per_label(&fresh.labels[epoch]);
+        // Every new sample (the new class's 100 among them), and 500 old
+        // ones: of the classes without new samples, only old ones.
+        assert_eq!(per[10], 100, "{per:?}");
+        assert_eq!(per.iter().sum::<usize>(), 1000);
+        assert!(per[..4].iter().all(|&n| n >= 100), "{per:?}");
+    }
+    assert_ne!(fresh.labels[2], fresh.labels[3]);
 }
 
 #[test]

@@ -78,7 +78,10 @@ pub struct ImageArgs {
     /// the classes), `rs2:R` (RS2: fresh each epoch, no sample again until
     /// all have been served; `rs2:R,replace` draws each epoch afresh) or
     /// `scores=FILE,keep=P` (the top P % by a score, FILE a 1-D
-    /// float32/float64 .npy with one score per sample in dataset order).
+    /// float32/float64 .npy with one score per sample in dataset order),
+    /// `new-data` (only what arrived since the last --trigger firing) or
+    /// `freshness:R` (R of the epoch from what arrived since the last
+    /// firing, the rest from before it).
     /// R is a fraction (0.25) or a percentage (25, 25%). Only the selected
     /// samples are decoded; an epoch's length is the selection's.
     #[arg(long, value_parser = parse_select)]
@@ -150,6 +153,8 @@ pub struct Images {
 /// How an epoch's samples are chosen and ordered, from the dataset.
 struct Plan {
     select: Option<SelectSpec>,
+    /// The first sample that arrived since the last trigger.
+    mark: usize,
     seed: u64,
     batch_size: usize,
     shuffle: bool,
@@ -165,7 +170,7 @@ impl Plan {
                 let labels: Vec<i64> = (0..dataset.len())
                     .map(|i| dataset.label(i).unwrap_or(-1))
                     .collect();
-                Some(Selection::new(spec, &labels, self.seed)?)
+                Some(Selection::since(spec, &labels, self.seed, self.mark)?)
             }
             None => None,
         };
@@ -239,6 +244,7 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
     }
     let plan = Plan {
         select: args.select.clone(),
+        mark: 0,
         seed: args.seed,
         batch_size: batch_size as usize,
         shuffle: !args.no_shuffle,
@@ -321,6 +327,21 @@ impl BatchSource for Images {
             arrivals: growth.arrivals,
             seconds: growth.seconds,
         }))
+    }
+
+    fn triggered(&mut self, samples: u64) -> Result<()> {
+        let Some(spec) = &self.plan.select else {
+            return Ok(());
+        };
+        if samples == 0 || !matches!(spec, SelectSpec::NewData | SelectSpec::Freshness { .. }) {
+            return Ok(());
+        }
+        let len = self.pipeline.dataset().len();
+        self.plan.mark = len.saturating_sub(usize::try_from(samples).unwrap_or(len));
+        let (selection, sampler) = self.plan.make(self.pipeline.dataset())?;
+        self.selection = selection;
+        self.sampler = sampler;
+        Ok(())
     }
 
     fn spec(&self, rows: u64) -> (Node, Vec<LeafSpec>) {

@@ -144,6 +144,9 @@ fn boundary(
         }
         t.at_boundary(epoch)
     });
+    if let Some(t) = &fired {
+        source.triggered(t.samples)?;
+    }
     let grew = arrived.as_ref().is_some_and(|a| a.added > 0);
     if !grew && fired.is_none() {
         return Ok(None);

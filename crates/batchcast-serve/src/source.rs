@@ -27,6 +27,11 @@ pub trait BatchSource: Send {
     fn grow(&mut self) -> Result<Option<Arrived>> {
         Ok(None)
     }
+    /// At an epoch boundary: a trigger fired over the last `samples`
+    /// samples that arrived (what `--select new-data` serves from now on).
+    fn triggered(&mut self, _samples: u64) -> Result<()> {
+        Ok(())
+    }
 }
 
 /// What [`BatchSource::grow`] took in.
