@@ -191,7 +191,7 @@ pub enum ToConsumer {
     /// An epoch boundary: the size of the epochs to come and the trigger
     /// that fired there, if any. Sent after the ending epoch's last batch
     /// (before its `EpochEnd`) or between epochs; the consumer hands the
-    /// trigger out after the epoch's end, before the next epoch's start.
+    /// trigger out after the epoch's last batch, before its end.
     Boundary(Boundary),
 }
 

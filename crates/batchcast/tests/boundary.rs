@@ -1,7 +1,7 @@
 //! `Producer::announce_boundary`: a trigger announced after an epoch's last
-//! batch reaches every consumer after that epoch's end and before the next
-//! epoch's start, at any consumer batch size (the epoch's cut tail
-//! included), and the announced size is the next epoch's `len()`.
+//! batch reaches every consumer after that epoch's last batch and before
+//! its end, at any consumer batch size (the epoch's cut tail included),
+//! and the announced size is the next epoch's `len()`.
 
 use std::time::{Duration, Instant};
 
@@ -50,7 +50,7 @@ fn read(dir: std::path::PathBuf, bs: u64) -> (Vec<String>, Vec<Option<u64>>) {
 }
 
 #[test]
-fn a_trigger_comes_after_the_epochs_end_and_before_the_next_start() {
+fn a_trigger_comes_after_the_epochs_last_batch_and_before_its_end() {
     let dir = tempfile::tempdir().unwrap();
     let mut producer = Producer::create(
         "bound",
@@ -110,14 +110,14 @@ fn a_trigger_comes_after_the_epochs_end_and_before_the_next_start() {
         let (seen, lens) = reader.join().unwrap();
         let end0 = seen.iter().position(|s| s == "end 0 100").unwrap();
         assert_eq!(
-            seen[end0 + 1],
+            seen[end0 - 1],
             "trigger amount=40 1 50",
             "bs {bs}: {seen:?}"
         );
-        assert_eq!(seen[end0 + 2], "start 1 Some(150)", "bs {bs}: {seen:?}");
+        assert_eq!(seen[end0 + 1], "start 1 Some(150)", "bs {bs}: {seen:?}");
         assert_eq!(seen.iter().filter(|s| s.starts_with("trigger")).count(), 1);
-        // Every batch of epoch 0 came before the trigger.
-        let rows: usize = seen[..end0]
+        // Every batch of epoch 0 came before the trigger and the end.
+        let rows: usize = seen[..end0 - 1]
             .iter()
             .filter_map(|s| s.strip_prefix("batch "))
             .map(|n| n.parse::<usize>().unwrap())

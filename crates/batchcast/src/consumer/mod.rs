@@ -4,8 +4,8 @@
 //! the arena fd and maps it read-only. [`Consumer::next_event`] then yields,
 //! in order, [`Event::EpochStart`] (with the exact number of batches when the
 //! producer knows its epoch's size), the epoch's [`Event::Batch`]es cut to the
-//! consumer's batch size, [`Event::EpochEnd`], an [`Event::Trigger`] where
-//! one fired at that boundary, and so on, and finally
+//! consumer's batch size (an [`Event::Trigger`] after the last where one
+//! fired at the epoch's end), [`Event::EpochEnd`], and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
 //! is the signal, so no heartbeat is involved, or, where forked children of
@@ -138,8 +138,9 @@ pub enum Event {
     },
     /// The producer shut down cleanly; repeated on every later call.
     Finished(ShutdownReason),
-    /// A trigger fired at an epoch boundary: after the ending epoch's
-    /// [`Event::EpochEnd`], before the next [`Event::EpochStart`].
+    /// A trigger fired at an epoch boundary: after the ending epoch's last
+    /// batch, before its [`Event::EpochEnd`] (so a loop over the epoch
+    /// sees it), or between epochs when none was being read.
     Trigger(TriggerFired),
 }
 
@@ -196,7 +197,7 @@ pub struct Consumer {
     /// The producer was seen dead: every later call fails at once.
     gone: bool,
     /// Triggers announced inside the epoch being read: handed out after
-    /// its end.
+    /// its last batch.
     triggers: Vec<TriggerFired>,
 }
 
@@ -630,11 +631,11 @@ impl Consumer {
                     }
                     self.assembler = None;
                     self.cursor = None;
-                    self.events
-                        .push_back(Ok(Event::EpochEnd { epoch, samples }));
                     let fired = std::mem::take(&mut self.triggers);
                     self.events
                         .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
+                    self.events
+                        .push_back(Ok(Event::EpochEnd { epoch, samples }));
                 }
                 ToConsumer::Boundary(b) => self.boundary(b)?,
                 ToConsumer::Shutdown(reason) => {
@@ -677,7 +678,8 @@ impl Consumer {
     }
 
     /// An epoch boundary: the size of the coming epochs from now on, and
-    /// its trigger after the epoch being read, if any, else at once.
+    /// its trigger after the last batch of the epoch being read, if any,
+    /// else at once.
     fn boundary(&mut self, b: wire::Boundary) -> Result<()> {
         if let Some(n) = b.next_samples {
             self.welcome.samples_per_epoch = Some(n);
@@ -726,15 +728,15 @@ impl Consumer {
                      {} samples and it rejoins at the next epoch",
                     self.name, self.rows
                 ));
+                let fired = std::mem::take(&mut self.triggers);
+                self.events
+                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                 if in_epoch {
                     self.events.push_back(Ok(Event::EpochEnd {
                         epoch,
                         samples: self.rows,
                     }));
                 }
-                let fired = std::mem::take(&mut self.triggers);
-                self.events
-                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
             }
         }
     }

@@ -275,7 +275,7 @@ impl Producer {
     /// Announces an epoch boundary to every consumer: the size of the
     /// epochs to come (`next_samples`, also the welcome's from now on) and
     /// the trigger that fired, which each consumer hands out after the
-    /// ending epoch's last batch and end, before the next epoch's start.
+    /// ending epoch's last batch, before its end.
     /// Call it after an epoch's last batch (before `end_epoch`) or between
     /// epochs.
     ///
