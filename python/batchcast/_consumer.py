@@ -296,9 +296,9 @@ class Consumer:
     def triggers(self) -> list[Trigger]:
         """The triggers the producer fired so far (``serve --trigger``), in
         order: each is received after the last batch of the epoch before
-        it, so a loop that ended has seen the trigger at its end, and the
-        next loop's epoch holds its data. A loop that ignores them reads
-        the same batches."""
+        it, before that epoch's end, so a loop that ended has seen the
+        triggers at its end, and the next loop's epoch holds their data. A
+        loop that ignores them reads the same batches."""
         return list(self._triggers)
 
     @property
@@ -561,7 +561,6 @@ class Consumer:
                     yield batch
                 elif kind == "end":
                     self._in_epoch = False
-                    self._take_triggers()
                     return
                 elif kind == "trigger":
                     self._trigger(event)
@@ -712,23 +711,6 @@ class Consumer:
         self._triggers.append(fired)
         if self._on_trigger is not None:
             self._on_trigger(fired)
-
-    def _take_triggers(self) -> None:
-        """At an epoch's end: takes the triggers that follow it (the
-        consumer has them with the end), so that the loop that ends has
-        seen them; the first other event stays pending for the next."""
-        while self._pending is None:
-            try:
-                event = self._native.poll_event()
-            except Exception as e:  # raised in order, when this event is read
-                self._pending = Pending(None, None, e)
-                return
-            if event is None:
-                return
-            if event[0] != "trigger":
-                self._pending = Pending(event, None, None)
-                return
-            self._trigger(event)
 
     def _drop_pending(self) -> None:
         pending, self._pending = self._pending, None
