@@ -241,20 +241,17 @@ impl Watcher {
                     Ok(t) if !t.is_symlink() => t.is_dir(),
                     _ => fs::metadata(&p).is_ok_and(|m| m.is_dir()),
                 };
+                if is_dir && self.folders.iter().any(|f| f.path == p) {
+                    continue;
+                }
                 match (self.kind, label, is_dir) {
                     (DatasetKind::WebDataset, _, false) if super::has_extension(&p, "tar") => {
                         new_shards.push(p)
                     }
-                    (DatasetKind::ImageFolder, None, true) => {
-                        if !self.folders.iter().any(|f| f.path == p) {
-                            new_classes.push(item.file_name());
-                        }
-                    }
+                    (DatasetKind::ImageFolder, None, true) => new_classes.push(item.file_name()),
                     (DatasetKind::ImageFolder, Some(l), true) => {
-                        if !self.folders.iter().any(|f| f.path == p) {
-                            self.add_tree(&p, l)?;
-                            new_files.extend(self.files_below(&p)?.into_iter().map(|f| (l, f)));
-                        }
+                        self.add_tree(&p, l)?;
+                        new_files.extend(self.files_below(&p)?.into_iter().map(|f| (l, f)));
                     }
                     (DatasetKind::ImageFolder, Some(l), false)
                         if imagefolder::is_image_name(&item.file_name()) =>
