@@ -58,6 +58,7 @@ impl Fixture {
             python: "python3".into(),
             grace: Duration::from_secs(2),
             log_cap: self.log_cap,
+            report_every: batchcast_runs::runner::REPORT_EVERY,
             progress: Box::new(move |line: &str| progress.lock().unwrap().push(line.to_string())),
         };
         run_plan(plan, &mut opts)
@@ -363,4 +364,84 @@ fn a_job_that_leaves_a_detached_child_holding_stdout_ends_with_its_process() {
             .any(|e| e.contains("stdout after the job ended was not recorded")),
         "{events:?}"
     );
+}
+
+/// Each job is given a figures file in a private directory of its own; what
+/// it writes there is recorded as `figure/<name>` metrics of its run, a
+/// failed run's too, and a bad file becomes an event of a run that still
+/// ends as its job did.
+#[test]
+fn a_jobs_figures_are_recorded_whatever_its_status() {
+    let f = Fixture::new();
+    f.script(
+        "job.sh",
+        "#!/bin/sh\n\
+         mode=$(stat -c %a \"$(dirname \"$BATCHCAST_FIGURES\")\")\n\
+         basename \"$(dirname \"$BATCHCAST_FIGURES\")\" > \"dir.$1\"\n\
+         case $1 in\n\
+         good) printf '{\"samples_per_s\": 1234.5, \"dir_mode\": %s}' \"$mode\" > \"$BATCHCAST_FIGURES\" ;;\n\
+         failed) echo '{\"epochs\": 2}' > \"$BATCHCAST_FIGURES\"; exit 3 ;;\n\
+         bad) echo '{\"model\": \"resnet\"}' > \"$BATCHCAST_FIGURES\" ;;\n\
+         esac\n",
+    );
+    let plan = f.plan(
+        "Experiment,Workload,Name,File,Params\n\
+         e,w,good,job.sh,good\n\
+         e,w,failed,job.sh,failed\n\
+         e,w,bad,job.sh,bad\n\
+         e,w,none,job.sh,none\n",
+    );
+    let out = f.run(&plan).unwrap();
+    assert_eq!((out.finished, out.failed), (3, 1), "{out:?}");
+    let store = Store::open_read_only(f.path("runs.sqlite")).unwrap();
+    let figure = |run: &str, name: &str| -> Vec<f64> {
+        store
+            .metric(f.row(run).run.id, &keys::figure(name), None, 10)
+            .unwrap()
+            .iter()
+            .map(|p| p.value)
+            .collect()
+    };
+    assert_eq!(figure("good", "samples_per_s"), vec![1234.5]);
+    assert_eq!(figure("good", "dir_mode"), vec![700.0]);
+    // The CPU each job used, as the kernel counted it at its end.
+    let cpu = store
+        .metric(
+            f.row("failed").run.id,
+            keys::PROC_EXIT_CPU_SECONDS,
+            None,
+            10,
+        )
+        .unwrap();
+    assert!(cpu.len() == 1 && cpu[0].value >= 0.0, "{cpu:?}");
+    assert_eq!(f.row("failed").run.status, RunStatus::Failed);
+    assert_eq!(figure("failed", "epochs"), vec![2.0]);
+    let bad = f.row("bad");
+    assert_eq!(bad.run.status, RunStatus::Finished);
+    let figures: Vec<String> = store
+        .metric_keys(bad.run.id)
+        .unwrap()
+        .into_iter()
+        .filter(|k| k.starts_with("figure/"))
+        .collect();
+    assert!(figures.is_empty(), "{figures:?}");
+    let events = store.events(bad.run.id).unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e.message.contains("not recorded") && e.message.contains("\"model\"")),
+        "{events:?}"
+    );
+    let none = f.row("none");
+    assert_eq!(none.run.status, RunStatus::Finished);
+    assert!(store.events(none.run.id).unwrap().is_empty());
+    // Every run had its own directory, and none is left behind.
+    let dirs: std::collections::HashSet<String> = ["good", "failed", "bad", "none"]
+        .iter()
+        .map(|n| std::fs::read_to_string(f.path(&format!("dir.{n}"))).unwrap())
+        .collect();
+    assert_eq!(dirs.len(), 4, "{dirs:?}");
+    for d in dirs {
+        assert!(!std::env::temp_dir().join(d.trim()).exists(), "{d} left");
+    }
 }

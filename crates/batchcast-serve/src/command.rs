@@ -3,19 +3,15 @@
 //! command. Its faces (the binary, the Python binding) supply a [`Face`].
 
 use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason};
 
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
 use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+use crate::start::StartWait;
 use crate::trigger::{Trigger, TriggerSpec};
-
-/// The number of trainers `batchcast run` gave a workload, in the
-/// environment of its data command: `serve` waits for that many consumers
-/// before the first epoch.
-pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
 
 /// What the face running the command does for it.
 pub trait Face {
@@ -100,22 +96,6 @@ fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, String> {
 /// no --idle-timeout is given.
 const TRAINERS_WITHIN: Duration = Duration::from_secs(300);
 
-/// The number of trainers `batchcast run` gave the workload (0: none given).
-fn trainers_from_env() -> Result<usize> {
-    match std::env::var(CONSUMERS_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(0),
-        Ok(v) => v.trim().parse().map_err(|_| {
-            ServeError::invalid(format!(
-                "{CONSUMERS_ENV}={v:?} is not a number of consumers; `batchcast run` sets it to \
-                 the workload's number of trainers: unset it, or set a whole number"
-            ))
-        }),
-        Err(std::env::VarError::NotUnicode(v)) => Err(ServeError::invalid(format!(
-            "{CONSUMERS_ENV}={v:?} is not a number of consumers; unset it, or set a whole number"
-        ))),
-    }
-}
-
 impl ServeArgs {
     /// `--idle-timeout` as a duration.
     fn idle_timeout(&self) -> Result<Option<Duration>> {
@@ -136,7 +116,7 @@ impl ServeArgs {
 /// told to, serves, tells the consumers why it ended, and prints the
 /// summary (stderr, or a `finished` event line).
 pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
-    let trainers = trainers_from_env()?;
+    let start = StartWait::from_env(args.consumers)?;
     let idle_timeout = args.idle_timeout()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
@@ -192,9 +172,11 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             args.source.batch_size,
         );
     }
-    let want = args.consumers.max(trainers);
-    if want > 0 {
-        match wait_for_start(&mut producer, args, idle_timeout, trainers, face) {
+    if start.wanted() > 0 {
+        // Without --idle-timeout, the trainers `batchcast run` announced are
+        // waited for within TRAINERS_WITHIN; --consumers alone, forever.
+        let within = idle_timeout.or(start.from_runner().then_some(TRAINERS_WITHIN));
+        match start.wait(&producer, within, &mut || face.interrupted()) {
             Ok(true) => {}
             Ok(false) => {
                 producer.finish(ShutdownReason::Interrupted);
@@ -204,6 +186,7 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
                 });
             }
             Err(e) => {
+                let e = ServeError::from(e);
                 producer.finish(ShutdownReason::Failed(e.chain()));
                 return Err(e);
             }
@@ -281,42 +264,4 @@ fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> s
         }
     }
     Ok(())
-}
-
-/// Waits for `--consumers` (or the `trainers` of `batchcast run`) before
-/// the first epoch, in short slices so that an interrupt ends the wait at
-/// once: false when interrupted, an error when they did not come in time.
-fn wait_for_start(
-    producer: &mut Producer,
-    args: &ServeArgs,
-    idle_timeout: Option<Duration>,
-    trainers: usize,
-    face: &mut dyn Face,
-) -> Result<bool> {
-    let want = args.consumers.max(trainers);
-    let within = match (idle_timeout, trainers > args.consumers) {
-        (Some(t), _) => Some(t),
-        (None, true) => Some(TRAINERS_WITHIN),
-        (None, false) => None,
-    };
-    // A deadline past what the clock can count is none.
-    let deadline = within.and_then(|t| Instant::now().checked_add(t));
-    while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
-        if face.interrupted() {
-            return Ok(false);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            let secs = within.map_or(0.0, |t| t.as_secs_f64());
-            return Err(if trainers > args.consumers {
-                ServeError::TrainersMissing {
-                    attached: producer.consumers(),
-                    trainers,
-                    secs,
-                }
-            } else {
-                batchcast::Error::NoConsumers { secs }.into()
-            });
-        }
-    }
-    Ok(true)
 }

@@ -18,6 +18,10 @@
 //!   (`batchcast._native.serve`, `python -m batchcast.serve`) are faces
 //!   over it: they parse the same flags and pass a [`Face`] (interrupts,
 //!   where event lines go, progress).
+//! - [`StartWait`] is the wait for the first consumers: the producer's own
+//!   count and the trainers `batchcast run` announces in [`CONSUMERS_ENV`].
+//!   Python's `Producer` waits with it too; too few in time is
+//!   [`TooFewConsumers`], whose message both faces print.
 //!
 //! # Invariants
 //! - Every sample of an epoch (with `--select`, of the epoch's selection,
@@ -38,14 +42,16 @@ mod error;
 mod images;
 mod serve;
 mod source;
+mod start;
 mod synthetic;
 mod trigger;
 
 pub use args::{default_workers, SourceArgs, SyntheticArgs};
-pub use command::{run, Face, ServeArgs, CONSUMERS_ENV};
+pub use command::{run, Face, ServeArgs};
 pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
 pub use serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
 pub use source::{check_batch_size, Arrived, BatchSource};
+pub use start::{trainers_from_env, ConsumersEnvError, StartWait, TooFewConsumers, CONSUMERS_ENV};
 pub use synthetic::{calibrate, expected_byte, Synthetic};
 pub use trigger::{Trigger, TriggerSpec, TRIGGER_FORMS};

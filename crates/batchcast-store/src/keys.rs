@@ -12,6 +12,10 @@
 pub const PROC_CPU_PERCENT: &str = "proc/cpu_percent";
 /// CPU seconds used by the job's process tree since it started (user + system).
 pub const PROC_CPU_SECONDS: &str = "proc/cpu_seconds";
+/// CPU seconds of the job and of the children it waited for, as the
+/// kernel counted them when it ended (wait4, user + system): one point,
+/// exact where [`PROC_CPU_SECONDS`], sampled, misses the last interval.
+pub const PROC_EXIT_CPU_SECONDS: &str = "proc/exit_cpu_seconds";
 /// Resident memory of the job's process tree.
 pub const PROC_RSS_BYTES: &str = "proc/rss_bytes";
 /// Proportional set size of the job's process tree (shared pages divided
@@ -77,3 +81,12 @@ pub const STALLS_MODE_FIGURES: [&str; 7] = [
     "wait_p95",
     "cpu_per_1000",
 ];
+
+/// What a job reports about itself through the runner's figures file
+/// (`BATCHCAST_FIGURES`) is recorded as `figure/<name>`, once, when it ends.
+pub const FIGURE_PREFIX: &str = "figure";
+
+/// The metric name of the job's own figure `name`.
+pub fn figure(name: &str) -> String {
+    format!("{FIGURE_PREFIX}/{name}")
+}

@@ -272,3 +272,71 @@ fn the_example_plans_load() {
     assert_eq!(yaml.rows.len(), 4);
     assert_eq!(yaml.rows[0].args, vec!["--epochs", "1", "--lr", "0.1"]);
 }
+
+#[test]
+fn a_plan_built_in_code_has_the_rows_and_data_of_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    write(dir.path(), "train.py", "");
+    let mut b = Plan::builder("<test>", dir.path());
+    for w in ["own", "shared"] {
+        for n in ["a", "b"] {
+            let cmd: Vec<String> = ["train.py", "--lr", "0.1"].map(String::from).to_vec();
+            b.run("e", w, n, &cmd).listeners = vec!["process".into()];
+        }
+    }
+    let serve: Vec<String> = ["batchcast", "serve", "--name", "two words"]
+        .map(String::from)
+        .to_vec();
+    b.data("e", "shared", &serve);
+    let p = b.build().unwrap();
+    assert_eq!(p.file, PathBuf::from("<test>"));
+    let w = p.workloads();
+    assert_eq!(w.len(), 2);
+    assert!(w[0].2.iter().all(|r| r.data.is_none()));
+    for r in &w[1].2 {
+        let data = r.data.as_deref().unwrap();
+        assert_eq!(shlex::split(data).unwrap(), serve);
+    }
+    let a = &p.rows[0];
+    assert_eq!((a.row, a.file.as_str()), (1, "train.py"));
+    assert_eq!(a.args, vec!["--lr", "0.1"]);
+    assert_eq!(a.params, vec![("lr".into(), "0.1".into())]);
+    assert_eq!(a.listeners, vec!["process"]);
+    assert_eq!(p.resolve(&a.file), dir.path().join("train.py"));
+}
+
+#[test]
+fn a_plan_built_in_code_is_checked_like_a_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = |f: &str| vec![f.to_string()];
+    let mut b = Plan::builder("<test>", dir.path());
+    b.run("e", "w", "a", &cmd("missing.py"));
+    let e = b.build().unwrap_err().to_string();
+    assert!(
+        e.contains("<test>, row 1") && e.contains("missing.py"),
+        "{e}"
+    );
+
+    let mut b = Plan::builder("<test>", dir.path());
+    b.run("e", "w", "a", &cmd("true"));
+    b.run("e", "w", "a", &cmd("true"));
+    let e = b.build().unwrap_err().to_string();
+    assert!(e.contains("appears twice"), "{e}");
+
+    let mut b = Plan::builder("<test>", dir.path());
+    b.run("e", "w", "a", &[]);
+    let e = b.build().unwrap_err().to_string();
+    assert!(e.contains("File is empty"), "{e}");
+
+    let mut b = Plan::builder("<test>", dir.path());
+    b.run("e", "w", "a", &cmd("true")).listeners = vec!["nonsense".into()];
+    assert!(b.build().is_err());
+
+    let mut b = Plan::builder("<test>", dir.path());
+    b.run("e", "w", "a", &cmd("true"));
+    b.data("e", "other", &cmd("batchcast"));
+    let e = b.build().unwrap_err().to_string();
+    assert!(e.contains("e/other, which has no runs"), "{e}");
+
+    assert!(Plan::builder("<test>", dir.path()).build().is_err());
+}

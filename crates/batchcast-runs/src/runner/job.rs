@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use batchcast_proc::{Options, Output, Process};
 
-use crate::{now_ms, LogStream, RecorderHandle, RunId};
+use super::figures::FiguresSlot;
+use crate::{keys, now_ms, LogStream, MetricPoint, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
 const LAST_LINE: usize = 200;
@@ -36,6 +37,10 @@ pub(crate) struct Job {
     pub stopped: Option<String>,
     /// Its end is in the store.
     pub recorded: bool,
+    /// Where it may write its figures (see [`super::figures`]).
+    pub figures: Option<FiguresSlot>,
+    /// Its CPU at exit is in the store.
+    usage_recorded: bool,
 }
 
 impl Job {
@@ -80,6 +85,8 @@ impl Job {
             last_line,
             stopped: None,
             recorded: false,
+            figures: None,
+            usage_recorded: false,
         })
     }
 
@@ -106,7 +113,8 @@ impl Job {
     /// Waits for the output readers, once the job has ended: until its
     /// pipes close (its group ended), but no longer than
     /// [`OUTPUT_AFTER_EXIT`]. Output cut short so is noted in the run's
-    /// events.
+    /// events. Then records, once, the CPU it used
+    /// ([`keys::PROC_EXIT_CPU_SECONDS`]) and the figures it wrote.
     pub(crate) fn join_output(&mut self) {
         for stream in self.process.finish_output(OUTPUT_AFTER_EXIT) {
             let note = format!(
@@ -114,6 +122,47 @@ impl Job {
                  its group (setsid, a daemon) still held it"
             );
             self.rec.event(self.run, "runner", &note);
+        }
+        if !self.usage_recorded {
+            self.usage_recorded = true;
+            if let Some(usage) = self.process.usage() {
+                self.rec.metric(MetricPoint {
+                    run_id: self.run,
+                    key: keys::PROC_EXIT_CPU_SECONDS.into(),
+                    step: 0,
+                    ts_ms: now_ms(),
+                    value: usage.cpu_seconds,
+                });
+            }
+        }
+        self.record_figures();
+    }
+
+    /// Records the figures the job wrote to its figures file, as metrics
+    /// of its run; a bad file becomes an event naming the problem. The
+    /// file's directory is removed.
+    fn record_figures(&mut self) {
+        let Some(slot) = self.figures.take() else {
+            return;
+        };
+        match slot.read() {
+            Ok(None) => {}
+            Ok(Some(figures)) => {
+                let ts_ms = now_ms();
+                for (name, value) in figures {
+                    self.rec.metric(MetricPoint {
+                        run_id: self.run,
+                        key: keys::figure(&name),
+                        step: 0,
+                        ts_ms,
+                        value,
+                    });
+                }
+            }
+            Err(e) => {
+                let note = format!("the job's figures were not recorded: {e}");
+                self.rec.event(self.run, "runner", &note);
+            }
         }
     }
 

@@ -4,6 +4,8 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
+mod figures;
+pub use figures::{write_for_runner, FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
 mod placement;
@@ -53,7 +55,13 @@ pub struct RunOptions {
     /// Where progress lines go (which workload, which jobs are alive, the
     /// elapsed time, each job's last line).
     pub progress: Box<dyn FnMut(&str) + Send>,
+    /// How often the jobs' progress is reported ([`REPORT_EVERY`] unless
+    /// told otherwise).
+    pub report_every: Duration,
 }
+
+/// How often `batchcast run` reports its jobs' progress.
+pub const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// What running a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -200,6 +208,26 @@ fn command_line(plan: &Plan, row: &PlanRow, python: &str) -> Vec<String> {
     argv
 }
 
+/// A private place for the figures of `run`, given to its job in
+/// [`FIGURES_ENV`]; when none can be made, the job is not told of one and
+/// the run's events say why.
+fn figures_slot(cmd: &mut Command, run: RunId, rec: &crate::RecorderHandle) -> Option<FiguresSlot> {
+    match FiguresSlot::new() {
+        Ok(slot) => {
+            cmd.env(FIGURES_ENV, slot.file());
+            Some(slot)
+        }
+        Err(e) => {
+            let note = format!(
+                "no {FIGURES_ENV} for the job: cannot make a private directory for it: {e}; \
+                 check that the temporary directory (TMPDIR) is writable"
+            );
+            rec.event(run, "runner", &note);
+            None
+        }
+    }
+}
+
 /// Facts about where runs ran.
 fn environment(gpus: &dyn GpuLayer, host: &str) -> serde_json::Value {
     let gpus = match gpus.gpus() {
@@ -321,12 +349,13 @@ fn drive(
     let mut placed = Vec::new();
     for (row, id) in todo {
         let place = match (&row.collocation, &mps_error) {
-            (Collocation::Mps, Some(e)) => Err(format!("cannot start MPS: {e}")),
+            (Collocation::Mps, Some(e)) => Err(placement::PlaceError::Mps(e.clone())),
             _ => placement::place(row, opts.gpus.as_ref(), &mut used_mig),
         };
         match place {
             Ok(visible) => placed.push((*row, *id, visible)),
-            Err(msg) => {
+            Err(e) => {
+                let msg = e.to_string();
                 store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
                 (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
                 ended.insert(*id, RunStatus::Failed);
@@ -376,8 +405,10 @@ fn drive(
         if let Some(name) = &producer_name {
             cmd.env("BATCHCAST_NAME", name);
         }
+        let figures = figures_slot(&mut cmd, *id, &rec.handle());
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
-            Ok(job) => {
+            Ok(mut job) => {
+                job.figures = figures;
                 let pid = job.pid();
                 let job_start = job.start;
                 started.jobs.push(job);
@@ -446,7 +477,7 @@ fn drive(
             );
             continue;
         }
-        if last_report.elapsed() >= Duration::from_secs(2) {
+        if last_report.elapsed() >= opts.report_every {
             last_report = Instant::now();
             let lines: Vec<String> = started
                 .jobs

@@ -234,7 +234,7 @@ mod tests {
 
     fn loader(samples: u64, loader_bs: u64) -> Vec<u64> {
         let mut v = vec![loader_bs; (samples / loader_bs) as usize];
-        if samples % loader_bs != 0 {
+        if !samples.is_multiple_of(loader_bs) {
             v.push(samples % loader_bs);
         }
         v
