@@ -12,8 +12,9 @@ use batchcast::{
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
 use crate::resume::identity;
-use crate::serve::{serve, shutdown_reason, ServeSummary};
+use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
 use crate::start::StartWait;
+use crate::trigger::{Trigger, TriggerSpec};
 
 /// What the face running the command does for it.
 pub trait Face {
@@ -96,6 +97,19 @@ pub struct ServeArgs {
     /// moves (tests make it short, to resume close to the consumers).
     #[arg(long, default_value_t = 1.0, hide = true)]
     pub state_interval: f64,
+    /// Tell every consumer, at an epoch boundary, when the data that
+    /// arrived since the last firing calls for it (with --watch):
+    /// `amount=N` (N samples arrived), `time=D` (D since the last firing:
+    /// 90s, 10m, 2h), `every-epoch`, or `any(T,...)` / `all(T,...)` of
+    /// these. Consumers receive the trigger after the epoch's last batch,
+    /// before the next epoch's first.
+    #[arg(long, value_parser = parse_trigger)]
+    pub trigger: Option<TriggerSpec>,
+}
+
+/// `--trigger` as clap reads it.
+fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, String> {
+    text.parse().map_err(|e: ServeError| e.to_string())
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when
@@ -141,13 +155,14 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
     let rejoin_timeout = args.rejoin_timeout()?;
-    let source = args.source.open()?;
+    let mut source = args.source.open()?;
     let interval = seconds(args.state_interval, "--state-interval")?;
     let durable = (!args.no_state).then(|| Durability {
         fresh: args.fresh,
         interval,
         ..Durability::new(identity(&args.source, source.samples_per_epoch()))
     });
+    let mut trigger = args.trigger.clone().map(Trigger::new);
     let mut producer = Producer::create(
         &args.name,
         ProducerOptions {
@@ -178,6 +193,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         if let Some(r) = resumed {
             line["resumed"] = serde_json::json!({"epoch": r.epoch, "row": r.row,
                 "consumers": r.consumers});
+        }
+        if args.source.images.watch {
+            line["watch"] = true.into();
+        }
+        if let Some(spec) = &args.trigger {
+            line["trigger"] = spec.to_string().into();
         }
         face.event(&line.to_string()).map_err(ServeError::Output)?;
     } else {
@@ -243,13 +264,21 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         }
     }
     let shared = RefCell::new(&mut *face);
+    let mut written = Ok(());
     let result = serve(
         &mut producer,
-        source.as_ref(),
+        source.as_mut(),
         args.epochs,
+        trigger.as_mut(),
         &mut || shared.borrow_mut().interrupted(),
         &mut |e, i, n| shared.borrow_mut().batch(e, i, n),
+        &mut |report| {
+            if written.is_ok() {
+                written = boundary_lines(report, args.json, *shared.borrow_mut());
+            }
+        },
     );
+    written.map_err(ServeError::Output)?;
     face.served();
     producer.finish(shutdown_reason(&result));
     let summary = result?;
@@ -274,4 +303,36 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         );
     }
     Ok(summary)
+}
+
+/// The lines an epoch boundary prints: `grew` when the dataset took in
+/// samples, `trigger` when the trigger fired (JSON events, or text on
+/// stderr).
+fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> std::io::Result<()> {
+    if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
+        if json {
+            let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
+                "added": a.added, "samples_per_epoch": report.samples_per_epoch,
+                "arrivals": a.arrivals, "rescan_seconds": a.seconds});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "epoch {}: {} new samples, {} per epoch from now on",
+                report.epoch, a.added, report.samples_per_epoch
+            );
+        }
+    }
+    if let Some(t) = &report.trigger {
+        if json {
+            let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
+                "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "trigger {} fired (#{}) before epoch {}: {} samples arrived since the last",
+                t.id, t.seq, t.epoch, t.samples
+            );
+        }
+    }
+    Ok(())
 }

@@ -87,7 +87,10 @@ pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;
-pub use wire::{JoinPolicy, OnEvict, ShutdownReason, Welcome, PROTOCOL_VERSION};
+pub use wire::{
+    Boundary, JoinPolicy, OnEvict, ShutdownReason, TriggerFired, Welcome, MAX_TRIGGER_ID,
+    PROTOCOL_VERSION,
+};
 
 /// Not part of the API: the internals that this repository's fuzz targets,
 /// integration tests and benchmarks drive directly. No stability promise.

@@ -387,7 +387,7 @@ pub fn consumer(args: BenchConsumerArgs) -> Result<()> {
                 batches += 1;
             }
             Event::EpochEnd { .. } | Event::Finished(_) => break,
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
         }
     }
     let secs = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());

@@ -168,6 +168,13 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                     return Ok(0);
                 }
             }
+            Event::Trigger(t) => {
+                outln!(
+                    "{}",
+                    json!({"event": "trigger", "id": t.id, "seq": t.seq, "epoch": t.epoch,
+                           "samples": t.samples, "arrivals": t.arrivals})
+                )?;
+            }
             Event::Finished(reason) => {
                 let s = consumer.stats();
                 outln!(

@@ -135,7 +135,7 @@ fn shared(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
                     break;
                 }
             }
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
             Event::Finished(_) => break,
         }
     }

@@ -4,7 +4,8 @@
 //! the arena fd and maps it read-only. [`Consumer::next_event`] then yields,
 //! in order, [`Event::EpochStart`] (with the exact number of batches when the
 //! producer knows its epoch's size), the epoch's [`Event::Batch`]es cut to the
-//! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
+//! consumer's batch size (an [`Event::Trigger`] after the last where one
+//! fired at the epoch's end), [`Event::EpochEnd`], and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
 //! is the signal, so no heartbeat is involved, or, where forked children of
@@ -69,8 +70,13 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::warn::Warn;
 use crate::wire::{
-    self, Fill, FrameReader, JoinPolicy, OnEvict, ShutdownReason, ToConsumer, ToProducer, Welcome,
+    self, Fill, FrameReader, JoinPolicy, OnEvict, ShutdownReason, ToConsumer, ToProducer,
+    TriggerFired, Welcome,
 };
+
+/// Most triggers held back inside one epoch (a producer announces one per
+/// boundary).
+const MAX_HELD_TRIGGERS: usize = 64;
 
 /// How often blocking calls wake to run the interrupt hook.
 const TICK: Duration = Duration::from_millis(100);
@@ -158,6 +164,10 @@ pub enum Event {
     },
     /// The producer shut down cleanly; repeated on every later call.
     Finished(ShutdownReason),
+    /// A trigger fired at an epoch boundary: after the ending epoch's last
+    /// batch, before its [`Event::EpochEnd`] (so a loop over the epoch
+    /// sees it), or between epochs when none was being read.
+    Trigger(TriggerFired),
 }
 
 /// A consumer's own figures.
@@ -216,6 +226,9 @@ pub struct Consumer {
     lost: Option<Instant>,
     /// Reattached, and the restarted producer's first epoch not begun yet.
     reattached: bool,
+    /// Triggers announced inside the epoch being read: handed out after
+    /// its last batch.
+    triggers: Vec<TriggerFired>,
 }
 
 impl Consumer {
@@ -270,6 +283,7 @@ impl Consumer {
             resumed: false,
             lost: None,
             reattached: false,
+            triggers: Vec::new(),
         })
     }
 
@@ -278,7 +292,9 @@ impl Consumer {
         &self.name
     }
 
-    /// What the producer said at join.
+    /// What the producer said at join; its `samples_per_epoch` follows
+    /// the sizes of later full epochs and those announced at epoch
+    /// boundaries (a dataset that grew).
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
     }
@@ -288,7 +304,8 @@ impl Consumer {
         self.epoch.as_ref()
     }
 
-    /// Batches in a full epoch, from what the producer announced at join.
+    /// Batches in a full epoch, from what the producer announced last (at
+    /// join, at the last full epoch's start or at an epoch boundary).
     pub fn batches_per_epoch(&self) -> Option<u64> {
         let bs = self.opts.batch_size.or(self.welcome.batch_size)?;
         let samples = self.welcome.samples_per_epoch?;
@@ -505,9 +522,14 @@ impl Consumer {
     /// the order the producer meant them.
     fn advance(&mut self, mut published: u64) -> Result<()> {
         loop {
-            // An epoch's end bounds what is read of the board for it.
+            // An epoch's end bounds what is read of the board for it (a
+            // boundary announced before it does not hide it).
+            let next = self
+                .control
+                .iter()
+                .find(|m| !matches!(m, ToConsumer::Boundary(_)));
             if let (Some(c), Some(ToConsumer::EpochEnd { end_seq, .. })) =
-                (self.cursor.as_mut(), self.control.front())
+                (self.cursor.as_mut(), next)
             {
                 c.end = Some(*end_seq);
             }
@@ -572,9 +594,13 @@ impl Consumer {
                         samples
                     };
                     self.epoch_ended(epoch);
+                    let fired = std::mem::take(&mut self.triggers);
+                    self.events
+                        .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                     self.events
                         .push_back(Ok(Event::EpochEnd { epoch, samples }));
                 }
+                ToConsumer::Boundary(b) => self.boundary(b)?,
                 ToConsumer::Shutdown(reason) => {
                     // What was published before the shutdown is still read;
                     // an unfinished epoch's last partial batch is dropped.
@@ -614,6 +640,30 @@ impl Consumer {
         }
     }
 
+    /// An epoch boundary: the size of the coming epochs from now on, and
+    /// its trigger after the last batch of the epoch being read, if any,
+    /// else at once.
+    fn boundary(&mut self, b: wire::Boundary) -> Result<()> {
+        if let Some(n) = b.next_samples {
+            self.welcome.samples_per_epoch = Some(n);
+        }
+        let Some(t) = b.trigger else {
+            return Ok(());
+        };
+        if t.id.len() > wire::MAX_TRIGGER_ID || self.triggers.len() >= MAX_HELD_TRIGGERS {
+            return Err(Error::Protocol(format!(
+                "a trigger id of {} bytes, or more than {MAX_HELD_TRIGGERS} triggers in one epoch",
+                t.id.len()
+            )));
+        }
+        if self.cursor.is_some() {
+            self.triggers.push(t);
+        } else {
+            self.events.push_back(Ok(Event::Trigger(t)));
+        }
+        Ok(())
+    }
+
     /// True when a batch (or an error in a batch's place) waits to be
     /// handed out: batches are taken from the board one at a time.
     fn holds_batches(&self) -> bool {
@@ -642,6 +692,9 @@ impl Consumer {
                      {} samples and it rejoins at the next epoch",
                     self.name, self.rows
                 ));
+                let fired = std::mem::take(&mut self.triggers);
+                self.events
+                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                 if in_epoch {
                     self.events.push_back(Ok(Event::EpochEnd {
                         epoch,

@@ -62,7 +62,7 @@ impl Consumer {
             }
             if (continues || reattached) && (es.epoch > p.epoch || es.first_row > p.row) {
                 return Err(Error::Protocol(format!(
-                    "the restarted producer {:?} resumed its stream at epoch {}, row {}, past                      this consumer's position (epoch {}, row {}): the rows between would be                      lost. Its state file was not the one of the producer this consumer                      followed (restarted with --fresh, or removed); reconnect to start afresh",
+                    "the restarted producer {:?} resumed its stream at epoch {}, row {}, past this consumer's position (epoch {}, row {}): the rows between would be lost. Its state file was not the one of the producer this consumer followed (restarted with --fresh, or removed); reconnect to start afresh",
                     self.name, es.epoch, es.first_row, p.epoch, p.row
                 )));
             }
@@ -87,6 +87,9 @@ impl Consumer {
             self.opts.drop_last,
         ));
         self.rows = 0;
+        if !es.partial && es.samples.is_some() {
+            self.welcome.samples_per_epoch = es.samples;
+        }
         self.epoch_taken = 0;
         self.resumed = false;
         self.pos = Some(Pos {

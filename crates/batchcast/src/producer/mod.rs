@@ -311,6 +311,32 @@ impl Producer {
         self.shared.lock().set_samples_per_epoch(samples);
     }
 
+    /// Announces an epoch boundary to every consumer: the size of the
+    /// epochs to come (`next_samples`, also the welcome's from now on) and
+    /// the trigger that fired, which each consumer hands out after the
+    /// ending epoch's last batch, before its end.
+    /// Call it after an epoch's last batch (before `end_epoch`) or between
+    /// epochs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a trigger id longer than
+    /// [`MAX_TRIGGER_ID`](crate::MAX_TRIGGER_ID) bytes.
+    pub fn announce_boundary(&mut self, boundary: &crate::Boundary) -> Result<()> {
+        if let Some(t) = &boundary.trigger {
+            if t.id.len() > crate::MAX_TRIGGER_ID {
+                return Err(Error::InvalidArgument(format!(
+                    "a trigger id of {} bytes is longer than the {}-byte limit; name it shorter",
+                    t.id.len(),
+                    crate::MAX_TRIGGER_ID
+                )));
+            }
+        }
+        if let Some(n) = boundary.next_samples {
+            self.opts.samples_per_epoch = Some(n);
+        }
+        self.shared.lock().announce_boundary(boundary)
+    }
+
     /// Waits until at least `n` consumers are connected; false on timeout.
     pub fn wait_for_consumers(&self, n: usize, timeout: Option<Duration>) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);

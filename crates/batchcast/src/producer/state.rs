@@ -33,7 +33,8 @@ use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
 use crate::stream::StreamSpec;
 use crate::wire::{
-    self, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome, PROTOCOL_VERSION,
+    self, Boundary, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome,
+    PROTOCOL_VERSION,
 };
 
 /// Where a consumer stands.
@@ -373,6 +374,32 @@ impl State {
         }
         self.epoch.open = false;
         Ok((epoch, self.epoch.published_rows))
+    }
+
+    /// Tells every welcomed consumer of an epoch boundary: the coming
+    /// epochs' size (which the welcome says from now on) and the trigger
+    /// that fired. Inside an epoch, call it after its last batch: a
+    /// consumer following the epoch that has not had its start gets it
+    /// first, as at the epoch's end.
+    pub fn announce_boundary(&mut self, boundary: &Boundary) -> Result<()> {
+        if let Some(n) = boundary.next_samples {
+            self.samples_per_epoch = Some(n);
+        }
+        let frame = wire::encode(&ToConsumer::Boundary(boundary.clone()))?;
+        let samples = self.epoch.samples;
+        let mut ids = self.ids_in(Phase::Waiting);
+        if self.epoch.open {
+            for id in self.ids_in(Phase::Following) {
+                let next = self.next_seq;
+                if self.started_this_epoch(id) || self.start_epoch_for(id, samples, false, next) {
+                    ids.push(id);
+                }
+            }
+        }
+        for id in ids {
+            self.send_or_drop(id, &frame);
+        }
+        Ok(())
     }
 
     fn started_this_epoch(&self, id: u64) -> bool {
