@@ -12,6 +12,7 @@ use batchcast::{
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
 use crate::resume::identity;
+use crate::runner_events::RunnerEvents;
 use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
 use crate::start::StartWait;
 use crate::trigger::{Trigger, TriggerSpec};
@@ -183,6 +184,13 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         },
     )?;
     let resumed = producer.resumed();
+    let mut events = RunnerEvents::from_env();
+    if let Some(r) = resumed {
+        events.record(
+            &serde_json::json!({"event": "resumed", "epoch": r.epoch, "row": r.row,
+            "consumers": r.consumers}),
+        );
+    }
     if args.json {
         let mut line = serde_json::json!({"event": "listening", "name": args.name,
             "socket": producer.socket_path(), "pid": std::process::id(),
@@ -274,7 +282,7 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         &mut |e, i, n| shared.borrow_mut().batch(e, i, n),
         &mut |report| {
             if written.is_ok() {
-                written = boundary_lines(report, args.json, *shared.borrow_mut());
+                written = boundary_lines(report, args.json, *shared.borrow_mut(), &mut events);
             }
         },
     );
@@ -307,13 +315,19 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
 
 /// The lines an epoch boundary prints: `grew` when the dataset took in
 /// samples, `trigger` when the trigger fired (JSON events, or text on
-/// stderr).
-fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> std::io::Result<()> {
+/// stderr), each also handed to the runner through `events`.
+fn boundary_lines(
+    report: &BoundaryReport,
+    json: bool,
+    face: &mut dyn Face,
+    events: &mut RunnerEvents,
+) -> std::io::Result<()> {
     if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
+        let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
+            "added": a.added, "samples_per_epoch": report.samples_per_epoch,
+            "arrivals": a.arrivals, "rescan_seconds": a.seconds});
+        events.record(&line);
         if json {
-            let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
-                "added": a.added, "samples_per_epoch": report.samples_per_epoch,
-                "arrivals": a.arrivals, "rescan_seconds": a.seconds});
             face.event(&line.to_string())?;
         } else {
             eprintln!(
@@ -323,9 +337,10 @@ fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> s
         }
     }
     if let Some(t) = &report.trigger {
+        let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
+            "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
+        events.record(&line);
         if json {
-            let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
-                "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
             face.event(&line.to_string())?;
         } else {
             eprintln!(

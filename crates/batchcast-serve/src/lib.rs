@@ -22,6 +22,9 @@
 //!   count and the trainers `batchcast run` announces in [`CONSUMERS_ENV`].
 //!   Python's `Producer` waits with it too; too few in time is
 //!   [`TooFewConsumers`], whose message both faces print.
+//! - Under `batchcast run`, the events that matter to a sweep (resumed,
+//!   grew, trigger) are also appended, bounded, to the file the runner
+//!   names in [`EVENTS_ENV`], which it records in its run store.
 //!
 //! # Invariants
 //! - Every sample of an epoch (with `--select`, of the epoch's selection,
@@ -45,6 +48,7 @@ mod command;
 mod error;
 mod images;
 mod resume;
+mod runner_events;
 mod serve;
 mod source;
 mod start;
@@ -56,6 +60,7 @@ pub use command::{run, Face, ServeArgs};
 pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
 pub use resume::{identity, skip_rows};
+pub use runner_events::{EVENTS_ENV, MAX_EVENTS};
 pub use serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
 pub use source::{check_batch_size, Arrived, BatchSource};
 pub use start::{trainers_from_env, ConsumersEnvError, StartWait, TooFewConsumers, CONSUMERS_ENV};

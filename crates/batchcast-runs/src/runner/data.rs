@@ -6,11 +6,15 @@
 //! `batchcast serve` and `batchcast.Producer` wait for that many before
 //! the first batch, so the first trainer to attach cannot drain the epochs
 //! before the last has started, whatever the producer's script says.
+//!
+//! It is told where to append its events ([`EVENTS_ENV`]); the runner
+//! records them as events of its run as they come.
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::job::Job;
+use super::serve_events::{ServeEvents, EVENTS_ENV};
 use super::RunOptions;
 use crate::keys;
 use crate::plan::Plan;
@@ -125,6 +129,10 @@ pub(crate) fn start(
         .env("BATCHCAST_NAME", &name)
         .env(CONSUMERS_ENV, trainers.to_string());
     let figures = super::figures_slot(&mut cmd, run, rec);
+    let events = figures.as_ref().map(ServeEvents::new);
+    if let Some(e) = &events {
+        cmd.env(EVENTS_ENV, e.path());
+    }
     let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
         Ok(job) => job,
         Err(source) => {
@@ -133,6 +141,7 @@ pub(crate) fn start(
         }
     };
     job.figures = figures;
+    job.serve_events = events;
     let _ = store.set_pid(run, i64::from(job.pid()), job.start);
     let deadline = Instant::now() + READY_WITHIN;
     loop {

@@ -12,6 +12,7 @@ use std::time::Duration;
 use batchcast_proc::{Options, Output, Process};
 
 use super::figures::FiguresSlot;
+use super::serve_events::{ServeEvents, SOURCE as SERVE};
 use crate::{keys, now_ms, LogStream, MetricPoint, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
@@ -39,6 +40,9 @@ pub(crate) struct Job {
     pub recorded: bool,
     /// Where it may write its figures (see [`super::figures`]).
     pub figures: Option<FiguresSlot>,
+    /// Where a shared producer appends its events (see
+    /// [`super::serve_events`]).
+    pub serve_events: Option<ServeEvents>,
     /// Its CPU at exit is in the store.
     usage_recorded: bool,
 }
@@ -86,6 +90,7 @@ impl Job {
             stopped: None,
             recorded: false,
             figures: None,
+            serve_events: None,
             usage_recorded: false,
         })
     }
@@ -135,7 +140,18 @@ impl Job {
                 });
             }
         }
+        self.record_serve_events();
         self.record_figures();
+    }
+
+    /// Records the events a shared producer appended since the last call,
+    /// as events of its run.
+    pub(crate) fn record_serve_events(&mut self) {
+        if let Some(events) = self.serve_events.as_mut() {
+            for message in events.read_new() {
+                self.rec.event(self.run, SERVE, &message);
+            }
+        }
     }
 
     /// Records the figures the job wrote to its figures file, as metrics

@@ -4,7 +4,9 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
+pub use serve_events::EVENTS_ENV;
 mod figures;
+mod serve_events;
 pub use figures::{write_for_runner, FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
@@ -450,6 +452,9 @@ fn drive(
     let mut last_report = Instant::now() - Duration::from_secs(60);
     let mut stopping = false;
     loop {
+        if let Some(p) = started.producer.as_mut() {
+            p.record_serve_events();
+        }
         let alive = started
             .jobs
             .iter_mut()
