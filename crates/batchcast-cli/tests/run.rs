@@ -487,3 +487,44 @@ fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The triggers a shared producer fires are events of its run, in order,
+/// and its own log is what it printed (no JSON lines added).
+#[test]
+fn a_shared_producers_triggers_are_events_of_its_run() {
+    let f = Fixture::new();
+    let serve = "batchcast serve --synthetic --samples 300 --epochs 3 --trigger every-epoch";
+    let plan = f.plan(&[&format!("e,grow,a,{serve},job.sh,a")]);
+    let out = f.run(&[plan.to_str().unwrap()]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let store = f.store();
+    let rows = store.runs(&RunFilter::default()).unwrap();
+    let data = rows
+        .iter()
+        .find(|r| r.run.name == keys::DATA_RUN)
+        .expect("the producer's run");
+    let serve_events: Vec<String> = store
+        .events(data.run.id)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.source == "serve")
+        .map(|e| e.message)
+        .collect();
+    assert_eq!(
+        serve_events,
+        vec![
+            "trigger every-epoch fired (#1) before epoch 1: 0 samples arrived since the last",
+            "trigger every-epoch fired (#2) before epoch 2: 0 samples arrived since the last",
+        ]
+    );
+    let (stdout, _) = store.log(data.run.id, LogStream::Stdout, None).unwrap();
+    assert!(
+        !String::from_utf8_lossy(&stdout).contains("\"event\""),
+        "{}",
+        String::from_utf8_lossy(&stdout)
+    );
+}
