@@ -135,6 +135,39 @@ fn a_run_page_shows_facts_parameters_environment_events_and_output() {
     }
 }
 
+/// A shared producer's events (as `batchcast run` records them) are
+/// listed in order, each with its time since the run started.
+#[test]
+fn a_run_page_shows_a_producers_events_with_their_time_in_the_run() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.sqlite");
+    let m = make_store(&path);
+    let id = m.runs[0];
+    let fired = [
+        "trigger every-epoch fired (#1) before epoch 1: 0 samples arrived since the last",
+        "trigger every-epoch fired (#2) before epoch 2: 0 samples arrived since the last",
+    ];
+    {
+        let s = batchcast_store::Store::open(&path).unwrap();
+        for message in fired {
+            s.add_event(id, "serve", message).unwrap();
+        }
+    }
+    let addr = serve(&path);
+    let html = get(addr, &format!("/runs/{id}")).text();
+    let at: Vec<usize> = fired
+        .iter()
+        .map(|f| {
+            let want = format!("<b>serve</b>: {f}</li>");
+            html.find(&want)
+                .unwrap_or_else(|| panic!("{want:?} not in {html}"))
+        })
+        .collect();
+    assert!(at[0] < at[1], "{html}");
+    let item = &html[html[..at[0]].rfind("<li>").unwrap()..at[0]];
+    assert!(item.contains("<span class=\"elapsed\">+"), "{item}");
+}
+
 #[test]
 fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
     let dir = tempfile::tempdir().unwrap();

@@ -79,9 +79,16 @@ pub(crate) async fn show(
             if !events.is_empty() {
                 body.push_str("<h2>Events</h2><ul class=\"events\">");
                 for e in events {
+                    // When in the run: the time since it started.
+                    let elapsed = match r.start_ms {
+                        Some(start) if e.ts_ms >= start => {
+                            format!(" <span class=\"elapsed\">+{}</span>", duration(e.ts_ms - start))
+                        }
+                        _ => String::new(),
+                    };
                     let _ = write!(
                         body,
-                        "<li>{} <b>{}</b>: {}</li>",
+                        "<li>{}{elapsed} <b>{}</b>: {}</li>",
                         time(e.ts_ms),
                         esc(&e.source),
                         esc(&e.message)
