@@ -6,16 +6,16 @@ from __future__ import annotations
 import importlib.util
 import os
 import sys
-import time
 from collections.abc import Iterator
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
 from . import _native
 from ._augment import Augment
 from ._device import Transfers, open_device
+from ._events import EventReader
 from ._pinned import try_pin
-from ._prefetch import Pending, holds_a_batch, take_and_augment
+from ._prefetch import Pending, holds_a_batch
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
 from ._surface import SkipFirstBatches, StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
@@ -52,7 +52,7 @@ def _resolve_format(fmt: str | None, device: str) -> str:
     return fmt
 
 
-class Consumer:
+class Consumer(EventReader):
     """Reads the batches of the producer ``name``: an iterable like a
     DataLoader, one epoch per ``for`` loop, with an exact ``len()``::
 
@@ -610,53 +610,6 @@ class Consumer:
                 self._start(event)
                 return
 
-    def _next_event(self) -> Pending:
-        """The next event of the stream: the one taken ahead, if any, else
-        the native consumer's next (waiting for it)."""
-        pending, self._pending = self._pending, None
-        if pending is None:
-            return Pending(self._wait_event(), None, None)
-        if not pending.waiting:
-            return pending
-        # A prefetch thread is waiting for it, or has taken it.
-        assert pending.future is not None, "a waiting event has the prefetch thread's task"
-        t0 = time.monotonic()
-        try:
-            event, batch, error = pending.future.result()
-        except KeyboardInterrupt:
-            self._pending = pending  # still the stream's next event
-            raise
-        except BaseException as e:  # taking the event failed: raised in its turn
-            return Pending(None, None, e)
-        finally:
-            self._waited += time.monotonic() - t0
-        if event[0] != "batch":
-            return Pending(event, None, None)
-        done: Future = Future()
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(batch)
-        return Pending(event, done, None)
-
-    def _wait_event(self) -> tuple:
-        """The native consumer's next event, waiting for it. With copies to
-        the device in flight, it first looks, and while nothing has arrived
-        waits for the oldest copy instead (its slot may be the one the
-        producer needs to publish the next batch); it waits for the
-        producer only once no copy holds a slot. (The loop collects the
-        completed copies at each ``next()``, just before this; a completed
-        one still counted here is dropped by its wait, which returns at
-        once.)"""
-        transfers = self._transfers
-        if transfers is not None:
-            while transfers.in_flight():
-                event = self._native.poll_event()
-                if event is not None:
-                    return event
-                transfers.wait_oldest()
-        return self._native.next_event()
-
     def _build(self, event: tuple) -> Any:
         """A batch event's batch: augmented with ``transform=`` if given
         (which moves its output to the device), else moved to the device,
@@ -672,58 +625,12 @@ class Consumer:
         with self._transfers.batch() as move:
             return unflatten(event[3], event[4], lambda view: move(convert(view)))
 
-    def _prefetch_next(self) -> None:
-        """Takes the next event now if it has arrived and starts augmenting
-        it if it is a batch; if it has not arrived, a prefetch thread waits
-        for it (holding the native consumer only while it looks) and
-        augments it when it comes. Either way it stays pending for the next
-        reader of events, so the stream's order is unchanged."""
-        if self._pending is not None:
-            return
-        try:
-            event = self._native.poll_event()
-        except Exception as e:  # raised in order, when this event is read
-            self._pending = Pending(None, None, e)
-            return
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(1, thread_name_prefix="batchcast-prefetch")
-        if event is None:
-            assert self._augment is not None and self._current is not None
-            # The task holds what it needs, not this Consumer, so dropping
-            # the Consumer still closes the native one (see __del__).
-            task = self._executor.submit(
-                take_and_augment,
-                self._native,
-                self._augment,
-                self._convert,
-                self._current.batch_size,
-                self.name,
-            )
-            self._pending = Pending(None, task, None, waiting=True)
-            return
-        future: Future | None = None
-        if event[0] == "batch":
-            try:
-                views = unflatten(event[3], event[4], self._convert)
-            except Exception as e:
-                self._pending = Pending(None, None, e)
-                return
-            assert self._augment is not None and self._current is not None
-            first_key = event[2] * self._current.batch_size
-            future = self._executor.submit(self._augment, views, event[1], first_key, self.name)
-        self._pending = Pending(event, future, None)
-
     def _trigger(self, event: tuple) -> None:
         """Records a trigger event and calls ``on_trigger`` with it."""
         fired = Trigger.from_event(event)
         self._triggers.append(fired)
         if self._on_trigger is not None:
             self._on_trigger(fired)
-
-    def _drop_pending(self) -> None:
-        pending, self._pending = self._pending, None
-        if pending is not None and pending.future is not None:
-            pending.future.cancel()
 
     def _start(self, event: tuple) -> None:
         _, epoch, samples, batches, batch_size, partial = event
