@@ -136,8 +136,7 @@ fn summarize_workload(
     let (mut samples, mut rate, mut cpu) = (None::<f64>, None::<f64>, None::<f64>);
     let (mut waits, mut gpu, mut mem) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs {
-        let exit_cpu = last(store, r.id, keys::PROC_EXIT_CPU_SECONDS)?;
-        if let Some(c) = exit_cpu.or(last(store, r.id, keys::PROC_CPU_SECONDS)?) {
+        if let Some(c) = store.run_cpu_seconds(r.id)? {
             *cpu.get_or_insert(0.0) += c;
         }
         let peak = match summary(store, r.id, keys::PROC_PSS_BYTES)? {
