@@ -44,7 +44,8 @@ impl Engine {
     /// The demo's plan for `args`, recorded in `store` as a new experiment.
     pub(super) fn new(args: &DemoArgs, store: PathBuf) -> Result<Engine> {
         let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
-        let experiment = format!("demo-{}", batchcast_runs::now_ms());
+        // The pid tells apart two demos started in one millisecond.
+        let experiment = format!("demo-{}-{}", batchcast_runs::now_ms(), std::process::id());
         let producer = format!("demo-{}", std::process::id());
         let flags = args.source.to_flags();
         let dir = std::env::current_dir().context("cannot read the current directory")?;
@@ -168,12 +169,7 @@ impl Engine {
                     shell_word(&self.store)
                 );
             }
-            cpu += match store.last_metric(r.id, keys::PROC_EXIT_CPU_SECONDS)? {
-                Some(c) => c,
-                None => store
-                    .last_metric(r.id, keys::PROC_CPU_SECONDS)?
-                    .unwrap_or(0.0),
-            };
+            cpu += store.run_cpu_seconds(r.id)?.unwrap_or(0.0);
             if r.name == keys::DATA_RUN {
                 continue;
             }

@@ -155,7 +155,7 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
                         "pipeline": pipeline},
             "independent": independent, "shared": shared,
             "speedup": speedup, "cpu_reduction": cpu_ratio,
-            "store": engine.store(),
+            "store": engine.store().to_string_lossy(),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
