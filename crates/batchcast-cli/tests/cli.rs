@@ -16,6 +16,9 @@ fn demo_runs_both_modes_and_reports_every_figure() {
     let env = Env::new();
     let cache_root = tempfile::tempdir().unwrap();
     let cache = cache_root.path().join("cache");
+    let store = cache_root
+        .path()
+        .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"runs-\xff.db"));
     let out = env
         .cmd(&[
             "demo",
@@ -33,8 +36,12 @@ fn demo_runs_both_modes_and_reports_every_figure() {
             "--cache-dir",
         ])
         .arg(&cache)
+        .arg("--store")
+        .arg(&store)
         .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // A store path that is not UTF-8 is reported lossily.
+    assert_eq!(v["store"], store.to_string_lossy().as_ref(), "{v}");
     for mode in ["independent", "shared"] {
         let run = &v[mode];
         assert_eq!(run["trainers"].as_array().unwrap().len(), 2, "{v}");
@@ -190,6 +197,29 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
 
 /// `batchcast serve --data` serves an ImageFolder: every image once per
 /// epoch, with exact len, to consumers of different batch sizes.
+/// A demo whose trainers fail says which run failed, shows the end of its
+/// stderr (the cause) and how to see all of its output.
+#[test]
+fn a_failed_demo_shows_the_trainers_error() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let err = env
+        .cmd(&["demo", "--trainers", "1", "--images", "10", "--step-ms=-1"])
+        .arg("--cache-dir")
+        .arg(dir.path())
+        .fail();
+    assert!(
+        err.contains("the independent demo's trainer-1 ended FAILED"),
+        "{err}"
+    );
+    assert!(
+        err.contains("; its stderr:\n    error: --step-ms -1 is no step time"),
+        "{err}"
+    );
+    assert!(err.contains("batchcast runs show "), "{err}");
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
 #[test]
 fn serve_data_delivers_every_image_once_per_epoch() {
     let env = Env::new();

@@ -16,7 +16,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{run_plan, RunOptions};
-use batchcast_runs::{keys, Run, RunFilter, RunStatus, Store};
+use batchcast_runs::{keys, LogStream, Run, RunFilter, RunId, RunStatus, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{DemoArgs, RunFigures, TrainerFigures};
@@ -61,8 +61,8 @@ impl Engine {
                     &producer,
                     "--epochs",
                     &args.epochs.to_string(),
-                    "--step-ms",
-                    &args.step_ms.to_string(),
+                    // One word: a negative number is no flag.
+                    &format!("--step-ms={}", args.step_ms),
                 ]
                 .map(String::from),
             );
@@ -158,13 +158,14 @@ impl Engine {
         for r in &runs {
             if r.status != RunStatus::Finished {
                 bail!(
-                    "the {workload} demo's {} ended {}{}; its output: batchcast runs show {} --store {}",
+                    "the {workload} demo's {} ended {}{}{}\nits output: batchcast runs show {} --store {}",
                     r.name,
                     r.status,
                     r.message
                         .as_deref()
                         .map(|m| format!(" ({m})"))
                         .unwrap_or_default(),
+                    stderr_tail(&store, r.id)?,
                     r.id,
                     shell_word(&self.store)
                 );
@@ -207,6 +208,29 @@ impl Engine {
             wall_secs: wall,
         })
     }
+}
+
+/// How much of a failed run's stderr the demo shows.
+const STDERR_TAIL: usize = 2048;
+
+/// The end of run `id`'s stderr, indented under a line saying what it is,
+/// or nothing when it wrote none.
+fn stderr_tail(store: &Store, id: RunId) -> Result<String> {
+    let (tail, cut) = store.log(id, LogStream::Stderr, Some(STDERR_TAIL))?;
+    let text = String::from_utf8_lossy(&tail);
+    if text.trim().is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = String::from(if cut {
+        "; the end of its stderr:"
+    } else {
+        "; its stderr:"
+    });
+    for line in text.trim_end().lines() {
+        out.push_str("\n    ");
+        out.push_str(line);
+    }
+    Ok(out)
 }
 
 /// `path` as one word of a shell command.
