@@ -525,7 +525,9 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
 fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     let env = Env::new();
     // The trainer that did start waits for the producer, so that it
-    // attaches well within the idle timeout.
+    // attaches as soon as serve listens; serve's wait for the trainers
+    // starts then too, so the idle timeout is the time a loaded machine
+    // gets to start a consumer process's connection: 10 s, not a few.
     let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
     let mut serve = env.cmd(&[
         "serve",
@@ -534,7 +536,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         "--synthetic",
         "--json",
         "--idle-timeout",
-        "3",
+        "10",
     ]);
     serve.env("BATCHCAST_CONSUMERS", "2");
     let mut serve = common::Proc::start(serve);
@@ -544,7 +546,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     let runner = TooFewConsumers {
         attached: 1,
         wanted: 2,
-        secs: 3.0,
+        secs: 10.0,
         from_runner: true,
     };
     let stderr = serve.stderr_text();
