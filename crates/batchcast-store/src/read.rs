@@ -354,6 +354,23 @@ impl Store {
         &self,
         run: RunId,
         key: &str,
+        each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        self.for_each_point_after(run, key, None, usize::MAX, each)
+    }
+
+    /// [`Store::for_each_point`] for the first `limit` values after
+    /// `after_ms` (all when `None`): a reader that counted them with
+    /// [`Store::metric_len`] reads no more than it counted.
+    pub fn for_each_point_after<E>(
+        &self,
+        run: RunId,
+        key: &str,
+        after_ms: Option<i64>,
+        limit: usize,
         mut each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
     ) -> std::result::Result<(), E>
     where
@@ -362,10 +379,18 @@ impl Store {
         let mut st = self
             .conn
             .prepare_cached(
-                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 ORDER BY ts_ms, rowid",
+                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3
+                 ORDER BY ts_ms, rowid LIMIT ?4",
             )
             .map_err(self.err())?;
-        let mut rows = st.query(params![run, key]).map_err(self.err())?;
+        let mut rows = st
+            .query(params![
+                run,
+                key,
+                after_ms.unwrap_or(i64::MIN),
+                limit.min(i64::MAX as usize) as i64
+            ])
+            .map_err(self.err())?;
         while let Some(r) = rows.next().map_err(self.err())? {
             let step: i64 = r.get(0).map_err(self.err())?;
             let ts: i64 = r.get(1).map_err(self.err())?;

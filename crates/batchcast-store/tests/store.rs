@@ -623,3 +623,32 @@ fn a_runs_cpu_is_the_larger_of_its_exit_count_and_its_last_sample() {
         .collect();
     assert_eq!(got, [None, Some(2.0), Some(3.0), Some(7.0), Some(4.0)]);
 }
+
+/// Points are read one by one after a time, at most as many as asked.
+#[test]
+fn points_are_read_after_a_time_up_to_a_limit() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { mut store, .. } = f;
+    let points: Vec<MetricPoint> = (0..10)
+        .map(|i| point(r, "loss", i, i * 10, i as f64))
+        .collect();
+    store.insert_metrics(&points).unwrap();
+    let seen = |after: Option<i64>, limit: usize| {
+        let mut out = Vec::new();
+        store
+            .for_each_point_after(r, "loss", after, limit, |step, ts, v| {
+                out.push((step, ts, v));
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        out
+    };
+    assert_eq!(seen(None, usize::MAX).len(), 10);
+    assert_eq!(
+        seen(Some(65), usize::MAX),
+        [(7, 70, 7.0), (8, 80, 8.0), (9, 90, 9.0)]
+    );
+    assert_eq!(seen(Some(65), 2), [(7, 70, 7.0), (8, 80, 8.0)]);
+    assert_eq!(store.metric_len(r, "loss", Some(65)).unwrap(), 3);
+}
