@@ -412,20 +412,6 @@ impl Store {
             .map_err(self.err())
     }
 
-    /// The CPU seconds a run used: the larger of what the kernel counted at
-    /// its end (`proc/exit_cpu_seconds`, wait4: misses processes that
-    /// outlive or escape the waited child) and the last sample of its
-    /// process tree (`proc/cpu_seconds`: misses the last interval); either
-    /// when only one was recorded, `None` when neither was.
-    pub fn run_cpu_seconds(&self, run: RunId) -> Result<Option<f64>> {
-        let exit = self.last_metric(run, crate::keys::PROC_EXIT_CPU_SECONDS)?;
-        let sampled = self.last_metric(run, crate::keys::PROC_CPU_SECONDS)?;
-        Ok(match (exit, sampled) {
-            (Some(e), Some(s)) => Some(e.max(s)),
-            (e, s) => e.or(s),
-        })
-    }
-
     /// A run's output on one stream: the last `max_bytes` of it (all when
     /// `None`), and whether earlier output was left out.
     pub fn log(
