@@ -4,7 +4,8 @@
 //! demo in the run store. The figures the demo prints are read back from
 //! the store: each trainer's own (`figure/samples`, `figure/seconds`,
 //! `figure/wait_secs`, written through `BATCHCAST_FIGURES`), the CPU the
-//! kernel counted for every process at its end, and the runs' start and end.
+//! kernel counted for every process at its end, and the trainers' runs'
+//! start and end.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -195,8 +196,11 @@ impl Engine {
                 data_wait_share: figure("wait_secs")? / secs,
             });
         }
-        let start = runs.iter().filter_map(|r| r.start_ms).min();
-        let end = runs.iter().filter_map(|r| r.end_ms).max();
+        // The trainers' own span: the shared producer's start and stop, and
+        // the runner's work before and after them, are no training time.
+        let training = || runs.iter().filter(|r| r.name != keys::DATA_RUN);
+        let start = training().filter_map(|r| r.start_ms).min();
+        let end = training().filter_map(|r| r.end_ms).max();
         let wall = match start.zip(end) {
             Some((s, e)) => (e - s).max(1) as f64 / 1000.0,
             None => bail!("the {workload} demo recorded no start or end"),
