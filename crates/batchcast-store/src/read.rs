@@ -315,35 +315,21 @@ impl Store {
         limit: usize,
         keep: impl Fn(usize) -> bool,
     ) -> Result<Vec<MetricPoint>> {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 AND ts_ms > ?3
-                 ORDER BY ts_ms, rowid LIMIT ?4",
-            )
-            .map_err(self.err())?;
-        let mut rows = st
-            .query(params![
-                run,
-                key,
-                after_ms.unwrap_or(i64::MIN),
-                limit.min(i64::MAX as usize) as i64
-            ])
-            .map_err(self.err())?;
         let mut points = Vec::new();
         let mut i = 0;
-        while let Some(r) = rows.next().map_err(self.err())? {
+        self.for_each_point_after(run, key, after_ms, limit, |step, ts_ms, value| {
             if keep(i) {
                 points.push(MetricPoint {
                     run_id: run,
                     key: key.to_string(),
-                    step: r.get(0).map_err(self.err())?,
-                    ts_ms: r.get(1).map_err(self.err())?,
-                    value: r.get(2).map_err(self.err())?,
+                    step,
+                    ts_ms,
+                    value,
                 });
             }
             i += 1;
-        }
+            Ok::<_, StoreError>(())
+        })?;
         Ok(points)
     }
 
