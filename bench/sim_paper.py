@@ -180,6 +180,8 @@ def main():
 
 
 def write_csv(path, rows):
+    if not rows:
+        sys.exit(f"no rows to write to {path}: no simulation gave a result (see the errors above)")
     with open(path, "w", newline="") as f:
         w = csv.DictWriter(f, fieldnames=list(rows[0].keys()))
         w.writeheader()

@@ -16,6 +16,9 @@ fn demo_runs_both_modes_and_reports_every_figure() {
     let env = Env::new();
     let cache_root = tempfile::tempdir().unwrap();
     let cache = cache_root.path().join("cache");
+    let store = cache_root
+        .path()
+        .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"runs-\xff.db"));
     let out = env
         .cmd(&[
             "demo",
@@ -33,8 +36,12 @@ fn demo_runs_both_modes_and_reports_every_figure() {
             "--cache-dir",
         ])
         .arg(&cache)
+        .arg("--store")
+        .arg(&store)
         .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    // A store path that is not UTF-8 is reported lossily.
+    assert_eq!(v["store"], store.to_string_lossy().as_ref(), "{v}");
     for mode in ["independent", "shared"] {
         let run = &v[mode];
         assert_eq!(run["trainers"].as_array().unwrap().len(), 2, "{v}");
@@ -190,6 +197,29 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
 
 /// `batchcast serve --data` serves an ImageFolder: every image once per
 /// epoch, with exact len, to consumers of different batch sizes.
+/// A demo whose trainers fail says which run failed, shows the end of its
+/// stderr (the cause) and how to see all of its output.
+#[test]
+fn a_failed_demo_shows_the_trainers_error() {
+    let env = Env::new();
+    let dir = tempfile::tempdir().unwrap();
+    let err = env
+        .cmd(&["demo", "--trainers", "1", "--images", "10", "--step-ms=-1"])
+        .arg("--cache-dir")
+        .arg(dir.path())
+        .fail();
+    assert!(
+        err.contains("the independent demo's trainer-1 ended FAILED"),
+        "{err}"
+    );
+    assert!(
+        err.contains("; its stderr:\n    error: --step-ms -1 is no step time"),
+        "{err}"
+    );
+    assert!(err.contains("batchcast runs show "), "{err}");
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
 #[test]
 fn serve_data_delivers_every_image_once_per_epoch() {
     let env = Env::new();
@@ -495,7 +525,9 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
 fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     let env = Env::new();
     // The trainer that did start waits for the producer, so that it
-    // attaches well within the idle timeout.
+    // attaches as soon as serve listens; serve's wait for the trainers
+    // starts then too, so the idle timeout is the time a loaded machine
+    // gets to start a consumer process's connection: 10 s, not a few.
     let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
     let mut serve = env.cmd(&[
         "serve",
@@ -504,7 +536,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         "--synthetic",
         "--json",
         "--idle-timeout",
-        "3",
+        "10",
     ]);
     serve.env("BATCHCAST_CONSUMERS", "2");
     let mut serve = common::Proc::start(serve);
@@ -514,7 +546,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     let runner = TooFewConsumers {
         attached: 1,
         wanted: 2,
-        secs: 3.0,
+        secs: 10.0,
         from_runner: true,
     };
     let stderr = serve.stderr_text();

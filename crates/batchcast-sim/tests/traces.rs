@@ -174,6 +174,15 @@ fn timestamps_and_missing_files() {
     );
     assert_eq!(parse_datetime("12.5"), Some(12.5));
     assert_eq!(parse_datetime("2020-13-01 00:00:00"), None);
+    // Seconds of a minute are finite, not negative and below 61.
+    for bad in ["NaN", "inf", "-1", "61", "1e9", "-0.5"] {
+        assert_eq!(
+            parse_datetime(&format!("2020-01-01 00:00:{bad}")),
+            None,
+            "{bad}"
+        );
+    }
+    assert_eq!(parse_datetime("1970-01-01 00:00:60.5"), Some(60.5));
     // A year whose days would overflow the arithmetic is no timestamp.
     assert_eq!(parse_datetime("9000000000000000000-01-01 00:00:00"), None);
     assert_eq!(parse_datetime("0-01-01 00:00:00"), None);

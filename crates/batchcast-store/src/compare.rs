@@ -11,8 +11,8 @@
 //!   time;
 //! - a workload's aggregate samples/s: the sum of its training runs' rates;
 //! - CPU per 1000 samples: CPU seconds of every run of the workload (the
-//!   shared producer's run [`keys::DATA_RUN`] included: the kernel's count
-//!   at its end, else the last sample) per 1000 samples;
+//!   shared producer's run [`keys::DATA_RUN`] included:
+//!   [`Store::run_cpu_seconds`]) per 1000 samples;
 //! - GPU activity: the mean of `gpu/*/DCGM_FI_PROF_SM_ACTIVE` (else SM
 //!   utilisation / 100) over the workload's runs;
 //! - memory: the sum over runs of peak PSS (RSS where PSS is missing), so
@@ -136,8 +136,7 @@ fn summarize_workload(
     let (mut samples, mut rate, mut cpu) = (None::<f64>, None::<f64>, None::<f64>);
     let (mut waits, mut gpu, mut mem) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs {
-        let exit_cpu = last(store, r.id, keys::PROC_EXIT_CPU_SECONDS)?;
-        if let Some(c) = exit_cpu.or(last(store, r.id, keys::PROC_CPU_SECONDS)?) {
+        if let Some(c) = store.run_cpu_seconds(r.id)? {
             *cpu.get_or_insert(0.0) += c;
         }
         let peak = match summary(store, r.id, keys::PROC_PSS_BYTES)? {
@@ -234,6 +233,22 @@ fn summary(store: &Store, run: RunId, key: &str) -> Result<Option<MetricSummary>
         Ok::<_, StoreError>(())
     })?;
     Ok(s.finish())
+}
+
+impl Store {
+    /// The CPU seconds a run used: the larger of what the kernel counted at
+    /// its end (`proc/exit_cpu_seconds`, wait4: misses processes that
+    /// outlive or escape the waited child) and the last sample of its
+    /// process tree (`proc/cpu_seconds`: misses the last interval); either
+    /// when only one was recorded, `None` when neither was.
+    pub fn run_cpu_seconds(&self, run: RunId) -> Result<Option<f64>> {
+        let exit = self.last_metric(run, keys::PROC_EXIT_CPU_SECONDS)?;
+        let sampled = self.last_metric(run, keys::PROC_CPU_SECONDS)?;
+        Ok(match (exit, sampled) {
+            (Some(e), Some(s)) => Some(e.max(s)),
+            (e, s) => e.or(s),
+        })
+    }
 }
 
 fn last(store: &Store, run: RunId, key: &str) -> Result<Option<f64>> {

@@ -315,6 +315,53 @@ impl Store {
         limit: usize,
         keep: impl Fn(usize) -> bool,
     ) -> Result<Vec<MetricPoint>> {
+        let mut points = Vec::new();
+        let mut i = 0;
+        self.for_each_point_after(run, key, after_ms, limit, |step, ts_ms, value| {
+            if keep(i) {
+                points.push(MetricPoint {
+                    run_id: run,
+                    key: key.to_string(),
+                    step,
+                    ts_ms,
+                    value,
+                });
+            }
+            i += 1;
+            Ok::<_, StoreError>(())
+        })?;
+        Ok(points)
+    }
+
+    /// Calls `each(step, ts_ms, value)` for every value of one metric of a
+    /// run in time order, reading them one by one (exports of long runs
+    /// never hold a whole metric in memory). Stops at `each`'s first error.
+    pub fn for_each_point<E>(
+        &self,
+        run: RunId,
+        key: &str,
+        each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
+        self.for_each_point_after(run, key, None, usize::MAX, each)
+    }
+
+    /// [`Store::for_each_point`] for the first `limit` values after
+    /// `after_ms` (all when `None`): a reader that counted them with
+    /// [`Store::metric_len`] reads no more than it counted.
+    pub fn for_each_point_after<E>(
+        &self,
+        run: RunId,
+        key: &str,
+        after_ms: Option<i64>,
+        limit: usize,
+        mut each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), E>
+    where
+        E: From<StoreError>,
+    {
         let mut st = self
             .conn
             .prepare_cached(
@@ -330,42 +377,6 @@ impl Store {
                 limit.min(i64::MAX as usize) as i64
             ])
             .map_err(self.err())?;
-        let mut points = Vec::new();
-        let mut i = 0;
-        while let Some(r) = rows.next().map_err(self.err())? {
-            if keep(i) {
-                points.push(MetricPoint {
-                    run_id: run,
-                    key: key.to_string(),
-                    step: r.get(0).map_err(self.err())?,
-                    ts_ms: r.get(1).map_err(self.err())?,
-                    value: r.get(2).map_err(self.err())?,
-                });
-            }
-            i += 1;
-        }
-        Ok(points)
-    }
-
-    /// Calls `each(step, ts_ms, value)` for every value of one metric of a
-    /// run in time order, reading them one by one (exports of long runs
-    /// never hold a whole metric in memory). Stops at `each`'s first error.
-    pub fn for_each_point<E>(
-        &self,
-        run: RunId,
-        key: &str,
-        mut each: impl FnMut(i64, i64, f64) -> std::result::Result<(), E>,
-    ) -> std::result::Result<(), E>
-    where
-        E: From<StoreError>,
-    {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT step, ts_ms, value FROM metrics WHERE run_id = ?1 AND key = ?2 ORDER BY ts_ms, rowid",
-            )
-            .map_err(self.err())?;
-        let mut rows = st.query(params![run, key]).map_err(self.err())?;
         while let Some(r) = rows.next().map_err(self.err())? {
             let step: i64 = r.get(0).map_err(self.err())?;
             let ts: i64 = r.get(1).map_err(self.err())?;

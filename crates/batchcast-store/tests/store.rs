@@ -5,8 +5,8 @@ use std::path::PathBuf;
 use std::sync::{Arc, Barrier};
 
 use batchcast_store::{
-    LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, RunStatus, Store,
-    StoreError, WorkloadId,
+    keys, LogStream, MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, RunStatus,
+    Store, StoreError, WorkloadId,
 };
 
 /// A new store in a temporary directory, with experiment "exp" and its
@@ -592,4 +592,63 @@ fn a_search_takes_percent_and_underscore_literally() {
     assert_eq!(by("drop50_"), Vec::<String>::new());
     assert_eq!(by("c\\d"), vec!["c\\d"]);
     assert_eq!(by("size=64").len(), 3);
+}
+
+/// A run's CPU is the larger of the kernel's count at its end and the last
+/// sample of its process tree, either alone when only one was recorded.
+#[test]
+fn a_runs_cpu_is_the_larger_of_its_exit_count_and_its_last_sample() {
+    let mut f = Fixture::new();
+    let (none, exit_only, sampled_only, escaped, exact) =
+        (f.run("a"), f.run("b"), f.run("c"), f.run("d"), f.run("e"));
+    let Fixture { mut store, .. } = f;
+    let cpu = keys::PROC_CPU_SECONDS;
+    let exit = keys::PROC_EXIT_CPU_SECONDS;
+    store
+        .insert_metrics(&[
+            point(exit_only, exit, 0, 5, 2.0),
+            point(sampled_only, cpu, 0, 1, 1.0),
+            point(sampled_only, cpu, 0, 2, 3.0),
+            // A process that escaped the waited child: sampled, not waited for.
+            point(escaped, cpu, 0, 1, 7.0),
+            point(escaped, exit, 0, 2, 4.0),
+            // The usual case: the exit count has the last interval too.
+            point(exact, cpu, 0, 1, 3.5),
+            point(exact, exit, 0, 2, 4.0),
+        ])
+        .unwrap();
+    let got: Vec<Option<f64>> = [none, exit_only, sampled_only, escaped, exact]
+        .iter()
+        .map(|&r| store.run_cpu_seconds(r).unwrap())
+        .collect();
+    assert_eq!(got, [None, Some(2.0), Some(3.0), Some(7.0), Some(4.0)]);
+}
+
+/// Points are read one by one after a time, at most as many as asked.
+#[test]
+fn points_are_read_after_a_time_up_to_a_limit() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let Fixture { mut store, .. } = f;
+    let points: Vec<MetricPoint> = (0..10)
+        .map(|i| point(r, "loss", i, i * 10, i as f64))
+        .collect();
+    store.insert_metrics(&points).unwrap();
+    let seen = |after: Option<i64>, limit: usize| {
+        let mut out = Vec::new();
+        store
+            .for_each_point_after(r, "loss", after, limit, |step, ts, v| {
+                out.push((step, ts, v));
+                Ok::<_, StoreError>(())
+            })
+            .unwrap();
+        out
+    };
+    assert_eq!(seen(None, usize::MAX).len(), 10);
+    assert_eq!(
+        seen(Some(65), usize::MAX),
+        [(7, 70, 7.0), (8, 80, 8.0), (9, 90, 9.0)]
+    );
+    assert_eq!(seen(Some(65), 2), [(7, 70, 7.0), (8, 80, 8.0)]);
+    assert_eq!(store.metric_len(r, "loss", Some(65)).unwrap(), 3);
 }

@@ -98,6 +98,19 @@ fn read(
     budget: &mut usize,
     keep: usize,
 ) -> Result<Vec<batchcast_store::MetricPoint>, UiError> {
+    charge(store, run, key, after, budget)?;
+    Ok(store.metric_thinned(run, key, after, keep)?)
+}
+
+/// Counts the values of one series after `after` against the request's
+/// budget, before any is read; returns how many there are.
+fn charge(
+    store: &Store,
+    run: RunId,
+    key: &str,
+    after: Option<i64>,
+    budget: &mut usize,
+) -> Result<usize, UiError> {
     let n = store.metric_len(run, key, after)?;
     if n > *budget {
         return Err(UiError::BadRequest(format!(
@@ -105,7 +118,7 @@ fn read(
         )));
     }
     *budget -= n;
-    Ok(store.metric_thinned(run, key, after, keep)?)
+    Ok(n)
 }
 
 fn label(r: &RunRow) -> String {
@@ -174,10 +187,12 @@ pub(crate) async fn csv(
             let mut budget = MAX_POINTS;
             for r in &a.runs {
                 for key in &a.keys {
-                    // The download has every point; the budget bounds them.
-                    for p in read(store, r.run.id, key, a.after, &mut budget, MAX_POINTS)? {
-                        out.point(r, key, p.step, p.ts_ms, p.value)?;
-                    }
+                    // The download has every point, each written as it is
+                    // read; the budget bounds them.
+                    let n = charge(store, r.run.id, key, a.after, &mut budget)?;
+                    store.for_each_point_after(r.run.id, key, a.after, n, |step, ts, v| {
+                        out.point(r, key, step, ts, v).map_err(UiError::from)
+                    })?;
                 }
             }
             Ok(out.finish()?)

@@ -37,7 +37,12 @@ pub struct TrainerArgs {
 
 /// Runs one trainer.
 pub fn run(args: TrainerArgs) -> Result<()> {
-    let step = Duration::from_secs_f64(args.step_ms / 1000.0);
+    let step = Duration::try_from_secs_f64(args.step_ms / 1000.0).map_err(|_| {
+        anyhow::anyhow!(
+            "--step-ms {} is no step time: give a number of milliseconds, 0 or more",
+            args.step_ms
+        )
+    })?;
     let t0 = Instant::now();
     let (samples, wait) = match args.mode.as_str() {
         "independent" => independent(&args, step)?,

@@ -102,6 +102,7 @@ impl PlanBuilder {
             file: label,
             dir,
             rows,
+            from_file: false,
         };
         plan.check()?;
         Ok(plan)

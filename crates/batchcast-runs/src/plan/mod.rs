@@ -173,6 +173,10 @@ pub struct Plan {
     pub dir: PathBuf,
     /// Its runs, sweeps expanded, in plan order.
     pub rows: Vec<PlanRow>,
+    /// True when it was read from `file` ([`Plan::load`]): only then are
+    /// the runs' statuses written back into it. A plan built in code or
+    /// from a command line names no file of its own.
+    pub from_file: bool,
 }
 
 impl Plan {
@@ -218,6 +222,7 @@ impl Plan {
             file: path.to_path_buf(),
             dir,
             rows,
+            from_file: true,
         };
         plan.check()?;
         Ok(plan)
@@ -244,19 +249,22 @@ impl Plan {
                 file,
                 args,
             )],
+            from_file: false,
         })
     }
 
-    /// Writes the runs' statuses (by row) back into a CSV plan's Status
-    /// column; YAML plans and single commands keep theirs in the store only.
+    /// Writes the runs' statuses (by row) back into a CSV plan file's
+    /// Status column; YAML plans, single commands and plans built in code
+    /// keep theirs in the store only.
     pub fn record_status(
         &self,
         status: &std::collections::HashMap<usize, RunStatus>,
     ) -> std::io::Result<()> {
-        let is_csv = self
-            .file
-            .extension()
-            .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
+        let is_csv = self.from_file
+            && self
+                .file
+                .extension()
+                .is_some_and(|e| e.eq_ignore_ascii_case("csv"));
         if is_csv && !status.is_empty() {
             csv::write_status(&self.file, status)?;
         }

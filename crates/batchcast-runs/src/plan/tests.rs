@@ -340,3 +340,18 @@ fn a_plan_built_in_code_is_checked_like_a_file() {
 
     assert!(Plan::builder("<test>", dir.path()).build().is_err());
 }
+
+#[test]
+fn a_plan_built_in_code_never_writes_statuses_into_a_file_named_like_its_label() {
+    let dir = tempfile::tempdir().unwrap();
+    let label = dir.path().join("runs.csv");
+    let text = "not a plan, the user's own file\n";
+    write(dir.path(), "runs.csv", text);
+    let mut b = Plan::builder(label.to_str().unwrap(), dir.path());
+    b.run("e", "w", "a", &["true".to_string()]);
+    let p = b.build().unwrap();
+    assert!(!p.from_file);
+    let status = [(1, RunStatus::Failed)].into_iter().collect();
+    p.record_status(&status).unwrap();
+    assert_eq!(std::fs::read_to_string(&label).unwrap(), text);
+}

@@ -10,7 +10,7 @@
 
 use std::fs::File;
 use std::io::Read;
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 /// The environment variable that holds where a job may write its figures.
@@ -173,6 +173,9 @@ pub fn write(path: &Path, figures: &[(&str, f64)]) -> std::io::Result<()> {
         .mode(0o600)
         .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
         .open(path)?;
+    // `mode` applies only when the file is created: one already there gets
+    // 0600 too.
+    file.set_permissions(std::fs::Permissions::from_mode(0o600))?;
     file.write_all(serde_json::Value::Object(object).to_string().as_bytes())
 }
 
@@ -221,8 +224,10 @@ mod tests {
 
     #[test]
     fn what_write_writes_read_reads() {
-        use std::os::unix::fs::PermissionsExt;
         let slot = FiguresSlot::new().unwrap();
+        // A file already there, readable by others, becomes 0600.
+        std::fs::write(slot.file(), b"{}").unwrap();
+        std::fs::set_permissions(slot.file(), std::fs::Permissions::from_mode(0o644)).unwrap();
         write(&slot.file(), &[("samples", 40.0), ("nan", f64::NAN)]).unwrap();
         let mode = std::fs::metadata(slot.file()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);

@@ -16,6 +16,10 @@ pub fn parse_datetime(s: &str) -> Option<f64> {
     let h: i64 = t.next()?.parse().ok()?;
     let mi: i64 = t.next()?.parse().ok()?;
     let sec: f64 = t.next().unwrap_or("0").parse().ok()?;
+    // Seconds of a minute: 0 up to a leap second's 60.x; never NaN or inf.
+    if !(0.0..61.0).contains(&sec) {
+        return None;
+    }
     // Four-digit years (the range of `time`'s dates), real calendar days.
     if !(1..=9999).contains(&y) || !(0..24).contains(&h) || !(0..60).contains(&mi) {
         return None;

@@ -2,9 +2,9 @@
 //! also holds the demo's run store unless told otherwise.
 
 use std::io::IsTerminal;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use anyhow::{bail, Context, Result};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::DemoArgs;
@@ -14,7 +14,7 @@ pub(super) fn demo_dataset(args: &DemoArgs) -> Result<PathBuf> {
     use batchcast_pipeline::{generate_jpeg_dataset, GenerateConfig};
     let cache = match &args.cache_dir {
         Some(d) => d.clone(),
-        None => default_cache_dir(),
+        None => default_cache_dir()?,
     };
     let classes = 10;
     let config = GenerateConfig {
@@ -56,13 +56,76 @@ pub(super) fn demo_dataset(args: &DemoArgs) -> Result<PathBuf> {
     Ok(made.path)
 }
 
-/// `$XDG_CACHE_HOME/batchcast`, else `~/.cache/batchcast`, else a temp dir.
-pub(super) fn default_cache_dir() -> PathBuf {
+/// `$XDG_CACHE_HOME/batchcast`, else `~/.cache/batchcast`, else this
+/// user's own directory in the temp dir (see [`private_temp_cache`]).
+pub(super) fn default_cache_dir() -> Result<PathBuf> {
     if let Some(d) = std::env::var_os("XDG_CACHE_HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(d).join("batchcast");
+        return Ok(PathBuf::from(d).join("batchcast"));
     }
     if let Some(h) = std::env::var_os("HOME").filter(|d| !d.is_empty()) {
-        return PathBuf::from(h).join(".cache").join("batchcast");
+        return Ok(PathBuf::from(h).join(".cache").join("batchcast"));
     }
-    std::env::temp_dir().join("batchcast-cache")
+    private_temp_cache(&std::env::temp_dir())
+}
+
+/// `TMP/batchcast-cache-UID`, created 0700; refused unless it is a
+/// directory (not a symlink) owned by this user that no one else can
+/// enter, since another user could otherwise plant the dataset or the
+/// run store the demo reads.
+fn private_temp_cache(tmp: &Path) -> Result<PathBuf> {
+    use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+    let uid = rustix::process::getuid().as_raw();
+    let dir = tmp.join(format!("batchcast-cache-{uid}"));
+    let fix = "set HOME or XDG_CACHE_HOME, or give --cache-dir and --store";
+    match std::fs::DirBuilder::new().mode(0o700).create(&dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => bail!(
+            "cannot create the cache directory {}: {e}; {fix}",
+            dir.display()
+        ),
+    }
+    let meta = std::fs::symlink_metadata(&dir)
+        .with_context(|| format!("cannot inspect the cache directory {}", dir.display()))?;
+    if !meta.is_dir() || meta.uid() != uid || meta.mode() & 0o077 != 0 {
+        bail!(
+            "refusing the cache directory {}: it is not a directory of uid {uid} that only its \
+             owner can enter (mode 0700, not a symlink); {fix}",
+            dir.display()
+        );
+    }
+    Ok(dir)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    #[test]
+    fn the_temp_cache_is_private_and_a_planted_one_is_refused() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = private_temp_cache(tmp.path()).unwrap();
+        let mode = std::fs::symlink_metadata(&dir)
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o700);
+        // Reused when it is already there and private.
+        assert_eq!(private_temp_cache(tmp.path()).unwrap(), dir);
+
+        // Open to others: refused, with the fix.
+        std::fs::set_permissions(&dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let e = private_temp_cache(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("refusing") && e.contains("set HOME"), "{e}");
+
+        // A symlink to a private directory: refused.
+        std::fs::remove_dir(&dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir(&elsewhere).unwrap();
+        std::fs::set_permissions(&elsewhere, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::symlink(&elsewhere, &dir).unwrap();
+        let e = private_temp_cache(tmp.path()).unwrap_err().to_string();
+        assert!(e.contains("not a symlink"), "{e}");
+    }
 }

@@ -4,7 +4,8 @@
 //! demo in the run store. The figures the demo prints are read back from
 //! the store: each trainer's own (`figure/samples`, `figure/seconds`,
 //! `figure/wait_secs`, written through `BATCHCAST_FIGURES`), the CPU the
-//! kernel counted for every process at its end, and the runs' start and end.
+//! kernel counted for every process at its end, and the trainers' runs'
+//! start and end.
 
 use std::collections::HashMap;
 use std::io::IsTerminal;
@@ -16,7 +17,7 @@ use std::time::Duration;
 use anyhow::{bail, Context, Result};
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{run_plan, RunOptions};
-use batchcast_runs::{keys, Run, RunFilter, RunStatus, Store};
+use batchcast_runs::{keys, LogStream, Run, RunFilter, RunId, RunStatus, Store};
 use indicatif::{ProgressBar, ProgressStyle};
 
 use super::{DemoArgs, RunFigures, TrainerFigures};
@@ -44,7 +45,8 @@ impl Engine {
     /// The demo's plan for `args`, recorded in `store` as a new experiment.
     pub(super) fn new(args: &DemoArgs, store: PathBuf) -> Result<Engine> {
         let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
-        let experiment = format!("demo-{}", batchcast_runs::now_ms());
+        // The pid tells apart two demos started in one millisecond.
+        let experiment = format!("demo-{}-{}", batchcast_runs::now_ms(), std::process::id());
         let producer = format!("demo-{}", std::process::id());
         let flags = args.source.to_flags();
         let dir = std::env::current_dir().context("cannot read the current directory")?;
@@ -60,8 +62,8 @@ impl Engine {
                     &producer,
                     "--epochs",
                     &args.epochs.to_string(),
-                    "--step-ms",
-                    &args.step_ms.to_string(),
+                    // One word: a negative number is no flag.
+                    &format!("--step-ms={}", args.step_ms),
                 ]
                 .map(String::from),
             );
@@ -157,23 +159,19 @@ impl Engine {
         for r in &runs {
             if r.status != RunStatus::Finished {
                 bail!(
-                    "the {workload} demo's {} ended {}{}; its output: batchcast runs show {} --store {}",
+                    "the {workload} demo's {} ended {}{}{}\nits output: batchcast runs show {} --store {}",
                     r.name,
                     r.status,
                     r.message
                         .as_deref()
                         .map(|m| format!(" ({m})"))
                         .unwrap_or_default(),
+                    stderr_tail(&store, r.id)?,
                     r.id,
                     shell_word(&self.store)
                 );
             }
-            cpu += match store.last_metric(r.id, keys::PROC_EXIT_CPU_SECONDS)? {
-                Some(c) => c,
-                None => store
-                    .last_metric(r.id, keys::PROC_CPU_SECONDS)?
-                    .unwrap_or(0.0),
-            };
+            cpu += store.run_cpu_seconds(r.id)?.unwrap_or(0.0);
             if r.name == keys::DATA_RUN {
                 continue;
             }
@@ -198,8 +196,11 @@ impl Engine {
                 data_wait_share: figure("wait_secs")? / secs,
             });
         }
-        let start = runs.iter().filter_map(|r| r.start_ms).min();
-        let end = runs.iter().filter_map(|r| r.end_ms).max();
+        // The trainers' own span: the shared producer's start and stop, and
+        // the runner's work before and after them, are no training time.
+        let training = || runs.iter().filter(|r| r.name != keys::DATA_RUN);
+        let start = training().filter_map(|r| r.start_ms).min();
+        let end = training().filter_map(|r| r.end_ms).max();
         let wall = match start.zip(end) {
             Some((s, e)) => (e - s).max(1) as f64 / 1000.0,
             None => bail!("the {workload} demo recorded no start or end"),
@@ -211,6 +212,29 @@ impl Engine {
             wall_secs: wall,
         })
     }
+}
+
+/// How much of a failed run's stderr the demo shows.
+const STDERR_TAIL: usize = 2048;
+
+/// The end of run `id`'s stderr, indented under a line saying what it is,
+/// or nothing when it wrote none.
+fn stderr_tail(store: &Store, id: RunId) -> Result<String> {
+    let (tail, cut) = store.log(id, LogStream::Stderr, Some(STDERR_TAIL))?;
+    let text = String::from_utf8_lossy(&tail);
+    if text.trim().is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = String::from(if cut {
+        "; the end of its stderr:"
+    } else {
+        "; its stderr:"
+    });
+    for line in text.trim_end().lines() {
+        out.push_str("\n    ");
+        out.push_str(line);
+    }
+    Ok(out)
 }
 
 /// `path` as one word of a shell command.

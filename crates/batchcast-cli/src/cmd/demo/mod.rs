@@ -122,11 +122,10 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
     }
     let store = match &args.store {
         Some(path) => path.clone(),
-        None => args
-            .cache_dir
-            .clone()
-            .unwrap_or_else(default_cache_dir)
-            .join("runs.db"),
+        None => match &args.cache_dir {
+            Some(d) => d.join("runs.db"),
+            None => default_cache_dir()?.join("runs.db"),
+        },
     };
     let engine = Engine::new(&args, store)?;
     let total = args.trainers as u64 * samples * args.epochs;
@@ -155,7 +154,7 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
                         "pipeline": pipeline},
             "independent": independent, "shared": shared,
             "speedup": speedup, "cpu_reduction": cpu_ratio,
-            "store": engine.store(),
+            "store": engine.store().to_string_lossy(),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
