@@ -440,6 +440,37 @@ def test_the_cli_face_prints_json_and_records_into_the_run_store(tmp_path):
     assert {"stalls/warm/samples_per_s", "stalls/prep/share"} <= keys
 
 
+@pytest.mark.stalls
+def test_validate_runs_its_copies_with_batchcast_run_into_the_store(tmp_path, batchcast_bin):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    cmd = [batchcast_bin, "stalls", "--steps", "10", "--warmup", "2", "--jobs", "2", "--validate", "--json",
+           "--store", str(store), "--", sys.executable, str(TRAIN), "--data", str(tmp_path / "data"),
+           "--images", "32", "--size", "32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # stdout is the JSON alone
+    assert f"batchcast ui --store {store}" in proc.stderr
+    with sqlite3.connect(store) as db:
+        runs = db.execute(
+            "SELECT w.name, r.name, r.status, r.id FROM runs r JOIN workloads w ON r.workload_id = w.id"
+            " JOIN experiments e ON w.experiment_id = e.id WHERE e.name LIKE 'stalls-%' ORDER BY r.id").fetchall()
+        figures = {rid: dict(db.execute("SELECT key, value FROM metrics WHERE run_id = ? AND key LIKE 'figure/%'",
+                                        (rid,)).fetchall()) for (*_, rid) in runs}
+    assert [(w, n, s) for w, n, s, _ in runs] == [
+        ("own-2-r1", "own0", "FINISHED"), ("own-2-r1", "own1", "FINISHED"),
+        ("shared-2-r1", "shared0", "FINISHED"), ("shared-2-r1", "shared1", "FINISHED"),
+        ("shared-2-r1", "data", "FINISHED")]
+    # What the report measured is what the store holds.
+    measured = report["predictions"][0]["measured"]
+    for side, names in (("independent", ("own0", "own1")), ("shared", ("shared0", "shared1"))):
+        rates = sorted(f["figure/samples"] / f["figure/seconds"]
+                       for (_, n, _, rid) in runs for f in [figures[rid]] if n in names)
+        assert rates == pytest.approx(sorted(c["samples_per_s"] for c in measured["copies"][side]))
+        assert measured[side] == pytest.approx(sum(rates))
+
+
 CONSUMER_SCRIPT = """
 import sys, numpy as np, batchcast, batchcast.stalls
 loader = batchcast.stalls.mark(batchcast.Consumer(sys.argv[1], batch_size=8, connect_timeout=30))
