@@ -27,6 +27,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from . import _native
+from ._figures import FIGURES_ENV
+
+__all__ = ["FIGURES_ENV", "ExperimentError", "Job", "Run", "find_binary", "run_plan"]
 
 #: Where the runner writes each figure of a job (``figure/<name>``).
 FIGURE_PREFIX = "figure/"
@@ -80,15 +83,18 @@ class Run:
     output: str
 
 
-def find_binary() -> str | None:
-    """The ``batchcast`` binary: ``$BATCHCAST_BIN``, PATH, else the release
-    then debug build of the checkout this package lies in."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    target = os.path.join(os.path.dirname(os.path.dirname(here)), "target")
+def find_binary(checkout: str | None = None) -> str | None:
+    """The ``batchcast`` binary: ``$BATCHCAST_BIN``, the release build of
+    ``checkout`` (default: the checkout this package lies in, if it does),
+    PATH, then that checkout's debug build (slow: for tests)."""
+    if checkout is None:
+        here = os.path.dirname(os.path.abspath(__file__))
+        checkout = os.path.dirname(os.path.dirname(here))
+    target = os.path.join(checkout, "target")
     for cand in (
         os.environ.get("BATCHCAST_BIN"),
-        shutil.which("batchcast"),
         os.path.join(target, "release", "batchcast"),
+        shutil.which("batchcast"),
         os.path.join(target, "debug", "batchcast"),
     ):
         if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):

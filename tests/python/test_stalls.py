@@ -471,6 +471,57 @@ def test_validate_runs_its_copies_with_batchcast_run_into_the_store(tmp_path, ba
         assert measured[side] == pytest.approx(sum(rates))
 
 
+# A marked script of arrays in memory (no dataset, no torch), that crashes
+# in the mode named by CRASH_IN: for the copies of --validate under `batchcast run`.
+TINY_SCRIPT = """
+import os, sys
+import numpy as np
+import batchcast.stalls
+mode = os.environ.get("BATCHCAST_STALLS_MODE")
+print("tiny script in mode", mode, flush=True)
+if mode == os.environ.get("CRASH_IN"):
+    sys.exit("crashing on purpose in " + mode)
+loader = batchcast.stalls.mark([{"x": np.full((4, 16), i, dtype=np.float32)} for i in range(8)], batch_size=4)
+for epoch in range(1000):
+    for batch in loader:
+        pass
+"""
+
+
+def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=120.0):
+    from batchcast.stalls import _protocol
+
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY_SCRIPT)
+    if crash_in:
+        monkeypatch.setenv("CRASH_IN", crash_in)
+    store = _runner.Store(str(tmp_path / "runs.sqlite"), "stalls-test", batchcast_bin)
+    settings = {_protocol.WARMUP: "2", _protocol.STEPS: "5"}
+    command = [sys.executable, str(script)]
+    producer = _runner.make_job("producer", command, "producer", str(tmp_path), settings)
+    readers = [_runner.make_job(f"shared{i}", command, "consumer", str(tmp_path), settings) for i in range(2)]
+    return _runner.run_planned(readers, "shared-2-r1", store, str(tmp_path), timeout, producer)
+
+
+def test_validate_copies_come_back_from_the_run_store(tmp_path, batchcast_bin, monkeypatch):
+    got = _tiny_copies(tmp_path, batchcast_bin, monkeypatch)
+    assert sorted(got) == ["shared0", "shared1"]
+    for (r,) in got.values():
+        assert r["mode"] == "consumer" and r["steps"] == 5 and r["samples"] == 20
+        assert _analysis.figures(r).samples_per_s > 0
+
+
+@pytest.mark.parametrize("crash_in,says", [
+    ("consumer", "mode consumer (shared0): the script exited with status 1"),
+    ("producer", "mode producer (producer): producer"),
+])
+def test_a_validate_copy_that_fails_is_named_with_its_output(tmp_path, batchcast_bin, monkeypatch, crash_in, says):
+    with pytest.raises(_runner.StallsError) as e:
+        _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=crash_in)
+    assert says in str(e.value)
+    assert "last output of the script" in str(e.value) and f"crashing on purpose in {crash_in}" in str(e.value)
+
+
 CONSUMER_SCRIPT = """
 import sys, numpy as np, batchcast, batchcast.stalls
 loader = batchcast.stalls.mark(batchcast.Consumer(sys.argv[1], batch_size=8, connect_timeout=30))

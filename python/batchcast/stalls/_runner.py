@@ -230,15 +230,25 @@ def run_planned(
         if r is not None and r.status == "FINISHED" and r.figures:
             done[j.label] = [dict(r.figures, mode=j.mode)]
             continue
-        if producer is not None and feeder is not None and feeder.status == "FAILED":
+        ran = r is not None and r.exit_code not in (None, 0)
+        if not ran and producer is not None and feeder is not None and feeder.status == "FAILED":
             raise _failure(producer, feeder.message or "the shared producer failed", feeder.output)
         if r is None:
             raise _failure(j, f"`batchcast run` did not run it (see {store.path})", "")
-        if r.status == "TIMEOUT":
-            why = f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)"
-        elif r.exit_code is not None:
-            why = f"the script exited with status {r.exit_code} before its measured steps ended"
-        else:
-            why = r.message or f"its run is {r.status} without figures"
-        raise _failure(j, why, r.output)
+        raise _failure(j, _why_no_result(j, r, store, timeout), r.output)
     return done
+
+
+def _why_no_result(job: Job, run: _experiment.Run, store: Store, timeout: float) -> str:
+    """Why the run of ``job`` holds no result."""
+    if run.status == "TIMEOUT":
+        return f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)"
+    if run.status == "FINISHED" and results_of(job):
+        return (
+            f"its result is not in the run store {store.path}: the runner"
+            f" ({store.binary or _experiment.find_binary()}) did not record the figures the"
+            f" script wrote to ${_experiment.FIGURES_ENV} (is it older than this batchcast?)"
+        )
+    if run.exit_code is not None:
+        return f"the script exited with status {run.exit_code} before its measured steps ended"
+    return run.message or f"its run is {run.status} without figures"
