@@ -22,7 +22,7 @@ import shlex
 import shutil
 import sqlite3
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -164,12 +164,18 @@ def run_plan(
     workdir: str,
     timeout: float,
     binary: str | None = None,
+    done: Callable[[], bool] | None = None,
+    linger: float = 20.0,
 ) -> list[Run]:
     """Runs the jobs with ``batchcast run`` into ``store`` and returns the
     runs of ``experiment`` (the producers' runs too). Past ``timeout``
     seconds the runner is stopped: it stops the jobs and records them
-    KILLED. Raises :class:`ExperimentError` when the runner cannot be
-    started or ends without running the plan."""
+    KILLED, and their runs come back as TIMEOUT. ``done``, when given, says
+    whether the jobs have what was measured (their result files, say): the
+    jobs get ``linger`` seconds from then to end by themselves, then the
+    runner stops them (KILLED, their figures kept). Raises
+    :class:`ExperimentError` when the runner cannot be started or ends
+    without running the plan."""
     exe = binary or find_binary()
     if exe is None:
         raise ExperimentError(
@@ -186,7 +192,7 @@ def run_plan(
     except OSError as e:
         raise ExperimentError(f"cannot start {exe}: {e.strerror or e}") from e
     try:
-        code = runner.wait(timeout)
+        timed_out = not _wait(runner, timeout, done, linger)
     finally:
         runner.stop(GRACE_S * 4)
     try:
@@ -198,11 +204,31 @@ def run_plan(
             f"`batchcast run` ended (status {runner.returncode}) without running the plan {plan}:\n"
             f"{_tail_of(log)}"
         )
-    if code is None:
+    if timed_out:
         for r in runs:
             if r.status in ("RUNNING", "KILLED", "PENDING"):
                 r.status = "TIMEOUT"
     return runs
+
+
+def _wait(
+    runner: _native.Process, timeout: float, done: Callable[[], bool] | None, linger: float
+) -> bool:
+    """Waits for the runner to end, or for ``linger`` seconds past
+    ``done()``; False when ``timeout`` came first."""
+    start = time.monotonic()
+    done_at: float | None = None
+    while True:
+        now = time.monotonic()
+        if done_at is not None and now - done_at >= linger:
+            return True
+        if now - start >= timeout:
+            return False
+        tick = timeout - (now - start) if done is None else min(0.2, timeout - (now - start))
+        if runner.wait(tick) is not None:
+            return True
+        if done_at is None and done is not None and done():
+            done_at = time.monotonic()
 
 
 def _tail_of(path: str) -> str:

@@ -20,6 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "stalls" / "train.py"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_run_store(tmp_path_factory):
+    """The runs of --validate go to a store of the tests', not the user's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BATCHCAST_STORE", str(tmp_path_factory.mktemp("store") / "runs.sqlite"))
+    yield
+    mp.undo()
+
+
 def _result(mode, steps, seconds, waits, cpu, samples=None, len_=10, workers=0):
     return {"mode": mode, "steps": steps, "samples": samples if samples is not None else steps * 10,
             "seconds": seconds, "waits": waits, "cpu_seconds": cpu, "len": len_, "num_workers": workers}
@@ -481,6 +490,9 @@ mode = os.environ.get("BATCHCAST_STALLS_MODE")
 print("tiny script in mode", mode, flush=True)
 if mode == os.environ.get("CRASH_IN"):
     sys.exit("crashing on purpose in " + mode)
+if mode == os.environ.get("LINGER_IN"):  # a thread that keeps the process alive after its result
+    import threading, time
+    threading.Thread(target=time.sleep, args=(600,)).start()
 loader = batchcast.stalls.mark([{"x": np.full((4, 16), i, dtype=np.float32)} for i in range(8)], batch_size=4)
 for epoch in range(1000):
     for batch in loader:
@@ -488,7 +500,7 @@ for epoch in range(1000):
 """
 
 
-def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=120.0):
+def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=120.0, linger=20.0):
     from batchcast.stalls import _protocol
 
     script = tmp_path / "tiny.py"
@@ -500,7 +512,7 @@ def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=12
     command = [sys.executable, str(script)]
     producer = _runner.make_job("producer", command, "producer", str(tmp_path), settings)
     readers = [_runner.make_job(f"shared{i}", command, "consumer", str(tmp_path), settings) for i in range(2)]
-    return _runner.run_planned(readers, "shared-2-r1", store, str(tmp_path), timeout, producer)
+    return _runner.run_planned(readers, "shared-2-r1", store, str(tmp_path), timeout, producer, linger)
 
 
 def test_validate_copies_come_back_from_the_run_store(tmp_path, batchcast_bin, monkeypatch):
@@ -509,6 +521,20 @@ def test_validate_copies_come_back_from_the_run_store(tmp_path, batchcast_bin, m
     for (r,) in got.values():
         assert r["mode"] == "consumer" and r["steps"] == 5 and r["samples"] == 20
         assert _analysis.figures(r).samples_per_s > 0
+
+
+def test_validate_copies_that_linger_after_their_result_are_stopped(tmp_path, batchcast_bin, monkeypatch):
+    import sqlite3
+    import time
+
+    monkeypatch.setenv("LINGER_IN", "consumer")
+    started = time.monotonic()
+    got = _tiny_copies(tmp_path, batchcast_bin, monkeypatch, linger=1.0)
+    assert time.monotonic() - started < 60
+    assert sorted(got) == ["shared0", "shared1"] and all(r["steps"] == 5 for (r,) in got.values())
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:
+        status = dict(db.execute("SELECT name, status FROM runs").fetchall())
+    assert status["shared0"] == status["shared1"] == "KILLED"
 
 
 @pytest.mark.parametrize("crash_in,says", [

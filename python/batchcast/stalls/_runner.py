@@ -199,10 +199,12 @@ def run_planned(
     base: str,
     timeout: float,
     producer: Optional[Job] = None,
+    linger: float = 20.0,
 ) -> dict[str, list[dict]]:
     """Runs the jobs together as ``workload`` of ``batchcast run`` (with
     ``producer`` as its shared producer) and returns each job's result as
-    the store holds it: the figures its marked loader wrote."""
+    the store holds it: the figures its marked loader wrote. Jobs still
+    running ``linger`` seconds after the last result are stopped."""
     data = producer.command if producer is not None else None
     planned = [
         _experiment.Job(
@@ -218,7 +220,14 @@ def run_planned(
     workdir = tempfile.mkdtemp(prefix=f"{workload}-", dir=base)
     try:
         runs = _experiment.run_plan(
-            planned, store.experiment, store.path, workdir, timeout, store.binary
+            planned,
+            store.experiment,
+            store.path,
+            workdir,
+            timeout,
+            store.binary,
+            done=lambda: all(len(results_of(j)) >= j.ranks for j in jobs),
+            linger=linger,
         )
     except _experiment.ExperimentError as e:
         raise StallsError(f"{workload}: {e}") from e
@@ -227,7 +236,7 @@ def run_planned(
     done: dict[str, list[dict]] = {}
     for j in jobs:
         r = by_name.get(j.label)
-        if r is not None and r.status == "FINISHED" and r.figures:
+        if r is not None and r.figures:  # measured, however it ended
             done[j.label] = [dict(r.figures, mode=j.mode)]
             continue
         ran = r is not None and r.exit_code not in (None, 0)
