@@ -515,6 +515,16 @@ def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=12
     return _runner.run_planned(readers, "shared-2-r1", store, str(tmp_path), timeout, producer, linger)
 
 
+def test_validate_without_a_batchcast_binary_fails_before_anything_runs(monkeypatch):
+    from batchcast import _experiment
+    from batchcast.stalls import _session
+
+    monkeypatch.setattr(_experiment, "find_binary", lambda: None)
+    opts = _session.Options(command=["python", "no-such-script.py"], jobs=[2], validate=True, log=False)
+    with pytest.raises(_runner.StallsError, match="no batchcast binary was found: put batchcast on PATH"):
+        _session.analyse(opts)
+
+
 def test_validate_copies_come_back_from_the_run_store(tmp_path, batchcast_bin, monkeypatch):
     got = _tiny_copies(tmp_path, batchcast_bin, monkeypatch)
     assert sorted(got) == ["shared0", "shared1"]

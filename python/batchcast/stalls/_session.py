@@ -80,7 +80,13 @@ def analyse(opts: Options) -> dict:
     store = None
     if opts.validate:
         path = os.path.abspath(opts.store or _experiment.default_store())
-        store = Store(path, _experiment.experiment_name("stalls"), opts.runner)
+        binary = opts.runner or _experiment.find_binary()
+        if binary is None:
+            raise StallsError(
+                "--validate runs its copies with `batchcast run`, and no batchcast binary was"
+                " found: put batchcast on PATH or set BATCHCAST_BIN to it"
+            )
+        store = Store(path, _experiment.experiment_name("stalls"), binary)
     base = tempfile.mkdtemp(prefix="batchcast-stalls-")
     try:
         report = _analyse_in(opts, base, settings, store)
