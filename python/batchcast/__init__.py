@@ -49,11 +49,13 @@ from ._native import (
 )
 from ._producer import Producer
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
+from ._triggers import Trigger
 
 __all__ = [
     "Producer",
     "Consumer",
     "EpochInfo",
+    "Trigger",
     "DecodedImages",
     "store_image",
     "log_metric",

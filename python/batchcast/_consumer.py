@@ -19,6 +19,7 @@ from ._prefetch import Pending, holds_a_batch, take_and_augment
 from ._spec import StreamSpec, arrays_of_batch, check_arrays, check_expect
 from ._surface import SkipFirstBatches, StreamBatchSampler, StreamDataset, StreamSampler
 from ._tree import unflatten
+from ._triggers import Trigger
 
 __all__ = ["Consumer", "EpochInfo"]
 
@@ -93,8 +94,11 @@ class Consumer:
     and the next loop raises :class:`batchcast.ProducerFinished`; a producer
     that stops in the middle of an epoch (Ctrl-C, a failed loader) makes the
     loop in progress raise it, so that a cut epoch is never taken for a
-    whole one. If the producer dies,
-    the next call raises :class:`batchcast.ProducerGone` at once.
+    whole one. If the producer dies, the next call raises
+    :class:`batchcast.ProducerGone` at once, unless the producer resumes its
+    stream when restarted (``batchcast serve`` keeps a state file): then the
+    consumer waits up to ``reconnect_timeout`` for the restart, logging that
+    it waits, and continues with exactly the batches it has not received.
 
     **DataLoader attributes.** ``dataset``, ``sampler``, ``batch_sampler``,
     ``batch_size``, ``drop_last``, ``num_workers`` (0), ``pin_memory`` and
@@ -115,6 +119,9 @@ class Consumer:
             from :attr:`batches_per_epoch`).
         connect_timeout: seconds to wait for the producer to appear; None
             fails at once with :class:`batchcast.ProducerNotFound`.
+        reconnect_timeout: seconds to wait for a producer that died to be
+            restarted under its name, when it resumes its stream (see
+            above); then :class:`batchcast.ProducerGone`. 0: fail at once.
         device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
             (``.to(device, non_blocking=True)``); needs torch with CUDA. The
             arena is then registered once with CUDA as page-locked memory so
@@ -162,6 +169,10 @@ class Consumer:
             batch with the rest of the epoch. Costs one batch of augmented
             memory and holds one more producer batch. False: each batch is
             augmented when it is asked for.
+        on_trigger: called with each :class:`batchcast.Trigger` the
+            producer fires (``serve --trigger``), in the loop, after the
+            last batch of the epoch before it (what it raises is raised
+            there); :attr:`triggers` lists them all.
     """
 
     def __init__(
@@ -178,11 +189,13 @@ class Consumer:
         dir: str | os.PathLike[str] | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
+        reconnect_timeout: float = 300.0,
         expect: dict | None = None,
         transform: Any = None,
         seed: int | None = None,
         transform_threads: int = 2,
         transform_prefetch: bool = True,
+        on_trigger: Callable[[Trigger], Any] | None = None,
     ) -> None:
         if name is None:
             # `batchcast run` gives every job of a workload with a shared
@@ -242,6 +255,7 @@ class Consumer:
             # then read instead of what the producer writes.
             copy_on_write=bool(copy_on_write) and self._transfers is None,
             on_evict=on_evict,
+            reconnect_timeout=reconnect_timeout,
         )
         self._spec = StreamSpec(self._native.welcome())
         #: Array expectations left to check on the first batch.
@@ -266,6 +280,8 @@ class Consumer:
         self._current: EpochInfo | None = None
         self._last_full: EpochInfo | None = None
         self._finished: tuple | None = None
+        self._triggers: list[Trigger] = []
+        self._on_trigger = on_trigger
         self._sampler = StreamSampler(name, self._samples_per_epoch)
         self._dataset = StreamDataset(name, self._samples_per_epoch)
         self._batch_sampler = StreamBatchSampler(
@@ -283,6 +299,15 @@ class Consumer:
     def epoch(self) -> int | None:
         """The epoch in progress or last read (from 0); None before the first."""
         return None if self._current is None else self._current.epoch
+
+    @property
+    def triggers(self) -> list[Trigger]:
+        """The triggers the producer fired so far (``serve --trigger``), in
+        order: each is received after the last batch of the epoch before
+        it, before that epoch's end, so a loop that ended has seen the
+        triggers at its end, and the next loop's epoch holds their data. A
+        loop that ignores them reads the same batches."""
+        return list(self._triggers)
 
     @property
     def epoch_info(self) -> EpochInfo | None:
@@ -403,17 +428,19 @@ class Consumer:
         )
 
     def _samples_per_epoch(self) -> int:
-        if self._last_full is not None and self._last_full.samples is not None:
-            return self._last_full.samples
+        # The native consumer keeps the size last announced: at join, at a
+        # full epoch's start, or at an epoch boundary (a dataset that grew).
         n = self._native.welcome()["samples_per_epoch"]
+        if n is None and self._last_full is not None:
+            n = self._last_full.samples
         if n is None:
             raise self._unknown_len()
         return n
 
     def _full_batches(self) -> int:
-        if self._last_full is not None and self._last_full.batches is not None:
-            return self._last_full.batches
         n = self._native.batches_per_epoch()
+        if n is None and self._last_full is not None:
+            n = self._last_full.batches
         if n is None:
             raise self._unknown_len()
         return n
@@ -508,6 +535,8 @@ class Consumer:
             event = self._next_event().event_or_raise()
             if event[0] == "start":
                 self._start(event)
+            elif event[0] == "trigger":
+                self._trigger(event)
             elif event[0] == "finished":
                 self._finished = event
                 raise self._finished_error()
@@ -541,6 +570,8 @@ class Consumer:
                 elif kind == "end":
                     self._in_epoch = False
                     return
+                elif kind == "trigger":
+                    self._trigger(event)
                 elif kind == "finished":
                     # Before the epoch's end: it is incomplete, and a loop
                     # that ended as if it were whole would be counted done
@@ -569,6 +600,8 @@ class Consumer:
                 continue
             if event[0] == "end":
                 self._in_epoch = False
+            elif event[0] == "trigger":
+                self._trigger(event)
             elif event[0] == "finished":
                 self._finished = event
                 self._in_epoch = False
@@ -679,6 +712,13 @@ class Consumer:
             first_key = event[2] * self._current.batch_size
             future = self._executor.submit(self._augment, views, event[1], first_key, self.name)
         self._pending = Pending(event, future, None)
+
+    def _trigger(self, event: tuple) -> None:
+        """Records a trigger event and calls ``on_trigger`` with it."""
+        fired = Trigger.from_event(event)
+        self._triggers.append(fired)
+        if self._on_trigger is not None:
+            self._on_trigger(fired)
 
     def _drop_pending(self) -> None:
         pending, self._pending = self._pending, None

@@ -18,6 +18,7 @@ __all__ = [
     "Augmenter",
     "store_image",
     "serve",
+    "trainers_from_env",
     "ServeRule",
     "Process",
     "tree_cpu_seconds",
@@ -185,6 +186,11 @@ class Producer:
     def set_samples_per_epoch(self, samples: int | None) -> None: ...
     def set_metadata(self, json: str) -> None: ...
     def wait_for_consumers(self, n: int, timeout: float | None = None) -> bool: ...
+    def wait_for_start(self, asked: int, trainers: int, timeout: float | None = None) -> None:
+        """Waits for the larger of `asked` consumers and the runner's
+        `trainers` before the first epoch; NoConsumers if too few came
+        within `timeout` seconds (None: until interrupted)."""
+        ...
     def begin_epoch(self) -> int: ...
     def publish(self, tree: _Spec, leaves: list[_Leaf]) -> int: ...
     def end_epoch(self) -> tuple[int, int, int]: ...
@@ -206,6 +212,7 @@ class Consumer:
         dir: str | os.PathLike | None = None,
         copy_on_write: bool = True,
         on_evict: str = "error",
+        reconnect_timeout: float = 300.0,
     ) -> Consumer: ...
     @property
     def name(self) -> str: ...
@@ -255,6 +262,11 @@ def serve(args: list[str], events: Callable[[str], None] | None = None) -> str:
     """`batchcast serve ARGS` in this process; returns the summary as JSON
     text (epochs, batches, samples, seconds, interrupted, idle). Bad flags
     and --help raise InvalidArgument with `.exit_code`."""
+    ...
+
+def trainers_from_env() -> int:
+    """The trainers `batchcast run` announced in BATCHCAST_CONSUMERS (0:
+    none); InvalidArgument when it is not a whole number."""
     ...
 
 @final

@@ -100,27 +100,6 @@ def _derive_samples(loader: Any, batch_size: int | None) -> tuple[int | None, st
     return None, "the loader has no len()"
 
 
-# Set by `batchcast run` on a workload's Data command: its number of trainers.
-_CONSUMERS_ENV = "BATCHCAST_CONSUMERS"
-
-
-def _trainers_from_env() -> int:
-    """The number of trainers `batchcast run` gave the workload (0: none)."""
-    value = os.environ.get(_CONSUMERS_ENV, "").strip()
-    if not value:
-        return 0
-    try:
-        n = int(value)
-    except ValueError:
-        n = -1
-    if n < 0:
-        raise _native.InvalidArgument(
-            f"{_CONSUMERS_ENV}={value!r} is not a number of consumers; `batchcast run` sets it to "
-            "the workload's number of trainers: unset it, or set a whole number"
-        )
-    return n
-
-
 class Producer:
     """Publishes the batches of ``loader`` under ``name`` to every
     :class:`batchcast.Consumer` of that name on this machine.
@@ -225,9 +204,9 @@ class Producer:
             raise _native.InvalidArgument(
                 f"wait_for_consumers must be a bool or a non-negative int, not {wait_for_consumers!r}"
             )
-        #: Consumers to wait for before the first batch: the script's n, or
-        #: the trainers `batchcast run` announced, whichever is more.
-        self._start_consumers = max(self._min_consumers, _trainers_from_env())
+        #: Trainers `batchcast run` announced (0: none): waited for before
+        #: the first batch, with the script's own count.
+        self._trainers = _native.trainers_from_env()
         self._loader = loader
         if batch_size is AUTO:
             batch_size = _loader_batch_size(loader)
@@ -383,22 +362,8 @@ class Producer:
         if self._waited:
             return
         self._waited = True
-        n = self._start_consumers
         timeout = None if self._rule is not None and self._rule.forever else self._idle_timeout
-        # One consumer is waited for by publish itself, unless the script
-        # asked not to wait.
-        if (n > 1 or n > self._min_consumers) and not self._native.wait_for_consumers(n, timeout):
-            if n > self._min_consumers:
-                raise _native.NoConsumers(
-                    f"only {self._native.consumers} of the workload's {n} trainers attached within "
-                    f"{self._idle_timeout} s ({_CONSUMERS_ENV}={n}, set by `batchcast run`); see the "
-                    "other runs' output for a trainer that did not start or connects elsewhere, or "
-                    "raise idle_timeout"
-                )
-            raise _native.NoConsumers(
-                f"only {self._native.consumers} of {n} consumers attached within "
-                f"{self._idle_timeout} s; start the training processes, or raise idle_timeout"
-            )
+        self._native.wait_for_start(self._min_consumers, self._trainers, timeout)
 
     def _publish(self, spec: Any, leaves: Any) -> None:
         while True:

@@ -1,16 +1,43 @@
-"""Triggers that depend on the trainer's own model, so that they run in the
-trainer rather than the producer: drift of its embeddings, and a drop of
-its accuracy, each judged window by window (exported from
-:mod:`batchcast.select`)."""
+"""Triggers: :class:`Trigger`, one that the producer fired for every
+consumer (``batchcast serve --trigger``, received as
+``Consumer.triggers``); and those that depend on the trainer's own model,
+so that they run in the trainer rather than the producer: drift of its
+embeddings, and a drop of its accuracy, each judged window by window
+(exported from :mod:`batchcast.select`)."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 if TYPE_CHECKING:
     import torch
 
 _METRICS = ("mmd", "mean")
+
+
+class Trigger(NamedTuple):
+    """A trigger the producer fired at an epoch boundary, once for every
+    consumer (``batchcast serve --trigger``): the data that arrived since
+    its last firing is served from epoch :attr:`epoch` on."""
+
+    #: The trigger as the producer was given it, e.g. ``"amount=400"``.
+    id: str
+    #: Its firings so far, this one included (1 for the first).
+    seq: int
+    #: The first epoch that holds the new data.
+    epoch: int
+    #: Samples that arrived since its last firing.
+    samples: int
+    #: Earliest arrival time among them (seconds since the Unix epoch; a
+    #: file's mtime), None when none arrived.
+    first_arrival: float | None
+    #: Latest arrival time among them, None when none arrived.
+    last_arrival: float | None
+
+    @classmethod
+    def from_event(cls, event: tuple) -> Trigger:
+        """From the native consumer's ``("trigger", ...)`` event."""
+        return cls(*event[1:7])
 
 
 class DriftTrigger:

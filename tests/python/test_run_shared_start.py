@@ -118,3 +118,45 @@ def test_a_malformed_count_is_refused(tmp_path, monkeypatch):
     monkeypatch.setenv("BATCHCAST_CONSUMERS", "two")
     with pytest.raises(batchcast.InvalidArgument, match="BATCHCAST_CONSUMERS='two'"):
         batchcast.Producer([np.arange(2)], f"bad-{os.getpid()}", dir=tmp_path)
+
+
+def test_python_and_batchcast_serve_wait_for_trainers_with_one_message(tmp_path, monkeypatch, batchcast_bin):
+    """The wait for the first consumers is one function: a Python producer
+    raises the message `batchcast serve` prints, with the wait's figures."""
+    monkeypatch.setenv("BATCHCAST_CONSUMERS", "2")
+    env = dict(os.environ, BATCHCAST_DIR=str(tmp_path))
+    producer = batchcast.Producer([np.arange(2)], "few", dir=tmp_path, idle_timeout=0.5)
+    # One of the workload's two trainers starts (a real process) and attaches.
+    trainer = subprocess.Popen(
+        [batchcast_bin, "consume", "few", "--connect-timeout", "60"],
+        env=env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        assert producer._native.wait_for_consumers(1, 60)
+        with pytest.raises(batchcast.NoConsumers) as one:
+            producer.run(epochs=1)
+    finally:
+        trainer.kill()
+        trainer.wait()
+    hint = (
+        "(BATCHCAST_CONSUMERS=2, set by `batchcast run`); see the other runs' output for a trainer that "
+        "did not start or connects elsewhere, or raise the idle timeout (--idle-timeout, idle_timeout=) "
+        "to wait longer"
+    )
+    assert str(one.value) == f"only 1 of the workload's 2 trainers attached within 0.5 s {hint}"
+
+    # With none attached, both faces say the same, word for word.
+    with pytest.raises(batchcast.NoConsumers) as none:
+        batchcast.Producer([np.arange(2)], "none", dir=tmp_path, idle_timeout=0.5).run(epochs=1)
+    assert str(none.value) == f"only 0 of the workload's 2 trainers attached within 0.5 s {hint}"
+    serve = subprocess.run(
+        [batchcast_bin, "serve", "--name", "none", "--synthetic", "--idle-timeout", "0.5"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert serve.returncode == 1, serve.stderr
+    assert f"error: {none.value}\n" in serve.stderr

@@ -2,6 +2,7 @@
 
 mod common;
 
+use batchcast_serve::TooFewConsumers;
 use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
@@ -53,6 +54,138 @@ fn demo_runs_both_modes_and_reports_every_figure() {
     // The dataset was written once into the cache and is reused.
     assert!(cache.join("demo-jpeg-40").is_dir());
     assert!(env.leftovers().is_empty());
+}
+
+/// `batchcast demo` is a plan the runner runs: its two workloads land in
+/// the run store it names on its last line, every run FINISHED with the
+/// trainers' own figures, and `batchcast runs` reads them back.
+#[test]
+fn demo_records_both_workloads_in_the_store_it_names() {
+    use batchcast_runs::{keys, RunFilter, RunStatus, Store};
+    let env = Env::new();
+    let files = tempfile::tempdir().unwrap();
+    let cache = files.path().join("cache");
+    let store = files.path().join("demo runs.db");
+    let out = env
+        .cmd(&[
+            "demo",
+            "--trainers",
+            "2",
+            "--images",
+            "60",
+            "--batch-size",
+            "16",
+            "--image-size",
+            "32",
+            "--step-ms",
+            "1",
+            "--store",
+        ])
+        .arg(&store)
+        .arg("--cache-dir")
+        .arg(&cache)
+        .succeed();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let last = text.lines().last().unwrap();
+    assert_eq!(
+        last,
+        format!(
+            "recorded in {}; open it with: batchcast ui --store '{}'",
+            store.display(),
+            store.display()
+        ),
+        "{text}"
+    );
+    let db = Store::open_read_only(&store).unwrap();
+    let runs = db.runs(&RunFilter::default()).unwrap();
+    for workload in ["independent", "shared"] {
+        let trainers: Vec<_> = runs
+            .iter()
+            .filter(|r| r.workload == workload && r.run.name != keys::DATA_RUN)
+            .collect();
+        assert_eq!(trainers.len(), 2, "{runs:?}");
+        for r in trainers {
+            assert_eq!(r.run.status, RunStatus::Finished, "{r:?}");
+            let samples = db.last_metric(r.run.id, &keys::figure("samples")).unwrap();
+            assert_eq!(samples, Some(60.0), "{r:?}");
+            for figure in ["seconds", "wait_secs"] {
+                let v = db.last_metric(r.run.id, &keys::figure(figure)).unwrap();
+                assert!(v.is_some_and(|v| v >= 0.0), "{figure} of {r:?}");
+            }
+        }
+    }
+    let data: Vec<_> = runs
+        .iter()
+        .filter(|r| r.run.name == keys::DATA_RUN)
+        .collect();
+    assert_eq!(data.len(), 1, "{runs:?}");
+    assert_eq!(data[0].workload, "shared");
+    assert_eq!(data[0].run.status, RunStatus::Finished, "{:?}", data[0]);
+    let store_arg = store.to_str().unwrap();
+    let list = env.cmd(&["runs", "list", "--store", store_arg]).succeed();
+    let list = String::from_utf8_lossy(&list.stdout);
+    assert_eq!(list.matches("FINISHED").count(), 5, "{list}");
+    let compare = env
+        .cmd(&["runs", "compare", "--json", "--store", store_arg])
+        .succeed();
+    let v: serde_json::Value = serde_json::from_slice(&compare.stdout).unwrap();
+    let text = v.to_string();
+    assert!(
+        text.contains("independent") && text.contains("shared"),
+        "{v}"
+    );
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+}
+
+/// Ctrl-C stops the demo: its trainers are stopped (none left alive), their
+/// runs recorded KILLED, and the demo says so and fails.
+#[test]
+fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
+    use batchcast_runs::{RunFilter, RunStatus, Store};
+    let env = Env::new();
+    let files = tempfile::tempdir().unwrap();
+    let store = files.path().join("runs.db");
+    let mut demo = env.spawn(&[
+        "demo",
+        "--synthetic",
+        "--samples",
+        "100000",
+        "--step-ms",
+        "50",
+        "--trainers",
+        "2",
+        "--store",
+        store.to_str().unwrap(),
+    ]);
+    // No signal says the trainers started: the store does, once it holds
+    // their pids.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let pids = loop {
+        let running: Vec<i64> = Store::open_read_only(&store)
+            .and_then(|db| db.runs(&RunFilter::default()))
+            .map(|runs| runs.iter().filter_map(|r| r.run.pid).collect())
+            .unwrap_or_default();
+        if running.len() == 2 {
+            break running;
+        }
+        assert!(std::time::Instant::now() < deadline, "no trainers started");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    };
+    demo.signal(libc::SIGINT);
+    let status = demo.finish();
+    assert_eq!(status.code(), Some(1), "{}", demo.stderr_text());
+    assert!(demo.stderr_text().contains("the demo was stopped"));
+    for pid in pids {
+        let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
+        assert!(!alive, "trainer {pid} left running");
+    }
+    let db = Store::open_read_only(&store).unwrap();
+    let runs = db.runs(&RunFilter::default()).unwrap();
+    assert_eq!(runs.len(), 2, "the shared workload never started: {runs:?}");
+    for r in runs {
+        assert_eq!(r.run.status, RunStatus::Killed, "{r:?}");
+    }
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
 /// `batchcast serve --data` serves an ImageFolder: every image once per
@@ -352,6 +485,52 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
         "{finished}"
     );
     assert!(p.finish().success(), "{}", p.stderr_text());
+}
+
+/// Too few consumers before the first epoch: `batchcast serve` prints the
+/// one message of the wait (`TooFewConsumers`, which Python's `Producer`
+/// raises too), with the figures of the wait: one of the workload's two
+/// trainers (BATCHCAST_CONSUMERS) attached; none of `--consumers 2`.
+#[test]
+fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
+    let env = Env::new();
+    // The trainer that did start waits for the producer, so that it
+    // attaches well within the idle timeout.
+    let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
+    let mut serve = env.cmd(&[
+        "serve",
+        "--name",
+        "few",
+        "--synthetic",
+        "--json",
+        "--idle-timeout",
+        "3",
+    ]);
+    serve.env("BATCHCAST_CONSUMERS", "2");
+    let mut serve = common::Proc::start(serve);
+    assert_eq!(serve.finish().code(), Some(1));
+    // The trainer is told why the stream ended.
+    assert!(!trainer.finish().success());
+    let runner = TooFewConsumers {
+        attached: 1,
+        wanted: 2,
+        secs: 3.0,
+        from_runner: true,
+    };
+    let stderr = serve.stderr_text();
+    assert!(stderr.contains(&format!("error: {runner}\n")), "{stderr}");
+
+    let asked = TooFewConsumers {
+        attached: 0,
+        wanted: 2,
+        secs: 0.3,
+        from_runner: false,
+    };
+    let stderr = env
+        .cmd(&["serve", "--name", "two", "--synthetic", "--consumers", "2"])
+        .args(["--idle-timeout", "0.3"])
+        .fail();
+    assert!(stderr.contains(&format!("error: {asked}\n")), "{stderr}");
 }
 
 /// `batchcast stalls` run with a Python that lacks batchcast says which

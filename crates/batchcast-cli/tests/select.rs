@@ -97,7 +97,7 @@ fn consume(dir: PathBuf, name: &str, ids: &HashMap<Vec<u8>, usize>) -> Seen {
             }
             Event::EpochEnd { .. } => seen.push(std::mem::take(&mut epoch)),
             Event::Finished(_) => break,
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
         }
     }
     seen

@@ -246,3 +246,70 @@ fn sim_model_bidding_refuses_the_gang_models_cpu_and_congestion_flags() {
         "{stdout}"
     );
 }
+
+/// `--network standin` replaces the trace's slowdowns for the models it
+/// knows: one VGG job of 8 GPUs on 2 machines of 4 spans machines, so it
+/// runs 800 iterations of 1 s / 8 GPUs at the stand-in's cross-machine
+/// multiplier 10.7721 (hand-computed in docs/sim.md) instead of at the
+/// trace's fraction 0.5; a model it does not know keeps the trace's.
+#[test]
+fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("jobs.json");
+    let job = |id: u32, model: &str| {
+        format!(
+            r#"{{"job_id": "{id}", "arrival_time": "0", "total_iterations": "800",
+                "time_per_iteration": "1", "max_parallelism": "8", "model": "{model}",
+                "cross_slot_slowdown": "1", "cross_machine_slowdown": "0.5",
+                "cross_rack_slowdown": "0.5"}}"#
+        )
+    };
+    let finish = |network: &str, model: &str| {
+        std::fs::write(&trace, format!("[{}]", job(1, model))).unwrap();
+        let out = dir.path().join(format!("out-{network}-{model}"));
+        let o = batchcast()
+            .args([
+                "sim",
+                "--racks",
+                "1",
+                "--machines-per-rack",
+                "2",
+                "--gpus-per-machine",
+                "4",
+                "--policy",
+                "fifo",
+                "--network",
+                network,
+            ])
+            .arg("--trace")
+            .arg(&trace)
+            .arg("--out")
+            .arg(&out)
+            .succeed();
+        let csv = std::fs::read_to_string(out.join("fifo.jobs.csv")).unwrap();
+        let row = csv.lines().nth(1).unwrap().to_string();
+        let finish: f64 = row.split(',').nth(4).unwrap().parse().unwrap();
+        (finish, String::from_utf8_lossy(&o.stderr).into_owned())
+    };
+    let (trace_finish, _) = finish("trace", "VGG");
+    assert!((trace_finish - 200.0).abs() < 1e-3, "{trace_finish}");
+    let (standin, err) = finish("standin", "VGG");
+    assert!((standin - 1077.211).abs() < 1e-2, "{standin}");
+    assert!(
+        err.contains("stand-in network model: slowdowns of 1 jobs replaced"),
+        "{err}"
+    );
+    let (unknown, err) = finish("standin", "GPT");
+    assert!((unknown - 200.0).abs() < 1e-3, "{unknown}");
+    assert!(
+        err.contains("1 keep the trace's, their model unknown to it: GPT (1)"),
+        "{err}"
+    );
+    let err = batchcast()
+        .args(["sim", "--jobs", "5", "--network", "astra"])
+        .fail();
+    assert!(
+        err.contains("unknown --network \"astra\"; pick trace or standin"),
+        "{err}"
+    );
+}

@@ -157,14 +157,16 @@ fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
     assert!(env.leftovers().is_empty());
 }
 
-/// A producer SIGKILLed mid-run: every consumer's next read fails with
-/// "producer gone", promptly, and none hangs.
+/// A producer SIGKILLed mid-run that keeps no state (so that no restart
+/// can resume its stream): every consumer's next read fails with "producer
+/// gone", promptly, and none hangs.
 #[test]
 fn producer_sigkilled_every_consumer_errors_promptly() {
     let env = Env::new();
     let mut producer = env.producer(
         "kill-producer",
         &[
+            "--no-state",
             "--samples",
             "100000",
             "--batch-size",

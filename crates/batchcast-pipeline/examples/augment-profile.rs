@@ -16,6 +16,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::{anyhow, bail};
+
 use batchcast_pipeline::{
     decode_rgb_into, Augmenter, DType, Dataset, Layout, OnError, OutputFormat, Pipeline, RgbImage,
     Sampler, Transform,
@@ -39,7 +41,7 @@ struct Args {
     dct_scale: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
+fn parse_args() -> anyhow::Result<Args> {
     let mut a = Args {
         dir: PathBuf::from("/tmp/batchcast-augment-bench"),
         images: 1000,
@@ -50,8 +52,8 @@ fn parse_args() -> Result<Args, String> {
     };
     let mut it = std::env::args().skip(1);
     while let Some(flag) = it.next() {
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
-        let num = |v: &str| v.parse::<usize>().map_err(|_| format!("{flag}: {v:?}"));
+        let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
+        let num = |v: &str| v.parse::<usize>().map_err(|_| anyhow!("{flag}: {v:?}"));
         match flag.as_str() {
             "--dir" => a.dir = PathBuf::from(value),
             "--images" => a.images = num(&value)?,
@@ -59,7 +61,7 @@ fn parse_args() -> Result<Args, String> {
             "--store" => a.store = num(&value)? as u32,
             "--stage" => a.stage = value,
             "--dct-scale" => a.dct_scale = value == "on",
-            _ => return Err(format!("unknown option {flag}")),
+            _ => bail!("unknown option {flag}"),
         }
     }
     Ok(a)
@@ -80,13 +82,12 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(a: &Args) -> Result<(), String> {
-    let err = |e: batchcast_pipeline::PipelineError| e.to_string();
-    let dataset = Dataset::open(&a.dir).map_err(err)?;
+fn run(a: &Args) -> anyhow::Result<()> {
+    let dataset = Dataset::open(&a.dir)?;
     let n = a.images.min(dataset.len());
     let mut files = vec![Vec::new(); n];
     for (i, f) in files.iter_mut().enumerate() {
-        dataset.read_sample(i, f).map_err(|e| e.to_string())?;
+        dataset.read_sample(i, f)?;
     }
     let side = a.store;
     let producer = Pipeline::new(
@@ -98,13 +99,11 @@ fn run(a: &Args) -> Result<(), String> {
         OutputFormat::u8_nhwc(),
         1,
         OnError::Fail,
-    )
-    .map_err(err)?
+    )?
     .with_dct_scaling(a.dct_scale);
     let row = producer.image_bytes();
     let mut stored = vec![0u8; n * row];
-    let batches: Vec<Vec<usize>> = Sampler::new(n, BATCH)
-        .map_err(err)?
+    let batches: Vec<Vec<usize>> = Sampler::new(n, BATCH)?
         .with_shuffle(false)
         .batches(0)
         .collect();
@@ -118,8 +117,7 @@ fn run(a: &Args) -> Result<(), String> {
         .map(|(i, &(size, scale))| {
             Augmenter::new(train_crop(size, scale), f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
         })
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
+        .collect::<Result<_, _>>()?;
     let mut labels = vec![0i64; BATCH];
     let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
     let (mut dec, mut prod) = (Vec::new(), Vec::new());
@@ -138,16 +136,13 @@ fn run(a: &Args) -> Result<(), String> {
             )
             .map(|p| p.with_seed(i as u64 + 1))
         })
-        .collect::<Result<_, _>>()
-        .map_err(err)?;
+        .collect::<Result<_, _>>()?;
     let stage = a.stage.as_str();
     // Stored images are needed by the trainers whatever the stage.
-    let fill = |stored: &mut [u8], labels: &mut [i64]| -> Result<(), String> {
+    let fill = |stored: &mut [u8], labels: &mut [i64]| -> anyhow::Result<()> {
         for (b, batch) in batches.iter().enumerate() {
             let dst = &mut stored[b * BATCH * row..(b * BATCH + batch.len()) * row];
-            producer
-                .fill_batch(0, batch, dst, &mut labels[..batch.len()])
-                .map_err(err)?;
+            producer.fill_batch(0, batch, dst, &mut labels[..batch.len()])?;
         }
         Ok(())
     };
@@ -157,7 +152,7 @@ fn run(a: &Args) -> Result<(), String> {
             let mut img = RgbImage::default();
             let t = Instant::now();
             for f in &files {
-                decode_rgb_into(f, &mut img, producer.limits()).map_err(|e| e.to_string())?;
+                decode_rgb_into(f, &mut img, producer.limits())?;
             }
             dec.push(us(t));
         }
@@ -173,8 +168,7 @@ fn run(a: &Args) -> Result<(), String> {
                 let t = Instant::now();
                 for chunk in stored.chunks(BATCH * row) {
                     let k = chunk.len() / row;
-                    g.augment(0, chunk, side, side, &keys[..k], &mut out)
-                        .map_err(err)?;
+                    g.augment(0, chunk, side, side, &keys[..k], &mut out)?;
                 }
                 times.push(us(t));
             }
@@ -184,8 +178,7 @@ fn run(a: &Args) -> Result<(), String> {
                 let mut out = vec![0u8; BATCH * p.image_bytes()];
                 let t = Instant::now();
                 for batch in &batches {
-                    p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])
-                        .map_err(err)?;
+                    p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])?;
                 }
                 times.push(us(t));
             }

@@ -13,6 +13,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
+use anyhow::{anyhow, bail};
+
 use batchcast_pipeline::{
     generate_jpeg_dataset, DType, Dataset, GenerateConfig, Layout, OnError, OutputFormat, Pipeline,
     Sampler, Transform,
@@ -45,7 +47,8 @@ struct Args {
     json: bool,
 }
 
-fn parse_args() -> Result<Args, String> {
+/// The options, or `None` when `--help` asks for the usage.
+fn parse_args() -> anyhow::Result<Option<Args>> {
     let mut a = Args {
         dir: None,
         images: 2000,
@@ -65,12 +68,12 @@ fn parse_args() -> Result<Args, String> {
             continue;
         }
         if flag == "--help" || flag == "-h" {
-            return Err(String::new());
+            return Ok(None);
         }
-        let value = it.next().ok_or_else(|| format!("{flag} needs a value"))?;
+        let value = it.next().ok_or_else(|| anyhow!("{flag} needs a value"))?;
         let num = |v: &str| {
             v.parse::<u64>()
-                .map_err(|_| format!("{flag}: {v:?} is not a number"))
+                .map_err(|_| anyhow!("{flag}: {v:?} is not a number"))
         };
         match flag.as_str() {
             "--dir" => a.dir = Some(PathBuf::from(value)),
@@ -87,34 +90,34 @@ fn parse_args() -> Result<Args, String> {
             "--size" => a.size = num(&value)? as u32,
             "--output" => a.output = value,
             "--seed" => a.seed = num(&value)?,
-            _ => return Err(format!("unknown option {flag}")),
+            _ => bail!("unknown option {flag}"),
         }
     }
     if a.images == 0 || a.runs == 0 || a.batch == 0 || a.threads.contains(&0) {
-        return Err("--images, --runs, --batch and --threads must be at least 1".into());
+        bail!("--images, --runs, --batch and --threads must be at least 1");
     }
-    Ok(a)
+    Ok(Some(a))
 }
 
-fn output_format(name: &str) -> Result<OutputFormat, String> {
+fn output_format(name: &str) -> anyhow::Result<OutputFormat> {
     let (layout, dtype) = match name {
         "f32-nchw" => (Layout::Nchw, DType::to_tensor()),
         "f32-nchw-imagenet" => (Layout::Nchw, DType::imagenet()),
         "u8-nhwc" => (Layout::Nhwc, DType::U8),
         "u8-nchw" => (Layout::Nchw, DType::U8),
-        other => return Err(format!("unknown --output {other:?}")),
+        other => bail!("unknown --output {other:?}"),
     };
     Ok(OutputFormat { layout, dtype })
 }
 
-fn transform(name: &str, size: u32) -> Result<Transform, String> {
+fn transform(name: &str, size: u32) -> anyhow::Result<Transform> {
     match name {
         "train" => Ok(Transform::train(size)),
         "eval" => Ok(Transform::Eval {
             resize: size * 8 / 7,
             crop: size,
         }),
-        other => Err(format!("unknown --transform {other:?} (train or eval)")),
+        other => Err(anyhow!("unknown --transform {other:?} (train or eval)")),
     }
 }
 
@@ -169,11 +172,13 @@ fn process_cpu_seconds() -> f64 {
 
 fn main() -> ExitCode {
     let args = match parse_args() {
-        Ok(a) => a,
+        Ok(Some(a)) => a,
+        Ok(None) => {
+            eprint!("{USAGE}");
+            return ExitCode::from(2);
+        }
         Err(e) => {
-            if !e.is_empty() {
-                eprintln!("pipeline-bench: {e}");
-            }
+            eprintln!("pipeline-bench: {e}");
             eprint!("{USAGE}");
             return ExitCode::from(2);
         }
@@ -187,7 +192,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn run(args: &Args) -> Result<(), String> {
+fn run(args: &Args) -> anyhow::Result<()> {
     let output = output_format(&args.output)?;
     let transform = transform(&args.transform, args.size)?;
     let classes = args.images.min(10);
@@ -202,12 +207,12 @@ fn run(args: &Args) -> Result<(), String> {
     });
     let step = (config.total() / 10).max(1);
     let progress = |done: usize, total: usize| {
-        if done % step == 0 || done == total {
+        if done.is_multiple_of(step) || done == total {
             eprintln!("generating {}: {done}/{total}", dir.display());
         }
     };
-    let generated = generate_jpeg_dataset(&dir, &config, &progress).map_err(|e| e.to_string())?;
-    let dataset = Dataset::open(&generated.path).map_err(|e| e.to_string())?;
+    let generated = generate_jpeg_dataset(&dir, &config, &progress)?;
+    let dataset = Dataset::open(&generated.path)?;
     let mut bytes = Vec::new();
     let mut total_bytes = 0u64;
     for i in 0..dataset.len() {
@@ -216,9 +221,7 @@ fn run(args: &Args) -> Result<(), String> {
         }
     }
     let n = dataset.len();
-    let sampler = Sampler::new(n, args.batch)
-        .map_err(|e| e.to_string())?
-        .with_seed(args.seed);
+    let sampler = Sampler::new(n, args.batch)?.with_seed(args.seed);
     let mut results = Vec::new();
     for &threads in &args.threads {
         let pipeline = Pipeline::new(
@@ -227,16 +230,13 @@ fn run(args: &Args) -> Result<(), String> {
             output,
             threads,
             OnError::Fail,
-        )
-        .map_err(|e| e.to_string())?
+        )?
         .with_seed(args.seed);
         let mut images = vec![0u8; args.batch * pipeline.image_bytes()];
         let mut labels = vec![0i64; args.batch];
         // Warm-up: start the threads, size their scratch buffers.
         for batch in sampler.batches(0).take(2) {
-            pipeline
-                .fill_batch(0, &batch, &mut images, &mut labels)
-                .map_err(|e| e.to_string())?;
+            pipeline.fill_batch(0, &batch, &mut images, &mut labels)?;
         }
         let (mut runs, mut per_cpu) = (Vec::new(), Vec::new());
         for r in 0..args.runs {
@@ -245,9 +245,7 @@ fn run(args: &Args) -> Result<(), String> {
             let start = Instant::now();
             let mut rows = 0;
             for batch in sampler.batches(epoch) {
-                let report = pipeline
-                    .fill_batch(epoch, &batch, &mut images, &mut labels)
-                    .map_err(|e| e.to_string())?;
+                let report = pipeline.fill_batch(epoch, &batch, &mut images, &mut labels)?;
                 rows += report.rows_written;
             }
             runs.push(rows as f64 / start.elapsed().as_secs_f64());

@@ -50,6 +50,21 @@ pub enum PipelineError {
         path: PathBuf,
     },
 
+    /// A watched dataset grew past the bound on what a watch keeps track of.
+    #[error(
+        "{path} holds more than {limit} {what}: watching it keeps every file's arrival time in \
+         memory and checks every folder at each epoch; raise the limit (--watch-max-files) or \
+         serve a part of it"
+    )]
+    TooManyFiles {
+        /// The dataset root.
+        path: PathBuf,
+        /// `files` or `folders`.
+        what: &'static str,
+        /// The bound.
+        limit: usize,
+    },
+
     /// A file or directory could not be read.
     #[error("cannot read {path}: {source}; check that it exists and that this user may read it")]
     Io {

@@ -7,6 +7,9 @@
 //!
 //! - [`Dataset`] opens an ImageFolder tree or WebDataset `.tar` shards and
 //!   indexes them (labels as torchvision / WebDataset assign them).
+//! - [`Watcher`] appends the files added to a dataset's folder since its
+//!   last look (indices and labels of the known samples never move), with
+//!   each sample's arrival time.
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
 //! - [`Selection`] picks which samples an epoch has ([`SelectSpec`]:
@@ -86,7 +89,9 @@ mod worker;
 mod writer;
 
 pub use augment::{apply_op, Augmenter, AutoAugment, ColorJitter, Op, NUM_AUTO_OPS, OP_NAMES};
-pub use dataset::{Dataset, DatasetKind, WebDatasetWriter};
+pub use dataset::{
+    Dataset, DatasetKind, Growth, Watcher, WebDatasetWriter, DEFAULT_WATCH_MAX_FILES,
+};
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;
 #[cfg(feature = "generate")]

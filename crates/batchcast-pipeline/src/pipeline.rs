@@ -187,6 +187,11 @@ impl Pipeline {
         &self.dataset
     }
 
+    /// The dataset, to grow it between batches ([`Watcher::rescan`](crate::Watcher::rescan)).
+    pub fn dataset_mut(&mut self) -> &mut Dataset {
+        &mut self.dataset
+    }
+
     /// The transform.
     pub fn transform(&self) -> &Transform {
         &self.transform

@@ -12,7 +12,7 @@
 
 use std::ffi::CString;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use batchcast::Keepalive;
@@ -55,7 +55,11 @@ pub struct PyConsumer {
     inner: Guarded<Consumer>,
     name: String,
     welcome: Welcome,
-    batches_per_epoch: Option<u64>,
+    /// Samples and batches of a full epoch as last announced (a dataset
+    /// that grew announces its next size), [`UNKNOWN`] when not known;
+    /// updated after each event taken.
+    samples_per_epoch: AtomicU64,
+    batches_per_epoch: AtomicU64,
     watching: bool,
     /// Slots that this consumer's arrays keep leased.
     tracker: Arc<LeaseTracker>,
@@ -218,7 +222,7 @@ impl PyConsumer {
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
                         connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
-                        on_evict="error"))]
+                        on_evict="error", reconnect_timeout=300.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -231,6 +235,7 @@ impl PyConsumer {
         dir: Option<PathBuf>,
         copy_on_write: bool,
         on_evict: &str,
+        reconnect_timeout: f64,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
         let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
@@ -245,11 +250,14 @@ impl PyConsumer {
             copy_on_write,
             on_evict,
             warn: warnings.sink(),
+            reconnect_timeout: seconds(py, Some(reconnect_timeout), "reconnect_timeout")?
+                .unwrap_or_default(),
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
         Ok(PyConsumer {
-            batches_per_epoch: consumer.batches_per_epoch(),
+            samples_per_epoch: AtomicU64::new(known(welcome.samples_per_epoch)),
+            batches_per_epoch: AtomicU64::new(known(consumer.batches_per_epoch())),
             watching: consumer.watches_producer(),
             tracker: Arc::new(LeaseTracker::default()),
             warned_full: AtomicBool::new(false),
@@ -275,7 +283,10 @@ impl PyConsumer {
         d.set_item("producer_pid", w.producer_pid)?;
         d.set_item("slot_size", w.slot_size)?;
         d.set_item("slots", w.slots)?;
-        d.set_item("samples_per_epoch", w.samples_per_epoch)?;
+        d.set_item(
+            "samples_per_epoch",
+            unknown_is_none(self.samples_per_epoch.load(Ordering::Relaxed)),
+        )?;
         d.set_item("batch_size", w.batch_size)?;
         d.set_item("consumer_id", w.consumer_id)?;
         d.set_item("watching_pid", self.watching)?;
@@ -285,15 +296,18 @@ impl PyConsumer {
         Ok(d)
     }
 
-    /// Batches of a full epoch, from what the producer announced at join.
+    /// Batches of a full epoch, from what the producer announced last
+    /// (at join, at a full epoch's start, or at an epoch boundary).
     fn batches_per_epoch(&self) -> Option<u64> {
-        self.batches_per_epoch
+        unknown_is_none(self.batches_per_epoch.load(Ordering::Relaxed))
     }
 
     /// The next event, waiting for it:
     /// `("start", epoch, samples, batches, batch_size, partial)`,
     /// `("batch", epoch, index, tree_spec, leaves)`,
-    /// `("end", epoch, samples)` or `("finished", reason, message)`.
+    /// `("end", epoch, samples)`,
+    /// `("trigger", id, seq, epoch, samples, first_arrival, last_arrival)`
+    /// or `("finished", reason, message)`.
     fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
         let name = &self.name;
         // Kept batches stall the producer once they hold the window (lag
@@ -318,7 +332,9 @@ impl PyConsumer {
                 }
                 signals()
             };
-            a.next_event(&mut hook)
+            let event = a.next_event(&mut hook);
+            self.note_sizes(a);
+            event
         });
         self.warnings.log(py);
         let event = match (event, warning) {
@@ -332,7 +348,11 @@ impl PyConsumer {
     /// return it at once), else None; never waits. The events and their
     /// order are those of `next_event`.
     fn poll_event<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyTuple>>> {
-        let event = self.inner.call(py, |a, _| a.try_next_event());
+        let event = self.inner.call(py, |a, _| {
+            let event = a.try_next_event();
+            self.note_sizes(a);
+            event
+        });
         self.warnings.log(py);
         let event = event?;
         event.map(|e| self.event_to_py(py, e)).transpose()
@@ -407,7 +427,26 @@ impl PyConsumer {
     }
 }
 
+/// An unknown size in [`PyConsumer`]'s counters.
+const UNKNOWN: u64 = u64::MAX;
+
+fn known(n: Option<u64>) -> u64 {
+    n.unwrap_or(UNKNOWN)
+}
+
+fn unknown_is_none(n: u64) -> Option<u64> {
+    (n != UNKNOWN).then_some(n)
+}
+
 impl PyConsumer {
+    /// Keeps the epoch size the consumer knows now (after an event).
+    fn note_sizes(&self, c: &Consumer) {
+        let samples = known(c.welcome().samples_per_epoch);
+        self.samples_per_epoch.store(samples, Ordering::Relaxed);
+        let batches = known(c.batches_per_epoch());
+        self.batches_per_epoch.store(batches, Ordering::Relaxed);
+    }
+
     /// A core event as the tuple `next_event` returns.
     fn event_to_py<'py>(&self, py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTuple>> {
         match event {
@@ -431,6 +470,21 @@ impl PyConsumer {
                     samples.into_pyobject(py)?.into_any(),
                 ],
             ),
+            Event::Trigger(t) => {
+                let (first, last) = t.arrivals.unzip();
+                PyTuple::new(
+                    py,
+                    [
+                        "trigger".into_pyobject(py)?.into_any(),
+                        t.id.into_pyobject(py)?.into_any(),
+                        t.seq.into_pyobject(py)?.into_any(),
+                        t.epoch.into_pyobject(py)?.into_any(),
+                        t.samples.into_pyobject(py)?.into_any(),
+                        first.into_pyobject(py)?.into_any(),
+                        last.into_pyobject(py)?.into_any(),
+                    ],
+                )
+            }
             Event::Finished(reason) => {
                 let (kind, message) = reason_to_py(&reason);
                 PyTuple::new(

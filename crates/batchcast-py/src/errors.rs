@@ -259,8 +259,11 @@ pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) ->
             };
             Exc::NameInUse.err(py, msg, &attrs(vec![("name", s(name)), ("pid", pid)]))
         }
-        Error::ProducerGone { ref name } => {
+        Error::ProducerGone { ref name, .. } => {
             Exc::ProducerGone.err(py, msg, &attrs(vec![("name", s(name))]))
+        }
+        Error::StateFile { ref name, .. } | Error::StreamMismatch { ref name, .. } => {
+            Exc::InvalidArgument.err(py, msg, &attrs(vec![("name", s(name))]))
         }
         Error::ProducerStopped {
             ref name,

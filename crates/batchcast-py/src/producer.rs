@@ -18,6 +18,7 @@ use batchcast::{
     DType, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
     ProducerOptions, ShutdownReason,
 };
+use batchcast_serve::StartWait;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
@@ -244,6 +245,9 @@ impl PyProducer {
             max_lag,
             lag_policy,
             warn: warnings.sink(),
+            // Python producers do not resume yet (a loader's position is
+            // not known): a restart starts afresh.
+            durable: None,
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();
@@ -318,6 +322,30 @@ impl PyProducer {
                 }
             }
         })
+    }
+
+    /// Waits before the first epoch for `asked` consumers and for the
+    /// `trainers` that `batchcast run` announced (`trainers_from_env()`),
+    /// for at most `timeout` seconds (None: until interrupted); too few in
+    /// time raise `NoConsumers` with the message `batchcast serve` prints.
+    #[pyo3(signature = (asked, trainers, timeout=None))]
+    fn wait_for_start(
+        &self,
+        py: Python<'_>,
+        asked: usize,
+        trainers: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let within = seconds(py, timeout, "timeout")?;
+        let start = StartWait { asked, trainers };
+        let waited = self.inner.call(py, |producer, interrupt| {
+            match start.wait(producer, within, interrupt) {
+                Ok(true) => Ok(Ok(())),
+                Ok(false) => Err(Error::Interrupted),
+                Err(too_few) => Ok(Err(too_few)),
+            }
+        })?;
+        waited.map_err(|e| Exc::NoConsumers.err(py, e.to_string(), &[]))
     }
 
     /// Begins the next epoch; returns its number.

@@ -12,7 +12,9 @@
 //! use it.
 //!
 //! `ServeRule` is [`batchcast::ServeUntil`], which `batchcast.Producer.run`
-//! follows instead of a rule of its own.
+//! follows instead of a rule of its own; `trainers_from_env` is the count
+//! of trainers `batchcast run` announced, which `batchcast.Producer` waits
+//! for (with `_native.Producer.wait_for_start`) as `batchcast serve` does.
 
 use batchcast::{AfterLoanError, ServeUntil};
 use batchcast_pipeline::PipelineError;
@@ -101,7 +103,8 @@ fn serve_to_py(py: Python<'_>, err: ServeError, pending: Option<PyErr>) -> PyErr
             ServeError::Core(e) => to_py(py, e, pending),
             _ => Exc::InvalidArgument.err(py, msg, &[]),
         },
-        ServeError::TrainersMissing { .. } => Exc::NoConsumers.err(py, msg, &[]),
+        ServeError::TooFewConsumers(_) => Exc::NoConsumers.err(py, msg, &[]),
+        ServeError::ConsumersEnv(_) => Exc::InvalidArgument.err(py, msg, &[]),
         ServeError::Output(_) => pending.unwrap_or_else(|| Exc::IoError.err(py, msg, &[])),
         ServeError::InvalidArgument(_) => Exc::InvalidArgument.err(py, msg, &[]),
         _ => Exc::Base.err(py, msg, &[]),
@@ -214,8 +217,18 @@ impl PyServeRule {
     }
 }
 
-/// Adds `serve` and `ServeRule` to the module.
+/// The number of trainers `batchcast run` announced in
+/// `BATCHCAST_CONSUMERS` (0: none); `InvalidArgument` when it is not a
+/// whole number.
+#[pyfunction]
+pub(crate) fn trainers_from_env(py: Python<'_>) -> PyResult<usize> {
+    batchcast_serve::trainers_from_env()
+        .map_err(|e| Exc::InvalidArgument.err(py, e.to_string(), &[]))
+}
+
+/// Adds `serve`, `trainers_from_env` and `ServeRule` to the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(serve, m)?)?;
+    m.add_function(wrap_pyfunction!(trainers_from_env, m)?)?;
     m.add_class::<PyServeRule>()
 }

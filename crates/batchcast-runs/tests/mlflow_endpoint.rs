@@ -2,14 +2,13 @@
 //! middle of a request (a trainer paused by SIGSTOP while it logs) holds up
 //! neither the other clients nor the endpoint's shutdown.
 
-mod common;
-
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::sync::mpsc;
 use std::time::Duration;
 
 use batchcast_runs::mlflow::Endpoint;
+use batchcast_store::test_support;
 
 /// One request on a fresh connection; the whole response, or an error if
 /// none comes within 10 s.
@@ -161,7 +160,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
     let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
     let addr = endpoint.url().trim_start_matches("http://").to_owned();
     let token = endpoint.token_for(1).unwrap();
-    let before = common::peak_rss();
+    let before = test_support::peak_rss().unwrap();
     let begun = std::time::Instant::now();
     let mut s = TcpStream::connect(&addr).unwrap();
     s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
@@ -175,7 +174,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
     });
     let mut answer = String::new();
     let read = s.read_to_string(&mut answer);
-    let peak = common::peak_rss();
+    let peak = test_support::peak_rss().unwrap();
     println!(
         "64 MB request line: peak RSS {} MiB before, {} MiB after",
         before >> 20,

@@ -6,8 +6,6 @@
 //! its tests one at a time, so that the process's peak memory (reset before
 //! each) is one test's.
 
-mod common;
-
 use std::path::PathBuf;
 use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
@@ -17,6 +15,7 @@ use batchcast_runs::gpu::FakeGpus;
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{run_plan, RunOptions};
 use batchcast_runs::{LogStream, RunFilter, RunStatus, Store};
+use batchcast_store::test_support;
 
 /// One test at a time measures the process's memory.
 static ALONE: Mutex<()> = Mutex::new(());
@@ -49,13 +48,14 @@ fn a_job_writing_far_past_the_log_cap_keeps_head_and_tail_in_bounded_memory() {
         python: "python3".into(),
         grace: Duration::from_secs(2),
         log_cap: CAP,
+        report_every: batchcast_runs::runner::REPORT_EVERY,
         progress: Box::new(move |line: &str| p.lock().unwrap().push(line.to_string())),
     };
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    common::reset_peak();
-    let before = common::peak_rss();
+    test_support::reset_peak().unwrap();
+    let before = test_support::peak_rss().unwrap();
     let out = run_plan(&plan, &mut opts).unwrap();
-    let peak = common::peak_rss();
+    let peak = test_support::peak_rss().unwrap();
     println!(
         "{} MiB written: peak RSS {} MiB before the run, {} MiB after",
         WRITTEN >> 20,
@@ -119,13 +119,13 @@ fn an_mlflow_export_of_a_long_log_streams_it() {
     const LOG: usize = 128 << 20;
     let dir = tempfile::tempdir().unwrap();
     let store_file = dir.path().join("runs.sqlite");
-    let id = common::long_log_store(&store_file, LOG, b"");
+    let id = test_support::long_log_store(&store_file, LOG, b"").unwrap();
     let store = Store::open_read_only(&store_file).unwrap();
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
-    common::reset_peak();
-    let before = common::peak_rss();
+    test_support::reset_peak().unwrap();
+    let before = test_support::peak_rss().unwrap();
     let out = batchcast_runs::export::to_mlflow(&store, &[id], &dir.path().join("mlruns")).unwrap();
-    let peak = common::peak_rss();
+    let peak = test_support::peak_rss().unwrap();
     println!(
         "export of a {} MiB stdout: peak RSS {} MiB before, {} MiB during",
         LOG >> 20,

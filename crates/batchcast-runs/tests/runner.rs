@@ -58,6 +58,7 @@ impl Fixture {
             python: "python3".into(),
             grace: Duration::from_secs(2),
             log_cap: self.log_cap,
+            report_every: batchcast_runs::runner::REPORT_EVERY,
             progress: Box::new(move |line: &str| progress.lock().unwrap().push(line.to_string())),
         };
         run_plan(plan, &mut opts)
@@ -403,6 +404,16 @@ fn a_jobs_figures_are_recorded_whatever_its_status() {
     };
     assert_eq!(figure("good", "samples_per_s"), vec![1234.5]);
     assert_eq!(figure("good", "dir_mode"), vec![700.0]);
+    // The CPU each job used, as the kernel counted it at its end.
+    let cpu = store
+        .metric(
+            f.row("failed").run.id,
+            keys::PROC_EXIT_CPU_SECONDS,
+            None,
+            10,
+        )
+        .unwrap();
+    assert!(cpu.len() == 1 && cpu[0].value >= 0.0, "{cpu:?}");
     assert_eq!(f.row("failed").run.status, RunStatus::Failed);
     assert_eq!(figure("failed", "epochs"), vec![2.0]);
     let bad = f.row("bad");

@@ -68,6 +68,12 @@ impl SourceArgs {
                  no labels or files to select from; drop --select or serve --data",
             ));
         }
+        if self.synthetic && self.images.watch {
+            return Err(ServeError::invalid(
+                "--watch applies to an image dataset (--data DIR): the synthetic source has no \
+                 folder to watch; drop --watch or serve --data",
+            ));
+        }
         if self.synthetic {
             let s = &self.synth;
             return Ok(Box::new(Synthetic::new(
@@ -133,6 +139,11 @@ impl SourceArgs {
         }
         if im.select_weights {
             f.push("--select-weights".into());
+        }
+        if im.watch {
+            f.push("--watch".into());
+            f.push("--watch-max-files".into());
+            f.push(im.watch_max_files.to_string());
         }
         if im.decode_only {
             f.push("--decode-only".into());

@@ -3,18 +3,18 @@
 //! command. Its faces (the binary, the Python binding) supply a [`Face`].
 
 use std::cell::RefCell;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use batchcast::{IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason};
+use batchcast::{
+    Durability, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason,
+};
 
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
-use crate::serve::{serve, shutdown_reason, ServeSummary};
-
-/// The number of trainers `batchcast run` gave a workload, in the
-/// environment of its data command: `serve` waits for that many consumers
-/// before the first epoch.
-pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+use crate::resume::identity;
+use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+use crate::start::StartWait;
+use crate::trigger::{Trigger, TriggerSpec};
 
 /// What the face running the command does for it.
 pub trait Face {
@@ -80,27 +80,41 @@ pub struct ServeArgs {
     /// Print one JSON line per event on stdout (for scripts and tests).
     #[arg(long)]
     pub json: bool,
+    /// Start the stream afresh, discarding the position a killed producer
+    /// of this name left in its state file (by default a restart resumes
+    /// it, and consumers waiting for the restart continue where they were).
+    #[arg(long)]
+    pub fresh: bool,
+    /// Keep no state file: a restart under this name starts afresh, and
+    /// consumers fail at once when this producer dies.
+    #[arg(long, conflicts_with = "fresh")]
+    pub no_state: bool,
+    /// Seconds a resumed producer waits for the consumers its predecessor
+    /// had to reattach before it publishes (then it goes on without them).
+    #[arg(long, default_value_t = 30.0)]
+    pub rejoin_timeout: f64,
+    /// Seconds between two writes of the state file while the stream
+    /// moves (tests make it short, to resume close to the consumers).
+    #[arg(long, default_value_t = 1.0, hide = true)]
+    pub state_interval: f64,
+    /// Tell every consumer, at an epoch boundary, when the data that
+    /// arrived since the last firing calls for it (with --watch):
+    /// `amount=N` (N samples arrived), `time=D` (D since the last firing:
+    /// 90s, 10m, 2h), `every-epoch`, or `any(T,...)` / `all(T,...)` of
+    /// these. Consumers receive the trigger after the epoch's last batch,
+    /// before the next epoch's first.
+    #[arg(long, value_parser = parse_trigger)]
+    pub trigger: Option<TriggerSpec>,
+}
+
+/// `--trigger` as clap reads it.
+fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, String> {
+    text.parse().map_err(|e: ServeError| e.to_string())
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when
 /// no --idle-timeout is given.
 const TRAINERS_WITHIN: Duration = Duration::from_secs(300);
-
-/// The number of trainers `batchcast run` gave the workload (0: none given).
-fn trainers_from_env() -> Result<usize> {
-    match std::env::var(CONSUMERS_ENV) {
-        Err(std::env::VarError::NotPresent) => Ok(0),
-        Ok(v) => v.trim().parse().map_err(|_| {
-            ServeError::invalid(format!(
-                "{CONSUMERS_ENV}={v:?} is not a number of consumers; `batchcast run` sets it to \
-                 the workload's number of trainers: unset it, or set a whole number"
-            ))
-        }),
-        Err(std::env::VarError::NotUnicode(v)) => Err(ServeError::invalid(format!(
-            "{CONSUMERS_ENV}={v:?} is not a number of consumers; unset it, or set a whole number"
-        ))),
-    }
-}
 
 impl ServeArgs {
     /// `--idle-timeout` as a duration.
@@ -115,6 +129,20 @@ impl ServeArgs {
             })
             .transpose()
     }
+
+    /// `--rejoin-timeout` as a duration.
+    fn rejoin_timeout(&self) -> Result<Duration> {
+        seconds(self.rejoin_timeout, "--rejoin-timeout")
+    }
+}
+
+/// `secs` of the flag `flag` as a duration.
+fn seconds(secs: f64, flag: &str) -> Result<Duration> {
+    Duration::try_from_secs_f64(secs).map_err(|_| {
+        ServeError::invalid(format!(
+            "{flag} must be a non-negative number of seconds, not {secs}"
+        ))
+    })
 }
 
 /// Runs `batchcast serve`: prints what it serves (stderr, or a
@@ -122,11 +150,19 @@ impl ServeArgs {
 /// told to, serves, tells the consumers why it ended, and prints the
 /// summary (stderr, or a `finished` event line).
 pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
-    let trainers = trainers_from_env()?;
+    let start = StartWait::from_env(args.consumers)?;
     let idle_timeout = args.idle_timeout()?;
     let max_lag = args.max_lag.as_deref().map(LagBudget::parse).transpose()?;
     let lag_policy = LagPolicy::parse(&args.lag_policy, args.stall_timeout)?;
-    let source = args.source.open()?;
+    let rejoin_timeout = args.rejoin_timeout()?;
+    let mut source = args.source.open()?;
+    let interval = seconds(args.state_interval, "--state-interval")?;
+    let durable = (!args.no_state).then(|| Durability {
+        fresh: args.fresh,
+        interval,
+        ..Durability::new(identity(&args.source, source.samples_per_epoch()))
+    });
+    let mut trigger = args.trigger.clone().map(Trigger::new);
     let mut producer = Producer::create(
         &args.name,
         ProducerOptions {
@@ -142,15 +178,27 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             dir: None,
             max_lag,
             lag_policy,
+            durable,
             ..ProducerOptions::default()
         },
     )?;
+    let resumed = producer.resumed();
     if args.json {
         let mut line = serde_json::json!({"event": "listening", "name": args.name,
             "socket": producer.socket_path(), "pid": std::process::id(),
             "samples_per_epoch": source.samples_per_epoch()});
         if let Some(spec) = &args.source.images.select {
             line["select"] = spec.to_string().into();
+        }
+        if let Some(r) = resumed {
+            line["resumed"] = serde_json::json!({"epoch": r.epoch, "row": r.row,
+                "consumers": r.consumers});
+        }
+        if args.source.images.watch {
+            line["watch"] = true.into();
+        }
+        if let Some(spec) = &args.trigger {
+            line["trigger"] = spec.to_string().into();
         }
         face.event(&line.to_string()).map_err(ServeError::Output)?;
     } else {
@@ -170,10 +218,36 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
             source.samples_per_epoch(),
             args.source.batch_size,
         );
+        if let Some(r) = resumed {
+            eprintln!(
+                "resuming the stream of the producer {:?} that stopped: epoch {}, from row {} \
+                 (--fresh starts afresh)",
+                args.name, r.epoch, r.row
+            );
+        }
     }
-    let want = args.consumers.max(trainers);
-    if want > 0 {
-        match wait_for_start(&mut producer, args, idle_timeout, trainers, face) {
+    if let Some(r) = resumed {
+        // The consumers the stream had reattach before it goes on, so that
+        // none finds it past its position; those not back within
+        // --rejoin-timeout are not waited for (Err: it goes on).
+        let rejoin = StartWait {
+            asked: r.consumers as usize,
+            trainers: 0,
+        };
+        let within = Some(rejoin_timeout);
+        if let Ok(false) = rejoin.wait(&producer, within, &mut || face.interrupted()) {
+            producer.finish(ShutdownReason::Interrupted);
+            return Ok(ServeSummary {
+                interrupted: true,
+                ..ServeSummary::default()
+            });
+        }
+    }
+    if start.wanted() > 0 {
+        // Without --idle-timeout, the trainers `batchcast run` announced are
+        // waited for within TRAINERS_WITHIN; --consumers alone, forever.
+        let within = idle_timeout.or(start.from_runner().then_some(TRAINERS_WITHIN));
+        match start.wait(&producer, within, &mut || face.interrupted()) {
             Ok(true) => {}
             Ok(false) => {
                 producer.finish(ShutdownReason::Interrupted);
@@ -183,19 +257,28 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
                 });
             }
             Err(e) => {
+                let e = ServeError::from(e);
                 producer.finish(ShutdownReason::Failed(e.chain()));
                 return Err(e);
             }
         }
     }
     let shared = RefCell::new(&mut *face);
+    let mut written = Ok(());
     let result = serve(
         &mut producer,
-        source.as_ref(),
+        source.as_mut(),
         args.epochs,
+        trigger.as_mut(),
         &mut || shared.borrow_mut().interrupted(),
         &mut |e, i, n| shared.borrow_mut().batch(e, i, n),
+        &mut |report| {
+            if written.is_ok() {
+                written = boundary_lines(report, args.json, *shared.borrow_mut());
+            }
+        },
     );
+    written.map_err(ServeError::Output)?;
     face.served();
     producer.finish(shutdown_reason(&result));
     let summary = result?;
@@ -222,40 +305,34 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     Ok(summary)
 }
 
-/// Waits for `--consumers` (or the `trainers` of `batchcast run`) before
-/// the first epoch, in short slices so that an interrupt ends the wait at
-/// once: false when interrupted, an error when they did not come in time.
-fn wait_for_start(
-    producer: &mut Producer,
-    args: &ServeArgs,
-    idle_timeout: Option<Duration>,
-    trainers: usize,
-    face: &mut dyn Face,
-) -> Result<bool> {
-    let want = args.consumers.max(trainers);
-    let within = match (idle_timeout, trainers > args.consumers) {
-        (Some(t), _) => Some(t),
-        (None, true) => Some(TRAINERS_WITHIN),
-        (None, false) => None,
-    };
-    // A deadline past what the clock can count is none.
-    let deadline = within.and_then(|t| Instant::now().checked_add(t));
-    while !producer.wait_for_consumers(want, Some(Duration::from_millis(100))) {
-        if face.interrupted() {
-            return Ok(false);
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            let secs = within.map_or(0.0, |t| t.as_secs_f64());
-            return Err(if trainers > args.consumers {
-                ServeError::TrainersMissing {
-                    attached: producer.consumers(),
-                    trainers,
-                    secs,
-                }
-            } else {
-                batchcast::Error::NoConsumers { secs }.into()
-            });
+/// The lines an epoch boundary prints: `grew` when the dataset took in
+/// samples, `trigger` when the trigger fired (JSON events, or text on
+/// stderr).
+fn boundary_lines(report: &BoundaryReport, json: bool, face: &mut dyn Face) -> std::io::Result<()> {
+    if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
+        if json {
+            let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
+                "added": a.added, "samples_per_epoch": report.samples_per_epoch,
+                "arrivals": a.arrivals, "rescan_seconds": a.seconds});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "epoch {}: {} new samples, {} per epoch from now on",
+                report.epoch, a.added, report.samples_per_epoch
+            );
         }
     }
-    Ok(true)
+    if let Some(t) = &report.trigger {
+        if json {
+            let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
+                "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
+            face.event(&line.to_string())?;
+        } else {
+            eprintln!(
+                "trigger {} fired (#{}) before epoch {}: {} samples arrived since the last",
+                t.id, t.seq, t.epoch, t.samples
+            );
+        }
+    }
+    Ok(())
 }

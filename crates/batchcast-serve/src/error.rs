@@ -5,6 +5,8 @@ use std::io;
 
 use batchcast_pipeline::PipelineError;
 
+use crate::start::{ConsumersEnvError, TooFewConsumers};
+
 /// Why serving failed (or could not start).
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -31,21 +33,13 @@ pub enum ServeError {
         #[source]
         error: Box<ServeError>,
     },
-    /// Fewer trainers than `batchcast run` announced attached in time.
-    #[error(
-        "only {attached} of the workload's {trainers} trainers attached within {secs} s \
-         ({env}={trainers}, set by `batchcast run`); see the other runs' output for a trainer \
-         that did not start or connects elsewhere, or pass --idle-timeout to wait longer",
-        env = crate::CONSUMERS_ENV
-    )]
-    TrainersMissing {
-        /// Consumers attached when the wait ended.
-        attached: usize,
-        /// Trainers announced.
-        trainers: usize,
-        /// Seconds waited.
-        secs: f64,
-    },
+    /// Fewer consumers than waited for attached before the first epoch.
+    #[error(transparent)]
+    TooFewConsumers(#[from] TooFewConsumers),
+    /// The runner's count of trainers ([`crate::CONSUMERS_ENV`]) is not a
+    /// number.
+    #[error(transparent)]
+    ConsumersEnv(#[from] ConsumersEnvError),
     /// An event line could not be written (stdout closed, say).
     #[error("cannot write an event: {0}")]
     Output(#[source] io::Error),

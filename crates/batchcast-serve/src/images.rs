@@ -3,18 +3,20 @@
 //! slot, as `(images, labels)`: images `u8` or `f32`, NCHW (what PyTorch
 //! models take) or NHWC; labels `i64`. With `--select` an epoch is only the
 //! selected samples (only they are decoded), and with `--select-weights`
-//! each batch is `(images, labels, weights)`, weights `f32`.
+//! each batch is `(images, labels, weights)`, weights `f32`. With `--watch`
+//! the files added to the dataset's folder join at the next epoch boundary
+//! ([`BatchSource::grow`]), never mid-epoch.
 
 use std::path::Path;
 
 use batchcast::{DType, LeafSpec, Node};
 use batchcast_pipeline::{
     DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, SelectSpec,
-    Selection, Transform, DEFAULT_MAX_PIXELS,
+    Selection, Transform, Watcher, DEFAULT_MAX_PIXELS, DEFAULT_WATCH_MAX_FILES,
 };
 
 use crate::error::{Result, ServeError};
-use crate::source::BatchSource;
+use crate::source::{Arrived, BatchSource};
 
 /// How images are read and augmented.
 #[derive(Debug, Clone, clap::Args)]
@@ -76,7 +78,10 @@ pub struct ImageArgs {
     /// the classes), `rs2:R` (RS2: fresh each epoch, no sample again until
     /// all have been served; `rs2:R,replace` draws each epoch afresh) or
     /// `scores=FILE,keep=P` (the top P % by a score, FILE a 1-D
-    /// float32/float64 .npy with one score per sample in dataset order).
+    /// float32/float64 .npy with one score per sample in dataset order),
+    /// `new-data` (only what arrived since the last --trigger firing) or
+    /// `freshness:R` (R of the epoch from what arrived since the last
+    /// firing, the rest from before it).
     /// R is a fraction (0.25) or a percentage (25, 25%). Only the selected
     /// samples are decoded; an epoch's length is the selection's.
     #[arg(long, value_parser = parse_select)]
@@ -86,6 +91,16 @@ pub struct ImageArgs {
     /// deliver them as a third leaf of each batch, `f32`.
     #[arg(long, requires = "select")]
     pub select_weights: bool,
+    /// Watch the dataset's folder: files added to it (new images in class
+    /// folders, new class folders, new .tar shards) join at the next epoch
+    /// boundary, never mid-epoch; a new class gets the next label. Each
+    /// sample's arrival time is its file's mtime.
+    #[arg(long)]
+    pub watch: bool,
+    /// With --watch: most files (samples) and folders kept track of.
+    #[arg(long, requires = "watch", default_value_t = DEFAULT_WATCH_MAX_FILES as u64,
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub watch_max_files: u64,
 }
 
 /// `--select` as clap reads it.
@@ -111,6 +126,8 @@ impl Default for ImageArgs {
             dct_scale: false,
             select: None,
             select_weights: false,
+            watch: false,
+            watch_max_files: DEFAULT_WATCH_MAX_FILES as u64,
         }
     }
 }
@@ -126,6 +143,44 @@ pub struct Images {
     weights: bool,
     shape: [usize; 3],
     dtype: DType,
+    /// The folder's watch (`--watch`).
+    watcher: Option<Watcher>,
+    /// What the sampler and the selection are made from, again when the
+    /// dataset grows.
+    plan: Plan,
+}
+
+/// How an epoch's samples are chosen and ordered, from the dataset.
+struct Plan {
+    select: Option<SelectSpec>,
+    /// The first sample that arrived since the last trigger.
+    mark: usize,
+    seed: u64,
+    batch_size: usize,
+    shuffle: bool,
+    drop_last: bool,
+}
+
+impl Plan {
+    /// The selection (when one is asked for) and the sampler over the
+    /// samples it serves.
+    fn make(&self, dataset: &Dataset) -> Result<(Option<Selection>, Sampler)> {
+        let selection = match &self.select {
+            Some(spec) => {
+                let labels: Vec<i64> = (0..dataset.len())
+                    .map(|i| dataset.label(i).unwrap_or(-1))
+                    .collect();
+                Some(Selection::since(spec, &labels, self.seed, self.mark)?)
+            }
+            None => None,
+        };
+        let served = selection.as_ref().map_or(dataset.len(), Selection::count);
+        let sampler = Sampler::new(served, self.batch_size)?
+            .with_seed(self.seed)
+            .with_shuffle(self.shuffle)
+            .with_drop_last(self.drop_last);
+        Ok((selection, sampler))
+    }
 }
 
 /// Opens `path` as a batch source.
@@ -181,15 +236,21 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
             )))
         }
     };
-    let selection = match &args.select {
-        Some(spec) => {
-            let labels: Vec<i64> = (0..dataset.len())
-                .map(|i| dataset.label(i).unwrap_or(-1))
-                .collect();
-            Some(Selection::new(spec, &labels, args.seed)?)
-        }
-        None => None,
+    if args.watch && matches!(args.select, Some(SelectSpec::Scores { .. })) {
+        return Err(ServeError::invalid(
+            "--select scores=FILE has one score per sample of the dataset as it is, which a \
+             watched dataset outgrows: drop --watch, or select another way",
+        ));
+    }
+    let plan = Plan {
+        select: args.select.clone(),
+        mark: 0,
+        seed: args.seed,
+        batch_size: batch_size as usize,
+        shuffle: !args.no_shuffle,
+        drop_last: args.drop_last,
     };
+    let (selection, sampler) = plan.make(&dataset)?;
     if args.select_weights && !selection.as_ref().is_some_and(Selection::has_weights) {
         return Err(ServeError::invalid(format!(
             "--select-weights: --select {} defines no per-sample weights (label-balanced does); \
@@ -200,11 +261,12 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
                 .unwrap_or_default()
         )));
     }
-    let served = selection.as_ref().map_or(dataset.len(), Selection::count);
-    let sampler = Sampler::new(served, batch_size as usize)?
-        .with_seed(args.seed)
-        .with_shuffle(!args.no_shuffle)
-        .with_drop_last(args.drop_last);
+    let watcher = if args.watch {
+        let max = usize::try_from(args.watch_max_files).unwrap_or(usize::MAX);
+        Some(Watcher::new(&dataset, max)?)
+    } else {
+        None
+    };
     let output = OutputFormat {
         layout,
         dtype: pixel,
@@ -227,6 +289,8 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         weights: args.select_weights,
         shape,
         dtype,
+        watcher,
+        plan,
     })
 }
 
@@ -246,6 +310,38 @@ impl BatchSource for Images {
 
     fn decoded(&self) -> Option<u64> {
         Some(self.pipeline.decoded_total())
+    }
+
+    fn grow(&mut self) -> Result<Option<Arrived>> {
+        let Some(watcher) = self.watcher.as_mut() else {
+            return Ok(None);
+        };
+        let growth = watcher.rescan(self.pipeline.dataset_mut())?;
+        if growth.added > 0 {
+            let (selection, sampler) = self.plan.make(self.pipeline.dataset())?;
+            self.selection = selection;
+            self.sampler = sampler;
+        }
+        Ok(Some(Arrived {
+            added: growth.added as u64,
+            arrivals: growth.arrivals,
+            seconds: growth.seconds,
+        }))
+    }
+
+    fn triggered(&mut self, samples: u64) -> Result<()> {
+        let Some(spec) = &self.plan.select else {
+            return Ok(());
+        };
+        if samples == 0 || !matches!(spec, SelectSpec::NewData | SelectSpec::Freshness { .. }) {
+            return Ok(());
+        }
+        let len = self.pipeline.dataset().len();
+        self.plan.mark = len.saturating_sub(usize::try_from(samples).unwrap_or(len));
+        let (selection, sampler) = self.plan.make(self.pipeline.dataset())?;
+        self.selection = selection;
+        self.sampler = sampler;
+        Ok(())
     }
 
     fn spec(&self, rows: u64) -> (Node, Vec<LeafSpec>) {

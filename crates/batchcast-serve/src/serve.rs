@@ -2,10 +2,26 @@
 
 use std::time::Instant;
 
-use batchcast::{AfterLoanError, Producer, ServeUntil, ShutdownReason};
+use batchcast::{AfterLoanError, Boundary, Producer, ServeUntil, ShutdownReason, TriggerFired};
 
 use crate::error::{Result, ServeError};
-use crate::source::BatchSource;
+use crate::resume::skip_rows;
+use crate::source::{Arrived, BatchSource};
+use crate::trigger::Trigger;
+
+/// What happened at an epoch boundary: the source took in new samples, a
+/// trigger fired.
+#[derive(Debug, Clone, PartialEq, serde::Serialize)]
+pub struct BoundaryReport {
+    /// The epoch that follows the boundary.
+    pub epoch: u64,
+    /// Its samples (what consumers were told).
+    pub samples_per_epoch: u64,
+    /// What the source took in, where it grows.
+    pub arrived: Option<Arrived>,
+    /// The trigger that fired.
+    pub trigger: Option<TriggerFired>,
+}
 
 /// Figures of a finished `serve` run.
 #[derive(Debug, Default, Clone, PartialEq, serde::Serialize)]
@@ -29,7 +45,9 @@ pub struct ServeSummary {
     pub idle: bool,
 }
 
-/// Publishes `epochs` epochs of `source` through `producer`; `epochs` 0
+/// Publishes `epochs` epochs of `source` through `producer` (a producer
+/// that resumed a stream, [`Producer::resumed`], publishes those its
+/// predecessors did not, from the resume point on); `epochs` 0
 /// publishes epochs for as long as any consumer reads: until none has been
 /// attached for the producer's idle timeout (after at least one batch was
 /// served; before that, the timeout is an error), by the core's
@@ -37,20 +55,32 @@ pub struct ServeSummary {
 /// `interrupt` is called every 100 ms while waiting and after each batch;
 /// when it returns true the run stops, interrupted. `on_batch(epoch, i, n)`
 /// is called once batch `i` (from 1) of `n` is published.
+///
+/// Between two epochs (after the first one's last batch, before its end),
+/// the source grows ([`BatchSource::grow`]) and `trigger` counts what
+/// arrived and decides; when either has news, every consumer is told (the
+/// next epoch's size, the firing) and `on_boundary` is called.
 pub fn serve(
     producer: &mut Producer,
-    source: &dyn BatchSource,
+    source: &mut dyn BatchSource,
     epochs: u64,
+    mut trigger: Option<&mut Trigger>,
     interrupt: &mut dyn FnMut() -> bool,
     on_batch: &mut dyn FnMut(u64, u64, u64),
+    on_boundary: &mut dyn FnMut(&BoundaryReport),
 ) -> Result<ServeSummary> {
     let t0 = Instant::now();
     let mut summary = ServeSummary::default();
     let until = ServeUntil::from_epochs(epochs);
-    'epochs: while until.wants_epoch(summary.epochs) {
+    // A resumed stream counts the epochs its predecessors served, and its
+    // first epoch begins at the resume point's row.
+    let resumed = producer.resumed();
+    let mut skip = resumed.map_or(0, |r| r.row);
+    let before = resumed.map_or(0, |r| r.epoch);
+    'epochs: while until.wants_epoch(before + summary.epochs) {
         let epoch = producer.begin_epoch()?;
         let decoded_before = source.decoded();
-        let plan = source.batches(epoch);
+        let plan = skip_rows(source.batches(epoch), std::mem::take(&mut skip));
         let total = plan.len() as u64;
         for (i, indices) in plan.iter().enumerate() {
             let (tree, leaves) = source.spec(indices.len() as u64);
@@ -91,6 +121,12 @@ pub fn serve(
                 break 'epochs;
             }
         }
+        if until.wants_epoch(before + summary.epochs + 1) {
+            let t = trigger.as_deref_mut();
+            if let Some(report) = boundary(producer, source, t, epoch + 1)? {
+                on_boundary(&report);
+            }
+        }
         producer.end_epoch()?;
         summary.epochs += 1;
         if let (Some(before), Some(after)) = (decoded_before, source.decoded()) {
@@ -99,6 +135,41 @@ pub fn serve(
     }
     summary.seconds = t0.elapsed().as_secs_f64();
     Ok(summary)
+}
+
+/// The boundary before `epoch`: grows the source, asks the trigger, and
+/// tells the consumers when either has news.
+fn boundary(
+    producer: &mut Producer,
+    source: &mut dyn BatchSource,
+    trigger: Option<&mut Trigger>,
+    epoch: u64,
+) -> Result<Option<BoundaryReport>> {
+    let arrived = source.grow()?;
+    let fired = trigger.and_then(|t| {
+        if let Some(a) = &arrived {
+            t.arrived(a.added, a.arrivals);
+        }
+        t.at_boundary(epoch)
+    });
+    if let Some(t) = &fired {
+        source.triggered(t.samples)?;
+    }
+    let grew = arrived.as_ref().is_some_and(|a| a.added > 0);
+    if !grew && fired.is_none() {
+        return Ok(None);
+    }
+    let samples = source.samples_per_epoch();
+    producer.announce_boundary(&Boundary {
+        next_samples: Some(samples),
+        trigger: fired.clone(),
+    })?;
+    Ok(Some(BoundaryReport {
+        epoch,
+        samples_per_epoch: samples,
+        arrived,
+        trigger: fired,
+    }))
 }
 
 /// The reason to give consumers at shutdown.

@@ -21,6 +21,29 @@ pub trait BatchSource: Send {
     fn decoded(&self) -> Option<u64> {
         None
     }
+    /// At an epoch boundary: takes in what was added to the dataset since
+    /// the last look (a watched folder), for the epochs to come; None for
+    /// a source that does not grow.
+    fn grow(&mut self) -> Result<Option<Arrived>> {
+        Ok(None)
+    }
+    /// At an epoch boundary: a trigger fired over the last `samples`
+    /// samples that arrived (what `--select new-data` serves from now on).
+    fn triggered(&mut self, _samples: u64) -> Result<()> {
+        Ok(())
+    }
+}
+
+/// What [`BatchSource::grow`] took in.
+#[derive(Debug, Clone, Default, PartialEq, serde::Serialize)]
+pub struct Arrived {
+    /// Samples added to the dataset.
+    pub added: u64,
+    /// Earliest and latest arrival time among them (seconds since the
+    /// Unix epoch).
+    pub arrivals: Option<(f64, f64)>,
+    /// Seconds the look took.
+    pub seconds: f64,
 }
 
 /// Checks a batch size option.

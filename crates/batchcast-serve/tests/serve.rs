@@ -51,7 +51,7 @@ fn read(dir: std::path::PathBuf, name: &str, epochs: u64) -> Vec<Vec<i64>> {
             }
             Event::EpochEnd { .. } => seen.push(Vec::new()),
             Event::Finished(_) => break,
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
         }
     }
     seen.pop();
@@ -59,8 +59,17 @@ fn read(dir: std::path::PathBuf, name: &str, epochs: u64) -> Vec<Vec<i64>> {
 }
 
 fn run(producer: &mut Producer, epochs: u64) -> batchcast_serve::Result<ServeSummary> {
-    let source = Synthetic::new(SAMPLES, BATCH, BYTES, 0.0, 2, Some(1.0));
-    serve(producer, &source, epochs, &mut || false, &mut |_, _, _| {})
+    let mut source = Synthetic::new(SAMPLES, BATCH, BYTES, 0.0, 2, Some(1.0));
+    let mut never = || false;
+    serve(
+        producer,
+        &mut source,
+        epochs,
+        None,
+        &mut never,
+        &mut |_, _, _| {},
+        &mut |_| {},
+    )
 }
 
 #[test]
@@ -109,8 +118,18 @@ fn with_no_count_and_no_consumer_ever_the_idle_timeout_is_an_error() {
 fn an_interrupt_stops_the_run_cleanly() {
     let dir = tempfile::tempdir().unwrap();
     let mut p = producer(dir.path(), "stopped", None);
-    let source = Synthetic::new(SAMPLES, BATCH, BYTES, 0.0, 1, Some(1.0));
-    let summary = serve(&mut p, &source, 1, &mut || true, &mut |_, _, _| {}).unwrap();
+    let mut source = Synthetic::new(SAMPLES, BATCH, BYTES, 0.0, 1, Some(1.0));
+    let mut stop = || true;
+    let summary = serve(
+        &mut p,
+        &mut source,
+        1,
+        None,
+        &mut stop,
+        &mut |_, _, _| {},
+        &mut |_| {},
+    )
+    .unwrap();
     assert!(summary.interrupted);
     assert_eq!(summary.batches, 0);
 }

@@ -52,7 +52,7 @@ impl ClusterSpec {
             );
         }
         let slot = self.slot_size();
-        if self.gpus_per_machine % slot != 0 {
+        if !self.gpus_per_machine.is_multiple_of(slot) {
             return bad(format!(
                 "{} GPUs per slot do not divide {} GPUs per machine; pick a divisor",
                 slot, self.gpus_per_machine

@@ -13,7 +13,7 @@ use crate::cluster::{Cluster, ClusterSpec};
 use crate::config::SimConfig;
 use crate::error::SimError;
 use crate::job::JobSpec;
-use crate::network::{multipliers, Running};
+use crate::network::{rates, Running};
 use crate::policy::Policy;
 use crate::sched::Sched;
 use crate::state::{JobState, Status};
@@ -202,17 +202,22 @@ impl Core {
                 }
             })
             .collect();
-        let mults = multipliers(&self.cluster.spec, &self.cfg, &view);
+        let mults = rates(&self.cluster.spec, &self.cfg, &view);
         drop(view);
-        for (k, (net, cpu)) in mults.into_iter().enumerate() {
+        for (k, (net, cpu, cores)) in mults.into_iter().enumerate() {
             let i = self.running[k];
             let j = &mut self.jobs[i as usize];
             if j.net == net && j.cpu == cpu {
+                if j.load_cores != cores {
+                    j.advance(now);
+                    j.load_cores = cores;
+                }
                 continue;
             }
             j.advance(now);
             j.net = net;
             j.cpu = cpu;
+            j.load_cores = cores;
             j.version += 1;
             let (t, v) = (j.finish_at(now), j.version);
             self.push(t, Kind::Finish(i, v));

@@ -10,7 +10,9 @@
 //! as batchcast does); see `network`. Preemptive policies decide at lease
 //! boundaries and preempted jobs pay a restart cost. `simulate_bidding`
 //! runs the published cluster-sim's model instead (per-GPU auctions, leases,
-//! chunks of iterations), to compare like with like.
+//! chunks of iterations), to compare like with like. `apply_standin`
+//! replaces a trace's placeholder slowdowns with the stand-in network
+//! model's (per model and level, from the published link figures).
 //!
 //! Invariants: no GPU is held by two jobs (asserted on every assignment);
 //! time only moves forward between events, never by ticking; every job
@@ -35,6 +37,7 @@ mod placement;
 pub mod policy;
 mod report;
 mod sched;
+mod standin;
 mod state;
 mod synth;
 pub mod trace;
@@ -51,5 +54,9 @@ pub use network::{multipliers, Running};
 pub use policy::{by_name, Policy};
 pub use report::{comparison_table, jobs_csv, Summary};
 pub use sched::Sched;
+pub use standin::{
+    allreduce_time, apply as apply_standin, model as standin_model, slowdown as standin_slowdown,
+    ModelComm, StandinReport,
+};
 pub use state::{JobState, Status};
 pub use synth::{synthetic, SynthConfig};

@@ -11,6 +11,9 @@
 //!   puts `cpu * gpus_on_machine / gpus` cores of demand on each machine;
 //!   with data sharing, jobs of one dataset on one machine count once (the
 //!   largest of their demands: one pipeline feeds them all).
+//! - The cores a job's loading uses: its demand on each machine (with
+//!   sharing, its part of the pipeline's demand in proportion to its own),
+//!   times `min(1, cores / demand)` of that machine, summed over machines.
 
 use std::collections::BTreeMap;
 
@@ -32,6 +35,15 @@ pub struct Running<'a> {
 
 /// Network and CPU multipliers for each of `jobs`, in order.
 pub fn multipliers(spec: &ClusterSpec, cfg: &SimConfig, jobs: &[Running<'_>]) -> Vec<(f64, f64)> {
+    rates(spec, cfg, jobs)
+        .into_iter()
+        .map(|(net, cpu, _)| (net, cpu))
+        .collect()
+}
+
+/// Network and CPU multipliers and data-loading cores for each of `jobs`,
+/// in order.
+pub fn rates(spec: &ClusterSpec, cfg: &SimConfig, jobs: &[Running<'_>]) -> Vec<(f64, f64, f64)> {
     let mut rack_k = vec![0u32; spec.racks as usize];
     let mut core_k = 0u32;
     for j in jobs {
@@ -41,22 +53,25 @@ pub fn multipliers(spec: &ClusterSpec, cfg: &SimConfig, jobs: &[Running<'_>]) ->
             _ => {}
         }
     }
-    // CPU demand per machine, by dataset when shared.
+    // CPU demand per machine, by dataset when shared: (largest, sum) of the
+    // sharers' demands.
     let mut demand = vec![0.0f64; spec.machines()];
-    let mut shared: BTreeMap<(usize, u32), f64> = BTreeMap::new();
+    let mut shared: BTreeMap<(usize, u32), (f64, f64)> = BTreeMap::new();
+    let own = |j: &Running<'_>, n: u32| j.spec.cpu * n as f64 / j.spec.gpus as f64;
     for j in jobs {
         for &(m, n) in j.machines {
-            let d = j.spec.cpu * n as f64 / j.spec.gpus as f64;
+            let d = own(j, n);
             match cfg.data_sharing {
                 DataSharing::Off => demand[m] += d,
                 _ => {
-                    let e = shared.entry((m, j.dataset)).or_insert(0.0);
-                    *e = e.max(d);
+                    let e = shared.entry((m, j.dataset)).or_insert((0.0, 0.0));
+                    e.0 = e.0.max(d);
+                    e.1 += d;
                 }
             }
         }
     }
-    for ((m, _), d) in shared {
+    for (&(m, _), &(d, _)) in &shared {
         demand[m] += d;
     }
     jobs.iter()
@@ -75,7 +90,19 @@ pub fn multipliers(spec: &ClusterSpec, cfg: &SimConfig, jobs: &[Running<'_>]) ->
                 .iter()
                 .map(|&(m, _)| (demand[m] / spec.cpu_cores).max(1.0))
                 .fold(1.0, f64::max);
-            (net, cpu)
+            let cores = j
+                .machines
+                .iter()
+                .map(|&(m, n)| {
+                    let d = own(j, n);
+                    let part = match shared.get(&(m, j.dataset)) {
+                        Some(&(largest, sum)) if sum > 0.0 => largest * d / sum,
+                        _ => d,
+                    };
+                    part * (spec.cpu_cores / demand[m]).min(1.0)
+                })
+                .sum();
+            (net, cpu, cores)
         })
         .collect()
 }

@@ -28,6 +28,9 @@ pub struct Summary {
     pub comm_overhead: f64,
     /// Seconds lost to CPU-starved data loading, summed over jobs.
     pub cpu_overhead: f64,
+    /// Core-seconds of data loading (a shared pipeline counted once; a
+    /// machine's cores at most), summed over jobs.
+    pub loading_core_seconds: f64,
     /// GPU-seconds held / (GPUs x makespan).
     pub utilisation: f64,
     /// Preemptions in all.
@@ -74,6 +77,7 @@ impl Summary {
             mean_queueing: o.jobs.iter().map(|j| j.queued).sum::<f64>() / n,
             comm_overhead: o.jobs.iter().map(|j| j.comm).sum(),
             cpu_overhead: o.jobs.iter().map(|j| j.cpu_lost).sum(),
+            loading_core_seconds: o.jobs.iter().map(|j| j.loading).sum(),
             utilisation: if makespan > 0.0 {
                 held / (o.total_gpus as f64 * makespan)
             } else {

@@ -48,6 +48,11 @@ pub struct JobState {
     pub net: f64,
     /// See `net`.
     pub cpu: f64,
+    /// Data-loading cores attributed to it now (its share of the pipelines
+    /// it uses, scaled down where a machine's cores are oversubscribed).
+    pub load_cores: f64,
+    /// Data-loading core-seconds attributed to it so far.
+    pub loading: f64,
     /// Progress is accounted up to here.
     pub last: f64,
     /// No progress before this (restart after preemption).
@@ -85,6 +90,8 @@ impl JobState {
             finish: None,
             net: 1.0,
             cpu: 1.0,
+            load_cores: 0.0,
+            loading: 0.0,
             last: 0.0,
             stall_until: 0.0,
             stalled: 0.0,
@@ -109,6 +116,7 @@ impl JobState {
         self.attained += dt * self.spec.gpus as f64;
         self.comm += work * (1.0 - 1.0 / self.net);
         self.cpu_lost += work / self.net * (1.0 - 1.0 / self.cpu);
+        self.loading += work * self.load_cores;
         self.done = (self.done + work / (self.spec.iter_time * self.net * self.cpu))
             .min(self.spec.iterations);
         self.last = now;

@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_sim::policy::Gandiva;
-use batchcast_sim::{ClusterSpec, DataSharing, JobSpec, Outcome, SimConfig};
+use batchcast_sim::{ClusterSpec, DataSharing, JobSpec, Outcome, SimConfig, Summary};
 use common::{job, run};
 
 fn loader(id: &str, t: f64, secs: f64, dataset: &str) -> JobSpec {
@@ -68,4 +68,30 @@ fn dataset_aware_placement_puts_same_dataset_jobs_together() {
     assert_jcts!(o, "A" => 200.0, "E" => 200.0);
     let o = under_gandiva(spec, DataSharing::SharePlace, &jobs);
     assert_jcts!(o, "A" => 200.0, "E" => 100.0);
+}
+
+// The CPU cost of loading: the same two 1-GPU jobs of 8 cores each on one
+// 8-core machine. Separate pipelines get 4 cores each (8 / 16 of their
+// demand) for 200 s: 1,600 core-seconds. One shared pipeline of 8 cores,
+// half attributed to each, for 100 s: 800. Different datasets: 1,600.
+#[test]
+fn a_shared_pipeline_halves_the_loading_core_seconds() {
+    let spec = ClusterSpec::new(1, 1, 4, 8.0);
+    let same = [
+        loader("a", 0.0, 100.0, "imagenet"),
+        loader("b", 0.0, 100.0, "imagenet"),
+    ];
+    let diff = [
+        loader("a", 0.0, 100.0, "imagenet"),
+        loader("b", 0.0, 100.0, "coco"),
+    ];
+    let cost =
+        |d, jobs: &[JobSpec]| Summary::of(&under_gandiva(spec, d, jobs)).loading_core_seconds;
+    assert!(common::close(cost(DataSharing::Off, &same), 1600.0));
+    assert!(common::close(cost(DataSharing::Share, &same), 800.0));
+    assert!(common::close(cost(DataSharing::SharePlace, &same), 800.0));
+    assert!(common::close(cost(DataSharing::Share, &diff), 1600.0));
+    let o = under_gandiva(spec, DataSharing::Share, &same);
+    assert!(common::close(o.jobs[0].loading, 400.0));
+    assert!(common::close(o.jobs[1].loading, 400.0));
 }

@@ -177,6 +177,22 @@ fn timestamps_and_missing_files() {
     // A year whose days would overflow the arithmetic is no timestamp.
     assert_eq!(parse_datetime("9000000000000000000-01-01 00:00:00"), None);
     assert_eq!(parse_datetime("0-01-01 00:00:00"), None);
+    // Calendar edges: the epoch, leap days, the last four-digit day.
+    assert_eq!(parse_datetime("1970-01-01 00:00:00"), Some(0.0));
+    assert_eq!(parse_datetime("1969-12-31T23:59:59Z"), Some(-1.0));
+    assert_eq!(parse_datetime("2024-02-29 12:00:00"), Some(1_709_208_000.0));
+    assert_eq!(parse_datetime("2000-02-29 00:00:00"), Some(951_782_400.0));
+    assert_eq!(parse_datetime("2023-02-29 00:00:00"), None);
+    assert_eq!(parse_datetime("1900-02-29 00:00:00"), None);
+    assert_eq!(parse_datetime("2024-04-31 00:00:00"), None);
+    assert_eq!(
+        parse_datetime("9999-12-31 23:59:59"),
+        Some(253_402_300_799.0)
+    );
+    assert_eq!(
+        parse_datetime("0001-01-01 00:00:00"),
+        Some(-62_135_596_800.0)
+    );
     let e = read_file(Path::new("/nonexistent/trace.json"), Format::Dally)
         .unwrap_err()
         .to_string();

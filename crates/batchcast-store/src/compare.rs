@@ -4,11 +4,15 @@
 //! independent and shared workloads side by side.
 //!
 //! Definitions (also in the README):
-//! - a run's samples: its last `batchcast/samples`, else its last `samples`
-//!   (logged by a script with its own loader); its rate: samples / wall time;
+//! - a run's samples: the `samples` figure the job reported at its end
+//!   (`figure/samples`), else its last `batchcast/samples` (sampled, so
+//!   short of the end by up to one interval), else its last `samples`
+//!   (logged by a script with its own loader); its rate: samples / wall
+//!   time;
 //! - a workload's aggregate samples/s: the sum of its training runs' rates;
 //! - CPU per 1000 samples: CPU seconds of every run of the workload (the
-//!   shared producer's run [`keys::DATA_RUN`] included) per 1000 samples;
+//!   shared producer's run [`keys::DATA_RUN`] included: the kernel's count
+//!   at its end, else the last sample) per 1000 samples;
 //! - GPU activity: the mean of `gpu/*/DCGM_FI_PROF_SM_ACTIVE` (else SM
 //!   utilisation / 100) over the workload's runs;
 //! - memory: the sum over runs of peak PSS (RSS where PSS is missing), so
@@ -132,7 +136,8 @@ fn summarize_workload(
     let (mut samples, mut rate, mut cpu) = (None::<f64>, None::<f64>, None::<f64>);
     let (mut waits, mut gpu, mut mem) = (Vec::new(), Vec::new(), None::<f64>);
     for r in runs {
-        if let Some(c) = last(store, r.id, keys::PROC_CPU_SECONDS)? {
+        let exit_cpu = last(store, r.id, keys::PROC_EXIT_CPU_SECONDS)?;
+        if let Some(c) = exit_cpu.or(last(store, r.id, keys::PROC_CPU_SECONDS)?) {
             *cpu.get_or_insert(0.0) += c;
         }
         let peak = match summary(store, r.id, keys::PROC_PSS_BYTES)? {
@@ -147,10 +152,16 @@ fn summarize_workload(
         }
     }
     for r in &training {
-        let n = match last(store, r.id, keys::BATCHCAST_SAMPLES)? {
-            Some(n) => Some(n),
-            None => last(store, r.id, keys::SCRIPT_SAMPLES)?,
-        };
+        let mut n = None;
+        for key in [
+            keys::figure("samples"),
+            keys::BATCHCAST_SAMPLES.to_string(),
+            keys::SCRIPT_SAMPLES.to_string(),
+        ] {
+            if n.is_none() {
+                n = last(store, r.id, &key)?;
+            }
+        }
         if let Some(n) = n {
             *samples.get_or_insert(0.0) += n;
             if let Some(ms) = r.duration_ms(now).filter(|&ms| ms > 0) {

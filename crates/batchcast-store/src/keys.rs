@@ -12,6 +12,10 @@
 pub const PROC_CPU_PERCENT: &str = "proc/cpu_percent";
 /// CPU seconds used by the job's process tree since it started (user + system).
 pub const PROC_CPU_SECONDS: &str = "proc/cpu_seconds";
+/// CPU seconds of the job and of the children it waited for, as the
+/// kernel counted them when it ended (wait4, user + system): one point,
+/// exact where [`PROC_CPU_SECONDS`], sampled, misses the last interval.
+pub const PROC_EXIT_CPU_SECONDS: &str = "proc/exit_cpu_seconds";
 /// Resident memory of the job's process tree.
 pub const PROC_RSS_BYTES: &str = "proc/rss_bytes";
 /// Proportional set size of the job's process tree (shared pages divided

@@ -8,7 +8,10 @@
 //! `batchcast runs` read it, and depend on nothing else to do so. Who may
 //! talk to the toolkit's local HTTP servers is decided by [`access`], and
 //! both serve through `http`, their one HTTP stack (the `http` feature, off
-//! by default: without it the crate is SQLite and serde alone).
+//! by default: without it the crate is SQLite and serde alone). Metric
+//! points as CSV, the one writer of every metrics CSV, are behind the `csv`
+//! feature ([`MetricsCsv`]); what the toolkit's tests measure with, behind
+//! `test-support`.
 //!
 //! Invariants:
 //! - The store is the only state. A runner keeps nothing in memory that a
@@ -35,16 +38,22 @@ mod error;
 #[cfg(feature = "http")]
 pub mod http;
 pub mod keys;
+#[cfg(feature = "csv")]
+mod metrics_csv;
 mod model;
 mod read;
 mod recorder;
 mod schema;
 pub mod stalls;
 mod store;
+#[cfg(feature = "test-support")]
+pub mod test_support;
 mod write;
 
 pub use axis::{unit_label, XAxis};
 pub use error::{Result, StoreError};
+#[cfg(feature = "csv")]
+pub use metrics_csv::{metrics_csv, MetricsCsv, METRICS_CSV_COLUMNS};
 pub use model::{
     Event, Experiment, ExperimentId, LogStream, MetricPoint, MetricSummary, NewRun, Orphan, Param,
     ParamSource, Run, RunFilter, RunId, RunRow, RunStatus, Workload, WorkloadId,

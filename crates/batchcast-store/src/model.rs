@@ -347,7 +347,7 @@ impl Summarizer {
         self.sum += v;
         self.max = self.max.max(v);
         // More values than counted (a live run): the sample stays bounded.
-        if i % self.stride == 0 && self.sample.len() < self.max_sample {
+        if i.is_multiple_of(self.stride) && self.sample.len() < self.max_sample {
             self.sample.push(v);
         }
     }

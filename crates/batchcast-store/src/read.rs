@@ -533,7 +533,7 @@ impl Thinning {
     }
 
     fn keeps(self, i: usize) -> bool {
-        i % self.stride == 0 || i + 1 == self.n
+        i.is_multiple_of(self.stride) || i + 1 == self.n
     }
 }
 

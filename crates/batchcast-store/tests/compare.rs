@@ -120,3 +120,34 @@ fn shared_and_independent_workloads_side_by_side() {
     assert_eq!(m[0].1.as_ref().unwrap().max, 0.3);
     assert!(m[1].1.is_none());
 }
+
+/// The samples a job reports as a figure at its end (the demo's trainers)
+/// count over the last sampled count, and the CPU the kernel counted at a
+/// run's end over its last sample.
+#[test]
+fn figures_and_cpu_at_exit_are_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut store = Store::open(dir.path().join("runs.sqlite")).unwrap();
+    let e = store.experiment("demo").unwrap();
+    let w = store.workload(e, "independent", None, 0).unwrap();
+    let new = NewRun {
+        name: "trainer-1".into(),
+        ..Default::default()
+    };
+    let (run, _) = store.add_run(w, &new).unwrap();
+    assert!(store.claim_run(run, 1, 1, &serde_json::json!({})).unwrap());
+    store
+        .insert_metrics(&[
+            point(run, keys::PROC_CPU_SECONDS, 1, 1.0),
+            point(run, keys::PROC_EXIT_CPU_SECONDS, 2, 3.0),
+            point(run, keys::BATCHCAST_SAMPLES, 1, 1400.0),
+            point(run, &keys::figure("samples"), 2, 1500.0),
+        ])
+        .unwrap();
+    store
+        .finish_run(run, RunStatus::Finished, Some(0), None)
+        .unwrap();
+    let all = collocation(&store, Some("demo")).unwrap();
+    assert_eq!(all[0].samples, Some(1500.0));
+    assert_eq!(all[0].cpu_s_per_1000_samples, Some(2.0));
+}

@@ -3,7 +3,8 @@
 //! - `GET /api/series?runs=1,2&key=K[&key=K2][&x=elapsed|step][&after=TS]`:
 //!   points of up to two metrics of up to 50 runs, `[x, value, ts_ms]`;
 //!   with `after`, only points newer than it (live updates).
-//! - `GET /api/csv?…same…`: the same points, every one, as CSV.
+//! - `GET /api/csv?…same…`: the same points, every one, as CSV in the
+//!   columns of `batchcast runs export --csv` (the store's `MetricsCsv`).
 //! - `GET /api/runs?runs=1,2`: status and duration of runs (live tables).
 //! - `GET /runs/{id}/log/{stdout|stderr}[?tail=BYTES]`: a run's whole
 //!   output (a download, streamed a stored chunk at a time), or its last
@@ -16,7 +17,7 @@ use axum::extract::{Path, RawQuery, State};
 use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
-use batchcast_store::{now_ms, LogStream, RunId, RunRow, Store};
+use batchcast_store::{now_ms, LogStream, MetricsCsv, RunId, RunRow, Store};
 use batchcast_store::{unit_label, XAxis};
 use serde::Serialize;
 
@@ -87,14 +88,15 @@ fn ask(store: &Store, q: &Query) -> Result<Ask, UiError> {
     })
 }
 
-/// The points of one series, thinned to `MAX_DRAWN`; the values it scans
-/// are counted against the request's budget before any is read.
+/// The points of one series, thinned to at most `keep`; the values it
+/// scans are counted against the request's budget before any is read.
 fn read(
     store: &Store,
     run: RunId,
     key: &str,
     after: Option<i64>,
     budget: &mut usize,
+    keep: usize,
 ) -> Result<Vec<batchcast_store::MetricPoint>, UiError> {
     let n = store.metric_len(run, key, after)?;
     if n > *budget {
@@ -103,7 +105,7 @@ fn read(
         )));
     }
     *budget -= n;
-    Ok(store.metric_thinned(run, key, after, MAX_DRAWN)?)
+    Ok(store.metric_thinned(run, key, after, keep)?)
 }
 
 fn label(r: &RunRow) -> String {
@@ -130,7 +132,7 @@ pub(crate) async fn series(
             for r in &a.runs {
                 let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    let points = read(store, r.run.id, key, a.after, &mut budget)?
+                    let points = read(store, r.run.id, key, a.after, &mut budget, MAX_DRAWN)?
                         .iter()
                         .filter(|p| p.value.is_finite())
                         .map(|p| [x_of(a.x, start, p.step, p.ts_ms), p.value, p.ts_ms as f64])
@@ -168,34 +170,17 @@ pub(crate) async fn csv(
     let body = state
         .read(move |store| {
             let a = ask(store, &q)?;
-            let x = match a.x {
-                XAxis::Elapsed => "elapsed_s",
-                XAxis::Step => "x_step",
-            };
-            let bad = |e: csv::Error| UiError::Internal(format!("cannot write the CSV: {e}"));
-            let mut out = csv::Writer::from_writer(Vec::new());
-            out.write_record(["run_id", "run", "metric", x, "step", "ts_ms", "value"])
-                .map_err(bad)?;
+            let mut out = MetricsCsv::new(Vec::new())?;
             let mut budget = MAX_POINTS;
             for r in &a.runs {
-                let start = r.run.start_ms.unwrap_or(0);
                 for key in &a.keys {
-                    for p in read(store, r.run.id, key, a.after, &mut budget)? {
-                        out.write_record([
-                            r.run.id.to_string(),
-                            label(r),
-                            key.clone(),
-                            x_of(a.x, start, p.step, p.ts_ms).to_string(),
-                            p.step.to_string(),
-                            p.ts_ms.to_string(),
-                            p.value.to_string(),
-                        ])
-                        .map_err(bad)?;
+                    // The download has every point; the budget bounds them.
+                    for p in read(store, r.run.id, key, a.after, &mut budget, MAX_POINTS)? {
+                        out.point(r, key, p.step, p.ts_ms, p.value)?;
                     }
                 }
             }
-            out.into_inner()
-                .map_err(|e| UiError::Internal(format!("cannot write the CSV: {e}")))
+            Ok(out.finish()?)
         })
         .await?;
     Ok((

@@ -38,26 +38,21 @@ pub(crate) fn page(title: &str, crumbs: &[(String, String)], body: &str) -> Stri
     )
 }
 
-/// `2026-11-24 06:30:12 UTC` from milliseconds since the epoch.
+/// `2026-11-24 06:30:12 UTC` from milliseconds since the epoch; a time
+/// past the four-digit years (a spoiled store) as `N ms since 1970`.
 pub(crate) fn time(ms: i64) -> String {
-    let secs = ms.div_euclid(1000);
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Civil date from days since 1970-01-01 (H. Hinnant's algorithm).
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
-    format!(
-        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
+    match time::UtcDateTime::from_unix_timestamp(ms.div_euclid(1000)) {
+        Ok(t) => format!(
+            "{:04}-{:02}-{:02} {:02}:{:02}:{:02} UTC",
+            t.year(),
+            u8::from(t.month()),
+            t.day(),
+            t.hour(),
+            t.minute(),
+            t.second()
+        ),
+        Err(_) => format!("{ms} ms since 1970"),
+    }
 }
 
 /// `1 h 02 min`, `3 min 07 s`, `12.4 s`.
@@ -162,6 +157,12 @@ mod tests {
     fn times_and_durations() {
         assert_eq!(time(0), "1970-01-01 00:00:00 UTC");
         assert_eq!(time(1_709_251_199_000), "2024-02-29 23:59:59 UTC");
+        assert_eq!(time(-1), "1969-12-31 23:59:59 UTC");
+        assert_eq!(time(951_782_400_000), "2000-02-29 00:00:00 UTC");
+        assert_eq!(time(253_402_300_799_999), "9999-12-31 23:59:59 UTC");
+        assert_eq!(time(-62_135_596_800_000), "0001-01-01 00:00:00 UTC");
+        assert_eq!(time(253_402_300_800_000), "253402300800000 ms since 1970");
+        assert_eq!(time(i64::MIN), format!("{} ms since 1970", i64::MIN));
         assert_eq!(duration(12_400), "12.4 s");
         assert_eq!(duration(187_000), "3 min 07 s");
         assert_eq!(duration(3_720_000), "1 h 02 min");

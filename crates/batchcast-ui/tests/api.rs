@@ -74,7 +74,7 @@ fn csv_rows_are_every_point_of_the_chart() {
     let mut lines = text.lines();
     assert_eq!(
         lines.next().unwrap(),
-        "run_id,run,metric,elapsed_s,step,ts_ms,value"
+        "run_id,experiment,workload,run,key,step,ts_ms,elapsed_s,value"
     );
     let rows: Vec<Vec<&str>> = lines.map(|l| l.split(',').collect()).collect();
     assert_eq!(rows.len(), 40);
@@ -84,12 +84,17 @@ fn csv_rows_are_every_point_of_the_chart() {
             .metric(id, keys::BATCHCAST_SAMPLES, None, 100)
             .unwrap();
         for (row, w) in rows[i * 20..(i + 1) * 20].iter().zip(&want) {
+            let run = store.run(id).unwrap();
             assert_eq!(row[0], id.to_string());
-            assert_eq!(row[1], format!("independent/trainer-{} (#{id})", i + 1));
-            assert_eq!(row[2], "batchcast/samples");
-            assert_eq!(row[4], w.step.to_string());
-            assert_eq!(row[5], w.ts_ms.to_string());
-            assert_eq!(row[6].parse::<f64>().unwrap(), w.value);
+            assert_eq!(row[1], run.experiment);
+            assert_eq!(row[2], "independent");
+            assert_eq!(row[3], format!("trainer-{}", i + 1));
+            assert_eq!(row[4], "batchcast/samples");
+            assert_eq!(row[5], w.step.to_string());
+            assert_eq!(row[6], w.ts_ms.to_string());
+            let elapsed = (w.ts_ms - run.run.start_ms.unwrap()) as f64 / 1000.0;
+            assert_eq!(row[7], format!("{elapsed:.3}"));
+            assert_eq!(row[8].parse::<f64>().unwrap(), w.value);
         }
     }
 }
@@ -148,4 +153,37 @@ fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
         r.json()["series"][0]["points"].as_array().unwrap().len(),
         1000
     );
+}
+
+#[test]
+fn the_chart_is_thinned_but_the_csv_has_every_point() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let made = make_store(&path);
+    let run = made.runs[0];
+    let mut s = Store::open(&path).unwrap();
+    let points: Vec<batchcast_store::MetricPoint> = (0..6_000i64)
+        .map(|t| batchcast_store::MetricPoint {
+            run_id: run,
+            key: "many".into(),
+            step: t,
+            ts_ms: 1_000_000 + t,
+            value: t as f64,
+        })
+        .collect();
+    s.insert_metrics(&points).unwrap();
+    drop(s);
+    let addr = serve(&path);
+    let drawn = get(addr, &format!("/api/series?runs={run}&key=many")).json();
+    let n = drawn["series"][0]["points"].as_array().unwrap().len();
+    assert!((2..=5_000).contains(&n), "drawn {n}");
+    let r = get(addr, &format!("/api/csv?runs={run}&key=many"));
+    assert_eq!(r.status, 200, "{}", r.text());
+    let text = r.text();
+    let values: Vec<f64> = text
+        .lines()
+        .skip(1)
+        .map(|l| l.rsplit(',').next().unwrap().parse().unwrap())
+        .collect();
+    assert_eq!(values, (0..6_000).map(|t| t as f64).collect::<Vec<_>>());
 }

@@ -3,13 +3,11 @@
 //! binary of its own (the dashboard runs in this process), so that the
 //! process's peak memory is this test's.
 
-#[path = "../../batchcast-runs/tests/common/memory.rs"]
-mod memory;
-
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
 use std::time::Duration;
 
+use batchcast_store::test_support;
 use batchcast_ui::{Ui, UiConfig};
 
 /// Downloads `path`, counting the body's bytes without keeping them;
@@ -53,7 +51,7 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
     const LOG: usize = 96 << 20;
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
-    let id = memory::long_log_store(&path, LOG, b"THE END\n");
+    let id = test_support::long_log_store(&path, LOG, b"THE END\n").unwrap();
     let ui = Ui::bind(&UiConfig {
         token: false,
         ..UiConfig::local(&path, 0)
@@ -61,8 +59,8 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
     .unwrap();
     let addr = ui.addr();
     std::thread::spawn(move || ui.run());
-    memory::reset_peak();
-    let before = memory::peak_rss();
+    test_support::reset_peak().unwrap();
+    let before = test_support::peak_rss().unwrap();
     let clients: Vec<_> = (0..4)
         .map(|_| {
             let p = format!("/runs/{id}/log/stdout");
@@ -79,7 +77,7 @@ fn four_downloads_of_a_long_log_hold_no_copy_of_it() {
             String::from_utf8_lossy(&last)
         );
     }
-    let peak = memory::peak_rss();
+    let peak = test_support::peak_rss().unwrap();
     println!(
         "4 downloads of a {} MiB log: peak RSS {} MiB before, {} MiB during",
         LOG >> 20,

@@ -77,11 +77,20 @@ impl Endpoint {
     /// (and the files of a killed one, if any, have been removed). A socket
     /// of another user is [`Error::PermissionDenied`].
     pub fn connect(&self) -> Result<Option<UnixStream>> {
+        self.connect_or_clear(true)
+    }
+
+    /// As [`Endpoint::connect`]; with `clear` false, a killed producer's
+    /// files are left for the producer restarted in its place to replace
+    /// (a consumer waiting for that restart does not race it for them).
+    pub(crate) fn connect_or_clear(&self, clear: bool) -> Result<Option<UnixStream>> {
         let path = self.socket_path();
         match UnixStream::connect(&path) {
             Ok(sock) => Ok(Some(sock)),
             Err(e) if matches!(e.kind(), ErrorKind::NotFound | ErrorKind::ConnectionRefused) => {
-                crate::producer::lock::clear_if_stale(self);
+                if clear {
+                    crate::producer::lock::clear_if_stale(self);
+                }
                 Ok(None)
             }
             Err(e) if e.kind() == ErrorKind::PermissionDenied => {

@@ -49,14 +49,49 @@ pub enum Error {
         pid: Option<u32>,
     },
 
-    /// The producer's connection closed without a clean shutdown.
-    #[error(
-        "producer {name:?} is gone (its connection closed without a shutdown message: it was \
-         killed or crashed); restart it, then reconnect"
-    )]
+    /// The producer's connection closed without a clean shutdown (and, for
+    /// a producer that resumes, none resumed the stream in time).
+    #[error("{}", gone(name, *waited_secs))]
     ProducerGone {
         /// The producer's name.
         name: String,
+        /// How long the consumer waited for a restarted producer to resume
+        /// the stream; `None`: it did not wait.
+        waited_secs: Option<f64>,
+    },
+
+    /// A producer's state file cannot be read: corrupt, truncated, from
+    /// another version, or unreadable.
+    #[error(
+        "cannot resume producer {name:?} from its state file {}: {why}; nothing was reset. To \
+         start the stream afresh (from epoch 0, for consumers attaching anew), pass --fresh \
+         (`batchcast serve --fresh`, ProducerOptions::durable's `fresh`), or remove the file",
+        path.display()
+    )]
+    StateFile {
+        /// The producer's name.
+        name: String,
+        /// The state file.
+        path: PathBuf,
+        /// What is wrong with it.
+        why: String,
+    },
+
+    /// A producer restarted under a name whose state file describes
+    /// another stream (dataset, seed or options).
+    #[error(
+        "producer {name:?} cannot resume the stream in {}: it was started with {differences}; \
+         restart it with the same dataset, seed and options to resume, or pass --fresh \
+         (`batchcast serve --fresh`, ProducerOptions::durable's `fresh`) to start afresh",
+        path.display()
+    )]
+    StreamMismatch {
+        /// The producer's name.
+        name: String,
+        /// The state file.
+        path: PathBuf,
+        /// What differs, each as `key: then A, now B`.
+        differences: String,
     },
 
     /// The producer stopped before this consumer was welcomed: it sent its
@@ -223,6 +258,23 @@ impl Error {
 
 /// Result with the core's error.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// The message of [`Error::ProducerGone`]: what happened, how long a
+/// restart was waited for, and what to do.
+fn gone(name: &str, waited: Option<f64>) -> String {
+    match waited {
+        None => format!(
+            "producer {name:?} is gone (its connection closed without a shutdown message: it \
+             was killed or crashed); restart it, then reconnect"
+        ),
+        Some(secs) => format!(
+            "producer {name:?} is gone (killed or crashed) and no producer resumed its stream \
+             within {secs:.0} s; restart it under the same name with the same dataset, seed and \
+             options (`batchcast serve --name {name} ...`) before the consumers' \
+             reconnect_timeout passes, or raise reconnect_timeout"
+        ),
+    }
+}
 
 /// The message of [`Error::ProducerNotFound`]: what was waited for, how
 /// long, and what to change.

@@ -31,9 +31,17 @@
 //!   change under it.
 //! - Every sample of an epoch reaches every consumer following that epoch
 //!   exactly once, in producer order, the epoch's tail included.
-//! - A consumer learns of its producer's death from its socket closing, and
-//!   its next call fails with [`Error::ProducerGone`]; nothing waits on a
-//!   timeout. Nothing is deserialised but closed, bounded message types.
+//! - A consumer learns of its producer's death from its socket closing (or
+//!   the producer's pidfd). If the producer keeps a state file
+//!   ([`Durability`]: its welcome says it resumes), the consumer waits up
+//!   to [`ConsumerOptions::reconnect_timeout`] for a producer restarted
+//!   under the name, reattaches, and skips the rows it already has: what
+//!   it hands out equals an uninterrupted run's. Otherwise, or once the
+//!   timeout passes, its next call fails with [`Error::ProducerGone`].
+//! - A state file's resume point never lies past a row some attached
+//!   consumer has not taken from the board (a lower one costs only
+//!   skipped rows); a damaged file or another stream's is refused, never
+//!   reset. Nothing is deserialised but closed, bounded message types.
 //! - Shared memory is a region (arena, board, ledger, holder counts) with a
 //!   `#[repr(C)]` header (magic, layout version, length, geometry) and
 //!   `#[repr(C)]` structs of atomics; a consumer maps nothing it has not
@@ -64,21 +72,25 @@ mod wire;
 
 pub use consumer::{
     Batch, Consumer, ConsumerOptions, ConsumerStats, EpochInfo, Event, Keepalive, Leaf, Waiter,
+    DEFAULT_RECONNECT_TIMEOUT,
 };
 pub use dtype::DType;
 pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
-    EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, SlotMut,
-    DEFAULT_LAG_BYTES,
+    Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions,
+    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY,
 };
 pub use region::RegionOpenError;
 pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;
-pub use wire::{JoinPolicy, OnEvict, ShutdownReason, Welcome, PROTOCOL_VERSION};
+pub use wire::{
+    Boundary, JoinPolicy, OnEvict, ShutdownReason, TriggerFired, Welcome, MAX_TRIGGER_ID,
+    PROTOCOL_VERSION,
+};
 
 /// Not part of the API: the internals that this repository's fuzz targets,
 /// integration tests and benchmarks drive directly. No stability promise.

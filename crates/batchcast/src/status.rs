@@ -148,6 +148,7 @@ pub fn query(endpoint: &Endpoint, timeout: Duration) -> Result<StatusReport> {
             wire::Fill::Eof => {
                 return Err(Error::ProducerGone {
                     name: endpoint.name().to_owned(),
+                    waited_secs: None,
                 })
             }
         }

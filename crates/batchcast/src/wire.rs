@@ -12,7 +12,8 @@
 //! the board (`crate::board`) and consumers release them in their ledgers
 //! (`crate::ledger`), so a batch costs no message per consumer. The socket
 //! carries what happens once per consumer or per epoch (welcome, epoch start
-//! and end, shutdown), and a consumer's death is its socket closing.
+//! and end, an epoch boundary's next size and trigger, shutdown), and a
+//! consumer's death is its socket closing.
 
 use std::io::{IoSlice, IoSliceMut};
 use std::mem::MaybeUninit;
@@ -30,7 +31,7 @@ use crate::stream::StreamSpec;
 
 /// Version of this protocol and of the shared-memory regions it hands over
 /// (`crate::region`); both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.
@@ -187,6 +188,42 @@ pub enum ToConsumer {
     Shutdown(ShutdownReason),
     /// Reply to a status query.
     Status(StatusReport),
+    /// An epoch boundary: the size of the epochs to come and the trigger
+    /// that fired there, if any. Sent after the ending epoch's last batch
+    /// (before its `EpochEnd`) or between epochs; the consumer hands the
+    /// trigger out after the epoch's last batch, before its end.
+    Boundary(Boundary),
+}
+
+/// Longest trigger id, in bytes.
+pub const MAX_TRIGGER_ID: usize = 256;
+
+/// An epoch boundary (see [`ToConsumer::Boundary`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Boundary {
+    /// Rows of each epoch from the next one on, when known (a dataset that
+    /// grew says so here, before its next epoch begins).
+    pub next_samples: Option<u64>,
+    /// The trigger that fired at this boundary.
+    pub trigger: Option<TriggerFired>,
+}
+
+/// A trigger fired at an epoch boundary, once for every consumer: the data
+/// that arrived since its last firing is in the epochs from `epoch` on.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TriggerFired {
+    /// The trigger, as the producer was given it (`amount=400`); at most
+    /// [`MAX_TRIGGER_ID`] bytes.
+    pub id: String,
+    /// Its firings so far, this one included (1 for the first).
+    pub seq: u64,
+    /// The first epoch that holds the new data.
+    pub epoch: u64,
+    /// Samples that arrived since the last firing (or since the start).
+    pub samples: u64,
+    /// The earliest and latest arrival time among them, in seconds since
+    /// the Unix epoch (None when no sample arrived).
+    pub arrivals: Option<(f64, f64)>,
 }
 
 /// Sent once, with the arena fd.
@@ -215,6 +252,11 @@ pub struct Welcome {
     pub first_epoch_partial: bool,
     /// Rows of that partial first epoch, when the producer knows them.
     pub first_epoch_samples: Option<u64>,
+    /// True when the producer keeps a state file and a producer restarted
+    /// under its name resumes its stream: a consumer that loses it waits
+    /// for the restart (`ConsumerOptions::reconnect_timeout`) instead of
+    /// failing at once.
+    pub resumable: bool,
 }
 
 /// An epoch begins.
@@ -231,6 +273,11 @@ pub struct EpochStart {
     /// This consumer's first batch of the epoch; it reads every batch the
     /// board publishes from here to the epoch's end.
     pub first_seq: u64,
+    /// The position in the epoch (rows from its start, in the epoch's
+    /// order) of the first row of batch `first_seq`: more than 0 when the
+    /// consumer joins mid-epoch or a restarted producer resumes the epoch
+    /// there. A consumer that reattaches skips the rows it already has.
+    pub first_row: u64,
 }
 
 /// Why a producer stopped.
@@ -509,6 +556,7 @@ mod tests {
             batch_size: 8,
             partial: false,
             first_seq: 7,
+            first_row: 0,
         })
     }
 
@@ -522,6 +570,16 @@ mod tests {
                 samples: 100,
                 end_seq: 20,
             },
+            ToConsumer::Boundary(Boundary {
+                next_samples: Some(150),
+                trigger: Some(TriggerFired {
+                    id: "amount=40".into(),
+                    seq: 1,
+                    epoch: 2,
+                    samples: 50,
+                    arrivals: Some((1.5e9, 1.6e9)),
+                }),
+            }),
             ToConsumer::Shutdown(ShutdownReason::Failed("disk".into())),
         ];
         let mut bytes = Vec::new();

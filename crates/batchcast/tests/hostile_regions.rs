@@ -44,6 +44,7 @@ fn fake_producer(dir: &Path, name: &str, slots: u32, fds: Vec<OwnedFd>) -> JoinH
             stream: StreamSpec::default(),
             first_epoch_partial: false,
             first_epoch_samples: None,
+            resumable: false,
         });
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         send_frame_with_fds(&sock, &encode(&welcome).unwrap(), &fds).unwrap();

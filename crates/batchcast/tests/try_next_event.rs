@@ -109,5 +109,6 @@ fn describe(event: Event) -> String {
         }
         Event::EpochEnd { epoch, samples } => format!("end {epoch} {samples}"),
         Event::Finished(_) => "finished".into(),
+        Event::Trigger(t) => format!("trigger {}", t.seq),
     }
 }

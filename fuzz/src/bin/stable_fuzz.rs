@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use batchcast::internals::wire::{
-    encode, ConsumerHello, EpochStart, Hello, JoinPolicy, Role, ShutdownReason, ToConsumer,
-    ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    encode, Boundary, ConsumerHello, EpochStart, Hello, JoinPolicy, Role, ShutdownReason,
+    ToConsumer, ToProducer, TriggerFired, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
 /// Longest input tried (libFuzzer's default `-max_len` is 4096).
@@ -194,6 +194,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             stream: Default::default(),
             first_epoch_partial: false,
             first_epoch_samples: None,
+            resumable: false,
         }),
         ToConsumer::EpochStart(EpochStart {
             epoch: 0,
@@ -201,12 +202,23 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             batch_size: 64,
             partial: false,
             first_seq: 0,
+            first_row: 0,
         }),
         ToConsumer::EpochEnd {
             epoch: 0,
             samples: 1000,
             end_seq: 16,
         },
+        ToConsumer::Boundary(Boundary {
+            next_samples: Some(1500),
+            trigger: Some(TriggerFired {
+                id: "amount=400".into(),
+                seq: 1,
+                epoch: 1,
+                samples: 500,
+                arrivals: Some((1.7e9, 1.8e9)),
+            }),
+        }),
         ToConsumer::Refused("bad label".into()),
         ToConsumer::Shutdown(ShutdownReason::Failed("source failed".into())),
     ] {

@@ -64,6 +64,11 @@ pub struct BenchArgs {
     /// read-only.
     #[arg(long)]
     pub copy_on_write: bool,
+    /// Also run each cell with a producer that keeps a state file (as
+    /// `batchcast serve` does, so that a restart resumes the stream), and
+    /// report its batches/s over the plain producer's.
+    #[arg(long)]
+    pub durable: bool,
 }
 
 /// One (size, consumers) cell.
@@ -88,6 +93,10 @@ pub struct Cell {
     pub memcpy_us: f64,
     /// memcpy GB/s.
     pub memcpy_gb_per_sec: f64,
+    /// With `--durable`: batches/s with state writes over batches/s
+    /// without (the transport alone, where their cost shows most).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub state_writes_ratio: Option<f64>,
 }
 
 /// Runs `batchcast bench`.
@@ -126,12 +135,17 @@ pub fn run(args: BenchArgs) -> Result<()> {
         let (memcpy_us, memcpy_gbs) = memcpy_reference(bytes);
         for &n in &args.consumers {
             let (mut rates, mut cpus, mut cpus_written) = (Vec::new(), Vec::new(), Vec::new());
+            let mut durable_rates = Vec::new();
             for _ in 0..args.repeat {
-                let (rate, cpu) = run_cell(&exe, &args, bytes, n, false)?;
+                let (rate, cpu) = run_cell(&exe, &args, bytes, n, Mode::Transport)?;
                 rates.push(rate);
                 cpus.push(cpu);
-                cpus_written.push(run_cell(&exe, &args, bytes, n, true)?.1);
+                cpus_written.push(run_cell(&exe, &args, bytes, n, Mode::Written)?.1);
+                if args.durable {
+                    durable_rates.push(run_cell(&exe, &args, bytes, n, Mode::Durable)?.0);
+                }
             }
+            let durable_rate = (!durable_rates.is_empty()).then(|| median(durable_rates));
             let cell = (median(rates), median(cpus));
             let written = (0.0, median(cpus_written));
             let cell = Cell {
@@ -144,6 +158,7 @@ pub fn run(args: BenchArgs) -> Result<()> {
                 producer_cpu_us: cell.1,
                 memcpy_us,
                 memcpy_gb_per_sec: memcpy_gbs,
+                state_writes_ratio: durable_rate.map(|d| d / cell.0.max(1e-9)),
             };
             if !args.json {
                 outln!(
@@ -158,6 +173,9 @@ pub fn run(args: BenchArgs) -> Result<()> {
                     cell.memcpy_us,
                     cell.memcpy_gb_per_sec
                 )?;
+                if let Some(r) = cell.state_writes_ratio {
+                    outln!("{:>8} with a state file: {r:.3}x the batches/s", "")?;
+                }
             }
             cells.push(cell);
         }
@@ -198,14 +216,26 @@ pub fn run(args: BenchArgs) -> Result<()> {
     Ok(())
 }
 
+/// What a cell's producer does per batch.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Mode {
+    /// Touches one byte: the transport alone.
+    Transport,
+    /// Writes the whole batch.
+    Written,
+    /// As `Transport`, keeping a state file (`ProducerOptions::durable`).
+    Durable,
+}
+
 /// Returns (median consumer batches/s, producer CPU us per batch).
 fn run_cell(
     exe: &std::path::Path,
     args: &BenchArgs,
     bytes: usize,
     n: usize,
-    write: bool,
+    mode: Mode,
 ) -> Result<(f64, f64)> {
+    let write = mode == Mode::Written;
     let source = if write { vec![7u8; bytes] } else { Vec::new() };
     let name = format!("bench-{}", std::process::id());
     let mut producer = Producer::create(
@@ -223,14 +253,15 @@ fn run_cell(
             } else {
                 batchcast::LagPolicy::Wait
             },
+            durable: (mode == Mode::Durable).then(|| batchcast::Durability::new("bench")),
             ..Default::default()
         },
     )?;
     let mut children = Vec::new();
-    let mode = args.copy_on_write.then_some("--copy-on-write");
+    let mapping = args.copy_on_write.then_some("--copy-on-write");
     for _ in 0..n {
         let mut cmd = Command::new(exe);
-        cmd.args(["bench-consumer", &name]).args(mode);
+        cmd.args(["bench-consumer", &name]).args(mapping);
         let child = supervised(cmd, Output::Pipe).context("cannot start a bench consumer")?;
         children.push(child);
     }
@@ -356,7 +387,7 @@ pub fn consumer(args: BenchConsumerArgs) -> Result<()> {
                 batches += 1;
             }
             Event::EpochEnd { .. } | Event::Finished(_) => break,
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
         }
     }
     let secs = t0.map_or(0.0, |t| t.elapsed().as_secs_f64());

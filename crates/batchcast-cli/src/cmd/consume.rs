@@ -48,6 +48,14 @@ pub struct ConsumeArgs {
     /// Print a line per batch.
     #[arg(long)]
     pub each: bool,
+    /// With --each, add a hash of the batch's bytes to its line (to compare
+    /// what two runs delivered).
+    #[arg(long, requires = "each")]
+    pub hash: bool,
+    /// Seconds to wait for a producer that resumes its stream (`serve`
+    /// keeps a state file) to be restarted after it died; 0: fail at once.
+    #[arg(long, default_value_t = batchcast::DEFAULT_RECONNECT_TIMEOUT.as_secs_f64())]
+    pub reconnect_timeout: f64,
 }
 
 /// What one epoch brought.
@@ -71,6 +79,12 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
         join: JoinPolicy::parse(&args.join)?,
         on_evict: OnEvict::parse(&args.on_evict)?,
         connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
+        reconnect_timeout: Duration::try_from_secs_f64(args.reconnect_timeout).map_err(|_| {
+            anyhow::anyhow!(
+                "--reconnect-timeout must be a non-negative number of seconds, not {}",
+                args.reconnect_timeout
+            )
+        })?,
         label: format!("batchcast consume {}", std::process::id()),
         ..Default::default()
     };
@@ -121,11 +135,12 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                 tally.batches += 1;
                 tally.samples += rows;
                 if args.each {
-                    outln!(
-                        "{}",
-                        json!({"event": "batch", "epoch": batch.epoch, "index": batch.index,
-                               "rows": rows, "first_id": first})
-                    )?;
+                    let mut line = json!({"event": "batch", "epoch": batch.epoch,
+                        "index": batch.index, "rows": rows, "first_id": first});
+                    if args.hash {
+                        line["hash"] = format!("{:016x}", hash_of(&batch)).into();
+                    }
+                    outln!("{line}")?;
                 }
                 if args.delay_ms > 0.0 {
                     // Emulated training step: this is the workload, not a wait.
@@ -153,6 +168,13 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                     return Ok(0);
                 }
             }
+            Event::Trigger(t) => {
+                outln!(
+                    "{}",
+                    json!({"event": "trigger", "id": t.id, "seq": t.seq, "epoch": t.epoch,
+                           "samples": t.samples, "arrivals": t.arrivals})
+                )?;
+            }
             Event::Finished(reason) => {
                 let s = consumer.stats();
                 outln!(
@@ -164,6 +186,18 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
             }
         }
     }
+}
+
+/// A hash of every leaf's shape and bytes.
+fn hash_of(batch: &Batch) -> u64 {
+    use std::hash::{Hash, Hasher};
+    // Keyed the same in every process: two runs' hashes compare.
+    let mut h = std::hash::DefaultHasher::new();
+    for leaf in batch.leaves() {
+        leaf.shape().hash(&mut h);
+        leaf.bytes().hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Checks ids (and payloads with `verify`); returns the first and last id.

@@ -81,6 +81,7 @@ pub fn run(args: RunArgs) -> Result<i32> {
         python: std::env::var("BATCHCAST_PYTHON").unwrap_or_else(|_| "python3".into()),
         grace: Duration::from_secs_f64(args.grace.clamp(0.0, 600.0)),
         log_cap: args.log_cap.saturating_mul(1 << 20),
+        report_every: batchcast_runs::runner::REPORT_EVERY,
         progress: Box::new(move |line: &str| {
             if tty {
                 eprintln!("\x1b[2m[batchcast run]\x1b[0m {line}");

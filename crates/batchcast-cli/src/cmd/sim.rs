@@ -8,9 +8,9 @@ use crate::out::{out, outln};
 use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
-    by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate, simulate_bidding,
-    synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing, JobSpec, Outcome,
-    SimConfig, Summary, SynthConfig,
+    apply_standin, by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate,
+    simulate_bidding, synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing,
+    JobSpec, Outcome, SimConfig, StandinReport, Summary, SynthConfig,
 };
 use clap::Args;
 use indicatif::{ProgressBar, ProgressStyle};
@@ -116,6 +116,12 @@ pub struct SimArgs {
     /// tiresias, gandiva; slow: one event per chunk).
     #[arg(long, default_value = "gang")]
     model: String,
+    /// Per-placement slowdowns: trace (the trace's own) or standin (the
+    /// stand-in network model: per model and level, an all-reduce over the
+    /// published simulator's link bandwidths; jobs of a model it does not
+    /// know keep the trace's). See docs/sim.md.
+    #[arg(long, default_value = "trace")]
+    network: String,
 }
 
 /// CPU cores per machine without `--cpu-cores`.
@@ -196,9 +202,17 @@ pub fn run(a: SimArgs) -> Result<()> {
         "place" => DataSharing::SharePlace,
         o => bail!("unknown --data-sharing {o:?}; pick off, share or place"),
     };
+    let standin = match a.network.as_str() {
+        "trace" => false,
+        "standin" => true,
+        o => bail!("unknown --network {o:?}; pick trace or standin"),
+    };
     let cfg = config(&a, &cfile, data_sharing);
     published_notes(&a, &cfile, &cfg, bidding);
-    let (jobs, origin) = load_jobs(&a, &cfile, &spec, bidding)?;
+    let (mut jobs, origin) = load_jobs(&a, &cfile, &spec, bidding)?;
+    if standin {
+        standin_notes(&apply_standin(&mut jobs));
+    }
     let policy = a.policy.as_deref().unwrap_or(if bidding {
         "sjf,las,tiresias,gandiva"
     } else {
@@ -305,6 +319,31 @@ fn published_notes(a: &SimArgs, cfile: &ClusterFile, cfg: &SimConfig, bidding: b
              holding its GPUs past the lease; --model bidding simulates them"
         );
     }
+}
+
+/// What `--network standin` replaced, on stderr.
+fn standin_notes(r: &StandinReport) {
+    let kept: usize = r.unknown.values().sum();
+    let names: Vec<String> = r
+        .unknown
+        .iter()
+        .map(|(m, n)| {
+            let m = if m.is_empty() { "no model" } else { m.as_str() };
+            format!("{m} ({n})")
+        })
+        .collect();
+    eprintln!(
+        "stand-in network model: slowdowns of {} jobs replaced{}",
+        r.replaced,
+        if kept > 0 {
+            format!(
+                "; {kept} keep the trace's, their model unknown to it: {}",
+                names.join(", ")
+            )
+        } else {
+            String::new()
+        }
+    );
 }
 
 /// The jobs to simulate, from `--trace` or synthetic, and the trace's clock

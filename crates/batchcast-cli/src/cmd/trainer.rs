@@ -3,7 +3,8 @@
 //! like a DataLoader with workers that prefetch two batches) or from a
 //! shared producer (`shared`), and "trains" by holding each batch for a
 //! fixed step time, as a GPU step would. It prints a `progress` line per
-//! batch and a `done` line with its figures.
+//! batch and a `done` line with its figures, which it also writes where a
+//! runner asks (`BATCHCAST_FIGURES`): `samples`, `seconds`, `wait_secs`.
 
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -44,6 +45,17 @@ pub fn run(args: TrainerArgs) -> Result<()> {
         other => anyhow::bail!("unknown mode {other:?}; use independent or shared"),
     };
     let secs = t0.elapsed().as_secs_f64();
+    batchcast_runs::runner::write_for_runner(&[
+        ("samples", samples as f64),
+        ("seconds", secs),
+        ("wait_secs", wait),
+    ])
+    .with_context(|| {
+        format!(
+            "cannot write the trainer's figures to ${}",
+            batchcast_runs::runner::FIGURES_ENV
+        )
+    })?;
     outln!(
         "{}",
         json!({"event": "done", "samples": samples, "seconds": secs, "wait_secs": wait,
@@ -123,7 +135,7 @@ fn shared(args: &TrainerArgs, step: Duration) -> Result<(u64, f64)> {
                     break;
                 }
             }
-            Event::EpochStart(_) => {}
+            Event::EpochStart(_) | Event::Trigger(_) => {}
             Event::Finished(_) => break,
         }
     }

@@ -62,7 +62,7 @@ pub(super) fn index(root: &Path) -> Result<(Vec<String>, Vec<Entry>), PipelineEr
 
 /// Appends `(folder, file name)` for every image file below `dir`. Folders
 /// already visited (through a symlink loop) are not walked twice.
-fn walk(
+pub(super) fn walk(
     dir: &Path,
     visited: &mut HashSet<PathBuf>,
     out: &mut Vec<(PathBuf, OsString)>,
@@ -98,7 +98,7 @@ fn walk(
 
 /// torchvision's `has_file_allowed_extension`: the lower-cased name ends with
 /// `.jpg`, `.jpeg` or `.png`.
-fn is_image_name(name: &std::ffi::OsStr) -> bool {
+pub(super) fn is_image_name(name: &std::ffi::OsStr) -> bool {
     let lower = name.to_string_lossy().to_ascii_lowercase();
     IMAGE_EXTENSIONS.iter().any(|ext| {
         lower

@@ -10,9 +10,11 @@
 //! [`Dataset::read_sample`], safe to call from many threads at once.
 
 mod imagefolder;
+mod watch;
 mod webdataset;
 mod writer;
 
+pub use watch::{Growth, Watcher, DEFAULT_WATCH_MAX_FILES};
 pub use writer::WebDatasetWriter;
 
 use std::fs::{self, File};

@@ -25,6 +25,11 @@ pub struct Selection {
     len: usize,
     count: usize,
     seed: u64,
+    /// New data and freshness: the first sample that arrived since the
+    /// last trigger; with freshness, how many of the epoch come from
+    /// `mark..` (unseen), the rest from `..mark` (seen).
+    mark: usize,
+    unseen: usize,
     /// Label-balanced: each class's members and how many of them an
     /// epoch takes.
     classes: Vec<Class>,
@@ -91,12 +96,30 @@ impl Selection {
     /// does not hold one score per sample (the message names both
     /// lengths).
     pub fn new(spec: &SelectSpec, labels: &[i64], seed: u64) -> Result<Selection, PipelineError> {
+        Self::since(spec, labels, seed, 0)
+    }
+
+    /// As [`new`](Self::new), where the samples from `mark` on (indices
+    /// are in order of arrival) arrived since the last trigger: what
+    /// `new-data` serves and `freshness` counts as unseen.
+    ///
+    /// # Errors
+    /// As [`new`](Self::new).
+    pub fn since(
+        spec: &SelectSpec,
+        labels: &[i64],
+        seed: u64,
+        mark: usize,
+    ) -> Result<Selection, PipelineError> {
         let len = labels.len();
+        let mark = mark.min(len.saturating_sub(1));
         let mut sel = Selection {
             spec: spec.clone(),
             len,
             count: 0,
             seed,
+            mark,
+            unseen: 0,
             classes: Vec::new(),
             kept: Vec::new(),
             weights: Vec::new(),
@@ -141,6 +164,19 @@ impl Selection {
                     .collect();
                 sel.classes = classes;
             }
+            SelectSpec::NewData => sel.count = len - mark,
+            SelectSpec::Freshness { ratio } => {
+                let (unseen, seen) = (len - mark, mark);
+                (sel.count, sel.unseen) = if seen == 0 || *ratio >= 1.0 {
+                    (unseen, unseen)
+                } else {
+                    let by_unseen = unseen as f64 / ratio;
+                    let by_seen = seen as f64 / (1.0 - ratio);
+                    let total = by_unseen.min(by_seen).floor() as usize;
+                    let take = (total as f64 * ratio).round() as usize;
+                    (total, take.clamp(total.min(1), unseen))
+                };
+            }
             SelectSpec::Scores { file, keep } => {
                 let scores = npy::read_scores(file, len)?;
                 sel.count = share(len, keep / 100.0);
@@ -182,6 +218,21 @@ impl Selection {
     pub fn indices(&self, epoch: u64) -> Vec<usize> {
         let mut out = match &self.spec {
             SelectSpec::Scores { .. } => return self.kept.clone(),
+            SelectSpec::NewData => return (self.mark..self.len).collect(),
+            SelectSpec::Freshness { .. } => {
+                let mark = self.mark as u64;
+                let mut unseen: Vec<usize> = (self.mark..self.len).collect();
+                let mut rng = Rng::derive(&[STREAM_SELECT, self.seed, epoch, mark, 0]);
+                partial_shuffle(&mut unseen, self.unseen, &mut rng);
+                unseen.truncate(self.unseen);
+                let seen_take = self.count - self.unseen;
+                let mut seen: Vec<usize> = (0..self.mark).collect();
+                let mut rng = Rng::derive(&[STREAM_SELECT, self.seed, epoch, mark, 1]);
+                partial_shuffle(&mut seen, seen_take, &mut rng);
+                seen.truncate(seen_take);
+                unseen.extend(seen);
+                unseen
+            }
             SelectSpec::Random { .. } | SelectSpec::Rs2 { replace: true, .. } => {
                 let mut rng = Rng::derive(&[STREAM_SELECT, self.seed, epoch]);
                 let mut v: Vec<usize> = (0..self.len).collect();
@@ -304,6 +355,29 @@ mod tests {
             assert_ne!(a, sel(spec, 1).indices(0));
             assert!(!s.has_weights());
         }
+    }
+
+    #[test]
+    fn new_data_and_freshness_split_at_the_last_trigger() {
+        let labels: Vec<i64> = vec![0; 1500];
+        let new = Selection::since(&"new-data".parse().unwrap(), &labels, 0, 1000).unwrap();
+        assert_eq!(new.count(), 500);
+        assert_eq!(new.indices(3), (1000..1500).collect::<Vec<_>>());
+        let all = Selection::new(&"new-data".parse().unwrap(), &labels, 0).unwrap();
+        assert_eq!(all.count(), 1500);
+        let fresh = Selection::since(&"freshness:50".parse().unwrap(), &labels, 0, 1000).unwrap();
+        assert_eq!(fresh.count(), 1000);
+        for epoch in 0..3 {
+            let idx = fresh.indices(epoch);
+            assert_eq!(idx.len(), 1000);
+            assert_eq!(idx.iter().filter(|&&i| i >= 1000).count(), 500);
+            let distinct: std::collections::HashSet<_> = idx.iter().collect();
+            assert_eq!(distinct.len(), 1000);
+        }
+        assert_ne!(fresh.indices(0), fresh.indices(1));
+        // 25% unseen: the 500 unseen would need 1500 seen; 1000 allow 1333.
+        let q = Selection::since(&"freshness:25".parse().unwrap(), &labels, 0, 1000).unwrap();
+        assert_eq!((q.count(), q.unseen), (1333, 333));
     }
 
     #[test]

@@ -7,8 +7,8 @@ use std::str::FromStr;
 use crate::PipelineError;
 
 /// The accepted forms, for messages.
-pub const SELECT_FORMS: &str = "random:R, label-balanced:R, rs2:R, rs2:R,replace or \
-     scores=FILE,keep=P (R a fraction in (0,1] such as 0.25, or a percentage such as 25 or 25%; \
+pub const SELECT_FORMS: &str = "random:R, label-balanced:R, rs2:R, rs2:R,replace, \
+     scores=FILE,keep=P, new-data or freshness:R (R a fraction in (0,1] such as 0.25, or a percentage such as 25 or 25%; \
      P a percentage in (0,100])";
 
 /// Which samples an epoch has, as the producer computes it once for every
@@ -45,6 +45,16 @@ pub enum SelectSpec {
         file: PathBuf,
         /// Percentage kept, in (0, 100].
         keep: f64,
+    },
+    /// Only the samples that arrived since the last trigger (all of them
+    /// before the first).
+    NewData,
+    /// `ratio` of the epoch from the samples that arrived since the last
+    /// trigger (unseen), the rest from those before (seen): as many as
+    /// both allow.
+    Freshness {
+        /// Share of the unseen, in (0, 1].
+        ratio: f64,
     },
 }
 
@@ -94,6 +104,9 @@ impl FromStr for SelectSpec {
                 keep: keep * 100.0,
             });
         }
+        if s == "new-data" {
+            return Ok(SelectSpec::NewData);
+        }
         let (method, arg) = s
             .split_once(':')
             .ok_or_else(|| refuse(spec, "no method:ratio"))?;
@@ -102,6 +115,9 @@ impl FromStr for SelectSpec {
                 ratio: ratio(spec, arg)?,
             }),
             "label-balanced" => Ok(SelectSpec::LabelBalanced {
+                ratio: ratio(spec, arg)?,
+            }),
+            "freshness" => Ok(SelectSpec::Freshness {
                 ratio: ratio(spec, arg)?,
             }),
             "rs2" => {
@@ -136,6 +152,8 @@ impl fmt::Display for SelectSpec {
             SelectSpec::Scores { file, keep } => {
                 write!(f, "scores={},keep={keep}", file.display())
             }
+            SelectSpec::NewData => write!(f, "new-data"),
+            SelectSpec::Freshness { ratio } => write!(f, "freshness:{ratio}"),
         }
     }
 }
@@ -172,7 +190,15 @@ mod tests {
                 keep: 50.0
             }
         );
-        for spec in ["random:0.5", "rs2:0.25,replace", "label-balanced:0.2"] {
+        assert_eq!(parse("new-data"), SelectSpec::NewData);
+        assert_eq!(parse("freshness:50"), SelectSpec::Freshness { ratio: 0.5 });
+        for spec in [
+            "random:0.5",
+            "rs2:0.25,replace",
+            "label-balanced:0.2",
+            "new-data",
+            "freshness:0.5",
+        ] {
             assert_eq!(parse(spec).to_string(), spec);
             assert_eq!(parse(&parse(spec).to_string()), parse(spec));
         }
@@ -191,6 +217,8 @@ mod tests {
             "scores=f.npy",
             "scores=,keep=5",
             "scores=f.npy,keep=0",
+            "freshness:0",
+            "new-data:5",
         ] {
             let m = bad.parse::<SelectSpec>().unwrap_err().to_string();
             assert!(

@@ -51,16 +51,18 @@ pub struct WatchOptions {
     pub gpus: Arc<dyn GpuLayer>,
 }
 
+/// A listener name a plan gave that is none of [`LISTENERS`].
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("unknown listener {0:?}; the listeners are {known}", known = LISTENERS.join(", "))]
+pub struct UnknownListener(pub String);
+
 /// Checks a plan's listener names; the error names the unknown one and the
 /// known ones.
-pub fn check_listener_name(name: &str) -> Result<(), String> {
+pub fn check_listener_name(name: &str) -> Result<(), UnknownListener> {
     if LISTENERS.contains(&name) {
         Ok(())
     } else {
-        Err(format!(
-            "unknown listener {name:?}; the listeners are {}",
-            LISTENERS.join(", ")
-        ))
+        Err(UnknownListener(name.to_string()))
     }
 }
 

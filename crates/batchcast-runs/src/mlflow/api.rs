@@ -119,37 +119,26 @@ fn experiment_json(id: i64, name: &str, created: i64) -> Value {
 
 fn experiment_by_name(ctx: &mut Ctx, args: &Value) -> Result<Value, Reply> {
     let name = text(args, "experiment_name")?;
-    let found = ctx
-        .store
-        .experiments()
-        .map_err(internal)?
-        .into_iter()
-        .find(|e| e.name == name);
-    match found {
-        Some(e) => Ok(json!({ "experiment": experiment_json(e.id, &e.name, e.created_ms) })),
-        None => Err(error(
-            404,
-            "RESOURCE_DOES_NOT_EXIST",
-            format!("no experiment named {name:?}"),
-        )),
-    }
+    let missing = format!("no experiment named {name:?}");
+    experiment_reply(ctx, |e| e.name == name, missing)
 }
 
 fn experiment_get(ctx: &mut Ctx, args: &Value) -> Result<Value, Reply> {
     let id = int(args, "experiment_id").ok_or_else(|| bad("missing experiment_id"))?;
-    let found = ctx
-        .store
-        .experiments()
-        .map_err(internal)?
-        .into_iter()
-        .find(|e| e.id == id);
-    match found {
+    experiment_reply(ctx, |e| e.id == id, format!("no experiment {id}"))
+}
+
+/// The first experiment `pick` accepts, as MLflow replies with it; a 404
+/// saying `missing` when there is none.
+fn experiment_reply(
+    ctx: &mut Ctx,
+    pick: impl Fn(&crate::Experiment) -> bool,
+    missing: String,
+) -> Result<Value, Reply> {
+    let experiments = ctx.store.experiments().map_err(internal)?;
+    match experiments.into_iter().find(|e| pick(e)) {
         Some(e) => Ok(json!({ "experiment": experiment_json(e.id, &e.name, e.created_ms) })),
-        None => Err(error(
-            404,
-            "RESOURCE_DOES_NOT_EXIST",
-            format!("no experiment {id}"),
-        )),
+        None => Err(error(404, "RESOURCE_DOES_NOT_EXIST", missing)),
     }
 }
 

@@ -4,7 +4,7 @@
 
 use std::path::{Path, PathBuf};
 
-use super::{params_of, Collocation, Plan, PlanError, PlanRow};
+use super::{Plan, PlanError, PlanRow};
 
 /// Builds a [`Plan`] row by row; [`PlanBuilder::build`] checks it as
 /// [`Plan::load`] checks a file.
@@ -42,24 +42,15 @@ impl PlanBuilder {
         name: &str,
         command: &[String],
     ) -> &mut PlanRow {
-        let (file, args) = command.split_first().map_or_else(
-            || (String::new(), Vec::new()),
-            |(f, a)| (f.clone(), a.to_vec()),
-        );
-        self.rows.push(PlanRow {
-            row: self.rows.len() + 1,
-            experiment: experiment.into(),
-            workload: workload.into(),
-            name: name.into(),
-            status: None,
-            devices: Vec::new(),
-            collocation: Collocation::Plain,
-            listeners: Vec::new(),
-            data: None,
+        let (file, args) = command
+            .split_first()
+            .map_or(("", &[][..]), |(f, a)| (f.as_str(), a));
+        self.rows.push(PlanRow::of_command(
+            self.rows.len() + 1,
+            [experiment, workload, name],
             file,
-            params: params_of(&args),
             args,
-        });
+        ));
         let last = self.rows.len() - 1;
         &mut self.rows[last]
     }

@@ -142,6 +142,28 @@ pub struct PlanRow {
     pub params: Vec<(String, String)>,
 }
 
+impl PlanRow {
+    /// Row `row`: run `name` of `workload` of `experiment` (`names`),
+    /// running `file` with `args`, on no device, with every listener.
+    fn of_command(row: usize, names: [&str; 3], file: &str, args: &[String]) -> PlanRow {
+        let [experiment, workload, name] = names;
+        PlanRow {
+            row,
+            experiment: experiment.into(),
+            workload: workload.into(),
+            name: name.into(),
+            status: None,
+            devices: Vec::new(),
+            collocation: Collocation::Plain,
+            listeners: Vec::new(),
+            data: None,
+            file: file.into(),
+            args: args.to_vec(),
+            params: params_of(args),
+        }
+    }
+}
+
 /// A checked plan.
 #[derive(Clone, Debug)]
 pub struct Plan {
@@ -213,24 +235,15 @@ impl Plan {
             row: None,
             problem: "no command given after `--`".into(),
         })?;
-        let row = PlanRow {
-            row: 1,
-            experiment: experiment.into(),
-            workload: workload.into(),
-            name: name.into(),
-            status: None,
-            devices: Vec::new(),
-            collocation: Collocation::Plain,
-            listeners: Vec::new(),
-            data: None,
-            file: file.clone(),
-            args: args.to_vec(),
-            params: params_of(args),
-        };
         Ok(Plan {
             file: "<command line>".into(),
             dir: ".".into(),
-            rows: vec![row],
+            rows: vec![PlanRow::of_command(
+                1,
+                [experiment, workload, name],
+                file,
+                args,
+            )],
         })
     }
 
@@ -373,7 +386,7 @@ impl Plan {
                 ));
             }
             for l in &r.listeners {
-                check_listener_name(l).map_err(|e| at(r.row, e))?;
+                check_listener_name(l).map_err(|e| at(r.row, e.to_string()))?;
             }
             self.find_command(&r.file, "File")
                 .map_err(|e| at(r.row, e.to_string()))?;

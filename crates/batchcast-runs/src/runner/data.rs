@@ -14,7 +14,7 @@ use super::job::Job;
 use super::RunOptions;
 use crate::keys;
 use crate::plan::Plan;
-use crate::{NewRun, RecorderHandle, Store};
+use crate::{NewRun, RecorderHandle, Store, StoreError};
 
 /// How long a producer may take to answer its first status query.
 const READY_WITHIN: Duration = Duration::from_secs(60);
@@ -22,6 +22,36 @@ const READY_WITHIN: Duration = Duration::from_secs(60);
 /// The variable that gives the Data command the number of the workload's
 /// trainers (consumers to wait for before the first epoch).
 pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+
+/// Why the Data command is not serving; the workload's rows fail with it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DataError {
+    /// The Data cell does not split into a command line.
+    #[error("Data {0:?} is not a command line")]
+    NotCommandLine(String),
+    /// The store refused the Data run's row.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// The producer's name makes no endpoint.
+    #[error("producer {name:?}: {source}")]
+    Endpoint {
+        name: String,
+        source: batchcast::Error,
+    },
+    /// The command could not be started.
+    #[error("cannot start {program}: {source}")]
+    Start {
+        program: String,
+        source: std::io::Error,
+    },
+    /// The producer exited, or did not answer in time.
+    #[error("producer {name:?} is not serving: {why}; its last output: {last:?}")]
+    NotServing {
+        name: String,
+        why: &'static str,
+        last: String,
+    },
+}
 
 pub(crate) struct Producer {
     pub name: String,
@@ -40,11 +70,11 @@ pub(crate) fn start(
     rec: &RecorderHandle,
     env: &serde_json::Value,
     trainers: usize,
-) -> Result<Producer, String> {
+) -> Result<Producer, DataError> {
     let name = format!("bc-run-{}-{workload}", std::process::id());
     let mut argv = shlex::split(data)
         .filter(|v| !v.is_empty())
-        .ok_or_else(|| format!("Data {data:?} is not a command line"))?;
+        .ok_or_else(|| DataError::NotCommandLine(data.to_string()))?;
     if argv[0] == "batchcast" {
         argv[0] = opts.exe.display().to_string();
         if !argv
@@ -75,28 +105,34 @@ pub(crate) fn start(
         plan_file: Some(plan.file.display().to_string()),
         ..NewRun::default()
     };
-    let (run, _) = store.add_run(workload, &new).map_err(|e| e.to_string())?;
+    let (run, _) = store.add_run(workload, &new)?;
     let me = i64::from(std::process::id());
-    store
-        .claim_run(run, me, super::process_start(me).unwrap_or(0), env)
-        .map_err(|e| e.to_string())?;
-    let failed = |store: &mut Store, msg: String| {
-        let _ = store.finish_run(run, crate::RunStatus::Failed, None, Some(&msg));
-        msg
+    store.claim_run(run, me, super::process_start(me).unwrap_or(0), env)?;
+    let failed = |store: &mut Store, e: DataError| {
+        let _ = store.finish_run(run, crate::RunStatus::Failed, None, Some(&e.to_string()));
+        e
     };
     let endpoint = match batchcast::Endpoint::new(&name) {
         Ok(e) => e,
-        Err(e) => return Err(failed(store, format!("producer {name:?}: {e}"))),
+        Err(source) => {
+            let name = name.clone();
+            return Err(failed(store, DataError::Endpoint { name, source }));
+        }
     };
     let mut cmd = Command::new(&argv[0]);
     cmd.args(&argv[1..])
         .current_dir(&plan.dir)
         .env("BATCHCAST_NAME", &name)
         .env(CONSUMERS_ENV, trainers.to_string());
+    let figures = super::figures_slot(&mut cmd, run, rec);
     let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
         Ok(job) => job,
-        Err(e) => return Err(failed(store, format!("cannot start {}: {e}", argv[0]))),
+        Err(source) => {
+            let program = argv[0].clone();
+            return Err(failed(store, DataError::Start { program, source }));
+        }
     };
+    job.figures = figures;
     let _ = store.set_pid(run, i64::from(job.pid()), job.start);
     let deadline = Instant::now() + READY_WITHIN;
     loop {
@@ -111,12 +147,13 @@ pub(crate) fn start(
             } else {
                 "it did not answer within 60 s"
             };
-            let msg = format!(
-                "producer {name:?} is not serving: {why}; its last output: {:?}",
-                job.last_line()
-            );
+            let e = DataError::NotServing {
+                name,
+                why,
+                last: job.last_line(),
+            };
             job.recorded = true;
-            return Err(failed(store, msg));
+            return Err(failed(store, e));
         }
         std::thread::sleep(Duration::from_millis(50));
     }

@@ -146,6 +146,36 @@ pub fn read(path: &Path) -> Result<Option<Vec<(String, f64)>>, FiguresError> {
     parse(path, &bytes).map(Some)
 }
 
+/// Writes `figures` where the runner asked a job to ([`FIGURES_ENV`]), as
+/// one JSON object, the file 0600; returns `false` (and writes nothing)
+/// when the job was not started by a runner.
+pub fn write_for_runner(figures: &[(&str, f64)]) -> std::io::Result<bool> {
+    let Some(path) = std::env::var_os(FIGURES_ENV).filter(|p| !p.is_empty()) else {
+        return Ok(false);
+    };
+    write(Path::new(&path), figures)?;
+    Ok(true)
+}
+
+/// Writes `figures` to `path` as one JSON object (a non-finite number is
+/// left out: JSON has none), the file 0600, not following a symlink.
+pub fn write(path: &Path, figures: &[(&str, f64)]) -> std::io::Result<()> {
+    use std::io::Write;
+    let object: serde_json::Map<String, serde_json::Value> = figures
+        .iter()
+        .filter(|(_, v)| v.is_finite())
+        .map(|(k, v)| ((*k).to_string(), serde_json::json!(v)))
+        .collect();
+    let mut file = File::options()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .open(path)?;
+    file.write_all(serde_json::Value::Object(object).to_string().as_bytes())
+}
+
 /// Checks and parses the bytes of a figures file.
 fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<(String, f64)>, FiguresError> {
     let object: serde_json::Map<String, serde_json::Value> = serde_json::from_slice(bytes)
@@ -185,8 +215,21 @@ fn parse(path: &Path, bytes: &[u8]) -> Result<Vec<(String, f64)>, FiguresError> 
 mod tests {
     use super::*;
 
-    fn write(slot: &FiguresSlot, bytes: &[u8]) {
+    fn put(slot: &FiguresSlot, bytes: &[u8]) {
         std::fs::write(slot.file(), bytes).unwrap();
+    }
+
+    #[test]
+    fn what_write_writes_read_reads() {
+        use std::os::unix::fs::PermissionsExt;
+        let slot = FiguresSlot::new().unwrap();
+        write(&slot.file(), &[("samples", 40.0), ("nan", f64::NAN)]).unwrap();
+        let mode = std::fs::metadata(slot.file()).unwrap().permissions().mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(
+            slot.read().unwrap().unwrap(),
+            vec![("samples".to_string(), 40.0)]
+        );
     }
 
     #[test]
@@ -209,7 +252,7 @@ mod tests {
     #[test]
     fn numbers_are_read_by_name() {
         let slot = FiguresSlot::new().unwrap();
-        write(
+        put(
             &slot,
             br#"{"samples_per_s": 1200.5, "epochs": 2, "a/b": -1e-3}"#,
         );
@@ -227,10 +270,10 @@ mod tests {
     #[test]
     fn bad_json_is_refused() {
         let slot = FiguresSlot::new().unwrap();
-        write(&slot, br#"{"a": 1"#);
+        put(&slot, br#"{"a": 1"#);
         let e = slot.read().unwrap_err();
         assert!(matches!(e, FiguresError::NotObject { .. }), "{e}");
-        write(&slot, b"[1, 2]");
+        put(&slot, b"[1, 2]");
         let e = slot.read().unwrap_err();
         assert!(e.to_string().contains("not one JSON object"), "{e}");
     }
@@ -238,26 +281,26 @@ mod tests {
     #[test]
     fn nan_is_refused() {
         let slot = FiguresSlot::new().unwrap();
-        write(&slot, br#"{"a": NaN}"#);
+        put(&slot, br#"{"a": NaN}"#);
         assert!(matches!(
             slot.read().unwrap_err(),
             FiguresError::NotObject { .. }
         ));
-        write(&slot, br#"{"a": 1e999}"#);
+        put(&slot, br#"{"a": 1e999}"#);
         assert!(slot.read().is_err());
     }
 
     #[test]
     fn a_value_that_is_not_a_number_is_named() {
         let slot = FiguresSlot::new().unwrap();
-        write(&slot, br#"{"ok": 1, "model": "resnet"}"#);
+        put(&slot, br#"{"ok": 1, "model": "resnet"}"#);
         let e = slot.read().unwrap_err();
         match &e {
             FiguresError::NotNumber { name, .. } => assert_eq!(name, "model"),
             other => panic!("{other}"),
         }
         assert!(e.to_string().contains("\"resnet\""), "{e}");
-        write(&slot, br#"{"nested": {"a": 1}}"#);
+        put(&slot, br#"{"nested": {"a": 1}}"#);
         assert!(matches!(
             slot.read().unwrap_err(),
             FiguresError::NotNumber { .. }
@@ -269,7 +312,7 @@ mod tests {
         let slot = FiguresSlot::new().unwrap();
         let mut text = b"{\"a\": 1".to_vec();
         text.resize(MAX_BYTES as usize + 10, b' ');
-        write(&slot, &text);
+        put(&slot, &text);
         let e = slot.read().unwrap_err();
         assert!(matches!(e, FiguresError::TooBig { .. }), "{e}");
     }
@@ -280,18 +323,18 @@ mod tests {
         let many: serde_json::Map<String, serde_json::Value> = (0..=MAX_NAMES)
             .map(|i| (format!("f{i}"), serde_json::json!(i)))
             .collect();
-        write(&slot, serde_json::to_string(&many).unwrap().as_bytes());
+        put(&slot, serde_json::to_string(&many).unwrap().as_bytes());
         assert!(matches!(
             slot.read().unwrap_err(),
             FiguresError::TooMany { .. }
         ));
         let long = format!("{{\"{}\": 1}}", "n".repeat(MAX_NAME_CHARS + 1));
-        write(&slot, long.as_bytes());
+        put(&slot, long.as_bytes());
         assert!(matches!(
             slot.read().unwrap_err(),
             FiguresError::BadName { .. }
         ));
-        write(&slot, br#"{"": 1}"#);
+        put(&slot, br#"{"": 1}"#);
         assert!(matches!(
             slot.read().unwrap_err(),
             FiguresError::BadName { .. }

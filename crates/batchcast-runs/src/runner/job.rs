@@ -39,6 +39,8 @@ pub(crate) struct Job {
     pub recorded: bool,
     /// Where it may write its figures (see [`super::figures`]).
     pub figures: Option<FiguresSlot>,
+    /// Its CPU at exit is in the store.
+    usage_recorded: bool,
 }
 
 impl Job {
@@ -84,6 +86,7 @@ impl Job {
             stopped: None,
             recorded: false,
             figures: None,
+            usage_recorded: false,
         })
     }
 
@@ -110,7 +113,8 @@ impl Job {
     /// Waits for the output readers, once the job has ended: until its
     /// pipes close (its group ended), but no longer than
     /// [`OUTPUT_AFTER_EXIT`]. Output cut short so is noted in the run's
-    /// events. Then records the figures it wrote, once.
+    /// events. Then records, once, the CPU it used
+    /// ([`keys::PROC_EXIT_CPU_SECONDS`]) and the figures it wrote.
     pub(crate) fn join_output(&mut self) {
         for stream in self.process.finish_output(OUTPUT_AFTER_EXIT) {
             let note = format!(
@@ -118,6 +122,18 @@ impl Job {
                  its group (setsid, a daemon) still held it"
             );
             self.rec.event(self.run, "runner", &note);
+        }
+        if !self.usage_recorded {
+            self.usage_recorded = true;
+            if let Some(usage) = self.process.usage() {
+                self.rec.metric(MetricPoint {
+                    run_id: self.run,
+                    key: keys::PROC_EXIT_CPU_SECONDS.into(),
+                    step: 0,
+                    ts_ms: now_ms(),
+                    value: usage.cpu_seconds,
+                });
+            }
         }
         self.record_figures();
     }

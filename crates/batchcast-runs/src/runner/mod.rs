@@ -5,7 +5,7 @@
 mod data;
 pub use data::CONSUMERS_ENV;
 mod figures;
-pub use figures::{FiguresError, FiguresSlot, FIGURES_ENV};
+pub use figures::{write_for_runner, FiguresError, FiguresSlot, FIGURES_ENV};
 mod job;
 mod orphans;
 mod placement;
@@ -55,7 +55,13 @@ pub struct RunOptions {
     /// Where progress lines go (which workload, which jobs are alive, the
     /// elapsed time, each job's last line).
     pub progress: Box<dyn FnMut(&str) + Send>,
+    /// How often the jobs' progress is reported ([`REPORT_EVERY`] unless
+    /// told otherwise).
+    pub report_every: Duration,
 }
+
+/// How often `batchcast run` reports its jobs' progress.
+pub const REPORT_EVERY: Duration = Duration::from_secs(2);
 
 /// What running a plan did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -343,12 +349,13 @@ fn drive(
     let mut placed = Vec::new();
     for (row, id) in todo {
         let place = match (&row.collocation, &mps_error) {
-            (Collocation::Mps, Some(e)) => Err(format!("cannot start MPS: {e}")),
+            (Collocation::Mps, Some(e)) => Err(placement::PlaceError::Mps(e.clone())),
             _ => placement::place(row, opts.gpus.as_ref(), &mut used_mig),
         };
         match place {
             Ok(visible) => placed.push((*row, *id, visible)),
-            Err(msg) => {
+            Err(e) => {
+                let msg = e.to_string();
                 store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
                 (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
                 ended.insert(*id, RunStatus::Failed);
@@ -470,7 +477,7 @@ fn drive(
             );
             continue;
         }
-        if last_report.elapsed() >= Duration::from_secs(2) {
+        if last_report.elapsed() >= opts.report_every {
             last_report = Instant::now();
             let lines: Vec<String> = started
                 .jobs

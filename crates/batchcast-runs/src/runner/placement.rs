@@ -7,6 +7,50 @@ use std::collections::HashSet;
 use crate::gpu::{GpuInfo, GpuLayer};
 use crate::plan::{Collocation, PlanRow};
 
+/// Why a row cannot be placed; each message says how to fix it.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum PlaceError {
+    /// A Collocation other than `-` on a row with no Devices.
+    #[error("Collocation {collocation} needs GPUs: name them in Devices")]
+    NeedsGpus { collocation: String },
+    /// The GPU layer cannot list the GPUs (`reason` says why).
+    #[error(
+        "the row asks for GPUs {devices} but {reason}; leave Devices empty to run it on the CPU"
+    )]
+    NoGpus { devices: String, reason: String },
+    /// A Devices entry that is no GPU's index or UUID.
+    #[error("no GPU {device:?} on this machine; it has {have}")]
+    NoSuchGpu { device: String, have: String },
+    /// A MIG row on a GPU with MIG off.
+    #[error(
+        "MIG is off on GPU {index}: turn it on with `sudo nvidia-smi -i {index} -mig 1`, then create an \
+         instance with `sudo nvidia-smi mig -i {index} -cgi {profile} -C`"
+    )]
+    MigOff { index: u32, profile: String },
+    /// Every instance of the profile is taken (or there is none).
+    #[error(
+        "no free {profile} MIG instance on GPU {index} (it has: {have}); create one with \
+         `sudo nvidia-smi mig -i {index} -cgi {profile} -C`"
+    )]
+    NoFreeMig {
+        profile: String,
+        index: u32,
+        have: String,
+    },
+    /// An MPS row when the MPS daemon could not be started.
+    #[error("cannot start MPS: {0}")]
+    Mps(String),
+}
+
+/// `items` joined by ", ", or "none".
+fn listed(items: Vec<String>) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items.join(", ")
+    }
+}
+
 /// The value of `CUDA_VISIBLE_DEVICES` for a row: `""` for a CPU row (no
 /// GPU visible), GPU UUIDs, or MIG instance UUIDs. `used_mig` holds the
 /// instances already given to other rows of the workload.
@@ -14,58 +58,46 @@ pub(crate) fn place(
     row: &PlanRow,
     gpus: &dyn GpuLayer,
     used_mig: &mut HashSet<String>,
-) -> Result<String, String> {
+) -> Result<String, PlaceError> {
     if row.devices.is_empty() {
         return match row.collocation {
             Collocation::Plain => Ok(String::new()),
-            _ => Err(format!(
-                "Collocation {} needs GPUs: name them in Devices",
-                row.collocation.as_str()
-            )),
+            _ => Err(PlaceError::NeedsGpus {
+                collocation: row.collocation.as_str().to_string(),
+            }),
         };
     }
-    let all = gpus.gpus().map_err(|e| {
-        format!(
-            "the row asks for GPUs {} but {e}; leave Devices empty to run it on the CPU",
-            row.devices.join(",")
-        )
+    let all = gpus.gpus().map_err(|e| PlaceError::NoGpus {
+        devices: row.devices.join(","),
+        reason: e.to_string(),
     })?;
     let mut visible = Vec::new();
     for d in &row.devices {
-        let gpu = find(&all, d).ok_or_else(|| {
-            let have: Vec<String> = all
-                .iter()
-                .map(|g| format!("{} ({})", g.index, g.uuid))
-                .collect();
-            format!(
-                "no GPU {d:?} on this machine; it has {}",
-                if have.is_empty() {
-                    "none".into()
-                } else {
-                    have.join(", ")
-                }
-            )
+        let gpu = find(&all, d).ok_or_else(|| PlaceError::NoSuchGpu {
+            device: d.clone(),
+            have: listed(
+                all.iter()
+                    .map(|g| format!("{} ({})", g.index, g.uuid))
+                    .collect(),
+            ),
         })?;
         match &row.collocation {
             Collocation::Mig(profile) => {
-                let i = gpu.index;
+                let index = gpu.index;
                 if !gpu.mig_enabled {
-                    return Err(format!(
-                        "MIG is off on GPU {i}: turn it on with `sudo nvidia-smi -i {i} -mig 1`, then create an \
-                         instance with `sudo nvidia-smi mig -i {i} -cgi {profile} -C`"
-                    ));
+                    return Err(PlaceError::MigOff {
+                        index,
+                        profile: profile.clone(),
+                    });
                 }
                 let free = gpu
                     .mig
                     .iter()
                     .find(|m| m.profile == *profile && !used_mig.contains(&m.uuid))
-                    .ok_or_else(|| {
-                        let have: Vec<&str> = gpu.mig.iter().map(|m| m.profile.as_str()).collect();
-                        format!(
-                        "no free {profile} MIG instance on GPU {i} (it has: {}); create one with \
-                         `sudo nvidia-smi mig -i {i} -cgi {profile} -C`",
-                        if have.is_empty() { "none".to_string() } else { have.join(", ") }
-                    )
+                    .ok_or_else(|| PlaceError::NoFreeMig {
+                        profile: profile.clone(),
+                        index,
+                        have: listed(gpu.mig.iter().map(|m| m.profile.clone()).collect()),
                     })?;
                 used_mig.insert(free.uuid.clone());
                 visible.push(free.uuid.clone());
@@ -85,6 +117,13 @@ fn find<'a>(all: &'a [GpuInfo], device: &str) -> Option<&'a GpuInfo> {
 mod tests {
     use super::*;
     use crate::gpu::{FakeGpus, MigInstance, NoGpus};
+
+    /// Asserts that `placed` is an error whose message holds every one of
+    /// `needles`.
+    fn refused(placed: Result<String, PlaceError>, needles: &[&str]) {
+        let e = placed.unwrap_err().to_string();
+        assert!(needles.iter().all(|n| e.contains(n)), "{e}");
+    }
 
     fn row(devices: &[&str], collocation: Collocation) -> PlanRow {
         PlanRow {
@@ -113,13 +152,14 @@ mod tests {
             place(&row(&[], Collocation::Plain), &none, &mut used),
             Ok(String::new())
         );
-        let e = place(&row(&["0"], Collocation::Plain), &none, &mut used).unwrap_err();
-        assert!(
-            e.contains("NVML could not be loaded") && e.contains("leave Devices empty"),
-            "{e}"
+        refused(
+            place(&row(&["0"], Collocation::Plain), &none, &mut used),
+            &["NVML could not be loaded", "leave Devices empty"],
         );
-        let e = place(&row(&[], Collocation::Mps), &none, &mut used).unwrap_err();
-        assert!(e.contains("needs GPUs"), "{e}");
+        refused(
+            place(&row(&[], Collocation::Mps), &none, &mut used),
+            &["needs GPUs"],
+        );
     }
 
     #[test]
@@ -135,10 +175,9 @@ mod tests {
             .unwrap(),
             "GPU-fake-1,GPU-fake-0"
         );
-        let e = place(&row(&["7"], Collocation::Plain), &fake, &mut used).unwrap_err();
-        assert!(
-            e.contains("no GPU \"7\"") && e.contains("GPU-fake-1"),
-            "{e}"
+        refused(
+            place(&row(&["7"], Collocation::Plain), &fake, &mut used),
+            &["no GPU \"7\"", "GPU-fake-1"],
         );
     }
 
@@ -170,15 +209,13 @@ mod tests {
             place(&row(&["0"], mig("3g.20gb")), &fake, &mut used).unwrap(),
             "MIG-b"
         );
-        let e = place(&row(&["0"], mig("3g.20gb")), &fake, &mut used).unwrap_err();
-        assert!(
-            e.contains("no free 3g.20gb") && e.contains("-cgi 3g.20gb -C"),
-            "{e}"
+        refused(
+            place(&row(&["0"], mig("3g.20gb")), &fake, &mut used),
+            &["no free 3g.20gb", "-cgi 3g.20gb -C"],
         );
-        let e = place(&row(&["1"], mig("1g.5gb")), &fake, &mut used).unwrap_err();
-        assert!(
-            e.contains("MIG is off on GPU 1") && e.contains("-mig 1"),
-            "{e}"
+        refused(
+            place(&row(&["1"], mig("1g.5gb")), &fake, &mut used),
+            &["MIG is off on GPU 1", "-mig 1"],
         );
     }
 }

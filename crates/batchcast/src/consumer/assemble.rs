@@ -52,12 +52,13 @@ impl Assembler {
         }
     }
 
-    /// Takes the next producer batch; returns the consumer batches it
+    /// Takes the next producer batch, its rows from `first` on (the ones
+    /// before, the consumer already had); returns the consumer batches it
     /// completes (an error in place of a batch that could not be built).
-    pub fn push(&mut self, lease: Arc<SlotLease>) -> Vec<Result<Batch>> {
+    pub fn push(&mut self, lease: Arc<SlotLease>, first: u64) -> Vec<Result<Batch>> {
         let rows = lease.layout.rows();
         let mut out = Vec::new();
-        for cut in self.rebatcher.push(lease, rows) {
+        for cut in self.rebatcher.push_from(lease, first, rows) {
             self.apply(cut, &mut out);
         }
         out

@@ -4,7 +4,8 @@
 //! the arena fd and maps it read-only. [`Consumer::next_event`] then yields,
 //! in order, [`Event::EpochStart`] (with the exact number of batches when the
 //! producer knows its epoch's size), the epoch's [`Event::Batch`]es cut to the
-//! consumer's batch size, [`Event::EpochEnd`], and so on, and finally
+//! consumer's batch size (an [`Event::Trigger`] after the last where one
+//! fired at the epoch's end), [`Event::EpochEnd`], and so on, and finally
 //! [`Event::Finished`] when the producer shuts down cleanly. If the producer
 //! dies, the next call fails with [`Error::ProducerGone`]: its socket closing
 //! is the signal, so no heartbeat is involved, or, where forked children of
@@ -39,46 +40,53 @@
 //! [`OnEvict::Rejoin`], its epoch ends short and it follows the next one.
 
 mod assemble;
+mod attach;
 mod batch;
 mod link;
+mod reading;
+mod reattach;
 pub mod rebatch;
 mod waiter;
 mod watch;
 
 use std::collections::VecDeque;
-use std::os::fd::OwnedFd;
-use std::os::unix::net::UnixStream;
 use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rustix::event::{PollFd, PollFlags, Timespec};
-
 use assemble::Assembler;
-pub use batch::{Batch, Keepalive, Leaf, SlotLease};
+use attach::{attach, Attach};
+pub use batch::{Batch, Keepalive, Leaf};
 use link::Link;
+use reading::{Cursor, Pos};
 use rebatch::batches_in;
 pub use waiter::Waiter;
 use watch::ProducerWatch;
 
 use crate::arena::ArenaView;
-use crate::board::{BoardView, Woken};
+use crate::board::Woken;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::holds::HoldsView;
-use crate::ledger::Ledger;
 use crate::warn::Warn;
 use crate::wire::{
-    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
-    ToConsumer, ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
+    self, Fill, FrameReader, JoinPolicy, OnEvict, ShutdownReason, ToConsumer, ToProducer,
+    TriggerFired, Welcome,
 };
+
+/// Most triggers held back inside one epoch (a producer announces one per
+/// boundary).
+const MAX_HELD_TRIGGERS: usize = 64;
 
 /// How often blocking calls wake to run the interrupt hook.
 const TICK: Duration = Duration::from_millis(100);
 
+/// How long a consumer waits by default for a lost producer that resumes
+/// its stream to be restarted.
+pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// Consumer settings.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub struct ConsumerOptions {
     /// Rows per batch; `None`: the producer's batch size.
     pub batch_size: Option<u64>,
@@ -98,9 +106,32 @@ pub struct ConsumerOptions {
     pub copy_on_write: bool,
     /// What to do if the producer evicts this consumer for falling behind.
     pub on_evict: OnEvict,
-    /// Where warnings go (evicted, rejoining at the next epoch); stderr by
-    /// default.
+    /// Where warnings go (evicted, rejoining at the next epoch, waiting for
+    /// a restarted producer); stderr by default.
     pub warn: Warn,
+    /// How long to wait for a lost producer to be restarted under its name,
+    /// when it resumes its stream (its welcome says so: `batchcast serve`
+    /// keeps a state file); [`DEFAULT_RECONNECT_TIMEOUT`] by default. The
+    /// consumer then reattaches and continues with exactly the rows it has
+    /// not received. Zero: fail at once with [`Error::ProducerGone`].
+    pub reconnect_timeout: Duration,
+}
+
+impl Default for ConsumerOptions {
+    fn default() -> Self {
+        ConsumerOptions {
+            batch_size: None,
+            drop_last: false,
+            join: JoinPolicy::default(),
+            connect_timeout: None,
+            label: String::new(),
+            dir: None,
+            copy_on_write: false,
+            on_evict: OnEvict::default(),
+            warn: Warn::default(),
+            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+        }
+    }
 }
 
 /// An epoch as this consumer will see it.
@@ -133,6 +164,10 @@ pub enum Event {
     },
     /// The producer shut down cleanly; repeated on every later call.
     Finished(ShutdownReason),
+    /// A trigger fired at an epoch boundary: after the ending epoch's last
+    /// batch, before its [`Event::EpochEnd`] (so a loop over the epoch
+    /// sees it), or between epochs when none was being read.
+    Trigger(TriggerFired),
 }
 
 /// A consumer's own figures.
@@ -148,15 +183,6 @@ pub struct ConsumerStats {
     /// this consumer has not read yet: how far the producer is ahead (at
     /// most its window; 0 between epochs).
     pub behind: u64,
-}
-
-/// Where this consumer reads the board in the epoch it follows.
-#[derive(Debug, Clone, Copy)]
-struct Cursor {
-    /// The next batch to read.
-    next: u64,
-    /// The epoch's end, once its `EpochEnd` has arrived.
-    end: Option<u64>,
 }
 
 /// A consumer attached to one producer.
@@ -187,6 +213,22 @@ pub struct Consumer {
     watch: Option<ProducerWatch>,
     /// The producer was seen dead: every later call fails at once.
     gone: bool,
+    /// Where this consumer stands in the stream (None before its first
+    /// epoch): the rows before it were taken from the board, whatever
+    /// producer published them.
+    pos: Option<Pos>,
+    /// Rows taken in the current epoch.
+    epoch_taken: u64,
+    /// The current epoch was continued from a restarted producer.
+    resumed: bool,
+    /// Since when the producer is lost while a restarted one may resume
+    /// its stream (see `reattach`).
+    lost: Option<Instant>,
+    /// Reattached, and the restarted producer's first epoch not begun yet.
+    reattached: bool,
+    /// Triggers announced inside the epoch being read: handed out after
+    /// its last batch.
+    triggers: Vec<TriggerFired>,
 }
 
 impl Consumer {
@@ -212,103 +254,18 @@ impl Consumer {
             )));
         }
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
-        let sock = connect_socket(&endpoint, opts.connect_timeout, interrupt)?;
-        let cred = crate::peer::peer_cred(&sock)?;
-        let ours = rustix::process::getuid().as_raw();
-        if cred.uid != ours {
-            return Err(Error::ForeignPeer {
-                peer: cred.uid,
-                ours,
-            });
-        }
-        let hello = ToProducer::Hello(Hello {
-            magic: MAGIC,
-            version: PROTOCOL_VERSION,
-            role: Role::Consumer(ConsumerHello {
-                batch_size: opts.batch_size,
-                drop_last: opts.drop_last,
-                join: opts.join,
-                label: opts.label.clone(),
-                on_evict: opts.on_evict,
-            }),
-        });
-        wire::send_frame(&sock, &wire::encode(&hello)?)?;
-        let mut reader = FrameReader::new();
-        let mut fds: Vec<OwnedFd> = Vec::new();
-        let gone = || Error::ProducerGone {
-            name: name.to_owned(),
+        let how = Attach {
+            join: opts.join,
+            timeout: opts.connect_timeout,
+            clear: true,
         };
-        // Frames read with the end of the stream (a shutdown just before
-        // the producer exits) are decoded before the end counts.
-        let mut eof = false;
-        let welcome = loop {
-            if let Some(msg) = reader.next_frame::<ToConsumer>()? {
-                match msg {
-                    ToConsumer::Welcome(w) => break w,
-                    ToConsumer::Refused(reason) => {
-                        return Err(Error::JoinRefused {
-                            name: name.to_owned(),
-                            reason,
-                        })
-                    }
-                    ToConsumer::Shutdown(reason) => {
-                        return Err(Error::ProducerStopped {
-                            name: name.to_owned(),
-                            reason,
-                        })
-                    }
-                    other => {
-                        return Err(Error::Protocol(format!(
-                            "expected a welcome, got {other:?}"
-                        )))
-                    }
-                }
-            }
-            if eof {
-                return Err(gone());
-            }
-            if !wait_readable(&sock, TICK)? {
-                if interrupt() {
-                    return Err(Error::Interrupted);
-                }
-                continue;
-            }
-            eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
-        };
-        if welcome.version != PROTOCOL_VERSION {
-            return Err(Error::VersionMismatch {
-                ours: PROTOCOL_VERSION,
-                theirs: welcome.version,
-            });
-        }
-        if welcome.batch_size == Some(0) {
-            return Err(Error::Protocol(
-                "the welcome announced a batch size of 0".into(),
-            ));
-        }
-        let mut fds = fds.into_iter();
-        let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
-            (fds.next(), fds.next(), fds.next(), fds.next())
-        else {
-            return Err(Error::Protocol(
-                "the welcome did not carry the arena, board, ledger and holder-count descriptors"
-                    .into(),
-            ));
-        };
-        let slot_size = usize::try_from(welcome.slot_size)
-            .map_err(|_| Error::Protocol("slot size out of range".into()))?;
-        let slots = welcome.slots as usize;
-        let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
-        let board = BoardView::map(board_fd)?;
-        let ledger = Ledger::open(ledger_fd, slots)?;
-        let holds = HoldsView::open(holds_fd, slots, &opts.warn);
-        let watch = ProducerWatch::open(name, welcome.producer_pid);
+        let attached = attach(&endpoint, &opts, how, interrupt)?;
         Ok(Consumer {
             name: name.to_owned(),
-            link: Arc::new(Link::new(sock, board, ledger, holds)),
-            reader,
-            arena: Arc::new(arena),
-            welcome,
+            link: Arc::new(attached.link),
+            reader: attached.reader,
+            arena: Arc::new(attached.arena),
+            welcome: attached.welcome,
             opts,
             assembler: None,
             epoch: None,
@@ -319,8 +276,14 @@ impl Consumer {
             finished: None,
             cut_off: false,
             fell_behind: None,
-            watch,
+            watch: attached.watch,
             gone: false,
+            pos: None,
+            epoch_taken: 0,
+            resumed: false,
+            lost: None,
+            reattached: false,
+            triggers: Vec::new(),
         })
     }
 
@@ -329,7 +292,9 @@ impl Consumer {
         &self.name
     }
 
-    /// What the producer said at join.
+    /// What the producer said at join; its `samples_per_epoch` follows
+    /// the sizes of later full epochs and those announced at epoch
+    /// boundaries (a dataset that grew).
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
     }
@@ -339,7 +304,8 @@ impl Consumer {
         self.epoch.as_ref()
     }
 
-    /// Batches in a full epoch, from what the producer announced at join.
+    /// Batches in a full epoch, from what the producer announced last (at
+    /// join, at the last full epoch's start or at an epoch boundary).
     pub fn batches_per_epoch(&self) -> Option<u64> {
         let bs = self.opts.batch_size.or(self.welcome.batch_size)?;
         let samples = self.welcome.samples_per_epoch?;
@@ -375,6 +341,10 @@ impl Consumer {
             let seen = self.link.board.wake_word();
             if let Some(event) = self.try_next_event()? {
                 return Ok(event);
+            }
+            if self.lost.is_some() {
+                self.reattach(interrupt)?;
+                continue;
             }
             let t0 = Instant::now();
             let woken = self.link.board.sleep(seen, TICK);
@@ -415,7 +385,9 @@ impl Consumer {
                     budget,
                 });
             }
-            self.drain()?;
+            if self.lost.is_none() {
+                self.drain()?;
+            }
             if self.fell_behind.is_some() {
                 continue;
             }
@@ -430,6 +402,7 @@ impl Consumer {
             if let Some(reason) = &self.finished {
                 return Ok(Some(Event::Finished(reason.clone())));
             }
+            // Lost: `next_event` waits for a restarted producer.
             return Ok(None);
         }
     }
@@ -454,12 +427,31 @@ impl Consumer {
     /// later call fails with [`Error::ProducerGone`]. Always false where
     /// the producer's process cannot be watched
     /// ([`watches_producer`](Self::watches_producer)).
+    ///
+    /// Where the producer resumes its stream when restarted (see
+    /// [`ConsumerOptions::reconnect_timeout`]), true means that the next
+    /// [`next_event`](Self::next_event) waits for the restart (and fails
+    /// only if none comes in time).
     pub fn producer_exited(&mut self) -> bool {
-        if !self.gone && self.watch.as_mut().is_some_and(ProducerWatch::gone) {
+        if !self.gone && self.lost.is_none() && self.watch.as_mut().is_some_and(ProducerWatch::gone)
+        {
+            self.lose_producer();
+        }
+        self.gone || self.lost.is_some()
+    }
+
+    /// The producer died: wait for a restart where one resumes the stream,
+    /// else fail every later call.
+    fn lose_producer(&mut self) {
+        if self.can_reattach() {
+            if self.lost.is_none() {
+                self.lost = Some(Instant::now());
+                self.warn_waiting();
+            }
+        } else {
             self.gone = true;
             self.events.clear();
         }
-        self.gone
     }
 
     /// Whether the producer's process is watched (a pidfd), so that its
@@ -473,6 +465,9 @@ impl Consumer {
     fn gone_error(&self) -> Error {
         Error::ProducerGone {
             name: self.name.clone(),
+            waited_secs: self
+                .can_reattach()
+                .then_some(self.opts.reconnect_timeout.as_secs_f64()),
         }
     }
 
@@ -515,10 +510,10 @@ impl Consumer {
             .iter()
             .any(|m| matches!(m, ToConsumer::Shutdown(_)));
         if eof && self.finished.is_none() && !shutdown {
-            self.events.clear();
-            return Err(Error::ProducerGone {
-                name: self.name.clone(),
-            });
+            self.lose_producer();
+            if self.gone {
+                return Err(self.gone_error());
+            }
         }
         Ok(())
     }
@@ -527,9 +522,14 @@ impl Consumer {
     /// the order the producer meant them.
     fn advance(&mut self, mut published: u64) -> Result<()> {
         loop {
-            // An epoch's end bounds what is read of the board for it.
+            // An epoch's end bounds what is read of the board for it (a
+            // boundary announced before it does not hide it).
+            let next = self
+                .control
+                .iter()
+                .find(|m| !matches!(m, ToConsumer::Boundary(_)));
             if let (Some(c), Some(ToConsumer::EpochEnd { end_seq, .. })) =
-                (self.cursor.as_mut(), self.control.front())
+                (self.cursor.as_mut(), next)
             {
                 c.end = Some(*end_seq);
             }
@@ -553,29 +553,7 @@ impl Consumer {
                 return Ok(());
             };
             match msg {
-                ToConsumer::EpochStart(es) if self.cursor.is_none() => {
-                    let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
-                    let info = EpochInfo {
-                        epoch: es.epoch,
-                        samples: es.samples,
-                        batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
-                        batch_size: bs,
-                        partial: es.partial,
-                    };
-                    self.assembler = Some(Assembler::new(
-                        es.epoch,
-                        es.samples,
-                        bs,
-                        self.opts.drop_last,
-                    ));
-                    self.rows = 0;
-                    self.epoch = Some(info.clone());
-                    self.cursor = Some(Cursor {
-                        next: es.first_seq,
-                        end: None,
-                    });
-                    self.events.push_back(Ok(Event::EpochStart(info)));
-                }
+                ToConsumer::EpochStart(es) if self.cursor.is_none() => self.epoch_started(es)?,
                 ToConsumer::EpochEnd {
                     epoch,
                     samples,
@@ -601,15 +579,28 @@ impl Consumer {
                         });
                         continue;
                     }
+                    if self.cursor.take().is_some_and(|c| c.behind) {
+                        continue; // an epoch this consumer had already
+                    }
                     if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
                         self.rows += tail.as_ref().map_or(0, |b| b.rows());
                         self.events.push_back(tail.map(Event::Batch));
                     }
                     self.assembler = None;
-                    self.cursor = None;
+                    // Resumed, the producer counts only what it published.
+                    let samples = if self.resumed {
+                        self.epoch_taken
+                    } else {
+                        samples
+                    };
+                    self.epoch_ended(epoch);
+                    let fired = std::mem::take(&mut self.triggers);
+                    self.events
+                        .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                     self.events
                         .push_back(Ok(Event::EpochEnd { epoch, samples }));
                 }
+                ToConsumer::Boundary(b) => self.boundary(b)?,
                 ToConsumer::Shutdown(reason) => {
                     // What was published before the shutdown is still read;
                     // an unfinished epoch's last partial batch is dropped.
@@ -649,6 +640,30 @@ impl Consumer {
         }
     }
 
+    /// An epoch boundary: the size of the coming epochs from now on, and
+    /// its trigger after the last batch of the epoch being read, if any,
+    /// else at once.
+    fn boundary(&mut self, b: wire::Boundary) -> Result<()> {
+        if let Some(n) = b.next_samples {
+            self.welcome.samples_per_epoch = Some(n);
+        }
+        let Some(t) = b.trigger else {
+            return Ok(());
+        };
+        if t.id.len() > wire::MAX_TRIGGER_ID || self.triggers.len() >= MAX_HELD_TRIGGERS {
+            return Err(Error::Protocol(format!(
+                "a trigger id of {} bytes, or more than {MAX_HELD_TRIGGERS} triggers in one epoch",
+                t.id.len()
+            )));
+        }
+        if self.cursor.is_some() {
+            self.triggers.push(t);
+        } else {
+            self.events.push_back(Ok(Event::Trigger(t)));
+        }
+        Ok(())
+    }
+
     /// True when a batch (or an error in a batch's place) waits to be
     /// handed out: batches are taken from the board one at a time.
     fn holds_batches(&self) -> bool {
@@ -667,6 +682,7 @@ impl Consumer {
         self.events
             .retain(|e| !matches!(e, Ok(Event::Batch(_)) | Err(_)));
         let in_epoch = self.cursor.take().is_some();
+        self.epoch_ended(epoch);
         match self.opts.on_evict {
             OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
             OnEvict::Rejoin => {
@@ -676,6 +692,9 @@ impl Consumer {
                      {} samples and it rejoins at the next epoch",
                     self.name, self.rows
                 ));
+                let fired = std::mem::take(&mut self.triggers);
+                self.events
+                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
                 if in_epoch {
                     self.events.push_back(Ok(Event::EpochEnd {
                         epoch,
@@ -684,108 +703,5 @@ impl Consumer {
                 }
             }
         }
-    }
-
-    /// Takes batch `seq` into events, an error in the place of the batch
-    /// that caused it; false when the producer has evicted this consumer
-    /// (the batch was not read).
-    fn take_batch(&mut self, seq: u64) -> bool {
-        match self.read_batch(seq) {
-            Ok(Some(batches)) => {
-                for batch in batches {
-                    self.rows += batch.as_ref().map_or(0, |b| b.rows());
-                    self.events.push_back(batch.map(Event::Batch));
-                }
-                true
-            }
-            Ok(None) => false,
-            Err(e) => {
-                self.events.push_back(Err(e));
-                true
-            }
-        }
-    }
-
-    /// Leases batch `seq` and cuts it into consumer batches; `None` when the
-    /// producer has evicted this consumer.
-    fn read_batch(&mut self, seq: u64) -> Result<Option<Vec<Result<Batch>>>> {
-        // Once evicted, the board's ring may have moved past our batches:
-        // the producer stopped keeping them for us before it published more.
-        let slot = match self.link.board.slot_of(seq) {
-            Ok(slot) => slot,
-            Err(_) if self.link.is_evicted() => {
-                self.cut_off = true;
-                return Ok(None);
-            }
-            Err(e) => return Err(e.into()),
-        };
-        if !self.link.acquire(slot, seq) {
-            self.cut_off = true;
-            return Ok(None);
-        }
-        self.arena.refresh(slot)?;
-        let header = self.arena.header(slot, seq)?;
-        let Some(epoch) = self.epoch.as_ref().map(|e| e.epoch) else {
-            return Err(Error::Protocol("a batch arrived outside an epoch".into()));
-        };
-        if header.epoch != epoch {
-            return Err(Error::Protocol(format!(
-                "batch {seq} belongs to epoch {}, not to epoch {epoch}",
-                header.epoch
-            )));
-        }
-        let lease = Arc::new(SlotLease {
-            seq,
-            slot,
-            layout: header.layout,
-            arena: Arc::clone(&self.arena),
-            link: Arc::clone(&self.link),
-        });
-        let Some(assembler) = self.assembler.as_mut() else {
-            return Err(Error::Protocol("a batch arrived outside an epoch".into()));
-        };
-        Ok(Some(assembler.push(lease)))
-    }
-}
-
-fn connect_socket(
-    endpoint: &Endpoint,
-    timeout: Option<Duration>,
-    interrupt: &mut dyn FnMut() -> bool,
-) -> Result<UnixStream> {
-    let path = endpoint.socket_path();
-    let deadline = timeout.map(|t| Instant::now() + t);
-    loop {
-        match endpoint.connect()? {
-            Some(sock) => return Ok(sock),
-            None => {
-                if deadline.is_none_or(|d| Instant::now() >= d) {
-                    return Err(Error::ProducerNotFound {
-                        name: endpoint.name().to_owned(),
-                        socket: path,
-                        waited_secs: timeout.map(|t| t.as_secs_f64()),
-                    });
-                }
-                // No signal exists for "a socket appeared": retry briefly.
-                std::thread::sleep(Duration::from_millis(20));
-                if interrupt() {
-                    return Err(Error::Interrupted);
-                }
-            }
-        }
-    }
-}
-
-/// Waits up to `timeout` for `sock` to be readable (or closed).
-fn wait_readable(sock: &UnixStream, timeout: Duration) -> Result<bool> {
-    let mut fds = [PollFd::new(sock, PollFlags::IN)];
-    let ts = Timespec {
-        tv_sec: timeout.as_secs() as i64,
-        tv_nsec: timeout.subsec_nanos() as i64,
-    };
-    match rustix::event::poll(&mut fds, Some(&ts)) {
-        Ok(n) => Ok(n > 0),
-        Err(rustix::io::Errno::INTR) => Ok(false),
-        Err(e) => Err(Error::io("cannot wait for the producer", e)),
     }
 }

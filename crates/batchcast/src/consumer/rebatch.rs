@@ -88,8 +88,15 @@ impl<P: Clone> Rebatcher<P> {
 
     /// Feeds a producer batch of `rows` rows; returns what to do with them.
     pub fn push(&mut self, piece: P, rows: u64) -> Vec<Cut<P>> {
+        self.push_from(piece, 0, rows)
+    }
+
+    /// Feeds rows `first..rows` of a producer batch of `rows` rows (the
+    /// rows before `first` are not this consumer's: it had them already);
+    /// returns what to do with them.
+    pub fn push_from(&mut self, piece: P, first: u64, rows: u64) -> Vec<Cut<P>> {
         let mut out = Vec::new();
-        if rows == 0 {
+        if first >= rows {
             return out;
         }
         let span = |start, end| Span {
@@ -102,11 +109,12 @@ impl<P: Clone> Rebatcher<P> {
             self.copied = held.rows();
             out.push(Cut::Piece(held));
         }
-        let mut start = 0;
+        let mut start = first;
         if self.copied > 0 {
-            start = rows.min(self.batch_size - self.copied);
-            self.copied += start;
-            out.push(Cut::Piece(span(0, start)));
+            let take = (rows - first).min(self.batch_size - self.copied);
+            start = first + take;
+            self.copied += take;
+            out.push(Cut::Piece(span(first, start)));
             if self.copied == self.batch_size {
                 self.copied = 0;
                 out.push(Cut::Done);
@@ -234,7 +242,7 @@ mod tests {
 
     fn loader(samples: u64, loader_bs: u64) -> Vec<u64> {
         let mut v = vec![loader_bs; (samples / loader_bs) as usize];
-        if samples % loader_bs != 0 {
+        if !samples.is_multiple_of(loader_bs) {
             v.push(samples % loader_bs);
         }
         v

@@ -15,12 +15,17 @@
 
 mod admission;
 mod control;
+mod durable;
 mod lag;
 pub(crate) mod lock;
+mod slot;
 mod slots;
 mod state;
 
+pub(crate) use durable::read_refusal;
+pub use durable::{Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
+pub use slot::SlotMut;
 
 use std::os::fd::OwnedFd;
 use std::os::unix::net::UnixListener;
@@ -37,6 +42,7 @@ use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
 use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
+use durable::StateFile;
 use state::State;
 
 /// What the producer does while no consumer is attached.
@@ -74,6 +80,10 @@ pub struct ProducerOptions {
     pub lag_policy: LagPolicy,
     /// Where warnings go (lag memory the kernel refused); stderr by default.
     pub warn: Warn,
+    /// Keep a state file so that a producer restarted under this name
+    /// resumes the stream where this one stopped (see [`Durability`]);
+    /// `None`: a restart starts afresh.
+    pub durable: Option<Durability>,
 }
 
 /// Headroom of auto-sized slots over the first batch (25 %).
@@ -91,6 +101,7 @@ impl Default for ProducerOptions {
             max_lag: None,
             lag_policy: LagPolicy::Wait,
             warn: Warn::default(),
+            durable: None,
         }
     }
 }
@@ -162,6 +173,16 @@ pub struct Producer {
     lag_refused: bool,
     /// The first batch is described in the stream's spec.
     described: bool,
+    /// The state file, for a durable producer.
+    state_file: Option<StateFile>,
+    /// Where this producer resumed its stream, if it did.
+    resumed: Option<ResumePoint>,
+    /// Batches this producer published.
+    published: u64,
+    /// The resume point written is never past this one until as many
+    /// consumers as it had are attached again (those not back yet have
+    /// received nothing of this producer).
+    floor: Option<ResumePoint>,
 }
 
 impl Producer {
@@ -180,6 +201,14 @@ impl Producer {
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
+        durable::clear_refusal(&endpoint);
+        let (state_file, resumed) = match &opts.durable {
+            Some(d) => {
+                let (file, resumed) = StateFile::open(&endpoint, d)?;
+                (Some(file), resumed)
+            }
+            None => (None, None),
+        };
         let sock_path = endpoint.socket_path();
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
@@ -203,13 +232,19 @@ impl Producer {
                 opts.window
             )));
         }
-        let state = State::new(
+        let mut state = State::new(
             name,
             opts.window,
             opts.batch_size,
             opts.samples_per_epoch,
             opts.lag_policy,
         );
+        if state_file.is_some() {
+            state.set_resumable();
+        }
+        if let Some(r) = resumed {
+            state.resume_at(r.epoch, r.row);
+        }
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             cond: Condvar::new(),
@@ -234,6 +269,10 @@ impl Producer {
             epoch_batches: 0,
             lag_refused: false,
             described: false,
+            state_file,
+            resumed,
+            published: 0,
+            floor: resumed,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -272,6 +311,32 @@ impl Producer {
         self.shared.lock().set_samples_per_epoch(samples);
     }
 
+    /// Announces an epoch boundary to every consumer: the size of the
+    /// epochs to come (`next_samples`, also the welcome's from now on) and
+    /// the trigger that fired, which each consumer hands out after the
+    /// ending epoch's last batch, before its end.
+    /// Call it after an epoch's last batch (before `end_epoch`) or between
+    /// epochs.
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] for a trigger id longer than
+    /// [`MAX_TRIGGER_ID`](crate::MAX_TRIGGER_ID) bytes.
+    pub fn announce_boundary(&mut self, boundary: &crate::Boundary) -> Result<()> {
+        if let Some(t) = &boundary.trigger {
+            if t.id.len() > crate::MAX_TRIGGER_ID {
+                return Err(Error::InvalidArgument(format!(
+                    "a trigger id of {} bytes is longer than the {}-byte limit; name it shorter",
+                    t.id.len(),
+                    crate::MAX_TRIGGER_ID
+                )));
+            }
+        }
+        if let Some(n) = boundary.next_samples {
+            self.opts.samples_per_epoch = Some(n);
+        }
+        self.shared.lock().announce_boundary(boundary)
+    }
+
     /// Waits until at least `n` consumers are connected; false on timeout.
     pub fn wait_for_consumers(&self, n: usize, timeout: Option<Duration>) -> bool {
         let deadline = timeout.map(|t| Instant::now() + t);
@@ -289,10 +354,12 @@ impl Producer {
         true
     }
 
-    /// Begins the next epoch; returns its number (the first is 0).
+    /// Begins the next epoch; returns its number (the first is 0, or a
+    /// resumed stream's epoch, see [`Producer::resumed`]).
     pub fn begin_epoch(&mut self) -> Result<u64> {
         let number = self.shared.lock().begin_epoch()?;
         self.epoch_batches = 0;
+        self.save_state(true)?;
         Ok(number)
     }
 
@@ -330,12 +397,7 @@ impl Producer {
             return Err(Error::BatchTooLarge { needed, slot_size });
         }
         let index = self.wait_for_slot(interrupt)?;
-        Ok(SlotMut {
-            producer: self,
-            index,
-            layout,
-            published: false,
-        })
+        Ok(SlotMut::new(self, index, layout))
     }
 
     fn wait_for_slot(&mut self, interrupt: &mut dyn FnMut() -> bool) -> Result<usize> {
@@ -457,13 +519,17 @@ impl Producer {
             arena.seal_slot(index, seq, epoch, used, &encoded)?;
         }
         state.publish(index, seq, rows);
+        drop(state);
         self.epoch_batches += 1;
+        self.published += 1;
+        self.save_state(false)?;
         Ok(seq)
     }
 
     /// Ends the current epoch: every consumer following it gets its end.
     pub fn end_epoch(&mut self) -> Result<EpochSummary> {
         let (epoch, samples) = self.shared.lock().end_epoch()?;
+        self.save_state(true)?;
         Ok(EpochSummary {
             epoch,
             batches: self.epoch_batches,
@@ -478,6 +544,12 @@ impl Producer {
     }
 
     fn shutdown(&mut self, reason: ShutdownReason) {
+        // Every consumer is told the stream is over (however it ended):
+        // nothing is left to resume. Only a producer that dies without a
+        // word leaves its state file.
+        if let Some(file) = self.state_file.take() {
+            file.finished();
+        }
         if let Some(wake) = self.wake.take() {
             if let Ok(frame) = wire::encode(&ToConsumer::Shutdown(reason)) {
                 self.shared.lock().shutdown(&frame);
@@ -498,124 +570,6 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
-    }
-}
-
-/// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
-/// Dropped unpublished, it gives the slot back.
-pub struct SlotMut<'p> {
-    producer: &'p mut Producer,
-    index: usize,
-    layout: Layout,
-    published: bool,
-}
-
-impl Drop for SlotMut<'_> {
-    fn drop(&mut self) {
-        if !self.published {
-            self.producer.shared.lock().give_back(self.index);
-        }
-    }
-}
-
-impl SlotMut<'_> {
-    /// Where each array goes.
-    pub fn layout(&self) -> &Layout {
-        &self.layout
-    }
-
-    /// The bytes of leaf `i`, to fill.
-    pub fn leaf_mut(&mut self, i: usize) -> &mut [u8] {
-        let leaf = &self.layout.leaves[i];
-        let (start, len) = (leaf.offset as usize, leaf.nbytes as usize);
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        &mut arena.slot_mut(self.index)[start..start + len]
-    }
-
-    /// Every leaf's bytes at once, to fill in parallel.
-    pub fn leaves_mut(&mut self) -> Vec<&mut [u8]> {
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let mut rest = arena.slot_mut(self.index);
-        let mut consumed = 0usize;
-        let mut out = Vec::with_capacity(self.layout.leaves.len());
-        for leaf in &self.layout.leaves {
-            let start = leaf.offset as usize - consumed;
-            let (_, tail) = rest.split_at_mut(start);
-            let (mine, tail) = tail.split_at_mut(leaf.nbytes as usize);
-            out.push(mine);
-            rest = tail;
-            consumed = leaf.offset as usize + leaf.nbytes as usize;
-        }
-        out
-    }
-
-    /// Keeps only the first `rows` rows (a source skipped bad samples):
-    /// re-plans the layout for `rows` and moves each array's first rows to
-    /// its new place. Fails if `rows` is 0 or more than the batch has.
-    pub fn truncate_rows(&mut self, rows: u64) -> Result<()> {
-        let old = self.layout.rows();
-        if rows == old {
-            return Ok(());
-        }
-        if rows == 0 || rows > old {
-            return Err(Error::InvalidBatch(format!(
-                "cannot keep {rows} rows of a batch of {old}"
-            )));
-        }
-        let specs: Vec<LeafSpec> = self
-            .layout
-            .leaves
-            .iter()
-            .map(|l| {
-                if l.kind == crate::layout::LeafKind::StrList {
-                    return Err(Error::InvalidBatch(
-                        "a batch with strings cannot be truncated".into(),
-                    ));
-                }
-                let mut shape = l.shape.clone();
-                shape[0] = rows;
-                Ok(LeafSpec {
-                    kind: l.kind,
-                    dtype: l.dtype,
-                    shape,
-                    text_bytes: 0,
-                })
-            })
-            .collect::<Result<_>>()?;
-        let new = Layout::plan(self.layout.tree.clone(), &specs)?;
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let slot = arena.slot_mut(self.index);
-        // New offsets are never past old ones (every leaf shrank), so moving
-        // leaves front to back never overwrites one not yet moved.
-        for (o, n) in self.layout.leaves.iter().zip(&new.leaves) {
-            let len = n.nbytes as usize;
-            slot.copy_within(
-                o.offset as usize..o.offset as usize + len,
-                n.offset as usize,
-            );
-        }
-        self.layout = new;
-        Ok(())
-    }
-
-    /// Publishes the batch to every consumer following the epoch; returns
-    /// its sequence number.
-    pub fn publish(mut self) -> Result<u64> {
-        let seq = self.producer.publish(self.index, &self.layout)?;
-        self.published = true;
-        Ok(seq)
     }
 }
 

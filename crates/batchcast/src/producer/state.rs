@@ -33,7 +33,8 @@ use crate::ledger::Ledger;
 use crate::status::{ConsumerStatus, StatusReport};
 use crate::stream::StreamSpec;
 use crate::wire::{
-    self, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome, PROTOCOL_VERSION,
+    self, Boundary, ConsumerHello, EpochStart, JoinPolicy, OnEvict, ToConsumer, Welcome,
+    PROTOCOL_VERSION,
 };
 
 /// Where a consumer stands.
@@ -82,6 +83,9 @@ struct Epoch {
     number: u64,
     open: bool,
     first_seq: Option<u64>,
+    /// The position of the epoch's first published row: more than 0 when a
+    /// restarted producer resumes the epoch mid-way.
+    start_row: u64,
     published_rows: u64,
     samples: Option<u64>,
 }
@@ -151,6 +155,23 @@ pub(crate) struct State {
     stream: StreamSpec,
     /// Threads waiting on the condition variable.
     waiters: usize,
+    /// A producer restarted under this name resumes the stream (it keeps a
+    /// state file), told in welcomes.
+    resumable: bool,
+    /// The first row of the next epoch to begin (a resumed epoch's
+    /// position; 0 otherwise).
+    next_start_row: u64,
+    /// Where the recently published batches lie in their epochs, oldest
+    /// first: for the resume point (see [`State::low_water`]).
+    marks: VecDeque<Mark>,
+}
+
+/// Where a published batch lies in its epoch.
+#[derive(Debug, Clone, Copy)]
+struct Mark {
+    seq: u64,
+    epoch: u64,
+    row: u64,
 }
 
 impl State {
@@ -181,6 +202,9 @@ impl State {
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
             waiters: 0,
+            resumable: false,
+            next_start_row: 0,
+            marks: VecDeque::new(),
         }
     }
 
@@ -232,6 +256,56 @@ impl State {
         self.waiters > 0
     }
 
+    /// Resumes a stream (before the first epoch): welcomes say a restart
+    /// resumes it, and the first epoch begun is `epoch`, from its row `row`.
+    pub fn resume_at(&mut self, epoch: u64, row: u64) {
+        self.epochs_begun = epoch;
+        self.next_start_row = row;
+    }
+
+    /// Welcomes say that a producer restarted under this name resumes the
+    /// stream.
+    pub fn set_resumable(&mut self) {
+        self.resumable = true;
+    }
+
+    /// The position (epoch, row) every attached consumer has received:
+    /// where a restarted producer may resume without a consumer missing a
+    /// row. A consumer has received every batch before its [`position`]
+    /// (one past the last batch it acquired: a consumer that acquired a
+    /// batch keeps it when the producer dies), whether it follows the
+    /// epoch or waits for the next one (told the epoch's end, it may still
+    /// be reading its tail); one not welcomed yet has received nothing of
+    /// this producer. None when the slowest consumer's batch is no longer
+    /// known (keep the older point).
+    pub fn low_water(&self) -> Option<(u64, u64)> {
+        let next = self.next_seq;
+        let low = self
+            .consumers
+            .values()
+            .filter_map(|c| match c.phase {
+                Phase::Following | Phase::Waiting => Some(position(c, next)),
+                Phase::Pending => Some(next),
+                Phase::Evicted | Phase::Left => None,
+            })
+            .min()
+            .unwrap_or(next);
+        if low >= next {
+            return Some(if self.epoch.open {
+                (
+                    self.epoch.number,
+                    self.epoch.start_row + self.epoch.published_rows,
+                )
+            } else {
+                (self.epochs_begun, self.next_start_row)
+            });
+        }
+        self.marks
+            .iter()
+            .find(|m| m.seq == low)
+            .map(|m| (m.epoch, m.row))
+    }
+
     /// Sets the rows of the coming epochs.
     pub fn set_samples_per_epoch(&mut self, samples: Option<u64>) {
         self.samples_per_epoch = samples;
@@ -257,12 +331,14 @@ impl State {
         }
         let number = self.epochs_begun;
         self.epochs_begun += 1;
+        let start_row = std::mem::take(&mut self.next_start_row);
         self.epoch = Epoch {
             number,
             open: true,
             first_seq: None,
+            start_row,
             published_rows: 0,
-            samples: self.samples_per_epoch,
+            samples: self.samples_per_epoch.map(|n| n.saturating_sub(start_row)),
         };
         for id in self.ids_in(Phase::Waiting) {
             self.set_phase(id, Phase::Following);
@@ -298,6 +374,32 @@ impl State {
         }
         self.epoch.open = false;
         Ok((epoch, self.epoch.published_rows))
+    }
+
+    /// Tells every welcomed consumer of an epoch boundary: the coming
+    /// epochs' size (which the welcome says from now on) and the trigger
+    /// that fired. Inside an epoch, call it after its last batch: a
+    /// consumer following the epoch that has not had its start gets it
+    /// first, as at the epoch's end.
+    pub fn announce_boundary(&mut self, boundary: &Boundary) -> Result<()> {
+        if let Some(n) = boundary.next_samples {
+            self.samples_per_epoch = Some(n);
+        }
+        let frame = wire::encode(&ToConsumer::Boundary(boundary.clone()))?;
+        let samples = self.epoch.samples;
+        let mut ids = self.ids_in(Phase::Waiting);
+        if self.epoch.open {
+            for id in self.ids_in(Phase::Following) {
+                let next = self.next_seq;
+                if self.started_this_epoch(id) || self.start_epoch_for(id, samples, false, next) {
+                    ids.push(id);
+                }
+            }
+        }
+        for id in ids {
+            self.send_or_drop(id, &frame);
+        }
+        Ok(())
     }
 
     fn started_this_epoch(&self, id: u64) -> bool {
@@ -416,6 +518,14 @@ impl State {
         // Only now may consumers see it: every holder is recorded.
         if let Some(shm) = &self.shm {
             shm.board.publish(seq, index);
+        }
+        self.marks.push_back(Mark {
+            seq,
+            epoch: self.epoch.number,
+            row: self.epoch.start_row + self.epoch.published_rows,
+        });
+        while self.marks.len() > 2 * self.slots.len() {
+            self.marks.pop_front();
         }
         self.epoch.published_rows += rows;
         self.published += 1;
@@ -625,6 +735,7 @@ impl State {
             } else {
                 None
             },
+            resumable: self.resumable,
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
@@ -740,12 +851,20 @@ impl State {
         partial: bool,
         first_seq: u64,
     ) -> bool {
+        // A catch-up joiner starts at the epoch's first batch; any other
+        // consumer at the next one.
+        let first_row = if self.epoch.first_seq == Some(first_seq) {
+            self.epoch.start_row
+        } else {
+            self.epoch.start_row + self.epoch.published_rows
+        };
         let msg = ToConsumer::EpochStart(EpochStart {
             epoch: self.epoch.number,
             samples,
             batch_size: self.batch_size.unwrap_or(1),
-            partial,
+            partial: partial || first_row > 0,
             first_seq,
+            first_row,
         });
         let Ok(frame) = wire::encode(&msg) else {
             return false;
@@ -992,5 +1111,36 @@ mod tests {
         assert_eq!(s.awaited_read(), Some(first));
         read(&s, slow, first);
         assert_eq!(publish(&mut s, 1000), 1);
+    }
+
+    /// The resume point is what the slowest consumer has taken, as a row of
+    /// its epoch, across an epoch boundary and from a resumed start.
+    #[test]
+    fn the_low_water_mark_is_the_slowest_consumers_row_in_its_epoch() {
+        let mut s = state(8);
+        s.set_samples_per_epoch(Some(6));
+        s.resume_at(3, 4); // resumed: epoch 3 from its row 4
+        let (fast, _f) = attach(&mut s, OnEvict::Error);
+        let (slow, _s) = attach(&mut s, OnEvict::Error);
+        assert_eq!(s.low_water(), Some((3, 4)), "nothing published yet");
+        assert_eq!(s.begin_epoch().unwrap(), 3);
+        assert_eq!(publish(&mut s, 2), 2); // rows 4 and 5 of epoch 3
+        s.end_epoch().unwrap();
+        assert_eq!(s.low_water(), Some((3, 4)), "nobody has read");
+        read(&s, fast, 0);
+        read(&s, fast, 1);
+        s.begin_epoch().unwrap();
+        assert_eq!(publish(&mut s, 3), 3); // rows 0..3 of epoch 4
+        for seq in 2..5 {
+            read(&s, fast, seq);
+        }
+        assert_eq!(s.low_water(), Some((3, 4)), "the slow one has read nothing");
+        read(&s, slow, 0);
+        assert_eq!(s.low_water(), Some((3, 5)), "the slow one took row 4");
+        read(&s, slow, 1);
+        read(&s, slow, 2);
+        assert_eq!(s.low_water(), Some((4, 1)), "and now row 0 of epoch 4");
+        s.remove_consumer(slow);
+        assert_eq!(s.low_water(), Some((4, 3)), "the fast one has everything");
     }
 }

@@ -308,7 +308,7 @@ impl<T: Kind> Region<T> {
         if said != len as u64 {
             return malformed(format!("its header says {said} bytes, its file has {len}"));
         }
-        if item_size == 0 || item_size % T::item_align() != 0 {
+        if item_size == 0 || !item_size.is_multiple_of(T::item_align()) {
             return malformed(format!(
                 "the producer announced {} of {item_size} bytes, not a multiple of {}",
                 T::ITEMS,

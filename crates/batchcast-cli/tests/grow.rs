@@ -1,0 +1,270 @@
+//! `batchcast serve --watch --trigger`: a dataset that grows while it is
+//! served. The producer is a real process; three consumers (threads here)
+//! read its shared batches. 500 images are added during epoch 1, once
+//! every consumer holds that epoch's first batch (so the producer, a window
+//! ahead at most, is mid-epoch): epoch 1 still has the 1,000 it began with,
+//! epoch 2 has 1,500, and `amount=400` fires exactly once, between them,
+//! for every consumer at the same place.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::sync::Barrier;
+use std::time::Duration;
+
+use batchcast::{Consumer, ConsumerOptions, Event};
+use common::{jpeg_dataset, Env, Proc};
+
+/// Side of the stored images (`--decode-only --store-size`).
+const SIDE: usize = 8;
+
+/// What one consumer saw: its events in order (labels per batch counted
+/// per epoch), and `batches_per_epoch()` at each epoch's end.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    events: Vec<String>,
+    labels: Vec<Vec<i64>>,
+    lens: Vec<Option<u64>>,
+}
+
+fn consume(dir: PathBuf, barrier: &Barrier) -> Seen {
+    let opts = ConsumerOptions {
+        connect_timeout: Some(Duration::from_secs(60)),
+        dir: Some(dir),
+        ..Default::default()
+    };
+    let mut never = || false;
+    let mut consumer = Consumer::connect("grow", opts, &mut never).unwrap();
+    let mut seen = Seen {
+        events: Vec::new(),
+        labels: Vec::new(),
+        lens: Vec::new(),
+    };
+    loop {
+        match consumer.next_event(&mut never).unwrap() {
+            Event::EpochStart(i) => {
+                seen.events
+                    .push(format!("start {} {:?}", i.epoch, i.samples));
+                seen.labels.push(Vec::new());
+            }
+            Event::Batch(b) => {
+                let labels = b.leaves()[1]
+                    .bytes()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_ne_bytes(c.try_into().unwrap()));
+                let epoch = seen.labels.last_mut().unwrap();
+                let first = epoch.is_empty();
+                epoch.extend(labels);
+                assert_eq!(
+                    b.leaves()[0].bytes().len(),
+                    b.rows() as usize * SIDE * SIDE * 3
+                );
+                if b.epoch == 1 && first {
+                    // Every consumer holds epoch 1's first batch; the test
+                    // adds the files, then lets them go on.
+                    barrier.wait();
+                    barrier.wait();
+                }
+            }
+            Event::EpochEnd { epoch, samples } => {
+                seen.events.push(format!("end {epoch} {samples}"));
+                seen.lens.push(consumer.batches_per_epoch());
+            }
+            Event::Trigger(t) => seen.events.push(format!(
+                "trigger {} #{} epoch {} samples {} arrivals {}",
+                t.id,
+                t.seq,
+                t.epoch,
+                t.samples,
+                t.arrivals.is_some_and(|(a, b)| a > 1.0e9 && a <= b)
+            )),
+            Event::Finished(_) => return seen,
+        }
+    }
+}
+
+/// Moves 500 images in: a new class folder `aaa_new` of 100 (it sorts
+/// first, and must get label 10) with one rename, and 100 new files in
+/// each of classes 0 to 3.
+fn add_images(stage: &Path, root: &Path) {
+    std::fs::rename(stage.join("class_000"), root.join("aaa_new")).unwrap();
+    for c in 1..5 {
+        let from = stage.join(format!("class_{c:03}"));
+        let to = root.join(format!("class_{:03}", c - 1));
+        for f in std::fs::read_dir(&from).unwrap() {
+            let f = f.unwrap();
+            let name = format!("new_{}", f.file_name().to_string_lossy());
+            std::fs::rename(f.path(), to.join(name)).unwrap();
+        }
+    }
+}
+
+fn per_label(labels: &[i64]) -> Vec<usize> {
+    let mut per = vec![0; 11];
+    for &l in labels {
+        per[l as usize] += 1;
+    }
+    per
+}
+
+/// Serves a dataset of 1,000 to three consumers for 4 epochs, adding 500
+/// images during epoch 1; returns what the first consumer saw (the others
+/// saw the same) and the producer, finished.
+fn run_growing(select: &[&str]) -> (Seen, Proc) {
+    let env = Env::new();
+    let root = jpeg_dataset(&env.path().join("data"), 10, 100, (24, 32));
+    let stage = jpeg_dataset(&env.path().join("stage"), 5, 100, (24, 32));
+    let side = SIDE.to_string();
+    let mut args = vec![
+        "serve",
+        "--name",
+        "grow",
+        "--data",
+        root.to_str().unwrap(),
+        "--watch",
+        "--trigger",
+        "amount=400",
+        "--decode-only",
+        "--store-size",
+        &side,
+        "--window",
+        "4",
+        "--batch-size",
+        "64",
+        "--consumers",
+        "3",
+        "--epochs",
+        "4",
+        "--workers",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(select);
+    let mut producer = env.spawn(&args);
+    let listening = producer.expect("listening");
+    assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
+    assert_eq!(listening["trigger"], "amount=400", "{listening}");
+    let barrier = Barrier::new(4);
+    let seen: Vec<Seen> = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..3)
+            .map(|_| s.spawn(|| consume(env.path().to_owned(), &barrier)))
+            .collect();
+        barrier.wait();
+        add_images(&stage, &root);
+        barrier.wait();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    assert!(seen[1..].iter().all(|s| *s == seen[0]), "consumers differ");
+    (seen.into_iter().next().unwrap(), producer)
+}
+
+#[test]
+fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
+    let (seen, producer) = run_growing(&[]);
+    let first = &seen;
+    assert_eq!(
+        first.events,
+        [
+            "start 0 Some(1000)",
+            "end 0 1000",
+            "start 1 Some(1000)",
+            "trigger amount=400 #1 epoch 2 samples 500 arrivals true",
+            "end 1 1000",
+            "start 2 Some(1500)",
+            "end 2 1500",
+            "start 3 Some(1500)",
+            "end 3 1500",
+        ]
+    );
+    // Nothing new mid-epoch: epochs 0 and 1 are the first 1,000 images.
+    let old = [vec![100; 10], vec![0]].concat();
+    assert_eq!(per_label(&first.labels[0]), old);
+    assert_eq!(per_label(&first.labels[1]), old);
+    // From epoch 2 on: 100 more in classes 0 to 3, and the new class's
+    // 100 under the next label, 10 (the old labels did not move).
+    let grown = vec![200, 200, 200, 200, 100, 100, 100, 100, 100, 100, 100];
+    assert_eq!(per_label(&first.labels[2]), grown);
+    assert_eq!(per_label(&first.labels[3]), grown);
+    // By epoch 1's end each consumer knew epoch 2's length.
+    assert_eq!(first.lens, [Some(16), Some(24), Some(24), Some(24)]);
+
+    let grew = producer.events("grew");
+    assert_eq!(grew.len(), 1, "{grew:?}");
+    assert_eq!(grew[0]["epoch"], 2);
+    assert_eq!(grew[0]["added"], 500);
+    assert_eq!(grew[0]["samples_per_epoch"], 1500);
+    let triggers = producer.events("trigger");
+    assert_eq!(triggers.len(), 1, "{triggers:?}");
+    assert_eq!(triggers[0]["seq"], 1);
+    assert_eq!(triggers[0]["samples"], 500);
+    let finished = producer.events("finished").pop().unwrap();
+    assert_eq!(
+        finished["summary"]["decoded_per_epoch"],
+        serde_json::json!([1000, 1000, 1500, 1500])
+    );
+}
+
+/// `new-data` serves only the 500 that arrived since the trigger;
+/// `freshness:50` all 500 of them and 500 of the 1,000 seen before.
+#[test]
+fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
+    let (new, producer) = run_growing(&["--select", "new-data"]);
+    assert_eq!(
+        producer.events("finished")[0]["summary"]["decoded_per_epoch"],
+        serde_json::json!([1000, 1000, 500, 500])
+    );
+    let only_new = vec![100, 100, 100, 100, 0, 0, 0, 0, 0, 0, 100];
+    assert_eq!(per_label(&new.labels[2]), only_new);
+    assert_eq!(per_label(&new.labels[3]), only_new);
+    assert!(
+        new.events.contains(&"start 2 Some(500)".to_string()),
+        "{:?}",
+        new.events
+    );
+
+    let (fresh, _) = run_growing(&["--select", "freshness:50"]);
+    assert!(
+        fresh.events.contains(&"start 2 Some(1000)".to_string()),
+        "{:?}",
+        fresh.events
+    );
+    for epoch in [2, 3] {
+        let per = per_label(&fresh.labels[epoch]);
+        // Every new sample (the new class's 100 among them), and 500 old
+        // ones: of the classes without new samples, only old ones.
+        assert_eq!(per[10], 100, "{per:?}");
+        assert_eq!(per.iter().sum::<usize>(), 1000);
+        assert!(per[..4].iter().all(|&n| n >= 100), "{per:?}");
+    }
+    assert_ne!(fresh.labels[2], fresh.labels[3]);
+}
+
+#[test]
+fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
+    let env = Env::new();
+    let out = env
+        .cmd(&[
+            "serve",
+            "--name",
+            "t",
+            "--synthetic",
+            "--trigger",
+            "amount=lots",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\"amount=lots\"") && err.contains("every-epoch"),
+        "{err}"
+    );
+    let out = env
+        .cmd(&["serve", "--name", "t", "--synthetic", "--watch"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--watch applies to an image dataset"), "{err}");
+}

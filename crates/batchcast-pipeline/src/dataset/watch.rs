@@ -1,0 +1,444 @@
+//! A dataset that grows: [`Watcher`] finds the files added to a dataset's
+//! folder since the last look and appends them to the [`Dataset`], with
+//! each sample's arrival time (its file's mtime).
+//!
+//! - Indices are stable: new samples are appended, existing ones never
+//!   move. A new ImageFolder class folder gets the next label (never the
+//!   position its name would sort to); new files in a class folder (or
+//!   below it) get its label. A new WebDataset shard in the folder of
+//!   shards is indexed and appended.
+//! - A rescan is cheap when nothing changed: it stats the folders it knows
+//!   and lists only those whose mtime moved (adding or renaming a file
+//!   changes its folder's mtime).
+//! - Bounded: the files (samples) and folders a watch keeps track of are
+//!   at most `max_files` each, else [`PipelineError::TooManyFiles`].
+//!
+//! A file written in place may be seen half-written: write it elsewhere on
+//! the same file system and rename it into the folder (a truncated JPEG
+//! is skipped at decode time like any corrupt file; a truncated shard
+//! fails the rescan).
+
+use std::collections::HashSet;
+use std::ffi::OsString;
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
+
+use super::{imagefolder, webdataset, Dataset, DatasetKind, Entry, Location};
+use crate::PipelineError;
+
+/// Files a watch keeps track of by default.
+pub const DEFAULT_WATCH_MAX_FILES: usize = 10_000_000;
+
+/// A folder the watch knows, as it last saw it.
+#[derive(Debug)]
+struct Folder {
+    path: PathBuf,
+    mtime: Option<SystemTime>,
+    /// The class of the files below it (None: the dataset's root).
+    label: Option<i64>,
+}
+
+/// What one rescan found and what it cost.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Growth {
+    /// Samples appended.
+    pub added: usize,
+    /// ImageFolder classes appended.
+    pub new_classes: usize,
+    /// Earliest and latest arrival time of the samples appended, seconds
+    /// since the Unix epoch.
+    pub arrivals: Option<(f64, f64)>,
+    /// Folders whose mtime was checked.
+    pub folders_checked: usize,
+    /// Folders listed (their mtime had moved, or they are new).
+    pub folders_listed: usize,
+    /// Wall seconds the rescan took.
+    pub seconds: f64,
+}
+
+/// Watches a dataset's folder for new files; see the module's documentation.
+#[derive(Debug)]
+pub struct Watcher {
+    root: PathBuf,
+    kind: DatasetKind,
+    folders: Vec<Folder>,
+    known: HashSet<PathBuf>,
+    /// Each sample's arrival time, by index.
+    arrivals: Vec<f64>,
+    max_files: usize,
+}
+
+/// Seconds since the Unix epoch of `path`'s mtime (0 when unknown).
+fn mtime_secs(path: &Path) -> f64 {
+    fs::metadata(path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+        .map_or(0.0, |d| d.as_secs_f64())
+}
+
+fn mtime(path: &Path) -> Option<SystemTime> {
+    fs::metadata(path).and_then(|m| m.modified()).ok()
+}
+
+fn entry_path(e: &Entry) -> Option<&Path> {
+    match &e.location {
+        Location::File(p) => Some(p),
+        Location::Member { .. } => None,
+    }
+}
+
+impl Watcher {
+    /// Starts watching `dataset` (an ImageFolder tree or a folder of
+    /// WebDataset shards): records its folders and each sample's arrival
+    /// time (one stat per file, or per shard).
+    ///
+    /// # Errors
+    /// A dataset opened from one `.tar` file (there is no folder to
+    /// watch), more than `max_files` samples or folders, an unreadable
+    /// folder.
+    pub fn new(dataset: &Dataset, max_files: usize) -> Result<Watcher, PipelineError> {
+        let root = dataset.root().to_path_buf();
+        if !root.is_dir() {
+            return Err(PipelineError::InvalidConfig(format!(
+                "{} is one shard: a watch needs the folder of shards, where new ones appear; \
+                 pass the folder",
+                root.display()
+            )));
+        }
+        let mut w = Watcher {
+            root,
+            kind: dataset.kind(),
+            folders: Vec::new(),
+            known: HashSet::new(),
+            arrivals: Vec::with_capacity(dataset.len()),
+            max_files,
+        };
+        w.check_files(dataset.len())?;
+        w.add_folder(w.root.clone(), None)?;
+        match w.kind {
+            DatasetKind::ImageFolder => {
+                for (label, class) in dataset.class_names().iter().enumerate() {
+                    let label = i64::try_from(label).unwrap_or(i64::MAX);
+                    w.add_tree(&w.root.join(class), label)?;
+                }
+                for e in &dataset.entries {
+                    let path = entry_path(e).unwrap_or(&w.root);
+                    w.arrivals.push(mtime_secs(path));
+                    w.known.insert(path.to_path_buf());
+                }
+            }
+            DatasetKind::WebDataset => {
+                let shard_times: Vec<f64> = dataset.shards.iter().map(|s| mtime_secs(s)).collect();
+                w.known.extend(dataset.shards.iter().cloned());
+                for e in &dataset.entries {
+                    let t = match &e.location {
+                        Location::Member { shard, .. } => shard_times.get(*shard as usize),
+                        Location::File(_) => None,
+                    };
+                    w.arrivals.push(t.copied().unwrap_or(0.0));
+                }
+            }
+        }
+        Ok(w)
+    }
+
+    /// The arrival time of sample `index` (seconds since the Unix epoch),
+    /// `None` past the end.
+    pub fn arrival(&self, index: usize) -> Option<f64> {
+        self.arrivals.get(index).copied()
+    }
+
+    /// Earliest and latest arrival among samples `from..` (None when empty).
+    pub fn arrivals_since(&self, from: usize) -> Option<(f64, f64)> {
+        let tail = self.arrivals.get(from..)?;
+        let first = tail.iter().copied().reduce(f64::min)?;
+        let last = tail.iter().copied().reduce(f64::max)?;
+        Some((first, last))
+    }
+
+    fn check_files(&self, n: usize) -> Result<(), PipelineError> {
+        if n > self.max_files {
+            return Err(self.too_many("files"));
+        }
+        Ok(())
+    }
+
+    fn too_many(&self, what: &'static str) -> PipelineError {
+        PipelineError::TooManyFiles {
+            path: self.root.clone(),
+            what,
+            limit: self.max_files,
+        }
+    }
+
+    /// Records a folder, its mtime read before it is listed (a file added
+    /// after the listing moves the mtime again).
+    fn add_folder(&mut self, path: PathBuf, label: Option<i64>) -> Result<(), PipelineError> {
+        if self.folders.len() >= self.max_files {
+            return Err(self.too_many("folders"));
+        }
+        let mtime = mtime(&path);
+        self.folders.push(Folder { path, mtime, label });
+        Ok(())
+    }
+
+    /// Records `dir` and every folder below it (symlinks followed, each
+    /// folder once), as the class `label`.
+    fn add_tree(&mut self, dir: &Path, label: i64) -> Result<(), PipelineError> {
+        let mut seen = HashSet::new();
+        let mut stack = vec![dir.to_path_buf()];
+        while let Some(d) = stack.pop() {
+            if let Ok(c) = fs::canonicalize(&d) {
+                if !seen.insert(c) {
+                    continue;
+                }
+            }
+            self.add_folder(d.clone(), Some(label))?;
+            for item in fs::read_dir(&d).map_err(|e| PipelineError::io(&d, e))? {
+                let item = item.map_err(|e| PipelineError::io(&d, e))?;
+                if fs::metadata(item.path()).is_ok_and(|m| m.is_dir()) {
+                    stack.push(item.path());
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Appends to `dataset` what was added to its folder since the last
+    /// look: samples at the end, new classes after the known ones.
+    ///
+    /// # Errors
+    /// An unreadable folder, a new shard that cannot be indexed, more
+    /// than the watch's `max_files` samples or folders. On error the
+    /// dataset is unchanged.
+    pub fn rescan(&mut self, dataset: &mut Dataset) -> Result<Growth, PipelineError> {
+        let t0 = Instant::now();
+        let mut growth = Growth {
+            folders_checked: self.folders.len(),
+            ..Growth::default()
+        };
+        let changed: Vec<usize> = (0..self.folders.len())
+            .filter(|&i| mtime(&self.folders[i].path) != self.folders[i].mtime)
+            .collect();
+        let before = dataset.len();
+        let mut new_files: Vec<(i64, PathBuf)> = Vec::new();
+        let mut new_classes: Vec<OsString> = Vec::new();
+        let mut new_shards: Vec<PathBuf> = Vec::new();
+        for i in changed {
+            let (path, label) = (self.folders[i].path.clone(), self.folders[i].label);
+            self.folders[i].mtime = mtime(&path);
+            growth.folders_listed += 1;
+            for item in fs::read_dir(&path).map_err(|e| PipelineError::io(&path, e))? {
+                let item = item.map_err(|e| PipelineError::io(&path, e))?;
+                let p = item.path();
+                if self.known.contains(&p) {
+                    continue;
+                }
+                // The entry's type needs no stat; symlinks are followed.
+                let is_dir = match item.file_type() {
+                    Ok(t) if !t.is_symlink() => t.is_dir(),
+                    _ => fs::metadata(&p).is_ok_and(|m| m.is_dir()),
+                };
+                if is_dir && self.folders.iter().any(|f| f.path == p) {
+                    continue;
+                }
+                match (self.kind, label, is_dir) {
+                    (DatasetKind::WebDataset, _, false) if super::has_extension(&p, "tar") => {
+                        new_shards.push(p)
+                    }
+                    (DatasetKind::ImageFolder, None, true) => new_classes.push(item.file_name()),
+                    (DatasetKind::ImageFolder, Some(l), true) => {
+                        self.add_tree(&p, l)?;
+                        new_files.extend(self.files_below(&p)?.into_iter().map(|f| (l, f)));
+                    }
+                    (DatasetKind::ImageFolder, Some(l), false)
+                        if imagefolder::is_image_name(&item.file_name()) =>
+                    {
+                        new_files.push((l, p))
+                    }
+                    _ => {}
+                }
+            }
+        }
+        new_classes.sort();
+        for name in &new_classes {
+            let label =
+                i64::try_from(dataset.class_names.len() + growth.new_classes).unwrap_or(i64::MAX);
+            let dir = self.root.join(name);
+            self.add_tree(&dir, label)?;
+            new_files.extend(self.files_below(&dir)?.into_iter().map(|f| (label, f)));
+            growth.new_classes += 1;
+        }
+        new_files.sort();
+        new_shards.sort();
+        let mut entries: Vec<Entry> = new_files
+            .iter()
+            .map(|(label, p)| Entry {
+                location: Location::File(p.clone()),
+                label: *label,
+            })
+            .collect();
+        let mut times: Vec<f64> = new_files.iter().map(|(_, p)| mtime_secs(p)).collect();
+        if !new_shards.is_empty() {
+            let first = u32::try_from(dataset.shards.len()).unwrap_or(u32::MAX);
+            for mut e in webdataset::index(&self.root, &new_shards)? {
+                if let Location::Member { shard, .. } = &mut e.location {
+                    times.push(
+                        new_shards
+                            .get(*shard as usize)
+                            .map_or(0.0, |s| mtime_secs(s)),
+                    );
+                    *shard = shard.saturating_add(first);
+                }
+                entries.push(e);
+            }
+        }
+        self.check_files(before + entries.len())?;
+        // Nothing fails from here: the dataset and the watch change together.
+        self.known.extend(new_files.into_iter().map(|(_, p)| p));
+        self.known.extend(new_shards.iter().cloned());
+        dataset.shards.extend(new_shards);
+        dataset
+            .class_names
+            .extend(new_classes.iter().map(|c| c.to_string_lossy().into_owned()));
+        if dataset.kind == DatasetKind::WebDataset {
+            let max_label = entries.iter().map(|e| e.label).max().unwrap_or(-1);
+            while (dataset.class_names.len() as i64) <= max_label {
+                dataset
+                    .class_names
+                    .push(dataset.class_names.len().to_string());
+            }
+        }
+        growth.added = entries.len();
+        dataset.entries.extend(entries);
+        self.arrivals.extend(times);
+        growth.arrivals = self.arrivals_since(before);
+        growth.seconds = t0.elapsed().as_secs_f64();
+        Ok(growth)
+    }
+
+    /// Image files below `dir`, in ImageFolder's order.
+    fn files_below(&self, dir: &Path) -> Result<Vec<PathBuf>, PipelineError> {
+        let mut files = Vec::new();
+        imagefolder::walk(dir, &mut HashSet::new(), &mut files)?;
+        Ok(files
+            .into_iter()
+            .map(|(d, name)| d.join(name))
+            .filter(|p| !self.known.contains(p))
+            .collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn write(root: &Path, rel: &str) {
+        let p = root.join(rel);
+        fs::create_dir_all(p.parent().unwrap()).unwrap();
+        fs::write(p, b"x").unwrap();
+    }
+
+    fn names(ds: &Dataset, from: usize) -> Vec<(String, i64)> {
+        (from..ds.len())
+            .map(|i| {
+                let n = ds.sample_name(i).unwrap();
+                let rel = Path::new(&n).strip_prefix(ds.root()).unwrap();
+                (rel.display().to_string(), ds.label(i).unwrap())
+            })
+            .collect()
+    }
+
+    #[test]
+    fn new_files_and_classes_are_appended_with_stable_labels() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for f in ["cat/a.jpg", "cat/b.jpg", "dog/a.jpg"] {
+            write(root, f);
+        }
+        let mut ds = Dataset::open(root).unwrap();
+        let mut w = Watcher::new(&ds, 100).unwrap();
+        assert!(w.arrival(2).unwrap() > 1.0e9);
+        let quiet = w.rescan(&mut ds).unwrap();
+        assert_eq!((quiet.added, quiet.folders_listed), (0, 0));
+        assert_eq!(quiet.folders_checked, 3);
+        // "ant" sorts first but gets the next label; a nested folder in a
+        // known class takes its label.
+        for f in [
+            "ant/x.jpg",
+            "ant/y.png",
+            "dog/b.jpg",
+            "cat/sub/c.jpg",
+            "dog/n.txt",
+        ] {
+            write(root, f);
+        }
+        let g = w.rescan(&mut ds).unwrap();
+        assert_eq!((g.added, g.new_classes), (4, 1));
+        assert!(g.arrivals.is_some());
+        assert_eq!(ds.class_names(), ["cat", "dog", "ant"]);
+        assert_eq!(
+            names(&ds, 0),
+            [
+                ("cat/a.jpg".into(), 0),
+                ("cat/b.jpg".into(), 0),
+                ("dog/a.jpg".into(), 1),
+                ("cat/sub/c.jpg".into(), 0),
+                ("dog/b.jpg".into(), 1),
+                ("ant/x.jpg".into(), 2),
+                ("ant/y.png".into(), 2),
+            ]
+        );
+        assert_eq!(w.rescan(&mut ds).unwrap().added, 0);
+        write(root, "cat/sub/d.jpg");
+        assert_eq!(names(&ds, 7), []);
+        assert_eq!(w.rescan(&mut ds).unwrap().added, 1);
+        assert_eq!(names(&ds, 7), [("cat/sub/d.jpg".into(), 0)]);
+    }
+
+    #[test]
+    fn growth_past_the_bound_is_refused_and_changes_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        for f in ["cat/a.jpg", "cat/b.jpg"] {
+            write(dir.path(), f);
+        }
+        let mut ds = Dataset::open(dir.path()).unwrap();
+        let err = Watcher::new(&ds, 1).unwrap_err().to_string();
+        assert!(err.contains("more than 1 files"), "{err}");
+        let mut w = Watcher::new(&ds, 3).unwrap();
+        for f in ["cat/c.jpg", "cat/d.jpg"] {
+            write(dir.path(), f);
+        }
+        let err = w.rescan(&mut ds).unwrap_err().to_string();
+        assert!(err.contains("--watch-max-files"), "{err}");
+        assert_eq!(ds.len(), 2);
+    }
+
+    #[test]
+    fn new_shards_are_indexed_and_appended() {
+        let dir = tempfile::tempdir().unwrap();
+        let shard = |name: &str, label: i64| {
+            let mut w = crate::WebDatasetWriter::create(&dir.path().join(name)).unwrap();
+            w.add_sample("k0", "jpg", b"img", label).unwrap();
+            w.finish().unwrap();
+        };
+        shard("a.tar", 0);
+        let mut ds = Dataset::open(dir.path()).unwrap();
+        let mut w = Watcher::new(&ds, 10).unwrap();
+        shard("b.tar", 3);
+        let g = w.rescan(&mut ds).unwrap();
+        assert_eq!(g.added, 1);
+        assert_eq!(ds.label(1), Some(3));
+        assert_eq!(ds.num_classes(), 4);
+        assert!(
+            ds.sample_name(1).unwrap().ends_with("b.tar:k0.jpg"),
+            "{:?}",
+            ds.sample_name(1)
+        );
+        let mut buf = Vec::new();
+        ds.read_sample(1, &mut buf).unwrap();
+        assert_eq!(buf, b"img");
+    }
+}

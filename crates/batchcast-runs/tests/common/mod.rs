@@ -1,5 +1,0 @@
-//! Helpers shared by batchcast-runs' integration tests.
-
-mod memory;
-
-pub use memory::*;

@@ -1,0 +1,265 @@
+//! Attaching to a producer: connect to its socket (same uid), say hello,
+//! receive the welcome and its descriptors, and map and validate every
+//! region they name. [`Consumer::connect`](super::Consumer::connect) does
+//! it once; a consumer that lost a producer that resumes its stream does it
+//! again with the restarted one (`super::reattach`).
+
+use std::os::fd::OwnedFd;
+use std::os::unix::net::UnixStream;
+use std::time::{Duration, Instant};
+
+use rustix::event::{PollFd, PollFlags, Timespec};
+
+use super::link::Link;
+use super::watch::ProducerWatch;
+use super::{ConsumerOptions, TICK};
+use crate::arena::ArenaView;
+use crate::board::BoardView;
+use crate::endpoint::Endpoint;
+use crate::error::{Error, Result};
+use crate::holds::HoldsView;
+use crate::ledger::Ledger;
+use crate::wire::{
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ToConsumer, ToProducer,
+    Welcome, MAGIC, PROTOCOL_VERSION,
+};
+
+/// What attaching to a producer yields.
+pub(super) struct Attached {
+    pub link: Link,
+    pub reader: FrameReader,
+    pub arena: ArenaView,
+    pub welcome: Welcome,
+    pub watch: Option<ProducerWatch>,
+}
+
+/// How to attach.
+pub(super) struct Attach {
+    /// The join policy.
+    pub join: JoinPolicy,
+    /// How long to wait for the socket to appear.
+    pub timeout: Option<Duration>,
+    /// Remove a killed producer's files if found (not while waiting for
+    /// its restart: the restarted producer replaces them).
+    pub clear: bool,
+}
+
+/// Attaches to the producer at `endpoint` as `how` says.
+pub(super) fn attach(
+    endpoint: &Endpoint,
+    opts: &ConsumerOptions,
+    how: Attach,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<Attached> {
+    let name = endpoint.name();
+    let sock = connect_socket(endpoint, how.timeout, how.clear, interrupt)?;
+    let cred = crate::peer::peer_cred(&sock)?;
+    let ours = rustix::process::getuid().as_raw();
+    if cred.uid != ours {
+        return Err(Error::ForeignPeer {
+            peer: cred.uid,
+            ours,
+        });
+    }
+    let hello = ToProducer::Hello(Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        role: Role::Consumer(ConsumerHello {
+            batch_size: opts.batch_size,
+            drop_last: opts.drop_last,
+            join: how.join,
+            label: opts.label.clone(),
+            on_evict: opts.on_evict,
+        }),
+    });
+    wire::send_frame(&sock, &wire::encode(&hello)?)?;
+    let mut reader = FrameReader::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // Frames read with the end of the stream (a shutdown just before
+    // the producer exits) are decoded before the end counts.
+    let mut eof = false;
+    let welcome = loop {
+        if let Some(msg) = reader.next_frame::<ToConsumer>()? {
+            match msg {
+                ToConsumer::Welcome(w) => break w,
+                ToConsumer::Refused(reason) => {
+                    return Err(Error::JoinRefused {
+                        name: name.to_owned(),
+                        reason,
+                    })
+                }
+                ToConsumer::Shutdown(reason) => {
+                    return Err(Error::ProducerStopped {
+                        name: name.to_owned(),
+                        reason,
+                    })
+                }
+                other => {
+                    return Err(Error::Protocol(format!(
+                        "expected a welcome, got {other:?}"
+                    )))
+                }
+            }
+        }
+        if eof {
+            return Err(Error::ProducerGone {
+                name: name.to_owned(),
+                waited_secs: None,
+            });
+        }
+        if !wait_readable(&sock, TICK)? {
+            if interrupt() {
+                return Err(Error::Interrupted);
+            }
+            continue;
+        }
+        eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
+    };
+    if welcome.version != PROTOCOL_VERSION {
+        return Err(Error::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs: welcome.version,
+        });
+    }
+    if welcome.batch_size == Some(0) {
+        return Err(Error::Protocol(
+            "the welcome announced a batch size of 0".into(),
+        ));
+    }
+    let mut fds = fds.into_iter();
+    let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
+        (fds.next(), fds.next(), fds.next(), fds.next())
+    else {
+        return Err(Error::Protocol(
+            "the welcome did not carry the arena, board, ledger and holder-count descriptors"
+                .into(),
+        ));
+    };
+    let slot_size = usize::try_from(welcome.slot_size)
+        .map_err(|_| Error::Protocol("slot size out of range".into()))?;
+    let slots = welcome.slots as usize;
+    let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
+    let board = BoardView::map(board_fd)?;
+    let ledger = Ledger::open(ledger_fd, slots)?;
+    let holds = HoldsView::open(holds_fd, slots, &opts.warn);
+    let watch = ProducerWatch::open(name, welcome.producer_pid);
+    Ok(Attached {
+        link: Link::new(sock, board, ledger, holds),
+        reader,
+        arena,
+        welcome,
+        watch,
+    })
+}
+
+fn connect_socket(
+    endpoint: &Endpoint,
+    timeout: Option<Duration>,
+    clear: bool,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<UnixStream> {
+    let path = endpoint.socket_path();
+    let deadline = timeout.map(|t| Instant::now() + t);
+    // Watched before each attempt, so that a socket made after a failed
+    // one wakes the wait below.
+    let watch = timeout.and_then(|_| DirWatch::new(endpoint));
+    loop {
+        match endpoint.connect_or_clear(clear)? {
+            Some(sock) => return Ok(sock),
+            None => {
+                let left = deadline.map(|d| d.saturating_duration_since(Instant::now()));
+                let Some(left) = left.filter(|l| !l.is_zero()) else {
+                    return Err(Error::ProducerNotFound {
+                        name: endpoint.name().to_owned(),
+                        socket: path,
+                        waited_secs: timeout.map(|t| t.as_secs_f64()),
+                    });
+                };
+                match &watch {
+                    // Until a file appears or changes in the directory, or
+                    // a tick passes (for the interrupt hook).
+                    Some(w) => w.wait(left.min(TICK)),
+                    // No watch (inotify refused): look again shortly.
+                    None => std::thread::sleep(Duration::from_millis(20).min(left)),
+                }
+                if interrupt() {
+                    return Err(Error::Interrupted);
+                }
+            }
+        }
+    }
+}
+
+/// An inotify watch on the socket directory: the signal that a producer's
+/// socket may have appeared. Only events on the socket's own name wake the
+/// wait, so that the lock files that consumers and producers create and
+/// remove around it do not.
+struct DirWatch {
+    fd: OwnedFd,
+    socket: std::ffi::OsString,
+}
+
+impl DirWatch {
+    fn new(endpoint: &Endpoint) -> Option<DirWatch> {
+        use rustix::fs::inotify::{self, CreateFlags, WatchFlags};
+        let socket = endpoint.socket_path().file_name()?.to_owned();
+        let fd = inotify::init(CreateFlags::CLOEXEC | CreateFlags::NONBLOCK).ok()?;
+        let what = WatchFlags::CREATE | WatchFlags::MOVED_TO | WatchFlags::ATTRIB;
+        inotify::add_watch(&fd, endpoint.dir(), what).ok()?;
+        Some(DirWatch { fd, socket })
+    }
+
+    /// Waits up to `timeout` for an event on the socket's name.
+    fn wait(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut fds = [PollFd::new(&self.fd, PollFlags::IN)];
+            let ts = Timespec {
+                tv_sec: left.as_secs() as i64,
+                tv_nsec: left.subsec_nanos() as i64,
+            };
+            if left.is_zero() || !matches!(rustix::event::poll(&mut fds, Some(&ts)), Ok(n) if n > 0)
+            {
+                return;
+            }
+            if self.drain() {
+                return;
+            }
+        }
+    }
+
+    /// Reads the events queued; true if one is about the socket.
+    fn drain(&self) -> bool {
+        use std::os::unix::ffi::OsStrExt;
+        let mut buf = [std::mem::MaybeUninit::<u8>::uninit(); 4096];
+        let mut reader = rustix::fs::inotify::Reader::new(&self.fd, &mut buf);
+        let mut ours = false;
+        loop {
+            match reader.next() {
+                Ok(event) => {
+                    ours |= event
+                        .file_name()
+                        .is_some_and(|n| n.to_bytes() == self.socket.as_bytes());
+                }
+                // Drained (AGAIN), or the watch failed: look at the socket.
+                Err(rustix::io::Errno::AGAIN) => return ours,
+                Err(_) => return true,
+            }
+        }
+    }
+}
+
+/// Waits up to `timeout` for `sock` to be readable (or closed).
+fn wait_readable(sock: &UnixStream, timeout: Duration) -> Result<bool> {
+    let mut fds = [PollFd::new(sock, PollFlags::IN)];
+    let ts = Timespec {
+        tv_sec: timeout.as_secs() as i64,
+        tv_nsec: timeout.subsec_nanos() as i64,
+    };
+    match rustix::event::poll(&mut fds, Some(&ts)) {
+        Ok(n) => Ok(n > 0),
+        Err(rustix::io::Errno::INTR) => Ok(false),
+        Err(e) => Err(Error::io("cannot wait for the producer", e)),
+    }
+}
