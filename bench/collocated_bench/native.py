@@ -5,7 +5,6 @@ whatever options that binary has."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 from typing import Dict, List, Optional
 
@@ -13,14 +12,16 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def find_batchcast_bin(explicit: Optional[str]) -> Optional[str]:
-    """--batchcast-bin, $BATCHCAST_BIN, the workspace's release build, PATH,
-    then the workspace's debug build (slow: for tests only)."""
-    for cand in (explicit, os.environ.get("BATCHCAST_BIN"),
-                 os.path.join(REPO, "target", "release", "batchcast"), shutil.which("batchcast"),
-                 os.path.join(REPO, "target", "debug", "batchcast")):
-        if cand and os.path.isfile(cand) and os.access(cand, os.X_OK):
-            return cand
-    return None
+    """--batchcast-bin, else what batchcast finds: $BATCHCAST_BIN, the
+    workspace's release build, PATH, then the workspace's debug build (slow:
+    for tests only)."""
+    if explicit and os.path.isfile(explicit) and os.access(explicit, os.X_OK):
+        return explicit
+    try:
+        from batchcast._experiment import find_binary
+    except ImportError:
+        return None
+    return find_binary(REPO)
 
 
 _SERVE_HELP: Dict[str, str] = {}

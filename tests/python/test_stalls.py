@@ -20,6 +20,15 @@ ROOT = Path(__file__).resolve().parents[2]
 TRAIN = ROOT / "examples" / "stalls" / "train.py"
 
 
+@pytest.fixture(autouse=True, scope="module")
+def _own_run_store(tmp_path_factory):
+    """The runs of --validate go to a store of the tests', not the user's."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("BATCHCAST_STORE", str(tmp_path_factory.mktemp("store") / "runs.sqlite"))
+    yield
+    mp.undo()
+
+
 def _result(mode, steps, seconds, waits, cpu, samples=None, len_=10, workers=0):
     return {"mode": mode, "steps": steps, "samples": samples if samples is not None else steps * 10,
             "seconds": seconds, "waits": waits, "cpu_seconds": cpu, "len": len_, "num_workers": workers}
@@ -438,6 +447,115 @@ def test_the_cli_face_prints_json_and_records_into_the_run_store(tmp_path):
         keys = {k for (k,) in db.execute("SELECT DISTINCT key FROM metrics")}
     assert status == "FINISHED"
     assert {"stalls/warm/samples_per_s", "stalls/prep/share"} <= keys
+
+
+@pytest.mark.stalls
+def test_validate_runs_its_copies_with_batchcast_run_into_the_store(tmp_path, batchcast_bin):
+    import sqlite3
+
+    store = tmp_path / "runs.db"
+    cmd = [batchcast_bin, "stalls", "--steps", "10", "--warmup", "2", "--jobs", "2", "--validate", "--json",
+           "--store", str(store), "--", sys.executable, str(TRAIN), "--data", str(tmp_path / "data"),
+           "--images", "32", "--size", "32"]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)  # stdout is the JSON alone
+    assert f"batchcast ui --store {store}" in proc.stderr
+    with sqlite3.connect(store) as db:
+        runs = db.execute(
+            "SELECT w.name, r.name, r.status, r.id FROM runs r JOIN workloads w ON r.workload_id = w.id"
+            " JOIN experiments e ON w.experiment_id = e.id WHERE e.name LIKE 'stalls-%' ORDER BY r.id").fetchall()
+        figures = {rid: dict(db.execute("SELECT key, value FROM metrics WHERE run_id = ? AND key LIKE 'figure/%'",
+                                        (rid,)).fetchall()) for (*_, rid) in runs}
+    assert [(w, n, s) for w, n, s, _ in runs] == [
+        ("own-2-r1", "own0", "FINISHED"), ("own-2-r1", "own1", "FINISHED"),
+        ("shared-2-r1", "shared0", "FINISHED"), ("shared-2-r1", "shared1", "FINISHED"),
+        ("shared-2-r1", "data", "FINISHED")]
+    # What the report measured is what the store holds.
+    measured = report["predictions"][0]["measured"]
+    for side, names in (("independent", ("own0", "own1")), ("shared", ("shared0", "shared1"))):
+        rates = sorted(f["figure/samples"] / f["figure/seconds"]
+                       for (_, n, _, rid) in runs for f in [figures[rid]] if n in names)
+        assert rates == pytest.approx(sorted(c["samples_per_s"] for c in measured["copies"][side]))
+        assert measured[side] == pytest.approx(sum(rates))
+
+
+# A marked script of arrays in memory (no dataset, no torch), that crashes
+# in the mode named by CRASH_IN: for the copies of --validate under `batchcast run`.
+TINY_SCRIPT = """
+import os, sys
+import numpy as np
+import batchcast.stalls
+mode = os.environ.get("BATCHCAST_STALLS_MODE")
+print("tiny script in mode", mode, flush=True)
+if mode == os.environ.get("CRASH_IN"):
+    sys.exit("crashing on purpose in " + mode)
+if mode == os.environ.get("LINGER_IN"):  # a thread that keeps the process alive after its result
+    import threading, time
+    threading.Thread(target=time.sleep, args=(600,)).start()
+loader = batchcast.stalls.mark([{"x": np.full((4, 16), i, dtype=np.float32)} for i in range(8)], batch_size=4)
+for epoch in range(1000):
+    for batch in loader:
+        pass
+"""
+
+
+def _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=None, timeout=120.0, linger=20.0):
+    from batchcast.stalls import _protocol
+
+    script = tmp_path / "tiny.py"
+    script.write_text(TINY_SCRIPT)
+    if crash_in:
+        monkeypatch.setenv("CRASH_IN", crash_in)
+    store = _runner.Store(str(tmp_path / "runs.sqlite"), "stalls-test", batchcast_bin)
+    settings = {_protocol.WARMUP: "2", _protocol.STEPS: "5"}
+    command = [sys.executable, str(script)]
+    producer = _runner.make_job("producer", command, "producer", str(tmp_path), settings)
+    readers = [_runner.make_job(f"shared{i}", command, "consumer", str(tmp_path), settings) for i in range(2)]
+    return _runner.run_planned(readers, "shared-2-r1", store, str(tmp_path), timeout, producer, linger)
+
+
+def test_validate_without_a_batchcast_binary_fails_before_anything_runs(monkeypatch):
+    from batchcast import _experiment
+    from batchcast.stalls import _session
+
+    monkeypatch.setattr(_experiment, "find_binary", lambda: None)
+    opts = _session.Options(command=["python", "no-such-script.py"], jobs=[2], validate=True, log=False)
+    with pytest.raises(_runner.StallsError, match="no batchcast binary was found: put batchcast on PATH"):
+        _session.analyse(opts)
+
+
+def test_validate_copies_come_back_from_the_run_store(tmp_path, batchcast_bin, monkeypatch):
+    got = _tiny_copies(tmp_path, batchcast_bin, monkeypatch)
+    assert sorted(got) == ["shared0", "shared1"]
+    for (r,) in got.values():
+        assert r["mode"] == "consumer" and r["steps"] == 5 and r["samples"] == 20
+        assert _analysis.figures(r).samples_per_s > 0
+
+
+def test_validate_copies_that_linger_after_their_result_are_stopped(tmp_path, batchcast_bin, monkeypatch):
+    import sqlite3
+    import time
+
+    monkeypatch.setenv("LINGER_IN", "consumer")
+    started = time.monotonic()
+    got = _tiny_copies(tmp_path, batchcast_bin, monkeypatch, linger=1.0)
+    assert time.monotonic() - started < 60
+    assert sorted(got) == ["shared0", "shared1"] and all(r["steps"] == 5 for (r,) in got.values())
+    with sqlite3.connect(tmp_path / "runs.sqlite") as db:
+        status = dict(db.execute("SELECT name, status FROM runs").fetchall())
+    assert status["shared0"] == status["shared1"] == "KILLED"
+
+
+@pytest.mark.parametrize("crash_in,says", [
+    ("consumer", "mode consumer (shared0): the script exited with status 1"),
+    ("producer", "mode producer (producer): producer"),
+])
+def test_a_validate_copy_that_fails_is_named_with_its_output(tmp_path, batchcast_bin, monkeypatch, crash_in, says):
+    with pytest.raises(_runner.StallsError) as e:
+        _tiny_copies(tmp_path, batchcast_bin, monkeypatch, crash_in=crash_in)
+    assert says in str(e.value)
+    assert "last output of the script" in str(e.value) and f"crashing on purpose in {crash_in}" in str(e.value)
 
 
 CONSUMER_SCRIPT = """

@@ -63,6 +63,14 @@ def main(argv: Optional[list[str]] = None) -> int:
     p.add_argument(
         "--timeout", type=float, default=300.0, help="seconds one mode may take (default 300)"
     )
+    p.add_argument(
+        "--store",
+        help="the run store --validate records its copies in (default: $BATCHCAST_STORE,"
+        " else $XDG_DATA_HOME/batchcast/runs.sqlite)",
+    )
+    # The binary whose `batchcast run` runs --validate's copies (what
+    # `batchcast stalls` passes: itself); else found as _experiment says.
+    p.add_argument("--runner", help=argparse.SUPPRESS)
     p.add_argument("--json", action="store_true", help="print the analysis as JSON")
     p.add_argument("--json-out", help="also write the JSON analysis to this file")
     a = p.parse_args(argv)
@@ -86,6 +94,8 @@ def main(argv: Optional[list[str]] = None) -> int:
         validate=a.validate,
         data=a.data,
         timeout=a.timeout,
+        store=a.store,
+        runner=a.runner,
     )
     try:
         report = analyse(opts)

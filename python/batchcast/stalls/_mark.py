@@ -91,7 +91,8 @@ def _serve(loader: Any, config: "_protocol.Config") -> None:
         )
     if config.shared is None:
         raise SystemExit(
-            f"batchcast stalls: the producer mode needs {_protocol.SHARED} (the producer's name); "
+            f"batchcast stalls: the producer mode needs {_protocol.SHARED} or BATCHCAST_NAME"
+            " (the producer's name); "
             "run the script under `batchcast stalls --validate`, which sets it"
         )
     with Producer(loader, name=config.shared, window=_protocol.SHARED_WINDOW) as producer:

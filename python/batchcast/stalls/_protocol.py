@@ -14,6 +14,8 @@ OUT = "BATCHCAST_STALLS_OUT"
 WARMUP = "BATCHCAST_STALLS_WARMUP"
 STEPS = "BATCHCAST_STALLS_STEPS"
 SECONDS = "BATCHCAST_STALLS_SECONDS"
+#: The shared producer's name; else ``BATCHCAST_NAME``, which ``batchcast
+#: run`` gives a workload's producer and its jobs.
 SHARED = "BATCHCAST_STALLS_SHARED"
 #: ``DIR:N``: N copies run together; each waits after its warm-up until all
 #: N have warmed up, so that their measured windows overlap.
@@ -62,7 +64,7 @@ class Config:
             warmup=int(os.environ.get(WARMUP, "5")),
             steps=int(steps) if steps else None,
             seconds=float(seconds) if seconds else None,
-            shared=os.environ.get(SHARED) or None,
+            shared=os.environ.get(SHARED) or os.environ.get("BATCHCAST_NAME") or None,
             barrier=os.environ.get(BARRIER) or None,
         )
 

@@ -12,6 +12,7 @@ import os
 import time
 from typing import Any, Callable, Optional
 
+from .._figures import write_figures
 from .._native import machine_busy_seconds, tree_cpu_seconds
 from . import _protocol
 
@@ -133,6 +134,8 @@ class Recorder:
         with open(tmp, "w") as f:
             json.dump(result, f)
         os.replace(tmp, path)
+        if _protocol.rank() == 0:
+            write_figures(result)  # the run's figures, under `batchcast run`
         raise SystemExit(0)
 
 

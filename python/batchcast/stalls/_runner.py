@@ -4,7 +4,9 @@ Each run gets its own result directory; the marked script writes
 ``marked-PID.json`` when it creates its loader and ``result-RANK.json`` when
 it has measured its steps. A run that ends without a result, or outlives its
 timeout, is a :class:`StallsError` naming the mode and the script's last
-output.
+output. The copies of ``--validate`` run as workloads of ``batchcast run``
+(:func:`run_planned`), which records them in the run store; their results
+are read back from it.
 """
 
 import glob
@@ -16,7 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Optional
 
-from .. import _native
+from .. import _experiment, _native
 from . import _protocol
 
 MAX_RESULT_BYTES = 64 << 20
@@ -36,7 +38,6 @@ class Job:
     mode: str
     out: str
     env: dict[str, str] = field(default_factory=dict)
-    expect_result: bool = True
     ranks: int = 1
     proc: Optional[_native.Process] = None
     log: str = ""
@@ -53,8 +54,7 @@ def tail(path: str, lines: int = TAIL_LINES) -> str:
             text = f.read().decode("utf-8", "replace")
     except OSError:
         return "(no output)"
-    kept = text.splitlines()[-lines:]
-    return "\n".join("    " + line for line in kept) if kept else "    (no output)"
+    return _indent(text, lines)
 
 
 def make_job(
@@ -70,9 +70,7 @@ def make_job(
     env = dict(settings)
     env[_protocol.MODE] = mode
     env[_protocol.OUT] = out
-    return Job(
-        label, command, mode, out, env=env, expect_result=mode != "producer", ranks=ranks, cpus=cpus
-    )
+    return Job(label, command, mode, out, env=env, ranks=ranks, cpus=cpus)
 
 
 def can_pin() -> bool:
@@ -114,7 +112,7 @@ def results_of(job: Job) -> list[dict]:
     return found
 
 
-def _failure(job: Job, why: str) -> StallsError:
+def _failure(job: Job, why: str, output: Optional[str] = None) -> StallsError:
     marked = glob.glob(os.path.join(job.out, "marked-*.json"))
     hint = (
         ""
@@ -124,9 +122,15 @@ def _failure(job: Job, why: str) -> StallsError:
             " `loader = batchcast.stalls.mark(loader)`"
         )
     )
+    last = tail(job.log) if output is None else _indent(output)
     return StallsError(
-        f"mode {job.mode} ({job.label}): {why}{hint}\n  last output of the script:\n{tail(job.log)}"
+        f"mode {job.mode} ({job.label}): {why}{hint}\n  last output of the script:\n{last}"
     )
+
+
+def _indent(text: str, lines: int = TAIL_LINES) -> str:
+    kept = text.splitlines()[-lines:]
+    return "\n".join("    " + line for line in kept) if kept else "    (no output)"
 
 
 def run_all(jobs: list[Job], timeout: float, grace: float = 20.0) -> dict[str, list[dict]]:
@@ -141,7 +145,7 @@ def run_all(jobs: list[Job], timeout: float, grace: float = 20.0) -> dict[str, l
         while True:
             for j in jobs:
                 assert j.proc is not None
-                if not j.expect_result or j.label in done:
+                if j.label in done:
                     continue
                 res = results_of(j)
                 if len(res) >= j.ranks:
@@ -156,7 +160,7 @@ def run_all(jobs: list[Job], timeout: float, grace: float = 20.0) -> dict[str, l
                         j,
                         f"the script exited with status {j.proc.returncode} before its measured steps ended",
                     )
-            waiting = [j for j in jobs if j.expect_result and j.label not in done]
+            waiting = [j for j in jobs if j.label not in done]
             if not waiting:
                 break
             if time.monotonic() > deadline:
@@ -175,3 +179,85 @@ def run_all(jobs: list[Job], timeout: float, grace: float = 20.0) -> dict[str, l
         for j in jobs:
             _kill(j)
     return done
+
+
+@dataclass(frozen=True)
+class Store:
+    """Where planned runs are recorded: the store file, the experiment (one
+    per analysis) their workloads belong to, and the runner."""
+
+    path: str
+    experiment: str
+    #: The ``batchcast`` binary (None: :func:`_experiment.find_binary`).
+    binary: Optional[str] = None
+
+
+def run_planned(
+    jobs: list[Job],
+    workload: str,
+    store: Store,
+    base: str,
+    timeout: float,
+    producer: Optional[Job] = None,
+    linger: float = 20.0,
+) -> dict[str, list[dict]]:
+    """Runs the jobs together as ``workload`` of ``batchcast run`` (with
+    ``producer`` as its shared producer) and returns each job's result as
+    the store holds it: the figures its marked loader wrote. Jobs still
+    running ``linger`` seconds after the last result are stopped."""
+    data = producer.command if producer is not None else None
+    planned = [
+        _experiment.Job(
+            workload,
+            j.label,
+            j.command,
+            j.env,
+            data=data,
+            data_env=producer.env if producer is not None else {},
+        )
+        for j in jobs
+    ]
+    workdir = tempfile.mkdtemp(prefix=f"{workload}-", dir=base)
+    try:
+        runs = _experiment.run_plan(
+            planned,
+            store.experiment,
+            store.path,
+            workdir,
+            timeout,
+            store.binary,
+            done=lambda: all(len(results_of(j)) >= j.ranks for j in jobs),
+            linger=linger,
+        )
+    except _experiment.ExperimentError as e:
+        raise StallsError(f"{workload}: {e}") from e
+    by_name = {r.name: r for r in runs if r.workload == workload}
+    feeder = by_name.get(_experiment.DATA_RUN)
+    done: dict[str, list[dict]] = {}
+    for j in jobs:
+        r = by_name.get(j.label)
+        if r is not None and r.figures:  # measured, however it ended
+            done[j.label] = [dict(r.figures, mode=j.mode)]
+            continue
+        ran = r is not None and r.exit_code not in (None, 0)
+        if not ran and producer is not None and feeder is not None and feeder.status == "FAILED":
+            raise _failure(producer, feeder.message or "the shared producer failed", feeder.output)
+        if r is None:
+            raise _failure(j, f"`batchcast run` did not run it (see {store.path})", "")
+        raise _failure(j, _why_no_result(j, r, store, timeout), r.output)
+    return done
+
+
+def _why_no_result(job: Job, run: _experiment.Run, store: Store, timeout: float) -> str:
+    """Why the run of ``job`` holds no result."""
+    if run.status == "TIMEOUT":
+        return f"no result after {timeout:.0f} s (the timeout; raise it with --timeout)"
+    if run.status == "FINISHED" and results_of(job):
+        return (
+            f"its result is not in the run store {store.path}: the runner"
+            f" ({store.binary or _experiment.find_binary()}) did not record the figures the"
+            f" script wrote to ${_experiment.FIGURES_ENV} (is it older than this batchcast?)"
+        )
+    if run.exit_code is not None:
+        return f"the script exited with status {run.exit_code} before its measured steps ended"
+    return run.message or f"its run is {run.status} without figures"

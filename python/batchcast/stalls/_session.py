@@ -6,7 +6,8 @@ A round: synthetic (which also shows which files the loader opens), cold
 step), then,
 when some ``--jobs`` N exceeds the free cores, two copies held to one core
 (the cost of time-sharing), then ``--validate``: N copies with their own
-loaders, and N copies reading one shared producer. ``--repeats`` runs R
+loaders, and N copies reading one shared producer, each a workload of
+``batchcast run`` recorded in the run store. ``--repeats`` runs R
 rounds back to back and reports each figure's median; the K-process
 synthetic run under torchrun (``nproc``) runs once, after them.
 """
@@ -15,14 +16,14 @@ import os
 import shutil
 import sys
 import tempfile
-import uuid
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Optional
 
+from .. import _experiment
 from . import _analysis, _cache, _protocol
 from ._report import SCHEMA_VERSION
-from ._runner import StallsError, can_pin, make_job, run_all
+from ._runner import StallsError, Store, can_pin, make_job, run_all, run_planned
 
 
 @dataclass
@@ -40,6 +41,12 @@ class Options:
     data: list[str] = field(default_factory=list)
     timeout: float = 300.0
     log: bool = True
+    #: The run store ``--validate`` records its copies in (None: the
+    #: default store of ``batchcast run``).
+    store: Optional[str] = None
+    #: The ``batchcast`` binary that runs them (None: found as
+    #: :func:`batchcast._experiment.find_binary` says).
+    runner: Optional[str] = None
 
 
 def _say(opts: Options, msg: str) -> None:
@@ -70,11 +77,24 @@ def analyse(opts: Options) -> dict:
         settings[_protocol.STEPS] = str(opts.steps)
     if opts.seconds is not None:
         settings[_protocol.SECONDS] = str(opts.seconds)
+    store = None
+    if opts.validate:
+        path = os.path.abspath(opts.store or _experiment.default_store())
+        binary = opts.runner or _experiment.find_binary()
+        if binary is None:
+            raise StallsError(
+                "--validate runs its copies with `batchcast run`, and no batchcast binary was"
+                " found: put batchcast on PATH or set BATCHCAST_BIN to it"
+            )
+        store = Store(path, _experiment.experiment_name("stalls"), binary)
     base = tempfile.mkdtemp(prefix="batchcast-stalls-")
     try:
-        return _analyse_in(opts, base, settings)
+        report = _analyse_in(opts, base, settings, store)
     finally:
         shutil.rmtree(base, ignore_errors=True)
+    if store is not None:
+        _say(opts, _experiment.store_line(store.path))
+    return report
 
 
 def _note(notes: list[str], text: str) -> None:
@@ -82,7 +102,7 @@ def _note(notes: list[str], text: str) -> None:
         notes.append(text)
 
 
-def _analyse_in(opts: Options, base: str, settings: dict[str, str]) -> dict:
+def _analyse_in(opts: Options, base: str, settings: dict[str, str], store: Optional[Store]) -> dict:
     notes: list[str] = []
     rounds: list[dict[str, Any]] = []
     cache_info: dict[str, Any] = {}
@@ -90,7 +110,7 @@ def _analyse_in(opts: Options, base: str, settings: dict[str, str]) -> dict:
         if opts.repeats > 1:
             _say(opts, f"round {r + 1} of {opts.repeats}")
         raw, cache_info = _modes(opts, base, settings, notes)
-        _compare(opts, raw, base, settings, notes)
+        _compare(opts, raw, base, settings, notes, store, r + 1)
         rounds.append(raw)
     ddp = None
     if opts.nproc > 1:
@@ -178,7 +198,13 @@ def _cores(raw: dict[str, Any]) -> int:
 
 
 def _compare(
-    opts: Options, raw: dict[str, Any], base: str, settings: dict[str, str], notes: list[str]
+    opts: Options,
+    raw: dict[str, Any],
+    base: str,
+    settings: dict[str, str],
+    notes: list[str],
+    store: Optional[Store],
+    round_no: int,
 ) -> None:
     """After one round of modes: the cost of time-sharing a core (when some
     ``--jobs`` exceeds the free cores) and, with ``--validate``, the copies."""
@@ -194,9 +220,11 @@ def _compare(
             )
         else:
             raw["timeshare"] = got
-    if opts.validate:
+    if opts.validate and store is not None:
         loader = _analysis.figures(raw["loader"]) if "loader" in raw else None
-        raw["validate"] = {n: _validate(opts, n, base, settings, loader) for n in opts.jobs}
+        raw["validate"] = {
+            n: _validate(opts, n, base, settings, loader, store, round_no) for n in opts.jobs
+        }
 
 
 #: How long the copies of ``--validate`` are measured (unless ``--seconds``
@@ -245,20 +273,25 @@ def _validate(
     base: str,
     settings: dict[str, str],
     loader: Optional[_analysis.ModeFigures],
+    store: Store,
+    round_no: int,
 ) -> dict[str, Any]:
+    """The copies of ``--validate``, as two workloads of ``batchcast run``:
+    ``own-N-rR`` (their own loaders) and ``shared-N-rR`` (one producer)."""
     _say(opts, f"validating: {jobs} copies with their own loaders")
     own_settings = _together(base, f"own{jobs}", settings, jobs)
     own = [make_job(f"own{i}", opts.command, "warm", base, own_settings) for i in range(jobs)]
-    got = run_all(own, opts.timeout * 2)
+    got = run_planned(own, f"own-{jobs}-r{round_no}", store, base, opts.timeout * 2)
     background = _analysis.background_cores([r[0] for r in got.values()])
     _say(opts, f"validating: {jobs} copies reading one shared producer")
     shared_settings = _together(base, f"shared{jobs}", settings, jobs)
-    shared_settings[_protocol.SHARED] = f"stalls-{uuid.uuid4().hex[:12]}"
     producer = make_job("producer", opts.command, "producer", base, shared_settings)
     readers = [
         make_job(f"shared{i}", opts.command, "consumer", base, shared_settings) for i in range(jobs)
     ]
-    got_shared = run_all([producer] + readers, opts.timeout * 2)
+    got_shared = run_planned(
+        readers, f"shared-{jobs}-r{round_no}", store, base, opts.timeout * 2, producer
+    )
     # Other processes while the readers ran, less the producer (not in the
     # readers' trees): it prepared each sample they read once, at the
     # loader mode's CPU per sample.

@@ -4,7 +4,9 @@
 //! `mark()` call a script makes: this face checks the arguments and runs
 //! `PYTHON -m batchcast.stalls ARGS -- COMMAND` with the command's own
 //! interpreter (the one that imports batchcast), then, with `--store`,
-//! records the analysis in the run store.
+//! records the analysis in the run store. The analysis runs the copies of
+//! `--validate` with this binary's `batchcast run` (`--runner`), into
+//! `--store` or the default store.
 
 use std::path::PathBuf;
 use std::process::Command;
@@ -46,7 +48,8 @@ pub struct StallsArgs {
     /// Print the analysis as JSON instead of a table.
     #[arg(long)]
     json: bool,
-    /// Record the analysis in this run store (see `batchcast run`).
+    /// Record the analysis, and the runs of --validate, in this run store
+    /// (see `batchcast run`; --validate's runs go to the default store without it).
     #[arg(long)]
     store: Option<PathBuf>,
     /// The training command: -- python train.py ARGS
@@ -129,6 +132,12 @@ pub fn run(a: StallsArgs) -> Result<i32> {
     cmd.arg(format!("--timeout={}", a.timeout));
     if a.json {
         cmd.arg("--json");
+    }
+    if let Some(store) = &a.store {
+        cmd.arg("--store").arg(store);
+    }
+    if let Ok(exe) = std::env::current_exe() {
+        cmd.arg("--runner").arg(exe);
     }
     let report = match &a.store {
         Some(_) => Some(new_report_file()?),
