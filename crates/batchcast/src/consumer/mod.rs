@@ -580,7 +580,10 @@ impl Consumer {
                         continue;
                     }
                     if self.cursor.take().is_some_and(|c| c.behind) {
-                        continue; // an epoch this consumer had already
+                        // An epoch this consumer had already, its triggers
+                        // with it.
+                        self.triggers.clear();
+                        continue;
                     }
                     if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
                         self.rows += tail.as_ref().map_or(0, |b| b.rows());
