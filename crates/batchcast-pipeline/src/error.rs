@@ -65,6 +65,21 @@ pub enum PipelineError {
         limit: usize,
     },
 
+    /// A replay trace (`--replay FILE.csv`) that cannot be replayed.
+    #[error(
+        "replay trace {path}:{line}: {reason}; each line after the header \
+         path,label,timestamp is a file relative to the CSV's folder, a class index and \
+         seconds since the Unix epoch"
+    )]
+    BadReplay {
+        /// The CSV file.
+        path: PathBuf,
+        /// The line at fault (from 1; 0 for the whole file).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A file or directory could not be read.
     #[error("cannot read {path}: {source}; check that it exists and that this user may read it")]
     Io {

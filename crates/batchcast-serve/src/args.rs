@@ -6,6 +6,7 @@ use std::path::PathBuf;
 
 use crate::error::{Result, ServeError};
 use crate::images::{self, ImageArgs};
+use crate::replay::ReplayArgs;
 use crate::source::{check_batch_size, BatchSource};
 use crate::synthetic::Synthetic;
 
@@ -36,6 +37,9 @@ pub struct SourceArgs {
     /// Options of the synthetic source.
     #[command(flatten)]
     pub synth: SyntheticArgs,
+    /// A timestamped dataset replayed as if it arrived.
+    #[command(flatten)]
+    pub replay: ReplayArgs,
 }
 
 /// Options of the synthetic source.
@@ -85,6 +89,16 @@ impl SourceArgs {
                 s.iters_per_us,
             )));
         }
+        if let Some(csv) = &self.replay.replay {
+            let clock = self.replay.clock()?;
+            return Ok(Box::new(images::open_replay(
+                csv,
+                clock,
+                self.batch_size,
+                self.workers,
+                &self.images,
+            )?));
+        }
         match &self.data {
             Some(path) => Ok(Box::new(images::open(
                 path,
@@ -93,7 +107,8 @@ impl SourceArgs {
                 &self.images,
             )?)),
             None => Err(ServeError::invalid(
-                "say what to serve: --data PATH (an image dataset) or --synthetic",
+                "say what to serve: --data PATH (an image dataset), --replay FILE.csv (a \
+                 timestamped one) or --synthetic",
             )),
         }
     }
@@ -128,6 +143,7 @@ impl SourceArgs {
         if let Some(d) = &self.data {
             push("--data", d.display().to_string());
         }
+        self.replay.push_flags(&mut f);
         if self.synthetic {
             f.push("--synthetic".into());
         }

@@ -5,17 +5,19 @@
 //! selected samples (only they are decoded), and with `--select-weights`
 //! each batch is `(images, labels, weights)`, weights `f32`. With `--watch`
 //! the files added to the dataset's folder join at the next epoch boundary
-//! ([`BatchSource::grow`]), never mid-epoch.
+//! ([`BatchSource::grow`]), never mid-epoch; with `--replay` the rows of
+//! a timestamped trace join there as the replay clock passes them.
 
 use std::path::Path;
 
 use batchcast::{DType, LeafSpec, Node};
 use batchcast_pipeline::{
-    DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Sampler, SelectSpec,
-    Selection, Transform, Watcher, DEFAULT_MAX_PIXELS, DEFAULT_WATCH_MAX_FILES,
+    DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Replay, Sampler,
+    SelectSpec, Selection, Transform, Watcher, DEFAULT_MAX_PIXELS, DEFAULT_WATCH_MAX_FILES,
 };
 
 use crate::error::{Result, ServeError};
+use crate::replay::ReplayClock;
 use crate::source::{Arrived, BatchSource};
 
 /// How images are read and augmented.
@@ -143,11 +145,19 @@ pub struct Images {
     weights: bool,
     shape: [usize; 3],
     dtype: DType,
-    /// The folder's watch (`--watch`).
-    watcher: Option<Watcher>,
+    /// How the dataset grows (`--watch`, `--replay`).
+    growing: Option<Growing>,
     /// What the sampler and the selection are made from, again when the
     /// dataset grows.
     plan: Plan,
+}
+
+/// How the dataset takes in new samples at epoch boundaries.
+enum Growing {
+    /// New files of its folder (`--watch`).
+    Watch(Watcher),
+    /// The rows of a trace the clock has passed (`--replay`).
+    Replay(Replay, ReplayClock),
 }
 
 /// How an epoch's samples are chosen and ordered, from the dataset.
@@ -186,6 +196,35 @@ impl Plan {
 /// Opens `path` as a batch source.
 pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> Result<Images> {
     let dataset = Dataset::open(path)?;
+    let growing = if args.watch {
+        let max = usize::try_from(args.watch_max_files).unwrap_or(usize::MAX);
+        Some(Growing::Watch(Watcher::new(&dataset, max)?))
+    } else {
+        None
+    };
+    build(dataset, growing, batch_size, workers, args)
+}
+
+/// Opens the trace `csv` as a batch source that grows on `clock`.
+pub(crate) fn open_replay(
+    csv: &Path,
+    clock: ReplayClock,
+    batch_size: u64,
+    workers: usize,
+    args: &ImageArgs,
+) -> Result<Images> {
+    let (dataset, replay) = Replay::open(csv)?;
+    let growing = Some(Growing::Replay(replay, clock));
+    build(dataset, growing, batch_size, workers, args)
+}
+
+fn build(
+    dataset: Dataset,
+    growing: Option<Growing>,
+    batch_size: u64,
+    workers: usize,
+    args: &ImageArgs,
+) -> Result<Images> {
     let size = args.image_size;
     let transform = match args.transform.as_str() {
         // Decode once: the stored square, augmented by each consumer.
@@ -236,10 +275,10 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
             )))
         }
     };
-    if args.watch && matches!(args.select, Some(SelectSpec::Scores { .. })) {
+    if growing.is_some() && matches!(args.select, Some(SelectSpec::Scores { .. })) {
         return Err(ServeError::invalid(
             "--select scores=FILE has one score per sample of the dataset as it is, which a \
-             watched dataset outgrows: drop --watch, or select another way",
+             growing dataset outgrows: drop --watch or --replay, or select another way",
         ));
     }
     let plan = Plan {
@@ -261,12 +300,6 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
                 .unwrap_or_default()
         )));
     }
-    let watcher = if args.watch {
-        let max = usize::try_from(args.watch_max_files).unwrap_or(usize::MAX);
-        Some(Watcher::new(&dataset, max)?)
-    } else {
-        None
-    };
     let output = OutputFormat {
         layout,
         dtype: pixel,
@@ -289,7 +322,7 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
         weights: args.select_weights,
         shape,
         dtype,
-        watcher,
+        growing,
         plan,
     })
 }
@@ -313,10 +346,14 @@ impl BatchSource for Images {
     }
 
     fn grow(&mut self) -> Result<Option<Arrived>> {
-        let Some(watcher) = self.watcher.as_mut() else {
-            return Ok(None);
+        let growth = match self.growing.as_mut() {
+            None => return Ok(None),
+            Some(Growing::Watch(w)) => w.rescan(self.pipeline.dataset_mut())?,
+            Some(Growing::Replay(r, clock)) => {
+                let now = clock.at_boundary(r.first_time(), r.next_time());
+                r.advance(self.pipeline.dataset_mut(), now)
+            }
         };
-        let growth = watcher.rescan(self.pipeline.dataset_mut())?;
         if growth.added > 0 {
             let (selection, sampler) = self.plan.make(self.pipeline.dataset())?;
             self.selection = selection;

@@ -9,7 +9,7 @@
 //! - [`SourceArgs`] describes a source as command-line flags and opens it
 //!   ([`Images`], [`Synthetic`]).
 //! - At each epoch boundary a growing source ([`BatchSource::grow`],
-//!   `--watch`) takes in what arrived, and a [`Trigger`] (`--trigger`)
+//!   `--watch`, `--replay`) takes in what arrived, and a [`Trigger`] (`--trigger`)
 //!   decides whether to tell every consumer (a `Boundary` message, in
 //!   order with the batches).
 //! - [`ServeArgs`] and [`run`] are the whole `batchcast serve` command: the
@@ -47,6 +47,7 @@ mod args;
 mod command;
 mod error;
 mod images;
+mod replay;
 mod resume;
 mod runner_events;
 mod serve;
@@ -59,6 +60,7 @@ pub use args::{default_workers, SourceArgs, SyntheticArgs};
 pub use command::{run, Face, ServeArgs};
 pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
+pub use replay::ReplayArgs;
 pub use resume::{identity, skip_rows};
 pub use runner_events::{EVENTS_ENV, MAX_EVENTS};
 pub use serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};

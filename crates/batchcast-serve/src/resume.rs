@@ -14,9 +14,11 @@ use crate::args::SourceArgs;
 /// dataset (its path and size), the seed, and every other option that
 /// changes the samples or their order (the number of workers does not).
 pub fn identity(args: &SourceArgs, samples_per_epoch: u64) -> String {
-    let dataset = match &args.data {
-        Some(path) => format!("{} ({samples_per_epoch} samples)", canonical(path)),
-        None => format!("synthetic ({samples_per_epoch} samples)"),
+    let dataset = match (&args.data, &args.replay.replay) {
+        (Some(path), _) | (None, Some(path)) => {
+            format!("{} ({samples_per_epoch} samples)", canonical(path))
+        }
+        (None, None) => format!("synthetic ({samples_per_epoch} samples)"),
     };
     let flags = args.to_flags();
     let mut options = Vec::new();
@@ -24,7 +26,10 @@ pub fn identity(args: &SourceArgs, samples_per_epoch: u64) -> String {
     while i < flags.len() {
         let flag = &flags[i];
         let takes_value = flags.get(i + 1).is_some_and(|next| !next.starts_with("--"));
-        let skipped = matches!(flag.as_str(), "--workers" | "--data" | "--seed");
+        let skipped = matches!(
+            flag.as_str(),
+            "--workers" | "--data" | "--replay" | "--seed"
+        );
         if !skipped {
             options.push(flag.clone());
             if takes_value {

@@ -10,10 +10,12 @@
 //! [`Dataset::read_sample`], safe to call from many threads at once.
 
 mod imagefolder;
+mod replay;
 mod watch;
 mod webdataset;
 mod writer;
 
+pub use replay::{Replay, MAX_REPLAY_BYTES, MAX_REPLAY_LABEL, MAX_REPLAY_PATH, MAX_REPLAY_ROWS};
 pub use watch::{Growth, Watcher, DEFAULT_WATCH_MAX_FILES};
 pub use writer::WebDatasetWriter;
 

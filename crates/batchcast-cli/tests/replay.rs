@@ -1,0 +1,235 @@
+//! `batchcast serve --replay`: a 60-row timestamped trace over 3 time
+//! steps (20, 10 and 30 rows, by class) replayed into a real producer
+//! process; two consumers (threads here) read it. Each epoch holds what
+//! the replay clock has passed, the `amount=25` trigger fires where the
+//! arrivals reach 25, and bad traces are refused with the line at fault.
+
+mod common;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use batchcast::{Consumer, ConsumerOptions, Event};
+use common::{jpeg_dataset, Env, Fail};
+
+/// Side of the stored images (`--decode-only --store-size`).
+const SIDE: &str = "8";
+
+/// What one consumer saw: its events in order, and the labels of each
+/// epoch counted per class.
+#[derive(Debug, PartialEq)]
+struct Seen {
+    events: Vec<String>,
+    per_label: Vec<Vec<usize>>,
+}
+
+fn consume(dir: PathBuf) -> Seen {
+    let opts = ConsumerOptions {
+        connect_timeout: Some(Duration::from_secs(60)),
+        dir: Some(dir),
+        ..Default::default()
+    };
+    let mut never = || false;
+    let mut consumer = Consumer::connect("replay", opts, &mut never).unwrap();
+    let mut seen = Seen {
+        events: Vec::new(),
+        per_label: Vec::new(),
+    };
+    loop {
+        match consumer.next_event(&mut never).unwrap() {
+            Event::EpochStart(i) => {
+                seen.events
+                    .push(format!("start {} {:?}", i.epoch, i.samples));
+                seen.per_label.push(vec![0; 6]);
+            }
+            Event::Batch(b) => {
+                let per = seen.per_label.last_mut().unwrap();
+                for c in b.leaves()[1].bytes().chunks_exact(8) {
+                    per[i64::from_ne_bytes(c.try_into().unwrap()) as usize] += 1;
+                }
+            }
+            Event::EpochEnd { epoch, samples } => {
+                seen.events.push(format!("end {epoch} {samples}"));
+            }
+            Event::Trigger(t) => seen.events.push(format!(
+                "trigger {} #{} epoch {} samples {} arrivals {:?}",
+                t.id, t.seq, t.epoch, t.samples, t.arrivals
+            )),
+            Event::Finished(_) => return seen,
+        }
+    }
+}
+
+/// 6 classes of 10 JPEGs and `trace.csv` next to them: classes 0 and 1
+/// at `times[0]`, class 2 at `times[1]`, classes 3 to 5 at `times[2]`,
+/// the rows written newest first (the replay sorts them).
+fn trace(env: &Env, times: [&str; 3]) -> PathBuf {
+    let root = jpeg_dataset(&env.path().join("data"), 6, 10, (24, 32));
+    let mut csv = String::from("path,label,timestamp\n");
+    for class in (0..6).rev() {
+        let folder = format!("class_{class:03}");
+        let mut files: Vec<_> = std::fs::read_dir(root.join(&folder))
+            .unwrap()
+            .map(|f| f.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        assert_eq!(files.len(), 10);
+        let time = times[[0, 0, 1, 2, 2, 2][class]];
+        for f in files {
+            writeln!(csv, "{folder}/{f},{class},{time}").unwrap();
+        }
+    }
+    let path = root.join("trace.csv");
+    std::fs::write(&path, csv).unwrap();
+    path
+}
+
+/// Serves `csv` for 4 epochs to two consumers; returns what the first saw
+/// (the second saw the same) and the producer's `finished` summary.
+fn replay(env: &Env, csv: &Path, clock: &[&str]) -> (Seen, serde_json::Value) {
+    let mut args = vec![
+        "serve",
+        "--name",
+        "replay",
+        "--replay",
+        csv.to_str().unwrap(),
+        "--trigger",
+        "amount=25",
+        "--decode-only",
+        "--store-size",
+        SIDE,
+        "--batch-size",
+        "8",
+        "--consumers",
+        "2",
+        "--epochs",
+        "4",
+        "--workers",
+        "2",
+        "--json",
+    ];
+    args.extend_from_slice(clock);
+    let mut producer = env.spawn(&args);
+    let listening = producer.expect("listening");
+    assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
+    let seen: Vec<Seen> = std::thread::scope(|s| {
+        let readers: Vec<_> = (0..2)
+            .map(|_| s.spawn(|| consume(env.path().to_owned())))
+            .collect();
+        readers.into_iter().map(|r| r.join().unwrap()).collect()
+    });
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    assert_eq!(seen[0], seen[1], "consumers differ");
+    let grew: Vec<_> = producer
+        .events("grew")
+        .iter()
+        .map(|g| (g["epoch"].clone(), g["added"].clone()))
+        .collect();
+    assert_eq!(grew, [(1.into(), 10.into()), (2.into(), 30.into())]);
+    let finished = producer.events("finished").pop().unwrap();
+    (seen.into_iter().next().unwrap(), finished)
+}
+
+fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, arrivals: (f64, f64)) {
+    assert_eq!(
+        seen.events,
+        [
+            "start 0 Some(20)".to_string(),
+            "end 0 20".into(),
+            "start 1 Some(30)".into(),
+            format!(
+                "trigger amount=25 #1 epoch 2 samples 40 arrivals {:?}",
+                Some(arrivals)
+            ),
+            "end 1 30".into(),
+            "start 2 Some(60)".into(),
+            "end 2 60".into(),
+            "start 3 Some(60)".into(),
+            "end 3 60".into(),
+        ]
+    );
+    assert_eq!(
+        seen.per_label,
+        [
+            vec![10, 10, 0, 0, 0, 0],
+            vec![10, 10, 10, 0, 0, 0],
+            vec![10; 6],
+            vec![10; 6],
+        ]
+    );
+    assert_eq!(
+        finished["summary"]["decoded_per_epoch"],
+        serde_json::json!([20, 30, 60, 60])
+    );
+}
+
+#[test]
+fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
+    let env = Env::new();
+    let csv = trace(&env, ["1000", "1010.5", "1020"]);
+    // 12 s of the trace per epoch: epoch 1 at 1012, epoch 2 at 1024.
+    let (seen, finished) = replay(&env, &csv, &["--replay-per-epoch", "12"]);
+    expect_the_trace(&seen, &finished, (1010.5, 1020.0));
+}
+
+#[test]
+fn replay_by_default_moves_one_time_step_per_epoch() {
+    let env = Env::new();
+    let csv = trace(&env, ["1700000000", "1700003600", "1800000000"]);
+    let (seen, finished) = replay(&env, &csv, &[]);
+    expect_the_trace(&seen, &finished, (1700003600.0, 1800000000.0));
+}
+
+#[test]
+fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
+    let env = Env::new();
+    let csv = trace(&env, ["1", "2", "3"]);
+    let text = std::fs::read_to_string(&csv).unwrap();
+    let serve = |path: &Path, extra: &[&str]| {
+        let mut args = vec!["serve", "--name", "bad", "--replay", path.to_str().unwrap()];
+        args.extend_from_slice(extra);
+        env.cmd(&args).fail()
+    };
+    let bad = csv.with_file_name("bad.csv");
+    for (line, row, why) in [
+        (4, "class_000/missing.jpg,0,1", "is not a file"),
+        (4, "class_000/x.jpg,zero,1", "not a class index"),
+        (4, "class_000/x.jpg,0,tomorrow", "not seconds"),
+        (4, "class_000/x.jpg,0", "3 fields"),
+    ] {
+        let mut lines: Vec<&str> = text.lines().collect();
+        lines.insert(3, row);
+        std::fs::write(&bad, lines.join("\n")).unwrap();
+        let err = serve(&bad, &[]);
+        assert!(err.contains(&format!("bad.csv:{line}: ")), "{row}: {err}");
+        assert!(err.contains(why), "{row}: {err}");
+    }
+    std::fs::write(&bad, text.replacen("path,label,timestamp", "path,label", 1)).unwrap();
+    let err = serve(&bad, &[]);
+    assert!(
+        err.contains("bad.csv:1: ") && err.contains("path,label,timestamp"),
+        "{err}"
+    );
+    let data = csv.parent().unwrap().to_str().unwrap();
+    for extra in [&["--data", data][..], &["--watch"], &["--synthetic"]] {
+        let out = env
+            .cmd(
+                &[
+                    &["serve", "--name", "bad", "--replay", csv.to_str().unwrap()],
+                    extra,
+                ]
+                .concat(),
+            )
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
+    }
+    let err = serve(&csv, &["--replay-per-epoch", "0"]);
+    assert!(
+        err.contains("--replay-per-epoch must be a positive number"),
+        "{err}"
+    );
+}
