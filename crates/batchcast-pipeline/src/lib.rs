@@ -9,7 +9,8 @@
 //!   indexes them (labels as torchvision / WebDataset assign them).
 //! - [`Watcher`] appends the files added to a dataset's folder since its
 //!   last look (indices and labels of the known samples never move), with
-//!   each sample's arrival time.
+//!   each sample's arrival time; [`Replay`] appends the rows of a
+//!   timestamped CSV trace as a replay clock passes them.
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
 //! - [`Selection`] picks which samples an epoch has ([`SelectSpec`]:
@@ -96,7 +97,10 @@ pub use dataset::{
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;
 #[cfg(feature = "generate")]
-pub use generate::{generate_jpeg_dataset, GenerateConfig, GeneratedDataset, MARKER_FILE};
+pub use generate::{
+    class_split, generate_drifting_trace, generate_jpeg_dataset, DriftConfig, GenerateConfig,
+    GeneratedDataset, MARKER_FILE, TRACE_FILE,
+};
 pub use limits::{DecodeLimits, DEFAULT_MAX_PIXELS};
 pub use output::{DType, Layout, OutputFormat};
 pub use pipeline::{BatchReport, OnError, Pipeline, SkipCallback, SkippedSample};

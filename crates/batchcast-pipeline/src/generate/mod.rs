@@ -22,7 +22,9 @@ use rayon::prelude::*;
 
 use crate::PipelineError;
 
+mod drift;
 mod synth;
+pub use drift::{class_split, generate_drifting_trace, DriftConfig, TRACE_FILE};
 use synth::synth_jpeg;
 
 /// Name of the marker file at the root of a generated dataset.
