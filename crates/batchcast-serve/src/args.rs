@@ -113,6 +113,12 @@ impl SourceArgs {
         }
     }
 
+    /// True when the source takes in samples at epoch boundaries
+    /// (`--watch`, `--replay`).
+    pub fn grows(&self) -> bool {
+        self.images.watch || self.replay.replay.is_some()
+    }
+
     /// The same arguments as command-line flags.
     pub fn to_flags(&self) -> Vec<String> {
         let mut f: Vec<String> = Vec::new();

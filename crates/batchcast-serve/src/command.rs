@@ -6,7 +6,8 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use batchcast::{
-    Durability, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions, ShutdownReason,
+    Durability, IdlePolicy, LagBudget, LagPolicy, Layout, Producer, ProducerOptions,
+    ShutdownReason, SLOT_HEADROOM,
 };
 
 use crate::args::SourceArgs;
@@ -164,11 +165,21 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         ..Durability::new(identity(&args.source, source.samples_per_epoch()))
     });
     let mut trigger = args.trigger.clone().map(Trigger::new);
+    // A growing source's first batches may be smaller than a full one (a
+    // trace's first step): its slots are sized for a full batch.
+    let slot_size = match args.slot_size {
+        None if args.source.grows() => {
+            let (tree, leaves) = source.spec(args.source.batch_size);
+            let bytes = Layout::plan(tree, &leaves)?.slot_bytes() as f64 * SLOT_HEADROOM;
+            Some((bytes as usize).next_multiple_of(4096))
+        }
+        given => given,
+    };
     let mut producer = Producer::create(
         &args.name,
         ProducerOptions {
             window: args.window,
-            slot_size: args.slot_size,
+            slot_size,
             samples_per_epoch: Some(source.samples_per_epoch()),
             batch_size: Some(args.source.batch_size),
             idle: if args.no_wait {
