@@ -243,9 +243,12 @@ fn the_replay_example_plan_compares_two_policies() {
     let dir = env.path().join("example");
     std::fs::create_dir(&dir).unwrap();
     let example = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../examples/replay");
-    for f in ["plan.yaml", "trainer.sh"] {
-        std::fs::copy(example.join(f), dir.join(f)).unwrap();
-    }
+    // The plan's Python trainer is swapped for its stand-in without
+    // Python (trainer.sh: `batchcast consume`).
+    let plan = std::fs::read_to_string(example.join("plan.yaml")).unwrap();
+    assert_eq!(plan.matches("file: trainer.py").count(), 2, "{plan}");
+    std::fs::write(dir.join("plan.yaml"), plan.replace("trainer.py", "trainer.sh")).unwrap();
+    std::fs::copy(example.join("trainer.sh"), dir.join("trainer.sh")).unwrap();
     let config = batchcast_pipeline::GenerateConfig {
         classes: 4,
         images_per_class: 20,
