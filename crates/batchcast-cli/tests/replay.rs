@@ -113,6 +113,7 @@ fn replay(env: &Env, csv: &Path, clock: &[&str]) -> (Seen, serde_json::Value) {
     let mut producer = env.spawn(&args);
     let listening = producer.expect("listening");
     assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
+    assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
     let seen: Vec<Seen> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..2)
             .map(|_| s.spawn(|| consume(env.path().to_owned())))
@@ -247,7 +248,11 @@ fn the_replay_example_plan_compares_two_policies() {
     // Python (trainer.sh: `batchcast consume`).
     let plan = std::fs::read_to_string(example.join("plan.yaml")).unwrap();
     assert_eq!(plan.matches("file: trainer.py").count(), 2, "{plan}");
-    std::fs::write(dir.join("plan.yaml"), plan.replace("trainer.py", "trainer.sh")).unwrap();
+    std::fs::write(
+        dir.join("plan.yaml"),
+        plan.replace("trainer.py", "trainer.sh"),
+    )
+    .unwrap();
     std::fs::copy(example.join("trainer.sh"), dir.join("trainer.sh")).unwrap();
     let config = batchcast_pipeline::GenerateConfig {
         classes: 4,

@@ -216,6 +216,9 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         if args.source.images.watch {
             line["watch"] = true.into();
         }
+        if let Some(csv) = &args.source.replay.replay {
+            line["replay"] = csv.display().to_string().into();
+        }
         if let Some(spec) = &args.trigger {
             line["trigger"] = spec.to_string().into();
         }
