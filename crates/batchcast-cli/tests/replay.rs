@@ -2,7 +2,8 @@
 //! steps (20, 10 and 30 rows, by class) replayed into a real producer
 //! process; two consumers (threads here) read it. Each epoch holds what
 //! the replay clock has passed, the `amount=25` trigger fires where the
-//! arrivals reach 25, and bad traces are refused with the line at fault.
+//! arrivals reach 25 (`time=20s` where the trace's clock passes 20 s),
+//! and bad traces are refused with the line at fault.
 
 mod common;
 
@@ -87,7 +88,7 @@ fn trace(env: &Env, times: [&str; 3]) -> PathBuf {
 
 /// Serves `csv` for 4 epochs to two consumers; returns what the first saw
 /// (the second saw the same) and the producer's `finished` summary.
-fn replay(env: &Env, csv: &Path, clock: &[&str]) -> (Seen, serde_json::Value) {
+fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_json::Value) {
     let mut args = vec![
         "serve",
         "--name",
@@ -95,7 +96,7 @@ fn replay(env: &Env, csv: &Path, clock: &[&str]) -> (Seen, serde_json::Value) {
         "--replay",
         csv.to_str().unwrap(),
         "--trigger",
-        "amount=25",
+        trigger,
         "--decode-only",
         "--store-size",
         SIDE,
@@ -132,7 +133,7 @@ fn replay(env: &Env, csv: &Path, clock: &[&str]) -> (Seen, serde_json::Value) {
     (seen.into_iter().next().unwrap(), finished)
 }
 
-fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, arrivals: (f64, f64)) {
+fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrivals: (f64, f64)) {
     assert_eq!(
         seen.events,
         [
@@ -140,7 +141,7 @@ fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, arrivals: (f64, f
             "end 0 20".into(),
             "start 1 Some(30)".into(),
             format!(
-                "trigger amount=25 #1 epoch 2 samples 40 arrivals {:?}",
+                "trigger {id} #1 epoch 2 samples 40 arrivals {:?}",
                 Some(arrivals)
             ),
             "end 1 30".into(),
@@ -170,16 +171,27 @@ fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
     let env = Env::new();
     let csv = trace(&env, ["1000", "1010.5", "1020"]);
     // 12 s of the trace per epoch: epoch 1 at 1012, epoch 2 at 1024.
-    let (seen, finished) = replay(&env, &csv, &["--replay-per-epoch", "12"]);
-    expect_the_trace(&seen, &finished, (1010.5, 1020.0));
+    let (seen, finished) = replay(&env, &csv, "amount=25", &["--replay-per-epoch", "12"]);
+    expect_the_trace(&seen, &finished, "amount=25", (1010.5, 1020.0));
+}
+
+/// `time=20s` counts the trace's time: the clock reads 1012, 1024 and
+/// 1036 at the three boundaries, so it fires once, before epoch 2 (the
+/// run itself lasts about a second of wall time).
+#[test]
+fn a_time_trigger_counts_the_replay_clock() {
+    let env = Env::new();
+    let csv = trace(&env, ["1000", "1010.5", "1020"]);
+    let (seen, finished) = replay(&env, &csv, "time=20s", &["--replay-per-epoch", "12"]);
+    expect_the_trace(&seen, &finished, "time=20s", (1010.5, 1020.0));
 }
 
 #[test]
 fn replay_by_default_moves_one_time_step_per_epoch() {
     let env = Env::new();
     let csv = trace(&env, ["1700000000", "1700003600", "1800000000"]);
-    let (seen, finished) = replay(&env, &csv, &[]);
-    expect_the_trace(&seen, &finished, (1700003600.0, 1800000000.0));
+    let (seen, finished) = replay(&env, &csv, "amount=25", &[]);
+    expect_the_trace(&seen, &finished, "amount=25", (1700003600.0, 1800000000.0));
 }
 
 #[test]

@@ -147,6 +147,8 @@ pub struct Images {
     dtype: DType,
     /// How the dataset grows (`--watch`, `--replay`).
     growing: Option<Growing>,
+    /// A replayed trace's clock as of the last boundary.
+    clock: Option<f64>,
     /// What the sampler and the selection are made from, again when the
     /// dataset grows.
     plan: Plan,
@@ -322,6 +324,10 @@ fn build(
         weights: args.select_weights,
         shape,
         dtype,
+        clock: match &growing {
+            Some(Growing::Replay(r, _)) => Some(r.first_time()),
+            _ => None,
+        },
         growing,
         plan,
     })
@@ -351,7 +357,11 @@ impl BatchSource for Images {
             Some(Growing::Watch(w)) => w.rescan(self.pipeline.dataset_mut())?,
             Some(Growing::Replay(r, clock)) => {
                 let now = clock.at_boundary(r.first_time(), r.next_time());
-                r.advance(self.pipeline.dataset_mut(), now)
+                let growth = r.advance(self.pipeline.dataset_mut(), now);
+                // Past the trace's end the clock stays at its last row.
+                let last = self.pipeline.dataset().len().saturating_sub(1);
+                self.clock = Some(now).filter(|t| t.is_finite()).or(r.arrival(last));
+                growth
             }
         };
         if growth.added > 0 {
@@ -364,6 +374,10 @@ impl BatchSource for Images {
             arrivals: growth.arrivals,
             seconds: growth.seconds,
         }))
+    }
+
+    fn clock(&self) -> Option<f64> {
+        self.clock
     }
 
     fn triggered(&mut self, samples: u64) -> Result<()> {

@@ -77,6 +77,9 @@ pub fn serve(
     let resumed = producer.resumed();
     let mut skip = resumed.map_or(0, |r| r.row);
     let before = resumed.map_or(0, |r| r.epoch);
+    if let Some(t) = trigger.as_deref_mut() {
+        t.start_clock(source.clock());
+    }
     'epochs: while until.wants_epoch(before + summary.epochs) {
         let epoch = producer.begin_epoch()?;
         let decoded_before = source.decoded();
@@ -150,7 +153,7 @@ fn boundary(
         if let Some(a) = &arrived {
             t.arrived(a.added, a.arrivals);
         }
-        t.at_boundary(epoch)
+        t.at_boundary(epoch, source.clock())
     });
     if let Some(t) = &fired {
         source.triggered(t.samples)?;

@@ -27,6 +27,12 @@ pub trait BatchSource: Send {
     fn grow(&mut self) -> Result<Option<Arrived>> {
         Ok(None)
     }
+    /// The source's own clock (a replayed trace's time, seconds since the
+    /// Unix epoch) as of its last [`BatchSource::grow`], or its start;
+    /// None: the source follows wall time.
+    fn clock(&self) -> Option<f64> {
+        None
+    }
     /// At an epoch boundary: a trigger fired over the last `samples`
     /// samples that arrived (what `--select new-data` serves from now on).
     fn triggered(&mut self, _samples: u64) -> Result<()> {

@@ -174,6 +174,9 @@ pub struct Trigger {
     spec: TriggerSpec,
     fired: u64,
     since: Instant,
+    /// The source's own clock at the last firing (or the start), where
+    /// the source has one (a replayed trace).
+    clock_since: Option<f64>,
     arrived: u64,
     arrivals: Option<(f64, f64)>,
 }
@@ -185,6 +188,7 @@ impl Trigger {
             spec,
             fired: 0,
             since: Instant::now(),
+            clock_since: None,
             arrived: 0,
             arrivals: None,
         }
@@ -199,14 +203,31 @@ impl Trigger {
         };
     }
 
+    /// Measures `time=D` on the source's own clock (a replayed trace's
+    /// time, seconds since the Unix epoch), which reads `now` at the start,
+    /// instead of wall time.
+    pub fn start_clock(&mut self, now: Option<f64>) {
+        self.clock_since = now;
+    }
+
     /// At the boundary before `epoch`: the firing, if it fires (and then
-    /// it starts counting afresh).
-    pub fn at_boundary(&mut self, epoch: u64) -> Option<TriggerFired> {
-        if !self.spec.fires(self.arrived, self.since.elapsed()) {
+    /// it starts counting afresh). `time=D` counts wall time, or the
+    /// source's clock, at `now`, when [`Trigger::start_clock`] gave one.
+    pub fn at_boundary(&mut self, epoch: u64, now: Option<f64>) -> Option<TriggerFired> {
+        let elapsed = match (self.clock_since, now) {
+            (Some(from), Some(to)) => {
+                Duration::try_from_secs_f64((to - from).max(0.0)).unwrap_or(Duration::MAX)
+            }
+            _ => self.since.elapsed(),
+        };
+        if !self.spec.fires(self.arrived, elapsed) {
             return None;
         }
         self.fired += 1;
         self.since = Instant::now();
+        if self.clock_since.is_some() {
+            self.clock_since = now;
+        }
         Some(TriggerFired {
             id: self.spec.to_string(),
             seq: self.fired,
@@ -271,17 +292,27 @@ mod tests {
     fn it_fires_on_what_arrived_since_its_last_firing() {
         let mut t = Trigger::new("amount=400".parse().unwrap());
         t.arrived(300, Some((10.0, 20.0)));
-        assert_eq!(t.at_boundary(1), None);
+        assert_eq!(t.at_boundary(1, None), None);
         t.arrived(200, Some((5.0, 30.0)));
-        let fired = t.at_boundary(2).unwrap();
+        let fired = t.at_boundary(2, None).unwrap();
         assert_eq!((fired.seq, fired.epoch, fired.samples), (1, 2, 500));
         assert_eq!(fired.arrivals, Some((5.0, 30.0)));
-        assert_eq!(t.at_boundary(3), None);
+        assert_eq!(t.at_boundary(3, None), None);
         let mut every = Trigger::new("all(every-epoch,amount=1)".parse().unwrap());
-        assert_eq!(every.at_boundary(1), None);
+        assert_eq!(every.at_boundary(1, None), None);
         every.arrived(1, None);
-        assert_eq!(every.at_boundary(2).unwrap().arrivals, None);
+        assert_eq!(every.at_boundary(2, None).unwrap().arrivals, None);
         let mut time = Trigger::new("any(time=1h,amount=2)".parse().unwrap());
-        assert_eq!(time.at_boundary(1), None);
+        assert_eq!(time.at_boundary(1, None), None);
+    }
+
+    #[test]
+    fn time_counts_the_sources_clock_when_it_has_one() {
+        let mut t = Trigger::new("time=10s".parse().unwrap());
+        t.start_clock(Some(100.0));
+        assert_eq!(t.at_boundary(1, Some(109.0)), None);
+        assert_eq!(t.at_boundary(2, Some(110.0)).unwrap().seq, 1);
+        assert_eq!(t.at_boundary(3, Some(119.0)), None);
+        assert_eq!(t.at_boundary(4, Some(121.0)).unwrap().seq, 2);
     }
 }
