@@ -30,6 +30,7 @@ fn attach(s: &mut State, on_evict: OnEvict) -> (u64, UnixStream) {
         join: JoinPolicy::CatchUp,
         label: String::new(),
         on_evict,
+        start: None,
     };
     let id = s.add_consumer(Arc::new(ours), 1, hello).unwrap();
     (id, theirs)
