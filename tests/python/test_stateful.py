@@ -100,6 +100,42 @@ def test_a_trainer_killed_and_restarted_from_its_state_sees_the_epoch_once(
     assert after["1"] == list(range(SAMPLES))
 
 
+def test_a_trainer_and_its_producer_both_restarted_see_the_epoch_once(
+        batchcast_bin, bc_dir, tmp_path):
+    """The producer is SIGKILLed with the trainer; the restarted producer
+    resumes at the trainer's position or before it (its state file), and
+    the restarted trainer, given its saved state, skips what it had."""
+    args = ("--epochs", "2", "--window", "8", "--consumers", "1", "--rejoin-timeout", "2")
+    procs: list[subprocess.Popen] = [serve(batchcast_bin, bc_dir, "both", *args)]
+    state_file, ids_file = str(tmp_path / "state.json"), str(tmp_path / "ids.json")
+    try:
+        first = role(bc_dir, "trainer", name="both", stop_after=6, state_out=state_file,
+                     ids_out=str(tmp_path / "unused.json"))
+        procs.append(first)
+        expect_line(first, "started")
+        expect_line(first, "saved")
+        for p in (procs[0], first):
+            p.send_signal(signal.SIGKILL)
+            p.communicate(timeout=30)
+        procs.append(serve(batchcast_bin, bc_dir, "both", *args))
+        second = role(bc_dir, "trainer", name="both", state_in=state_file, ids_out=ids_file)
+        procs.append(second)
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 0, err
+        out, err = procs[2].communicate(timeout=60)
+        assert procs[2].returncode == 0, err
+        assert '"resumed"' in out.splitlines()[0], out.splitlines()[:1]
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
+    saved = json.loads(Path(state_file).read_text())
+    after: dict[str, list[int]] = json.loads(Path(ids_file).read_text())
+    assert saved["ids"]["0"] + after["0"] == list(range(SAMPLES))
+    assert after["1"] == list(range(SAMPLES))
+
+
 def drain_after(c: batchcast.Consumer, pause: threading.Event, go: threading.Event) -> None:
     """Reads `c` to the stream's end; sets `pause` 10 batches into epoch 1
     and waits for `go` there."""
