@@ -213,3 +213,38 @@ def test_bad_states_are_refused_with_what_is_wrong(batchcast_bin, bc_dir, state,
     finally:
         producer.kill()
         producer.communicate()
+
+
+def test_state_dict_counts_what_the_loop_was_handed(batchcast_bin, bc_dir):
+    """In one process: the state before any epoch, inside a loop (the
+    rows handed), after a loop left early (the next epoch's start), and a
+    second consumer loaded with it, whose len() and batches are the rest of
+    the epoch."""
+    producer = serve(batchcast_bin, bc_dir, "here", "--epochs", "2", "--window", "8",
+                     "--consumers", "1")
+    try:
+        with batchcast.Consumer("here", connect_timeout=30, format="numpy") as first:
+            assert first.state_dict() == {"version": 1, "name": "here", "epoch": None, "row": 0}
+            loop = iter(first)
+            for _ in range(6):
+                next(loop)
+            saved = first.state_dict()
+            assert saved == {"version": 1, "name": "here", "epoch": 0, "row": 6 * BATCH}
+            with batchcast.Consumer("here", format="numpy") as second:
+                second.load_state_dict(json.loads(json.dumps(saved)))
+                assert second.state_dict() == saved
+                rest = SAMPLES // BATCH - 6
+                assert len(second) == rest
+                ids = []
+                for step, (_, batch_ids) in enumerate(second):
+                    assert len(second) == rest
+                    ids.extend(int(i) for i in np.asarray(batch_ids))
+                    if step == 1:
+                        assert second.state_dict()["row"] == 8 * BATCH
+                assert ids == list(range(6 * BATCH, SAMPLES))
+                assert second.state_dict() == {"version": 1, "name": "here", "epoch": 1, "row": 0}
+            loop.close()  # left early: the next loop starts at epoch 1
+            assert first.state_dict() == {"version": 1, "name": "here", "epoch": 1, "row": 0}
+    finally:
+        producer.kill()
+        producer.communicate()
