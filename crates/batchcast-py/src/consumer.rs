@@ -220,7 +220,8 @@ fn reason_to_py(reason: &ShutdownReason) -> (&'static str, String) {
 #[pymethods]
 impl PyConsumer {
     /// Connects to the producer `name` (waiting up to `connect_timeout`
-    /// seconds for it to appear) and waits for its welcome.
+    /// seconds for it to appear) and waits for its welcome. `start`: the
+    /// `(epoch, row)` a saved state stood at (see `ConsumerOptions::start`).
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
                         connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
@@ -307,8 +308,9 @@ impl PyConsumer {
     }
 
     /// The next event, waiting for it:
-    /// `("start", epoch, samples, batches, batch_size, partial)`,
-    /// `("batch", epoch, index, tree_spec, leaves)`,
+    /// `("start", epoch, samples, batches, batch_size, partial, first_row)`
+    /// (`first_row`: the epoch's row this consumer's first row is),
+    /// `("batch", epoch, index, tree_spec, leaves, rows)`,
     /// `("end", epoch, samples)`,
     /// `("trigger", id, seq, epoch, samples, first_arrival, last_arrival)`
     /// or `("finished", reason, message)`.
