@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Callable, NamedTuple
 
-from . import _native
+from . import _native, _state
 from ._augment import Augment
 from ._device import Transfers, open_device
 from ._events import EventReader
@@ -240,8 +240,9 @@ class Consumer(EventReader):
             label = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             # Labels are at most 128 bytes; cut a long script name to fit.
             label = label.encode()[:128].decode(errors="ignore")
-        self._native = _native.Consumer(
-            name,
+        #: What the native consumer is connected with (load_state_dict
+        #: connects again with a start).
+        self._connect_args: dict[str, Any] = dict(
             batch_size=batch_size,
             drop_last=bool(drop_last),
             join=join,
@@ -257,6 +258,7 @@ class Consumer(EventReader):
             on_evict=on_evict,
             reconnect_timeout=reconnect_timeout,
         )
+        self._native = _native.Consumer(name, **self._connect_args)
         self._spec = StreamSpec(self._native.welcome())
         #: Array expectations left to check on the first batch.
         self._expect_arrays: dict | None = None
@@ -282,6 +284,11 @@ class Consumer(EventReader):
         self._finished: tuple | None = None
         self._triggers: list[Trigger] = []
         self._on_trigger = on_trigger
+        #: The position of the next row the loop is handed in the current
+        #: epoch (see state_dict).
+        self._row = 0
+        #: The position loaded by load_state_dict, until an epoch begins.
+        self._restored: tuple[int, int] | None = None
         self._sampler = StreamSampler(name, self._samples_per_epoch)
         self._dataset = StreamDataset(name, self._samples_per_epoch)
         self._batch_sampler = StreamBatchSampler(
@@ -493,6 +500,11 @@ class Consumer(EventReader):
         """Batches of the partial first epoch a ``join="now"`` consumer
         joined, from the welcome; None when its first epoch is a full one."""
         w = self._native.welcome()
+        if self._restored is not None and w.get("samples_per_epoch") is not None:
+            bs = self.batch_size
+            if bs is not None:
+                samples = max(0, w["samples_per_epoch"] - self._restored[1])
+                return samples // bs if self._drop_last else -(-samples // bs)
         if not w.get("first_epoch_partial"):
             return None
         samples = w.get("first_epoch_samples")
@@ -566,6 +578,7 @@ class Consumer(EventReader):
                     if self._prefetch:
                         self._prefetch_next()
                     handed += 1
+                    self._row += event[5]
                     yield batch
                 elif kind == "end":
                     self._in_epoch = False
@@ -633,9 +646,11 @@ class Consumer(EventReader):
             self._on_trigger(fired)
 
     def _start(self, event: tuple) -> None:
-        _, epoch, samples, batches, batch_size, partial = event
+        _, epoch, samples, batches, batch_size, partial, first_row = event
         info = EpochInfo(epoch, samples, batches, batch_size, partial)
         self._current = info
+        self._row = first_row
+        self._restored = None
         if not partial:
             self._last_full = info
         self._in_epoch = True
@@ -673,6 +688,51 @@ class Consumer(EventReader):
         err.name = self.name
         err.reason = reason
         return err
+
+    # -- state (torch.utils.data's Stateful protocol) ---------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this consumer stands: ``{"version": 1, "name": ...,
+        "epoch": E, "row": R}``, R the rows of epoch E the loop has been
+        handed (batches a prefetch took ahead do not count). After an epoch's
+        end, or a loop left early (whose rest the next loop skips), it is
+        the next epoch's start; None as the epoch before the first. Save it
+        with a checkpoint and give it to :meth:`load_state_dict`."""
+        if self._current is None:
+            epoch, row = self._restored if self._restored is not None else (None, 0)
+        elif self._in_epoch and self._owner is not None:
+            epoch, row = self._current.epoch, self._row
+        else:
+            epoch, row = self._current.epoch + 1, 0
+        return _state.state(self.name, epoch, row)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Starts this consumer where a saved :meth:`state_dict` stood: the
+        loop receives the rows of its epoch from its row on, then the next
+        epochs. Call it before the first loop. Exact while the producer
+        still holds the batch with that row (or has not begun its epoch:
+        a restarted ``batchcast serve`` resumes there); else the first
+        loop logs a warning through the ``batchcast`` logger naming the
+        rows that cannot be replayed, and starts at the next epoch.
+
+        Raises :class:`batchcast.InvalidArgument` for a state that is not
+        one (naming what is wrong) or was saved for another producer."""
+        position = _state.parse(state_dict, self.name)
+        if self._current is not None or self._in_epoch:
+            raise _native.InvalidArgument(
+                f"load_state_dict on batchcast.Consumer({self.name!r}) after it began reading "
+                f"epoch {self._current.epoch if self._current else '?'}: load the state into a "
+                "new Consumer, before its first loop"
+            )
+        if position is None:
+            return
+        # The start goes in the hello: connect again with it.
+        native = _native.Consumer(self.name, **self._connect_args, start=position)
+        self._drop_pending()
+        old, self._native = self._native, native
+        old.close()
+        self._spec = StreamSpec(native.welcome())
+        self._restored = position
 
     # -- closing ----------------------------------------------------------
 

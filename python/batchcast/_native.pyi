@@ -213,6 +213,7 @@ class Consumer:
         copy_on_write: bool = True,
         on_evict: str = "error",
         reconnect_timeout: float = 300.0,
+        start: tuple[int, int] | None = None,
     ) -> Consumer: ...
     @property
     def name(self) -> str: ...

@@ -18,7 +18,8 @@ use std::sync::Arc;
 use batchcast::Keepalive;
 use batchcast::Welcome;
 use batchcast::{
-    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, ShutdownReason,
+    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, Position,
+    ShutdownReason,
 };
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
@@ -162,7 +163,7 @@ fn batch_to_py<'py>(
     batch: batchcast::Batch,
     tracker: &Arc<LeaseTracker>,
 ) -> PyResult<Bound<'py, PyTuple>> {
-    let (epoch, index) = (batch.epoch, batch.index);
+    let (epoch, index, rows) = (batch.epoch, batch.index, batch.rows());
     let (tree, leaves) = batch.into_parts();
     let spec = tree_to_py(py, &tree)?;
     let out = PyList::empty(py);
@@ -203,6 +204,7 @@ fn batch_to_py<'py>(
             index.into_pyobject(py)?.into_any(),
             spec,
             out.into_any(),
+            rows.into_pyobject(py)?.into_any(),
         ],
     )
 }
@@ -218,11 +220,12 @@ fn reason_to_py(reason: &ShutdownReason) -> (&'static str, String) {
 #[pymethods]
 impl PyConsumer {
     /// Connects to the producer `name` (waiting up to `connect_timeout`
-    /// seconds for it to appear) and waits for its welcome.
+    /// seconds for it to appear) and waits for its welcome. `start`: the
+    /// `(epoch, row)` a saved state stood at (see `ConsumerOptions::start`).
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
                         connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
-                        on_evict="error", reconnect_timeout=300.0))]
+                        on_evict="error", reconnect_timeout=300.0, start=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -236,6 +239,7 @@ impl PyConsumer {
         copy_on_write: bool,
         on_evict: &str,
         reconnect_timeout: f64,
+        start: Option<(u64, u64)>,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
         let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
@@ -252,6 +256,7 @@ impl PyConsumer {
             warn: warnings.sink(),
             reconnect_timeout: seconds(py, Some(reconnect_timeout), "reconnect_timeout")?
                 .unwrap_or_default(),
+            start: start.map(|(epoch, row)| Position { epoch, row }),
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
@@ -303,8 +308,9 @@ impl PyConsumer {
     }
 
     /// The next event, waiting for it:
-    /// `("start", epoch, samples, batches, batch_size, partial)`,
-    /// `("batch", epoch, index, tree_spec, leaves)`,
+    /// `("start", epoch, samples, batches, batch_size, partial, first_row)`
+    /// (`first_row`: the epoch's row this consumer's first row is),
+    /// `("batch", epoch, index, tree_spec, leaves, rows)`,
     /// `("end", epoch, samples)`,
     /// `("trigger", id, seq, epoch, samples, first_arrival, last_arrival)`
     /// or `("finished", reason, message)`.
@@ -459,6 +465,7 @@ impl PyConsumer {
                     info.batches.into_pyobject(py)?.into_any(),
                     info.batch_size.into_pyobject(py)?.into_any(),
                     PyBool::new(py, info.partial).to_owned().into_any(),
+                    info.first_row.into_pyobject(py)?.into_any(),
                 ],
             ),
             Event::Batch(batch) => batch_to_py(py, batch, &self.tracker),

@@ -88,7 +88,7 @@ pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};
 pub use warn::Warn;
 pub use wire::{
-    Boundary, JoinPolicy, OnEvict, ShutdownReason, TriggerFired, Welcome, MAX_TRIGGER_ID,
+    Boundary, JoinPolicy, OnEvict, Position, ShutdownReason, TriggerFired, Welcome, MAX_TRIGGER_ID,
     PROTOCOL_VERSION,
 };
 

@@ -20,7 +20,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use batchcast::internals::wire::{
-    encode, Boundary, ConsumerHello, EpochStart, Hello, JoinPolicy, Role, ShutdownReason,
+    encode, Boundary, ConsumerHello, EpochStart, Hello, JoinPolicy, Position, Role, ShutdownReason,
     ToConsumer, ToProducer, TriggerFired, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
@@ -169,6 +169,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             join: JoinPolicy::CatchUp,
             label: "train.py".into(),
             on_evict: Default::default(),
+            start: Some(Position { epoch: 1, row: 640 }),
         }),
     });
     let status = ToProducer::Hello(Hello {

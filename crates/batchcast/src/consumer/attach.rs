@@ -70,6 +70,7 @@ pub(super) fn attach(
             join: how.join,
             label: opts.label.clone(),
             on_evict: opts.on_evict,
+            start: opts.start,
         }),
     });
     wire::send_frame(&sock, &wire::encode(&hello)?)?;

@@ -59,7 +59,7 @@ use assemble::Assembler;
 use attach::{attach, Attach};
 pub use batch::{Batch, Keepalive, Leaf};
 use link::Link;
-use reading::{Cursor, Pos};
+use reading::Cursor;
 use rebatch::batches_in;
 pub use waiter::Waiter;
 use watch::ProducerWatch;
@@ -70,7 +70,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::warn::Warn;
 use crate::wire::{
-    self, Fill, FrameReader, JoinPolicy, OnEvict, ShutdownReason, ToConsumer, ToProducer,
+    self, Fill, FrameReader, JoinPolicy, OnEvict, Position, ShutdownReason, ToConsumer, ToProducer,
     TriggerFired, Welcome,
 };
 
@@ -115,6 +115,12 @@ pub struct ConsumerOptions {
     /// consumer then reattaches and continues with exactly the rows it has
     /// not received. Zero: fail at once with [`Error::ProducerGone`].
     pub reconnect_timeout: Duration,
+    /// Where to start: a position a consumer had reached (its saved
+    /// state), so that it receives the rows after it and nothing before.
+    /// Exact where the producer still retains the batch holding it (or has
+    /// not begun its epoch); else the consumer says so in a warning, with
+    /// the rows it cannot have, and starts at the next epoch.
+    pub start: Option<Position>,
 }
 
 impl Default for ConsumerOptions {
@@ -130,6 +136,7 @@ impl Default for ConsumerOptions {
             on_evict: OnEvict::default(),
             warn: Warn::default(),
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
+            start: None,
         }
     }
 }
@@ -147,6 +154,9 @@ pub struct EpochInfo {
     pub batch_size: u64,
     /// True when joined mid-epoch.
     pub partial: bool,
+    /// The position in the epoch of the first row this consumer receives
+    /// (more than 0 when it joined mid-epoch or was restored there).
+    pub first_row: u64,
 }
 
 /// What [`Consumer::next_event`] returns.
@@ -216,7 +226,7 @@ pub struct Consumer {
     /// Where this consumer stands in the stream (None before its first
     /// epoch): the rows before it were taken from the board, whatever
     /// producer published them.
-    pos: Option<Pos>,
+    pos: Option<Position>,
     /// Rows taken in the current epoch.
     epoch_taken: u64,
     /// The current epoch was continued from a restarted producer.
@@ -229,6 +239,9 @@ pub struct Consumer {
     /// Triggers announced inside the epoch being read: handed out after
     /// its last batch.
     triggers: Vec<TriggerFired>,
+    /// The position this consumer was restored at, until the epoch that
+    /// holds it (or a later one) begins.
+    restore: Option<Position>,
 }
 
 impl Consumer {
@@ -260,6 +273,7 @@ impl Consumer {
             clear: true,
         };
         let attached = attach(&endpoint, &opts, how, interrupt)?;
+        let start = opts.start;
         Ok(Consumer {
             name: name.to_owned(),
             link: Arc::new(attached.link),
@@ -278,7 +292,8 @@ impl Consumer {
             fell_behind: None,
             watch: attached.watch,
             gone: false,
-            pos: None,
+            pos: start,
+            restore: start,
             epoch_taken: 0,
             resumed: false,
             lost: None,

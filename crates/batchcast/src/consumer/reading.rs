@@ -1,7 +1,7 @@
 //! Reading the board: where this consumer stands in the stream, what an
 //! `EpochStart` means for it, and taking each batch into its events.
 //!
-//! A consumer's position ([`Pos`]: an epoch and a row in it) counts the rows
+//! A consumer's position ([`Position`]: an epoch and a row in it) counts the rows
 //! it has taken from the board, whichever producer published them. A batch
 //! is taken only for its rows past the position: so a consumer that
 //! reattaches to a restarted producer (`super::reattach`), which resumes at
@@ -15,7 +15,7 @@ use super::batch::{Batch, SlotLease};
 use super::rebatch::batches_in;
 use super::{Assembler, Consumer, EpochInfo, Event};
 use crate::error::{Error, Result};
-use crate::wire::EpochStart;
+use crate::wire::{EpochStart, Position};
 
 /// Where this consumer reads the board in the epoch it follows.
 #[derive(Debug, Clone, Copy)]
@@ -33,13 +33,6 @@ pub(super) struct Cursor {
     pub(super) behind: bool,
 }
 
-/// The next row this consumer wants: its position in the stream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(super) struct Pos {
-    pub(super) epoch: u64,
-    pub(super) row: u64,
-}
-
 impl Consumer {
     /// An epoch begins on the board: a new one for this consumer, one it
     /// continues after reattaching (it skips the rows it has), or one
@@ -53,6 +46,25 @@ impl Consumer {
             behind: false,
         };
         let reattached = std::mem::take(&mut self.reattached);
+        if let Some(want) = self.restore.filter(|w| es.epoch >= w.epoch) {
+            self.restore = None;
+            // A reattachment joins as any consumer that lost its producer.
+            self.opts.start = None;
+            if es.epoch == want.epoch && es.first_row <= want.row {
+                // Exact: the rows before `want` are skipped.
+                self.begin(&es, want.row, cursor);
+                self.resumed = true;
+                return Ok(());
+            }
+            self.pos = None;
+            self.warn_unreplayable(want, &es);
+            if es.first_row > 0 {
+                // Joins at the next epoch's start.
+                cursor.behind = true;
+                self.cursor = Some(cursor);
+                return Ok(());
+            }
+        }
         if let Some(p) = self.pos {
             let continues = self.assembler.is_some() && p.epoch == es.epoch;
             if es.epoch < p.epoch {
@@ -72,34 +84,74 @@ impl Consumer {
                 return Ok(());
             }
         }
+        self.begin(&es, es.first_row, cursor);
+        Ok(())
+    }
+
+    /// A new epoch for this consumer, whose first row handed out is the
+    /// epoch's row `first_row` (no earlier than the start's).
+    fn begin(&mut self, es: &EpochStart, first_row: u64, cursor: Cursor) {
         let bs = self.opts.batch_size.unwrap_or(es.batch_size.max(1));
+        let skipped = first_row - es.first_row;
+        let samples = es.samples.map(|n| n.saturating_sub(skipped));
         let info = EpochInfo {
             epoch: es.epoch,
-            samples: es.samples,
-            batches: es.samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
+            samples,
+            batches: samples.map(|n| batches_in(n, bs, self.opts.drop_last)),
             batch_size: bs,
-            partial: es.partial,
+            partial: es.partial || skipped > 0,
+            first_row,
         };
-        self.assembler = Some(Assembler::new(
-            es.epoch,
-            es.samples,
-            bs,
-            self.opts.drop_last,
-        ));
+        self.assembler = Some(Assembler::new(es.epoch, samples, bs, self.opts.drop_last));
         self.rows = 0;
         if !es.partial && es.samples.is_some() {
             self.welcome.samples_per_epoch = es.samples;
         }
         self.epoch_taken = 0;
         self.resumed = false;
-        self.pos = Some(Pos {
+        self.pos = Some(Position {
             epoch: es.epoch,
-            row: es.first_row,
+            row: first_row,
         });
         self.epoch = Some(info.clone());
         self.cursor = Some(cursor);
         self.events.push_back(Ok(Event::EpochStart(info)));
-        Ok(())
+    }
+
+    /// Says that a restored position cannot be replayed: the producer
+    /// started this consumer past it (it no longer retains its batch, or
+    /// was past its epoch).
+    fn warn_unreplayable(&self, want: Position, es: &EpochStart) {
+        let next = if es.first_row > 0 {
+            es.epoch + 1
+        } else {
+            es.epoch
+        };
+        let per_epoch = self.welcome.samples_per_epoch;
+        let rest = per_epoch.map(|n| n.saturating_sub(want.row));
+        if next == want.epoch + 1 && rest == Some(0) {
+            return; // the saved epoch was complete: nothing is lost
+        }
+        let rest = rest.map_or_else(
+            || format!("the rest of epoch {} from its row {}", want.epoch, want.row),
+            |n| {
+                format!(
+                    "{n} rows of epoch {} (from its row {})",
+                    want.epoch, want.row
+                )
+            },
+        );
+        let between = match (next - want.epoch - 1, per_epoch) {
+            (0, _) => String::new(),
+            (k, Some(n)) => format!(" and the {} rows of the {k} epochs after it", k * n),
+            (k, None) => format!(" and the {k} epochs after it"),
+        };
+        self.opts.warn.emit(&format!(
+            "the saved position of this consumer of {:?} (epoch {}, row {}) cannot be replayed: \
+             the producer is at epoch {}, row {} and no longer holds the batch with that row; \
+             {rest}{between} are not delivered, and this consumer starts at epoch {next}",
+            self.name, want.epoch, want.row, es.epoch, es.first_row
+        ));
     }
 
     /// This consumer is done with `epoch`: it stands at the next one's
@@ -107,7 +159,7 @@ impl Consumer {
     pub(super) fn epoch_ended(&mut self, epoch: u64) {
         self.cursor = None;
         self.resumed = false;
-        self.pos = Some(Pos {
+        self.pos = Some(Position {
             epoch: epoch + 1,
             row: 0,
         });
@@ -185,7 +237,7 @@ impl Consumer {
         let Some(assembler) = self.assembler.as_mut() else {
             return Err(Error::Protocol("a batch arrived outside an epoch".into()));
         };
-        self.pos = Some(Pos {
+        self.pos = Some(Position {
             epoch,
             row: first + rows,
         });

@@ -76,6 +76,21 @@ pub struct ConsumerHello {
     pub label: String,
     /// What the producer does if it evicts this consumer for falling behind.
     pub on_evict: OnEvict,
+    /// Where a consumer restored from a saved state wants to start: the
+    /// producer starts it at the retained batch holding that row when the
+    /// position lies in its current epoch, else at the next epoch. Last, so
+    /// that a hello without it still decodes where it is ignored.
+    pub start: Option<Position>,
+}
+
+/// A position in the stream: a row of an epoch, rows counted from the
+/// epoch's start in the epoch's order.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Position {
+    /// The epoch, from 0.
+    pub epoch: u64,
+    /// Rows of the epoch before this one.
+    pub row: u64,
 }
 
 /// What an evicted consumer wants (see `ProducerOptions::lag_policy`).

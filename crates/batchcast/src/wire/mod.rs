@@ -22,8 +22,8 @@ mod messages;
 
 pub use frame::{encode, send_frame, send_frame_with_fds, Fill, FrameReader, MAX_FDS};
 pub use messages::{
-    Boundary, ConsumerHello, EpochStart, Hello, JoinPolicy, OnEvict, Role, ShutdownReason,
-    ToConsumer, ToProducer, TriggerFired, Welcome, MAX_TRIGGER_ID,
+    Boundary, ConsumerHello, EpochStart, Hello, JoinPolicy, OnEvict, Position, Role,
+    ShutdownReason, ToConsumer, ToProducer, TriggerFired, Welcome, MAX_TRIGGER_ID,
 };
 
 /// Version of this protocol and of the shared-memory regions it hands over

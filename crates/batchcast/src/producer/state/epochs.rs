@@ -5,6 +5,9 @@ use super::{Epoch, Phase, State};
 use crate::error::{Error, Result};
 use crate::wire::{self, Boundary, EpochStart, JoinPolicy, ToConsumer};
 
+/// The slot and rows of retained batches, oldest first.
+pub(super) type Retained = Vec<(usize, u64)>;
+
 impl State {
     /// True between `begin_epoch` and `end_epoch`.
     pub fn epoch_open(&self) -> bool {
@@ -110,8 +113,27 @@ impl State {
 
     /// The slot and rows of every batch of the current epoch, oldest
     /// first, if all are still retained.
-    pub(super) fn retained_epoch(&self) -> Option<Vec<(usize, u64)>> {
-        let first = self.epoch.first_seq?;
+    pub(super) fn retained_epoch(&self) -> Option<Retained> {
+        self.retained_since(self.epoch.first_seq?)
+    }
+
+    /// The batch of the current epoch holding its row `row` (or its last
+    /// published batch, when `row` lies past it), that batch's first row, and
+    /// the slot and rows of it and every later batch, oldest first, if all
+    /// are still retained.
+    pub(super) fn retained_from(&self, row: u64) -> Option<(u64, u64, Retained)> {
+        let number = self.epoch.number;
+        let mark = self
+            .marks
+            .iter()
+            .rev()
+            .find(|m| m.epoch == number && m.row <= row)?;
+        Some((mark.seq, mark.row, self.retained_since(mark.seq)?))
+    }
+
+    /// The slot and rows of batches `first..` published so far, if all are
+    /// still retained.
+    fn retained_since(&self, first: u64) -> Option<Retained> {
         (first..self.next_seq)
             .map(|seq| {
                 let i = self.slots.find(seq)?;
@@ -136,6 +158,19 @@ impl State {
         } else {
             self.epoch.start_row + self.epoch.published_rows
         };
+        self.start_epoch_at(id, samples, partial, first_seq, first_row)
+    }
+
+    /// Sends `EpochStart` to consumer `id`: it reads the epoch's batches
+    /// from `first_seq` on, whose first row is the epoch's row `first_row`.
+    pub(super) fn start_epoch_at(
+        &mut self,
+        id: u64,
+        samples: Option<u64>,
+        partial: bool,
+        first_seq: u64,
+        first_row: u64,
+    ) -> bool {
         let msg = ToConsumer::EpochStart(EpochStart {
             epoch: self.epoch.number,
             samples,

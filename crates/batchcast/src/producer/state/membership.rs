@@ -7,7 +7,9 @@ use std::sync::Arc;
 
 use super::{ConsumerEntry, Phase, State};
 use crate::ledger::Ledger;
-use crate::wire::{self, ConsumerHello, JoinPolicy, ToConsumer, Welcome, PROTOCOL_VERSION};
+use crate::wire::{
+    self, ConsumerHello, JoinPolicy, Position, ToConsumer, Welcome, PROTOCOL_VERSION,
+};
 
 impl State {
     /// Adds a consumer. Before the arena exists it is left pending; else it
@@ -90,7 +92,11 @@ impl State {
 
     /// Places a welcomed consumer per its join policy.
     fn join(&mut self, id: u64) {
-        let Some(policy) = self.consumers.get(&id).map(|c| c.hello.join) else {
+        let Some((policy, start)) = self
+            .consumers
+            .get(&id)
+            .map(|c| (c.hello.join, c.hello.start))
+        else {
             return;
         };
         let epoch = &self.epoch;
@@ -101,6 +107,10 @@ impl State {
         if epoch.published_rows == 0 {
             // The epoch has not published anything yet: joining it is joining at its start.
             self.set_phase(id, Phase::Following);
+            return;
+        }
+        if let Some(want) = start.filter(|w| w.epoch <= self.epoch.number) {
+            self.join_at(id, want);
             return;
         }
         match policy {
@@ -125,6 +135,29 @@ impl State {
                 _ => self.set_phase(id, Phase::Waiting),
             },
         }
+    }
+
+    /// Places a consumer restored at `want` (not a later epoch than the
+    /// current one, which has published batches): at the retained batch
+    /// holding its row, so that it skips only the rows before it in that
+    /// batch; else (an earlier epoch, or that batch is gone) at the next
+    /// epoch, where the consumer warns of what it cannot have.
+    fn join_at(&mut self, id: u64, want: Position) {
+        let found = (want.epoch == self.epoch.number)
+            .then(|| self.retained_from(want.row))
+            .flatten();
+        let Some((first, first_row, retained)) = found else {
+            self.set_phase(id, Phase::Waiting);
+            return;
+        };
+        let skipped = first_row.saturating_sub(self.epoch.start_row);
+        let samples = self.epoch.samples.map(|n| n.saturating_sub(skipped));
+        self.set_phase(id, Phase::Following);
+        // Held before the consumer is told, as a catch-up joiner's.
+        for &(i, rows) in &retained {
+            self.subscribe(id, i, rows);
+        }
+        self.start_epoch_at(id, samples, true, first, first_row);
     }
 
     /// Makes consumer `id` a holder of the batch in slot `i` (a catch-up

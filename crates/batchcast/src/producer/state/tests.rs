@@ -5,9 +5,9 @@ use std::os::unix::net::UnixStream;
 use std::sync::Arc;
 
 use super::super::lag::LagPolicy;
-use super::State;
+use super::{Phase, State};
 use crate::board::BoardView;
-use crate::wire::{ConsumerHello, JoinPolicy, OnEvict};
+use crate::wire::{ConsumerHello, JoinPolicy, OnEvict, Position};
 
 const WINDOW: usize = 4;
 
@@ -23,6 +23,11 @@ fn state(lag: usize) -> State {
 /// Attaches a consumer; returns its id and the peer end of its socket
 /// (kept open, so that what the producer sends it is taken).
 fn attach(s: &mut State, on_evict: OnEvict) -> (u64, UnixStream) {
+    attach_at(s, on_evict, None)
+}
+
+/// Attaches a consumer that asks to start at `start` (a restored state).
+fn attach_at(s: &mut State, on_evict: OnEvict, start: Option<Position>) -> (u64, UnixStream) {
     let (ours, theirs) = UnixStream::pair().unwrap();
     let hello = ConsumerHello {
         batch_size: None,
@@ -30,6 +35,7 @@ fn attach(s: &mut State, on_evict: OnEvict) -> (u64, UnixStream) {
         join: JoinPolicy::CatchUp,
         label: String::new(),
         on_evict,
+        start,
     };
     let id = s.add_consumer(Arc::new(ours), 1, hello).unwrap();
     (id, theirs)
@@ -176,4 +182,44 @@ fn the_low_water_mark_is_the_slowest_consumers_row_in_its_epoch() {
     assert_eq!(s.low_water(), Some((4, 1)), "and now row 0 of epoch 4");
     s.remove_consumer(slow);
     assert_eq!(s.low_water(), Some((4, 3)), "the fast one has everything");
+}
+
+/// A consumer restored at a row of the current epoch starts at the
+/// retained batch holding it, holding that batch and every later one;
+/// once that batch is gone, or for an earlier epoch, it waits for the
+/// next epoch (where it warns of what it cannot have).
+#[test]
+fn a_restored_consumer_starts_at_its_rows_batch_while_it_is_retained() {
+    let mut s = state(0);
+    let (front, _keep) = attach(&mut s, OnEvict::Error);
+    s.begin_epoch().unwrap();
+    assert_eq!(publish(&mut s, 3), 3); // rows 0, 1, 2 of epoch 0
+    let at = |row| Some(Position { epoch: 0, row });
+    let (restored, _k1) = attach_at(&mut s, OnEvict::Error, at(1));
+    let c = &s.consumers[&restored];
+    assert_eq!(
+        (c.phase, c.joined_at, c.epoch_rows),
+        (Phase::Following, Some(1), 2)
+    );
+    assert_eq!(s.slots.get(s.slots.find(1).unwrap()).holders.len(), 2);
+    assert_eq!(s.slots.get(s.slots.find(0).unwrap()).holders, vec![front]);
+    read(&s, front, 0);
+    for seq in 1..3 {
+        read(&s, front, seq);
+        read(&s, restored, seq);
+    }
+    // The front reads on until batch 1's slot is taken again.
+    for seq in 3..3 + WINDOW as u64 {
+        assert_eq!(publish(&mut s, 1), 1);
+        read(&s, front, seq);
+        read(&s, restored, seq);
+    }
+    assert!(s.slots.find(1).is_none());
+    let (late, _k2) = attach_at(&mut s, OnEvict::Error, at(1));
+    assert_eq!(s.consumers[&late].phase, Phase::Waiting);
+    s.end_epoch().unwrap();
+    s.begin_epoch().unwrap();
+    assert_eq!(publish(&mut s, 1), 1);
+    let (earlier, _k3) = attach_at(&mut s, OnEvict::Error, at(0));
+    assert_eq!(s.consumers[&earlier].phase, Phase::Waiting);
 }
