@@ -96,7 +96,7 @@ def test_the_module_takes_the_binarys_flags_and_refuses_others(bc_dir):
         [sys.executable, "-m", "batchcast.serve", "--name", "x"], check=False, capture_output=True, text=True, timeout=60
     )
     assert nothing.returncode == 1
-    assert "error: say what to serve: --data PATH (an image dataset) or --synthetic" in nothing.stderr
+    assert "error: say what to serve: --data PATH (an image dataset), --replay FILE.csv (a timestamped one) or --synthetic" in nothing.stderr
 
 
 def test_serve_in_process_hands_events_to_a_callback_and_returns_the_summary(bc_dir):

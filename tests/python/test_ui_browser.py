@@ -328,8 +328,8 @@ def test_a_charts_csv_downloads_with_the_stores_rows(dash: Dash):
         want += [(r, x, v) for x, v in dash.points(r, "batchcast/samples")]
     assert len(rows) == len(want) > 0
     for row, (r, x, v) in zip(rows, want):
-        assert int(row["run_id"]) == r and row["metric"] == "batchcast/samples"
-        assert abs(float(row["elapsed_s"]) - x) < 1e-9 and float(row["value"]) == v
+        assert int(row["run_id"]) == r and row["key"] == "batchcast/samples"
+        assert abs(float(row["elapsed_s"]) - x) < 1e-6 and float(row["value"]) == v
 
 
 def test_two_metrics_on_one_chart_and_the_mean_of_runs(dash: Dash):
