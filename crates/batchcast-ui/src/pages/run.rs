@@ -108,7 +108,7 @@ pub(crate) async fn show(
                     live = u8::from(!r.status.is_terminal()),
                 );
             }
-            body.push_str(&super::charts(store, &[r])?);
+            body.push_str(&super::charts(store, &[r], super::Lines::EachRun)?);
             let crumbs = [
                 (format!("/workloads/{}", r.workload_id), format!("{} / {}", row.experiment, row.workload)),
                 (format!("/runs/{id}"), r.name.clone()),
