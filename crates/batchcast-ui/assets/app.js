@@ -119,7 +119,7 @@
       const head = m.message.split(":")[0];
       out.push({
         x, run: g, from: m.from, source: m.source,
-        label: `${m.source}: ${head.length > 40 ? head.slice(0, 39) + "…" : head}`,
+        label: `${m.source}: ${head.length > 48 ? head.slice(0, 47) + "…" : head}`,
         title: `${m.source}, ${new Date(m.ts_ms).toISOString().replace("T", " ").slice(0, 19)} UTC: ${m.message}`,
       });
     }

@@ -115,24 +115,32 @@
     brush(svg, LEFT, x1px, TOP, y1px, xa, xb, spec.onZoom);
   }
 
-  // Events as vertical markers in their line's colour; a label is left out
-  // where it would overlap the previous one (the marker keeps its hover text).
+  // Events as vertical markers in their line's colour. Markers closer than
+  // a label's width share one label: the latest one's, with how many more
+  // (each marker keeps its own hover text).
   function marks(svg, legend, spec, runs, sx, xa, xb, top, bottom, clipId) {
     const all = (spec.markers || []).filter((m) => m.x >= xa && m.x <= xb).sort((a, b) => a.x - b.x);
     if (!all.length && !spec.markersLeftOff) return;
     const g = el("g", { class: "markers", "clip-path": `url(#${clipId})` }, svg);
-    let labelled = -Infinity;
+    const clusters = [];
     for (const m of all) {
-      const x = sx(m.x), colour = PALETTE[Math.max(0, runs.indexOf(m.run)) % PALETTE.length];
-      const mark = el("g", { class: "marker" }, g);
-      Object.assign(mark.dataset, { x: m.x, run: m.run, from: m.from, source: m.source });
-      el("title", {}, mark).textContent = m.title;
-      el("line", { x1: x, x2: x, y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5, "stroke-dasharray": "2 3" }, mark);
-      el("line", { x1: x, x2: x, y1: top, y2: bottom, class: "hit" }, mark);
-      if (x - labelled < 13) continue;
-      labelled = x;
-      const t = el("text", { x: x + 12, y: top + 4, "text-anchor": "end", transform: `rotate(-90 ${x + 12} ${top + 4})`, class: "marker-label" }, mark);
-      t.textContent = m.label;
+      const last = clusters[clusters.length - 1];
+      if (last && sx(m.x) - sx(last[0].x) < 13) last.push(m);
+      else clusters.push([m]);
+    }
+    for (const cluster of clusters) {
+      let mark = null;
+      for (const m of cluster) {
+        const x = sx(m.x), colour = PALETTE[Math.max(0, runs.indexOf(m.run)) % PALETTE.length];
+        mark = el("g", { class: "marker" }, g);
+        Object.assign(mark.dataset, { x: m.x, run: m.run, from: m.from, source: m.source });
+        el("title", {}, mark).textContent = m.title;
+        el("line", { x1: x, x2: x, y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5, "stroke-dasharray": "2 3" }, mark);
+        el("line", { x1: x, x2: x, y1: top, y2: bottom, class: "hit" }, mark);
+      }
+      const m = cluster[cluster.length - 1], x = sx(m.x) + 12;
+      const t = el("text", { x, y: top + 4, "text-anchor": "end", transform: `rotate(-90 ${x} ${top + 4})`, class: "marker-label" }, mark);
+      t.textContent = m.label + (cluster.length > 1 ? ` (+${cluster.length - 1})` : "");
     }
     const item = document.createElement("em");
     item.className = "events";
