@@ -31,6 +31,15 @@ pub(crate) struct Marker {
     pub(crate) message: String,
 }
 
+/// The run of `workload`'s shared producer ([`keys::DATA_RUN`]), if it has one.
+pub(crate) fn producer_run(store: &Store, workload: WorkloadId) -> Result<Option<RunId>, UiError> {
+    Ok(store
+        .workload_runs(workload)?
+        .into_iter()
+        .find(|w| w.name == keys::DATA_RUN)
+        .map(|w| w.id))
+}
+
 /// The markers of `runs`, oldest first per run, at most [`MAX_MARKERS`];
 /// the second value counts those left off.
 pub(crate) fn markers(store: &Store, runs: &[RunRow]) -> Result<(Vec<Marker>, usize), UiError> {
@@ -43,11 +52,7 @@ pub(crate) fn markers(store: &Store, runs: &[RunRow]) -> Result<(Vec<Marker>, us
             let data = match producers.get(&r.run.workload_id) {
                 Some(d) => *d,
                 None => {
-                    let d = store
-                        .workload_runs(r.run.workload_id)?
-                        .into_iter()
-                        .find(|w| w.name == keys::DATA_RUN)
-                        .map(|w| w.id);
+                    let d = producer_run(store, r.run.workload_id)?;
                     producers.insert(r.run.workload_id, d);
                     d
                 }

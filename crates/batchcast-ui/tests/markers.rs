@@ -189,3 +189,24 @@ fn an_experiment_compares_its_workloads_training_runs_one_line_each() {
     let html = get(addr, &format!("/workloads/{}", m.shared)).text();
     assert!(html.contains("<section class=\"charts\"") && !html.contains("data-mode="));
 }
+
+#[test]
+fn a_trainers_run_page_links_its_producers_events() {
+    let (_dir, path, m, addr) = served();
+    let html = get(addr, &format!("/runs/{}", m.runs[2])).text();
+    assert!(!html.contains("producer-events"), "{html}");
+    record(&path, &m);
+    let html = get(addr, &format!("/runs/{}", m.runs[2])).text();
+    let note = format!(
+        "shared producer recorded 2 events (triggers, new data, a resumed stream): <a href=\"/runs/{0}\">run #{0}</a>",
+        m.runs[4]
+    );
+    assert!(html.contains(&note), "{html}");
+    assert!(html.contains("reattached at epoch 2, row 64"), "{html}");
+    // the producer's own page lists them, with no such note
+    let html = get(addr, &format!("/runs/{}", m.runs[4])).text();
+    assert!(html.contains(TRIGGER) && !html.contains("producer-events"), "{html}");
+    // a run of an independent workload has no producer
+    let html = get(addr, &format!("/runs/{}", m.runs[0])).text();
+    assert!(!html.contains("producer-events"), "{html}");
+}
