@@ -205,7 +205,10 @@ fn a_trainers_run_page_links_its_producers_events() {
     assert!(html.contains("reattached at epoch 2, row 64"), "{html}");
     // the producer's own page lists them, with no such note
     let html = get(addr, &format!("/runs/{}", m.runs[4])).text();
-    assert!(html.contains(TRIGGER) && !html.contains("producer-events"), "{html}");
+    assert!(
+        html.contains(TRIGGER) && !html.contains("producer-events"),
+        "{html}"
+    );
     // a run of an independent workload has no producer
     let html = get(addr, &format!("/runs/{}", m.runs[0])).text();
     assert!(!html.contains("producer-events"), "{html}");
