@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+use batchcast_proc::procfs::alive;
 use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
 
 const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
@@ -94,16 +95,6 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
     }
-}
-
-fn alive(pid: i64) -> bool {
-    // A zombie is not alive: its stat says Z.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
 }
 
 #[test]
@@ -232,7 +223,7 @@ fn a_failed_job_is_rerun_only_when_asked() {
     );
 }
 
-fn start_waiting(f: &Fixture) -> (Child, i64) {
+fn start_waiting(f: &Fixture) -> (Child, i32) {
     let plan = f.plan(&[
         "e,first,done,,job.sh,done",
         "e,second,wait,,job.sh,wait 0 go",
@@ -325,7 +316,7 @@ fn ctrl_c_records_a_job_that_had_finished_as_finished() {
     wait_until("both jobs to start", || {
         f.starts("done") == 1 && f.starts("wait") == 1
     });
-    let done: i64 = std::fs::read_to_string(f.path("starts.done"))
+    let done: i32 = std::fs::read_to_string(f.path("starts.done"))
         .unwrap()
         .trim()
         .parse()
