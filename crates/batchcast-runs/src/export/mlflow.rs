@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::{LogStream, RunId, RunRow, RunStatus, Store};
+use crate::{LogStream, Run, RunId, RunRow, RunStatus, Store};
 use crate::{Result, StoreError};
 
 /// A `meta.yaml` larger than this is not one MLflow wrote.
@@ -256,6 +256,9 @@ fn write_run(
     Ok(run_id)
 }
 
+/// Fills `dir` with one run as MLflow's file store lays it out: its
+/// `meta.yaml`, tags, params, metrics and artifacts (the job's output and
+/// the run's events).
 fn fill_run_dir(
     store: &Store,
     dir: &Path,
@@ -264,6 +267,31 @@ fn fill_run_dir(
     row: &RunRow,
     out: &mut MlflowExport,
 ) -> Result<()> {
+    let run = &row.run;
+    for sub in ["params", "metrics", "tags", "artifacts"] {
+        let d = dir.join(sub);
+        fs::create_dir_all(&d).map_err(|e| export_err("cannot create", &d, e))?;
+    }
+    let user = run
+        .env
+        .get("user")
+        .and_then(|u| u.as_str())
+        .unwrap_or("batchcast");
+    write_meta(dir, run_id, exp_id, run, user)?;
+    write_values(&dir.join("tags"), &tags(row, user), out)?;
+    let params: Vec<(String, String)> = store
+        .params(run.id)?
+        .into_iter()
+        .map(|p| (p.key, p.value))
+        .collect();
+    write_values(&dir.join("params"), &params, out)?;
+    write_metrics(store, &dir.join("metrics"), run.id, out)?;
+    write_artifacts(store, &dir.join("artifacts"), run.id)
+}
+
+/// The run's `meta.yaml`, naming where its artifacts will be once `dir` is
+/// moved into place as `run_id`.
+fn write_meta(dir: &Path, run_id: &str, exp_id: &str, run: &Run, user: &str) -> Result<()> {
     #[derive(Serialize)]
     struct RunMeta<'a> {
         artifact_uri: String,
@@ -282,16 +310,6 @@ fn fill_run_dir(
         tags: [u8; 0],
         user_id: &'a str,
     }
-    let run = &row.run;
-    for sub in ["params", "metrics", "tags", "artifacts"] {
-        let d = dir.join(sub);
-        fs::create_dir_all(&d).map_err(|e| export_err("cannot create", &d, e))?;
-    }
-    let user = run
-        .env
-        .get("user")
-        .and_then(|u| u.as_str())
-        .unwrap_or("batchcast");
     let final_dir = dir.with_file_name(run_id);
     write_yaml(
         &dir.join("meta.yaml"),
@@ -312,7 +330,12 @@ fn fill_run_dir(
             tags: [],
             user_id: user,
         },
-    )?;
+    )
+}
+
+/// The run's tags: MLflow's own and batchcast's.
+fn tags(row: &RunRow, user: &str) -> Vec<(String, String)> {
+    let run = &row.run;
     let mut tags = vec![
         ("mlflow.runName", run.name.clone()),
         ("mlflow.user", user.to_string()),
@@ -332,20 +355,18 @@ fn fill_run_dir(
     if let Some(m) = &run.message {
         tags.push(("batchcast.message", m.clone()));
     }
-    let tags: Vec<(String, String)> = tags.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    write_values(&dir.join("tags"), &tags, out)?;
-    let params: Vec<(String, String)> = store
-        .params(run.id)?
-        .into_iter()
-        .map(|p| (p.key, p.value))
-        .collect();
-    write_values(&dir.join("params"), &params, out)?;
-    let keys = store.metric_keys(run.id)?;
+    tags.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// One file per metric of `run` in `dir`, a `TIMESTAMP VALUE STEP` line
+/// per point.
+fn write_metrics(store: &Store, dir: &Path, run: RunId, out: &mut MlflowExport) -> Result<()> {
+    let keys = store.metric_keys(run)?;
     for (key, name) in keys.iter().zip(file_names(&keys)) {
-        let path = named_file(&dir.join("metrics"), key, &name, out)?;
+        let path = named_file(dir, key, &name, out)?;
         let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
         let mut w = BufWriter::new(file);
-        store.for_each_point(run.id, key, |step, ts, value| {
+        store.for_each_point(run, key, |step, ts, value| {
             writeln!(w, "{ts} {value} {step}").map_err(|e| export_err("cannot write", &path, e))?;
             out.points += 1;
             Ok::<(), StoreError>(())
@@ -353,25 +374,30 @@ fn fill_run_dir(
         w.flush()
             .map_err(|e| export_err("cannot write", &path, e))?;
     }
-    let artifacts = dir.join("artifacts");
+    Ok(())
+}
+
+/// The job's `stdout.txt` and `stderr.txt` in `dir`, and `events.txt`
+/// when the run has events.
+fn write_artifacts(store: &Store, dir: &Path, run: RunId) -> Result<()> {
     for stream in [LogStream::Stdout, LogStream::Stderr] {
-        let path = artifacts.join(format!("{}.txt", stream.as_str()));
+        let path = dir.join(format!("{}.txt", stream.as_str()));
         let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
         let mut w = BufWriter::new(file);
-        store.for_each_log_chunk(run.id, stream, |chunk| {
+        store.for_each_log_chunk(run, stream, |chunk| {
             w.write_all(chunk)
                 .map_err(|e| export_err("cannot write", &path, e))
         })?;
         w.flush()
             .map_err(|e| export_err("cannot write", &path, e))?;
     }
-    let events = store.events(run.id)?;
+    let events = store.events(run)?;
     if !events.is_empty() {
         let text: String = events
             .iter()
             .map(|e| format!("{} {} {}\n", e.ts_ms, e.source, e.message))
             .collect();
-        let path = artifacts.join("events.txt");
+        let path = dir.join("events.txt");
         fs::write(&path, text).map_err(|e| export_err("cannot write", &path, e))?;
     }
     Ok(())
