@@ -6,8 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+mod common;
+
 use batchcast_proc::procfs::alive;
 use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
+use common::Succeed;
 
 const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
 
@@ -66,6 +69,10 @@ impl Fixture {
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
+    /// Runs `batchcast run ARGS` and insists that it succeeded.
+    fn succeed(&self, args: &[&str]) {
+        self.command(args).succeed();
+    }
     fn store(&self) -> Store {
         Store::open_read_only(self.path("runs.sqlite")).unwrap()
     }
@@ -107,12 +114,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         &format!("e,shared,a,{serve},job.sh,sa"),
         &format!("e,shared,b,{serve},job.sh,sb"),
     ]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     let store = f.store();
     let rows = store.runs(&RunFilter::default()).unwrap();
     assert_eq!(rows.len(), 5, "four jobs and the shared producer");
@@ -186,8 +188,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         "{text}"
     );
     // A second run of the same plan runs nothing.
-    let again = f.run(&[plan.to_str().unwrap()]);
-    assert!(again.status.success());
+    f.succeed(&[plan.to_str().unwrap()]);
     assert_eq!((f.starts("a"), f.starts("sa")), (1, 1));
 }
 
@@ -337,12 +338,7 @@ fn ctrl_c_records_a_job_that_had_finished_as_finished() {
         "{text}"
     );
     std::fs::write(f.path("go"), "").unwrap();
-    let again = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     assert_eq!((f.starts("done"), f.starts("wait")), (1, 2));
 }
 
@@ -395,7 +391,7 @@ fn a_command_found_nowhere_is_refused_before_anything_starts() {
 #[test]
 fn one_command_runs_without_a_plan() {
     let f = Fixture::new();
-    let out = f.run(&[
+    f.succeed(&[
         "--experiment",
         "solo",
         "--name",
@@ -404,11 +400,6 @@ fn one_command_runs_without_a_plan() {
         "./job.sh",
         "one",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(f.status("default", "one"), RunStatus::Finished);
     let row = f.store().runs(&RunFilter::default()).unwrap().remove(0);
     assert_eq!(row.experiment, "solo");
@@ -420,7 +411,7 @@ fn one_command_runs_without_a_plan() {
 #[test]
 fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
     let f = Fixture::new();
-    let out = f.run(&[
+    f.succeed(&[
         "--log-cap",
         "1",
         "--name",
@@ -430,11 +421,6 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
         "-c",
         "echo first; yes 0123456789abcdef | head -c 8388608; echo; echo last",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let store = f.store();
     let row = store.runs(&RunFilter::default()).unwrap().remove(0);
     let (log, _) = store.log(row.run.id, LogStream::Stdout, None).unwrap();
@@ -486,12 +472,7 @@ fn a_shared_producers_triggers_are_events_of_its_run() {
     let f = Fixture::new();
     let serve = "batchcast serve --synthetic --samples 300 --epochs 3 --trigger every-epoch";
     let plan = f.plan(&[&format!("e,grow,a,{serve},job.sh,a")]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     let store = f.store();
     let rows = store.runs(&RunFilter::default()).unwrap();
     let data = rows
