@@ -86,9 +86,32 @@ pub enum RunError {
     /// The run store refused a read or a write.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Anything else that stops the plan, with what to do.
-    #[error("{0}")]
-    Other(String),
+    /// A job a dead runner left running could not be signalled; nothing
+    /// is started beside it.
+    #[error(
+        "{orphan} cannot be stopped ({source}); stop it yourself (`kill -- -{pid}`) and run again, \
+         or a second copy of it would run beside it"
+    )]
+    OrphanUnstoppable {
+        /// The orphan: its run, name, pid and dead runner.
+        orphan: String,
+        /// Its process group.
+        pid: i64,
+        /// Why the signal failed.
+        source: std::io::Error,
+    },
+    /// A job a dead runner left running outlived SIGKILL; nothing is
+    /// started beside it.
+    #[error(
+        "{orphan} did not end after SIGKILL; stop it yourself (`kill -KILL -- -{pid}`) and run \
+         again, or a second copy of it would run beside it"
+    )]
+    OrphanSurvived {
+        /// The orphan: its run, name, pid and dead runner.
+        orphan: String,
+        /// Its process group.
+        pid: i64,
+    },
 }
 
 /// This host's name, as runs record it.
