@@ -84,6 +84,10 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where the generated dataset is kept and reused (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="dataset and training seed (default 0)")
     p.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    p.add_argument("--store", metavar="PATH",
+                   help="the run store (SQLite) that `batchcast run` records every cell in, for "
+                        "`batchcast ui --store PATH` (default: collocated-runs.sqlite beside --json, "
+                        "else in bench/results/)")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds one (mode, N) cell may take in all before it is stopped (default 600)")
     p.add_argument("--stall-timeout", type=float, default=30.0,

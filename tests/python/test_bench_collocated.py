@@ -212,3 +212,39 @@ def test_cuda_profile_fails_clearly_without_a_gpu(tmp_path):
     assert proc.returncode == 2
     assert "--device cuda needs an NVIDIA GPU with CUDA" in proc.stderr
     assert not (tmp_path / "cache").exists()  # fails before doing anything
+
+
+@pytest.mark.slow
+def test_every_cell_is_a_workload_of_the_run_store_with_its_figures(main_run):
+    """The cells were run by `batchcast run`: the store the report names
+    holds one workload per cell, a run per trainer with the figures the
+    table was made from, and the shared producer's run."""
+    import sqlite3
+
+    _, proc, doc = main_run
+    store = doc["store"]
+    assert proc.stdout.rstrip().splitlines()[-1] == (
+        f"runs recorded in {store}; see them with: batchcast ui --store {store}")
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        for cell in doc["results"]:
+            workload = f"small/{cell['mode']}/N={cell['trainers']}/r1"
+            runs = dict(db.execute(
+                "SELECT r.name, r.id FROM runs r JOIN workloads w ON r.workload_id = w.id"
+                " JOIN experiments e ON w.experiment_id = e.id WHERE e.name = ? AND w.name = ?",
+                (doc["experiment"], workload)).fetchall())
+            trainers = [f"trainer-{r}" for r in range(cell["trainers"])]
+            shared = cell["mode"].startswith("shared-")
+            assert sorted(runs) == sorted(trainers + (["data"] if shared else [])), workload
+            for name, result in zip(trainers, cell["trainer_results"]):
+                figures = dict(db.execute(
+                    "SELECT substr(key, 8), value FROM metrics WHERE run_id = ? AND key LIKE 'figure/%'",
+                    (runs[name],)).fetchall())
+                assert figures["samples"] == result["samples"] == 24
+                assert figures["wall_s"] == pytest.approx(result["wall_s"])
+                assert figures["wait_s"] == pytest.approx(result["wait_s"])
+                cpu = db.execute("SELECT max(value) FROM metrics WHERE run_id = ? AND key ="
+                                 " 'proc/exit_cpu_seconds'", (runs[name],)).fetchone()[0]
+                assert cpu is not None and cpu > 0
+    finally:
+        db.close()
