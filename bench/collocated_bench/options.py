@@ -94,7 +94,8 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="a cell in which no trainer makes progress for this many seconds is stopped "
                         "and reported as a hang (default 30)")
     p.add_argument("--batchcast-bin", default=None,
-                   help="the batchcast binary for shared-native (default: $BATCHCAST_BIN, "
+                   help="the batchcast binary: `batchcast run`, which runs every cell, and "
+                        "`batchcast serve` for shared-native (default: $BATCHCAST_BIN, "
                         "target/release/batchcast, then PATH)")
     p.add_argument("--native-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `batchcast serve` (repeatable), e.g. --native-arg=--output=u8-nhwc")
