@@ -22,7 +22,7 @@ import shlex
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -187,7 +187,7 @@ def run_plan(
     series: Sequence[str] = (),
 ) -> list[Run]:
     """Runs the jobs with ``batchcast run`` into ``store`` and returns the
-    runs of ``experiment`` (the producers' runs too). Past ``timeout``
+    runs of their workloads in ``experiment`` (the producers' runs too). Past ``timeout``
     seconds the runner is stopped: it stops the jobs and records them
     KILLED, and their runs come back as TIMEOUT. ``done``, when given, says
     whether the jobs have what was measured (their result files, say): the
@@ -221,7 +221,7 @@ def run_plan(
     finally:
         runner.stop(GRACE_S * 4)
     try:
-        runs = read_runs(store, experiment, series)
+        runs = read_runs(store, experiment, series, {j.workload for j in jobs})
     except ExperimentError:
         runs = []
     if not runs:
@@ -271,10 +271,16 @@ def _tail_of(path: str) -> str:
         return "(no output)"
 
 
-def read_runs(store: str, experiment: str, series: Sequence[str] = ()) -> list[Run]:
-    """The runs of ``experiment`` in ``store`` (read-only), in plan order,
-    with their figures, the end of their output, their CPU seconds and the
-    samples of the metrics whose keys start with one of ``series``."""
+def read_runs(
+    store: str,
+    experiment: str,
+    series: Sequence[str] = (),
+    workloads: Collection[str] | None = None,
+) -> list[Run]:
+    """The runs of ``experiment`` in ``store`` (read-only; of its
+    ``workloads`` only, if given), in plan order, with their figures, the
+    end of their output, their CPU seconds and the samples of the metrics
+    whose keys start with one of ``series``."""
     try:
         db = sqlite3.connect(Path(store).absolute().as_uri() + "?mode=ro", uri=True)
     except sqlite3.Error as e:
@@ -301,6 +307,7 @@ def read_runs(store: str, experiment: str, series: Sequence[str] = ()) -> list[R
                 _series(db, rid, series),
             )
             for rid, workload, name, status, code, why in rows
+            if workloads is None or workload in workloads
         ]
     except sqlite3.Error as e:
         raise ExperimentError(f"cannot read the runs of {experiment} in {store}: {e}") from e
