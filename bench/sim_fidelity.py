@@ -122,9 +122,9 @@ def run_java(classes, cluster, trace):
     return jct, float(span.group(1)) if span else float("nan")
 
 
-def run_batchcast(bin_, cluster, trace, policies, model, out):
+def run_batchcast(bin_, cluster, trace, policies, model, out, extra=()):
     sh([bin_, "sim", "--trace", str(trace), "--format", "dally", "--cluster", str(cluster),
-        "--policy", ",".join(policies), "--model", model, "--out", str(out)])
+        "--policy", ",".join(policies), "--model", model, "--out", str(out), *extra])
     res = {}
     for p in policies:
         with open(out / f"{p}.jobs.csv") as f:

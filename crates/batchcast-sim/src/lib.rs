@@ -43,7 +43,7 @@ mod synth;
 pub mod trace;
 mod validate;
 
-pub use bidding::{simulate_bidding, Bidder, BiddingRun};
+pub use bidding::{simulate_bidding, Bidder, BiddingRun, DallySetup};
 pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
 pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
 pub use config::{DataSharing, SimConfig};

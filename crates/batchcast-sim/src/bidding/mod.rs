@@ -12,10 +12,15 @@
 //! auctions, each kind first come first served. Released GPUs are auctioned
 //! `restart_cost` seconds per GPU later.
 //!
+//! Dally is not in the code at 2953d56: it runs with the chunk rules of
+//! 4cd660e, the newest commit, where it is (see `dally`).
+//!
 //! It is as slow as the published code: one event per chunk. batchcast's
 //! own model (`simulate`) gang-schedules and moves progress continuously.
 
 mod bids;
+mod dally;
+mod hashed;
 mod layout;
 mod sim;
 
@@ -23,6 +28,7 @@ use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 
 pub use bids::Bidder;
+pub use dally::DallySetup;
 use layout::Layout;
 use sim::{Job, Kind, Sim};
 
@@ -50,6 +56,8 @@ pub struct BiddingRun {
     /// code (2953d56) then ignores the shape and builds, per rack, 6
     /// machines of 2 slots x 2 GPUs, 3 of 2 GPUs and 2 of 1 GPU.
     pub published_default_cluster: bool,
+    /// Dally's settings (used by [`Bidder::Dally`] only).
+    pub dally: DallySetup,
 }
 
 /// Runs `jobs` on `spec` under the published simulator's model with
@@ -67,6 +75,7 @@ pub fn simulate_bidding(
         origin,
         granularity,
         published_default_cluster,
+        dally,
     } = *run;
     if !(origin.is_finite() && origin >= 0.0) {
         return Err(SimError::Config(format!(
@@ -95,9 +104,7 @@ pub fn simulate_bidding(
              {MAX_CHUNKS:.0e} chunks in all"
         )));
     }
-    let mut state = Vec::with_capacity(jobs.len());
-    let mut js = Vec::with_capacity(jobs.len());
-    for (k, j) in jobs.iter().enumerate() {
+    for j in jobs {
         let ok = j.arrival.is_finite()
             && j.arrival >= 0.0
             && j.iterations >= 1.0
@@ -111,6 +118,36 @@ pub fn simulate_bidding(
                 j.id
             )));
         }
+    }
+    // Dally's commit builds the shape given whatever the file says.
+    let layout = if published_default_cluster && bidder != Bidder::Dally {
+        Layout::published_default(spec.racks)
+    } else {
+        Layout::of(spec)
+    };
+    if bidder == Bidder::Dally {
+        let tuned = dally.rack_wait == -1.0 && dally.network_wait == -1.0;
+        if !(tuned || dally.rack_wait.is_finite() && dally.network_wait.is_finite()) {
+            return Err(SimError::Config(
+                "Dally's waits must be numbers of leases (both -1: tuned)".into(),
+            ));
+        }
+        let per_machine = spec.gpus_per_machine as usize;
+        return dally::simulate(
+            &layout,
+            per_machine,
+            per_machine * spec.machines_per_rack as usize,
+            cfg.lease,
+            cfg.restart_cost,
+            granularity as i64,
+            origin,
+            dally,
+            jobs,
+        );
+    }
+    let mut state = Vec::with_capacity(jobs.len());
+    let mut js = Vec::with_capacity(jobs.len());
+    for (k, j) in jobs.iter().enumerate() {
         let total = j.iterations.ceil() as i64;
         js.push(Job {
             tpi: j.iter_time * j.gpus as f64,
@@ -132,11 +169,7 @@ pub fn simulate_bidding(
         state.push(JobState::new(j.clone(), 0));
     }
     let mut sim = Sim {
-        layout: if published_default_cluster {
-            Layout::published_default(spec.racks)
-        } else {
-            Layout::of(spec)
-        },
+        layout,
         origin,
         lease: cfg.lease,
         per_gpu: cfg.restart_cost,
