@@ -140,6 +140,23 @@ def rel(a, b):
     return abs(a - b) / b if b > 0 else (0.0 if a == b else float("inf"))
 
 
+SUMMARY_HEAD = ["case", "java policy", "batchcast model", "batchcast policy", "java jobs",
+                "batchcast jobs", "median JCT rel. error", "max JCT rel. error", "java makespan",
+                "batchcast makespan", "makespan rel. error"]
+
+
+def write_summary(out, rows):
+    """DIR/summary.csv and summary.md, one row per case x policy x model."""
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY_HEAD)
+        w.writerows(rows)
+    with open(out / "summary.md", "w") as f:
+        f.write("| " + " | ".join(SUMMARY_HEAD) + " |\n|" + "---|" * len(SUMMARY_HEAD) + "\n")
+        for r in rows:
+            f.write("| " + " | ".join(str(x) for x in r) + " |\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster-sim", default=os.environ.get("CLUSTER_SIM"),
@@ -221,17 +238,7 @@ def main():
             w.writerow(["case", "java_policy", "batchcast_model", "batchcast_policy", "job_id",
                         "java_jct", "batchcast_jct", "rel_err"])
             w.writerows(rows)
-    head = ["case", "java policy", "batchcast model", "batchcast policy", "java jobs", "batchcast jobs",
-            "median JCT rel. error", "max JCT rel. error", "java makespan", "batchcast makespan",
-            "makespan rel. error"]
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(summary)
-    with open(out / "summary.md", "w") as f:
-        f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
-        for r in summary:
-            f.write("| " + " | ".join(str(x) for x in r) + " |\n")
+    write_summary(out, summary)
     print(f"wrote {out}/summary.csv and summary.md" + (f", {a.per_job}" if a.per_job else ""))
 
 

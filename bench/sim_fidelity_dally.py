@@ -25,9 +25,10 @@ after three changes made there and nowhere else:
 - Themis (Gurobi) is left out.
 
 The traces get an `arrival_time` equal to their `start_time` (at 4cd660e
-the Java code reads `arrival_time` only). Written to DIR: dally-summary.csv
-and dally-summary.md (median and max relative JCT error over the jobs, both
-makespans); --per-job FILE writes one row per job. Standard library only.
+the Java code reads `arrival_time` only). The Dally rows of DIR/summary.csv
+(bench/sim_fidelity.py writes the others) are replaced, and summary.md
+rewritten from it: median and max relative JCT error over the jobs, both
+makespans; --per-job FILE writes one row per job. Standard library only.
 """
 
 import argparse
@@ -44,26 +45,29 @@ from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_fidelity import JARS, ROOT, rel, run_batchcast, sh  # noqa: E402
+from sim_fidelity import JARS, ROOT, rel, run_batchcast, sh, write_summary
 
 REV = "4cd660e"
 
-# (trace, racks, machines, slots, GPUs a slot, iteration_granularity, delay
-# timers: rack wait, network wait, history (in leases) or None for the
-# published defaults). The shapes: the Dally configuration's
+# (trace, racks, machines, slots, GPUs a slot, iteration_granularity,
+# consolidate, delay timers: rack wait, network wait, history (in leases) or
+# None for the published defaults). The shapes: the Dally configuration's
 # (synthetic_dally_small_consolidate.json: 2 x 2 x 2 x 2) and, for the sense
 # traces (jobs of up to 56 GPUs), synthetic_tiresias.json's (2 x 4 x 4 x 4).
 # The granularity: 1000 as in the Dally configuration; 10^6 for the sense
 # traces (jobs of up to 2.2e9 iterations), as bench/sim_fidelity.py uses.
+# consolidate "true" as in the Dally configuration, and "false" (GPUs
+# auctioned one at a time); the timers as published (1, 2) and tuned over a
+# history of 100 leases.
+TUNED = (-1, -1, 100)
 CASES = [
-    ("small_debug.json", 2, 2, 2, 2, 1000, None),
-    ("small_debug.json", 2, 2, 2, 2, 1000, (-1, -1, 100)),
-    ("sense_50jobs_0start-max8.json", 2, 4, 4, 4, 1000000, None),
-    ("sense_50jobs_0start-max8.json", 2, 4, 4, 4, 1000000, (-1, -1, 100)),
-    ("sense_100jobs_0start-max8.json", 2, 4, 4, 4, 1000000, None),
-    ("sense_100jobs_0start-max8.json", 2, 4, 4, 4, 1000000, (-1, -1, 100)),
-    ("sense_500jobs_0start-max8.json", 2, 4, 4, 4, 1000000, None),
-    ("sense_500jobs_0start-max8.json", 2, 4, 4, 4, 1000000, (-1, -1, 100)),
+    ("small_debug.json", 2, 2, 2, 2, 1000, True, None),
+    ("small_debug.json", 2, 2, 2, 2, 1000, True, TUNED),
+    ("small_debug.json", 2, 2, 2, 2, 1000, False, None),
+] + [
+    (f"sense_{n}jobs_0start-max8.json", 2, 4, 4, 4, 1000000, consolidate, timers)
+    for n in (50, 100, 500)
+    for consolidate, timers in ((True, None), (True, TUNED), (False, None))
 ]
 # The Dally configuration the cluster values come from.
 DALLY_CLUSTER = "configuration/cluster/synthetic_dally_small_consolidate.json"
@@ -183,7 +187,7 @@ def build_java(repo, rev, work):
 def inputs(repo, rev, case, work):
     """The trace (with arrival_time), the Java cluster file and batchcast's
     (the same values, the shape written out)."""
-    tname, racks, machines, slots, gpus, gran, _ = case
+    tname, racks, machines, slots, gpus, gran, consolidate, _ = case
     jobs = json.loads(git_show(repo, rev, f"configuration/jobs/{tname}"))
     for j in jobs:
         j.setdefault("arrival_time", j.get("start_time", "0"))
@@ -191,19 +195,20 @@ def inputs(repo, rev, case, work):
     trace.write_text(json.dumps(jobs, indent=1))
     c = json.loads(git_show(repo, rev, DALLY_CLUSTER))
     c["iteration_granularity"] = str(gran)
-    java = work / f"java-g{gran}.json"
+    c["consolidate"] = "true" if consolidate else "false"
+    java = work / f"java-g{gran}-{c['consolidate']}.json"
     java.write_text(json.dumps(c, indent=1))
     ours = dict(c, racks_in_cluster=str(racks), machines_per_rack=str(machines),
                 slots_per_machine=str(slots), gpus_per_slot=str(gpus), should_use_config="true")
     for k in ("astra_sim_path", "astra_sim_bin_path"):
         ours.pop(k, None)
-    bc = work / f"bc-{racks}r{machines}m{slots}s{gpus}g-g{gran}.json"
+    bc = work / f"bc-{racks}r{machines}m{slots}s{gpus}g-g{gran}-{c['consolidate']}.json"
     bc.write_text(json.dumps(ours, indent=1))
     return trace, java, bc
 
 
 def run_java(classes, repo, rev, case, trace, cluster, work, n):
-    _, racks, machines, slots, gpus, _, delays = case
+    _, racks, machines, slots, gpus, _, _, delays = case
     run = work / f"run{n}"
     (run / "results").mkdir(parents=True)
     files = {}
@@ -264,15 +269,15 @@ def main():
         work = Path(tmp)
         classes = build_java(repo, a.rev, work)
         for n, case in enumerate(cases, 1):
-            tname, racks, machines, slots, gpus, gran, delays = case
+            tname, racks, machines, slots, gpus, gran, consolidate, delays = case
             trace, jcluster, bcluster = inputs(repo, a.rev, case, work)
             jjct, jspan = run_java(classes, repo, a.rev, case, trace, jcluster, work, n)
             ours = run_batchcast(bin_, bcluster, trace, ["dally"], "bidding", work / f"bc{n}",
                                  extra=["--restart-cost", "1"] + delay_flag(delays))
             bjct, bspan = ours["dally"]
-            timers = "published defaults 1, 2" if delays is None else \
-                "auto-tuned, history {}".format(delays[2])
-            name = f"{tname} / {racks}x{machines}x{slots}x{gpus} GPUs (G={gran}, timers {timers})"
+            timers = "published defaults 1, 2" if delays is None else f"tuned, history {delays[2]}"
+            how = f"consolidated, timers {timers}" if consolidate else "one GPU at a time"
+            name = f"{tname} / {racks}x{machines}x{slots}x{gpus} GPUs (G={gran}, {how})"
             errs = []
             for jid, jv in sorted(jjct.items(), key=lambda kv: int(kv[0])):
                 bv = bjct.get(jid, float("nan"))
@@ -287,18 +292,18 @@ def main():
             w = csv.writer(f)
             w.writerow(["case", "job_id", "java_jct", "batchcast_jct", "rel_err"])
             w.writerows(rows)
-    head = ["case", "java policy", "batchcast model", "batchcast policy", "java jobs", "batchcast jobs",
-            "median JCT rel. error", "max JCT rel. error", "java makespan", "batchcast makespan",
-            "makespan rel. error"]
-    with open(out / "dally-summary.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(summary)
-    with open(out / "dally-summary.md", "w") as f:
-        f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
-        for r in summary:
-            f.write("| " + " | ".join(str(x) for x in r) + " |\n")
-    print(f"wrote {out}/dally-summary.csv and dally-summary.md" + (f", {a.per_job}" if a.per_job else ""))
+    merge_summary(out, summary)
+    print(f"wrote {out}/summary.csv and summary.md" + (f", {a.per_job}" if a.per_job else ""))
+
+
+def merge_summary(out, dally_rows):
+    """Replaces the Dally rows of DIR/summary.csv (bench/sim_fidelity.py
+    writes the others) and rewrites summary.md from it."""
+    rows = []
+    if (out / "summary.csv").exists():
+        with open(out / "summary.csv", newline="") as f:
+            rows = [r for r in list(csv.reader(f))[1:] if r[1] != "Dally"]
+    write_summary(out, rows + dally_rows)
 
 
 if __name__ == "__main__":
