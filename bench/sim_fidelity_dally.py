@@ -35,7 +35,6 @@ import argparse
 import csv
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -45,7 +44,15 @@ from io import BytesIO
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from sim_fidelity import JARS, ROOT, rel, run_batchcast, sh, write_summary
+from sim_fidelity import (
+    JARS,
+    add_run_args,
+    prepare,
+    rel,
+    run_batchcast,
+    sh,
+    write_summary,
+)
 
 REV = "4cd660e"
 
@@ -241,29 +248,12 @@ def main():
     ap.add_argument("--cluster-sim", default=os.environ.get("CLUSTER_SIM"),
                     help="a clone of aakash-sharma/cluster-sim, bare or not ($CLUSTER_SIM)")
     ap.add_argument("--rev", default=REV, help="the Dally commit to build")
-    ap.add_argument("--batchcast", default=None,
-                    help="batchcast binary (default the newer of target/release and target/debug)")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/sim-fidelity"))
-    ap.add_argument("--cases", default="all", help="comma-separated case numbers (1-based)")
-    ap.add_argument("--per-job", default=None, help="also write one row per job to this CSV")
+    add_run_args(ap)
     a = ap.parse_args()
     if not a.cluster_sim:
         sys.exit("give --cluster-sim PATH (or set CLUSTER_SIM) to a clone of cluster-sim")
     repo = Path(a.cluster_sim).resolve()
-    bin_ = a.batchcast
-    built = [p for p in (ROOT / "target" / b / "batchcast" for b in ("release", "debug")) if p.exists()]
-    if bin_ is None and built:
-        bin_ = str(max(built, key=lambda p: p.stat().st_mtime))
-    if bin_ is None:
-        sys.exit("no batchcast binary: run `cargo build --release -p batchcast-cli` or give --batchcast")
-    for j in JARS:
-        if not Path(j).exists():
-            sys.exit(f"{j} is missing: apt-get install libjson-simple-java libcommons-collections4-java")
-    if shutil.which("javac") is None:
-        sys.exit("javac is missing: apt-get install openjdk-17-jdk-headless")
-    cases = CASES if a.cases == "all" else [CASES[int(i) - 1] for i in a.cases.split(",")]
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bin_, cases, out = prepare(a, CASES)
     rows, summary = [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)

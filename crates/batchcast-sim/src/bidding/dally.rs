@@ -22,13 +22,13 @@
 //! - when nothing is left to happen and jobs wait, every free GPU is offered
 //!   again 60 s later.
 
-use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::BTreeMap;
 
 use super::bids::{better, Bid};
+use super::events::{Events, Kind, Lease};
 use super::hashed::iteration_order;
 use super::layout::Layout;
-use super::sim::Kind;
+use super::record;
 use crate::engine::{Outcome, Sample};
 use crate::error::SimError;
 use crate::job::{JobSpec, Locality};
@@ -98,20 +98,17 @@ struct Sim<'a> {
     lease: f64,
     per_gpu: f64,
     chunk: i64,
-    /// Each GPU's holder and lease end.
-    gpus: Vec<Option<(usize, f64)>>,
+    gpus: Vec<Option<Lease>>,
     jobs: Vec<Job>,
     out: Vec<JobState>,
     running: Vec<usize>,
-    queue: BinaryHeap<Reverse<(u64, Kind, u64, usize)>>,
-    seq: u64,
+    ev: Events,
     now: f64,
     /// Past waits (in leases) by GPUs asked: placed inside a machine, in a
     /// rack.
     machine_waits: BTreeMap<usize, Vec<(f64, f64)>>,
     rack_waits: BTreeMap<usize, Vec<(f64, f64)>>,
     timeline: Vec<Sample>,
-    events: u64,
 }
 
 /// Runs `jobs` (validated by the caller) under the published Dally.
@@ -151,13 +148,11 @@ pub(super) fn simulate(
         jobs: Vec::with_capacity(jobs.len()),
         out: Vec::with_capacity(jobs.len()),
         running: Vec::new(),
-        queue: BinaryHeap::new(),
-        seq: 0,
+        ev: Events::default(),
         now: 0.0,
         machine_waits: BTreeMap::new(),
         rack_waits: BTreeMap::new(),
         timeline: Vec::new(),
-        events: 0,
     };
     for (k, j) in jobs.iter().enumerate() {
         let total = j.iterations.ceil() as i64;
@@ -184,15 +179,12 @@ pub(super) fn simulate(
         });
         sim.out.push(JobState::new(j.clone(), 0));
     }
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
-    for j in order {
+    for j in record::arrival_order(jobs) {
         sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
     }
     let mut idle = 0;
-    while let Some(Reverse((t, kind, _, j))) = sim.queue.pop() {
-        sim.now = f64::from_bits(t);
-        sim.events += 1;
+    while let Some((t, kind, j)) = sim.ev.pop() {
+        sim.now = t;
         match kind {
             Kind::Arrive => sim.arrive(j),
             Kind::End => sim.end(j),
@@ -203,7 +195,7 @@ pub(super) fn simulate(
             Kind::Auction => sim.auction(),
         }
         sim.sample();
-        if sim.queue.is_empty() && !sim.running.is_empty() {
+        if sim.ev.is_empty() && !sim.running.is_empty() {
             idle += 1;
             if idle > MAX_IDLE_OFFERS {
                 return Err(SimError::Config(
@@ -220,14 +212,13 @@ pub(super) fn simulate(
         jobs: sim.out,
         timeline: sim.timeline,
         total_gpus: layout.len() as u64,
-        events: sim.events,
+        events: sim.ev.taken,
     })
 }
 
 impl Sim<'_> {
     fn push(&mut self, t: f64, kind: Kind, job: usize) {
-        self.seq += 1;
-        self.queue.push(Reverse((t.to_bits(), kind, self.seq, job)));
+        self.ev.push(t, kind, job);
     }
 
     /// `getPlacementSlowdown` with the trace's fractions at the seam.
@@ -266,7 +257,10 @@ impl Sim<'_> {
 
     fn lease_to(&mut self, j: usize, set: &[usize]) {
         for &g in set {
-            self.gpus[g] = Some((j, self.now + self.lease));
+            self.gpus[g] = Some(Lease {
+                job: j,
+                end: self.now + self.lease,
+            });
         }
         self.jobs[j].next.extend_from_slice(set);
     }
@@ -401,28 +395,11 @@ impl Sim<'_> {
         job.waiting = false;
         let end = self.now + job.tpi / s * self.chunk as f64;
         job.current = current;
-        let level = self.layout.level(&self.jobs[j].current);
-        let n = self.jobs[j].current.len() as f64;
-        let o = &mut self.out[j];
-        o.first_start.get_or_insert(self.now - self.origin);
-        if o.status != Status::Running {
-            o.queued += self.now - o.wait_since;
-            o.status = Status::Running;
-        }
-        o.level = level;
-        o.widest = o.widest.max(level);
-        o.held += (end - self.now) * n / o.spec.gpus as f64;
-        o.comm += (end - self.now) * (1.0 - s);
+        let cur = &self.jobs[j].current;
+        let at = (self.now, self.origin);
+        let level = self.layout.level(cur);
+        record::chunk_started(&mut self.out[j], at, level, end - self.now, cur.len(), s);
         self.push(end, Kind::End, j);
-    }
-
-    fn release(&mut self, gpus: &[usize], delay: f64) {
-        for &g in gpus {
-            self.gpus[g] = None;
-        }
-        if !gpus.is_empty() {
-            self.push(self.now + delay, Kind::Auction, usize::MAX);
-        }
     }
 
     fn end(&mut self, j: usize) {
@@ -437,14 +414,12 @@ impl Sim<'_> {
         job.rate = done / (job.chunk_time / ideal);
         if job.remaining == 0 {
             let mine: Vec<usize> = (0..self.gpus.len())
-                .filter(|&g| self.gpus[g].is_some_and(|(h, _)| h == j))
+                .filter(|&g| self.gpus[g].is_some_and(|l| l.job == j))
                 .collect();
-            self.release(&mine, self.per_gpu * mine.len() as f64);
+            let at = now + self.per_gpu * mine.len() as f64;
+            self.ev.release(&mut self.gpus, &mine, at);
             self.running.retain(|&r| r != j);
-            let o = &mut self.out[j];
-            o.finish = Some(now - self.origin);
-            o.status = Status::Done;
-            o.done = o.spec.iterations;
+            record::finished(&mut self.out[j], now - self.origin);
             return;
         }
         // GPUs won while the chunk ran (its next set was empty, so it bid).
@@ -452,7 +427,7 @@ impl Sim<'_> {
         let current = std::mem::take(&mut self.jobs[j].current);
         let (expired0, mut expected): (Vec<usize>, Vec<usize>) = current
             .iter()
-            .partition(|&&g| self.gpus[g].is_some_and(|(_, end)| now >= end));
+            .partition(|&&g| self.gpus[g].is_some_and(|l| now >= l.end));
         let mut expired = expired0;
         for &g in &expired {
             self.gpus[g] = None;
@@ -470,7 +445,7 @@ impl Sim<'_> {
             let late: Vec<usize> = next
                 .iter()
                 .copied()
-                .filter(|&g| self.gpus[g].is_some_and(|(_, end)| now + t > end))
+                .filter(|&g| self.gpus[g].is_some_and(|l| now + t > l.end))
                 .collect();
             if late.is_empty() {
                 break;
@@ -486,40 +461,24 @@ impl Sim<'_> {
             next = expected;
         }
         let counted = if aliased { next.len() } else { current.len() };
-        self.release(&expired, self.per_gpu * counted as f64);
+        let at = now + self.per_gpu * counted as f64;
+        self.ev.release(&mut self.gpus, &expired, at);
         let job = &mut self.jobs[j];
         // GPUs won and not kept stay leased to the job, unused, until it ends.
         job.next = next;
         if job.next.is_empty() {
             job.waiting = true;
             job.last = now;
-            let o = &mut self.out[j];
-            o.status = Status::Pending;
-            o.wait_since = now;
-            o.preemptions += 1;
+            record::preempted(&mut self.out[j], now);
         } else {
             self.push(now, Kind::Start, j);
         }
     }
 
     fn sample(&mut self) {
-        let busy = self.gpus.iter().filter(|g| g.is_some()).count() as u64;
-        let pending = self
-            .running
-            .iter()
-            .filter(|&&j| self.jobs[j].waiting)
-            .count();
-        if self
-            .timeline
-            .last()
-            .is_none_or(|s| s.busy != busy || s.pending != pending)
-        {
-            self.timeline.push(Sample {
-                t: self.now - self.origin,
-                busy,
-                pending,
-            });
-        }
+        let waiting = self.running.iter().filter(|&&j| self.jobs[j].waiting);
+        let t = self.now - self.origin;
+        record::sample(&mut self.timeline, t, &self.gpus, waiting.count());
     }
 }
 

@@ -49,48 +49,44 @@ pub(crate) fn iteration_order(keys: &[i32]) -> Vec<usize> {
 mod tests {
     use super::*;
 
-    /// Keys (rack, machine, slot) xor-ed, in insertion order.
-    fn slots(keys: &[[i32; 3]]) -> Vec<i32> {
-        keys.iter().map(|k| k[0] ^ k[1] ^ k[2]).collect()
+    /// The order of keys (rack, machine, slot), put in this order.
+    fn order_of(keys: &[[i32; 3]]) -> Vec<[i32; 3]> {
+        let hashes: Vec<i32> = keys.iter().map(|k| k[0] ^ k[1] ^ k[2]).collect();
+        iteration_order(&hashes)
+            .into_iter()
+            .map(|i| keys[i])
+            .collect()
+    }
+
+    /// Every (rack, machine, slot) of a shape, in cluster order.
+    fn shape(racks: i32, machines: i32, slots: i32) -> Vec<[i32; 3]> {
+        (0..racks)
+            .flat_map(|r| (0..machines).flat_map(move |m| (0..slots).map(move |s| [r, m, s])))
+            .collect()
     }
 
     #[test]
     fn the_order_is_the_one_java_prints() {
         // Printed by Java 17 with commons-collections4 4.2: a MultiKeyMap
         // filled with these keys in this order, then its keySet walked.
-        let two: Vec<[i32; 3]> = (0..2)
-            .flat_map(|r| (0..2).flat_map(move |m| (0..2).map(move |s| [r, m, s])))
-            .collect();
-        let order: Vec<[i32; 3]> = iteration_order(&slots(&two))
-            .into_iter()
-            .map(|i| two[i])
-            .collect();
-        assert_eq!(order, JAVA_ORDER_2X2X2.to_vec());
-        let big: Vec<[i32; 3]> = (0..2)
-            .flat_map(|r| (0..4).flat_map(move |m| (0..4).map(move |s| [r, m, s])))
-            .collect();
-        let order: Vec<[i32; 3]> = iteration_order(&slots(&big))
-            .into_iter()
-            .map(|i| big[i])
-            .collect();
-        assert_eq!(order, JAVA_ORDER_2X4X4.to_vec());
-        // Machines (rack, machine) of 2 x 4.
-        let machines: Vec<i32> = (0..2).flat_map(|r| (0..4).map(move |m| r ^ m)).collect();
-        let order: Vec<(i32, i32)> = iteration_order(&machines)
-            .into_iter()
-            .map(|i| (i as i32 / 4, i as i32 % 4))
-            .collect();
+        assert_eq!(order_of(&shape(2, 2, 2)), JAVA_ORDER_2X2X2.to_vec());
+        assert_eq!(order_of(&shape(2, 4, 4)), JAVA_ORDER_2X4X4.to_vec());
+        // Machines (rack, machine) of 2 x 4: keys with slot 0.
         let java = [
-            (1, 3),
-            (0, 2),
-            (1, 0),
-            (0, 1),
-            (1, 2),
-            (0, 3),
-            (1, 1),
-            (0, 0),
+            [1, 3],
+            [0, 2],
+            [1, 0],
+            [0, 1],
+            [1, 2],
+            [0, 3],
+            [1, 1],
+            [0, 0],
         ];
-        assert_eq!(order, java.to_vec());
+        let machines: Vec<[i32; 2]> = order_of(&shape(2, 4, 1))
+            .into_iter()
+            .map(|k| [k[0], k[1]])
+            .collect();
+        assert_eq!(machines, java.to_vec());
     }
 
     const JAVA_ORDER_2X2X2: [[i32; 3]; 8] = [

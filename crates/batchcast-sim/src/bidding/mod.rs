@@ -20,17 +20,18 @@
 
 mod bids;
 mod dally;
+mod events;
 mod hashed;
 mod layout;
+mod record;
 mod sim;
-
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
 
 pub use bids::Bidder;
 pub use dally::DallySetup;
+use events::{Events, Kind};
 use layout::Layout;
-use sim::{Job, Kind, Sim};
+use record::arrival_order;
+use sim::{Job, Sim};
 
 use crate::cluster::ClusterSpec;
 use crate::config::SimConfig;
@@ -179,21 +180,16 @@ pub fn simulate_bidding(
         jobs: js,
         out: state,
         running: Vec::new(),
-        queue: BinaryHeap::new(),
-        seq: 0,
+        ev: Events::default(),
         now: 0.0,
         timeline: Vec::new(),
-        events: 0,
     };
     sim.gpus = vec![None; sim.layout.len()];
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
-    for j in order {
+    for j in arrival_order(jobs) {
         sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
     }
-    while let Some(Reverse((t, kind, _, j))) = sim.queue.pop() {
-        sim.now = f64::from_bits(t);
-        sim.events += 1;
+    while let Some((t, kind, j)) = sim.ev.pop() {
+        sim.now = t;
         match kind {
             Kind::Arrive => sim.arrive(j),
             Kind::End => sim.end(j),
@@ -213,6 +209,6 @@ pub fn simulate_bidding(
         jobs: sim.out,
         timeline: sim.timeline,
         total_gpus: sim.gpus.len() as u64,
-        events: sim.events,
+        events: sim.ev.taken,
     })
 }
