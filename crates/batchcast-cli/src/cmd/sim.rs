@@ -69,6 +69,7 @@ pub struct SimArgs {
     /// simulator's command line gives them: RACK,NETWORK[,HISTORY], leases
     /// a job waits before it takes GPUs across machines, then anywhere
     /// (both -1: tuned per job from the last HISTORY leases); default 1,2,0.
+    /// They apply when the cluster file says `"consolidate": "true"`.
     #[arg(long, allow_hyphen_values = true)]
     dally_delays: Option<String>,
     /// Congestion per extra job on a rack's cross-machine links; default
@@ -262,6 +263,13 @@ pub fn run(a: SimArgs) -> Result<()> {
         .collect();
     if names.is_empty() {
         bail!("--policy names no policy; give e.g. dally,tiresias,gandiva,srsf,fifo");
+    }
+    if bidding && a.restart_cost.is_none() && names.iter().any(|n| n.eq_ignore_ascii_case("dally"))
+    {
+        eprintln!(
+            "note: the published Dally (cluster-sim at 4cd660e) offers a released GPU again 1 s \
+             per GPU later; give --restart-cost 1 to match it"
+        );
     }
     let outcomes = if bidding {
         let run = BiddingRun {

@@ -5,8 +5,8 @@ use std::cmp::Ordering;
 
 use crate::error::SimError;
 
-/// A policy of the published simulator (its class names at 2953d56), which
-/// prices one offered GPU for each job that still wants one.
+/// A policy of the published simulator (its class names at 2953d56; Dally's
+/// at 4cd660e), which prices the GPUs offered to each job that wants some.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bidder {
     /// `SJF`: the shortest remaining run time on the GPUs it would hold.
