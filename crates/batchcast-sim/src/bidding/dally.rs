@@ -29,6 +29,9 @@ use super::events::{Events, Kind, Lease};
 use super::hashed::iteration_order;
 use super::layout::Layout;
 use super::record;
+use super::BiddingRun;
+use crate::cluster::ClusterSpec;
+use crate::config::SimConfig;
 use crate::engine::{Outcome, Sample};
 use crate::error::SimError;
 use crate::job::{JobSpec, Locality};
@@ -78,7 +81,6 @@ struct Job {
     next: Vec<usize>,
     waiting: bool,
     last: f64,
-    started: bool,
     chunk_time: f64,
     rate: f64,
     rack_wait: f64,
@@ -111,19 +113,18 @@ struct Sim<'a> {
     timeline: Vec<Sample>,
 }
 
-/// Runs `jobs` (validated by the caller) under the published Dally.
-#[allow(clippy::too_many_arguments)]
+/// Runs `jobs` (validated by the caller) on `spec` laid out as `layout`
+/// under the published Dally: `cfg`'s lease and restart cost per GPU,
+/// `run`'s granularity, origin and Dally settings.
 pub(super) fn simulate(
     layout: &Layout,
-    per_machine: usize,
-    per_rack: usize,
-    lease: f64,
-    per_gpu: f64,
-    chunk: i64,
-    origin: f64,
-    setup: DallySetup,
+    spec: &ClusterSpec,
+    cfg: &SimConfig,
+    run: &BiddingRun,
     jobs: &[JobSpec],
 ) -> Result<Outcome, SimError> {
+    let (setup, origin) = (run.dally, run.origin);
+    let per_machine = spec.gpus_per_machine as usize;
     if let Some(j) = jobs.iter().find(|j| j.gpus as usize > layout.len()) {
         return Err(SimError::Config(format!(
             "job {:?} asks for {} GPUs and the cluster has {}: the published Dally would wait \
@@ -139,11 +140,11 @@ pub(super) fn simulate(
         setup,
         tuned,
         per_machine,
-        per_rack,
+        per_rack: per_machine * spec.machines_per_rack as usize,
         origin,
-        lease,
-        per_gpu,
-        chunk,
+        lease: cfg.lease,
+        per_gpu: cfg.restart_cost,
+        chunk: run.granularity as i64,
         gpus: vec![None; layout.len()],
         jobs: Vec::with_capacity(jobs.len()),
         out: Vec::with_capacity(jobs.len()),
@@ -170,7 +171,6 @@ pub(super) fn simulate(
             next: Vec::new(),
             waiting: true,
             last: j.arrival + origin,
-            started: false,
             chunk_time: 0.0,
             rate: 0.0,
             rack_wait: if tuned { -1.0 } else { setup.rack_wait },
@@ -312,7 +312,6 @@ impl Sim<'_> {
                 self.push(self.now, Kind::Start, j);
                 let job = &mut self.jobs[j];
                 job.waiting = false;
-                job.started = true;
                 job.last = self.now;
             }
         }
@@ -321,7 +320,7 @@ impl Sim<'_> {
     /// `consolidatedGPUAllocation`: the GPUs of `free` job `j` takes now,
     /// or none.
     fn place(&mut self, free: &[usize], j: usize) -> Vec<usize> {
-        let demand = self.jobs[j].gpus - self.jobs[j].next.len();
+        let demand = self.jobs[j].gpus.saturating_sub(self.jobs[j].next.len());
         if demand > free.len() {
             return Vec::new();
         }

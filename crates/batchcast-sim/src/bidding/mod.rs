@@ -133,18 +133,7 @@ pub fn simulate_bidding(
                 "Dally's waits must be numbers of leases (both -1: tuned)".into(),
             ));
         }
-        let per_machine = spec.gpus_per_machine as usize;
-        return dally::simulate(
-            &layout,
-            per_machine,
-            per_machine * spec.machines_per_rack as usize,
-            cfg.lease,
-            cfg.restart_cost,
-            granularity as i64,
-            origin,
-            dally,
-            jobs,
-        );
+        return dally::simulate(&layout, spec, cfg, run, jobs);
     }
     let mut state = Vec::with_capacity(jobs.len());
     let mut js = Vec::with_capacity(jobs.len());
