@@ -13,11 +13,11 @@ import subprocess
 import sys
 from collections import Counter
 
-import batchcast
-import numpy as np
 import pytest
+from test_serve_grow import _write_images, epochs_growing
+
+import batchcast
 from batchcast.serve import serve_folder
-from test_serve_grow import _write_images
 
 pytest.importorskip("PIL.Image")
 
@@ -56,18 +56,10 @@ def test_a_watched_folder_grows_at_the_next_epoch_only(tmp_path, bc_dir, select,
     try:
         listening = json.loads(proc.stdout.readline())
         assert listening["samples_per_epoch"] == 21 and listening["watch"], listening
-        lens, labels = [], []
         with batchcast.Consumer("folder", connect_timeout=30, on_trigger=fired.append) as c:
-            for epoch in range(4):
-                lens.append(len(c))
-                seen = []
-                for _, lab in c:
-                    if epoch == 1 and not seen:
-                        # The producer is at most a window ahead: mid-epoch.
-                        _write_images(root / "class_1", 2, 10)
-                        _write_images(root / "a_new", 4, 11)
-                    seen.extend(int(x) for x in np.asarray(lab))
-                labels.append(Counter(seen))
+            read = list(epochs_growing(c, root, 4))
+        lens = [n for _, n, _ in read]
+        labels = [Counter(seen) for _, _, seen in read]
         out = [json.loads(line) for line in proc.stdout.read().splitlines()]
         assert proc.wait(60) == 0, proc.stderr.read()
     finally:

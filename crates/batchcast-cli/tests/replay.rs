@@ -382,20 +382,7 @@ fn durable_replay(env: &Env, csv: &Path) -> common::Proc {
 fn hashing_consumers(env: &Env) -> Vec<common::Proc> {
     [("5", "4"), ("20", "3")]
         .iter()
-        .map(|(delay, batch)| {
-            env.spawn(&[
-                "consume",
-                "again",
-                "--each",
-                "--hash",
-                "--delay-ms",
-                delay,
-                "--batch-size",
-                batch,
-                "--connect-timeout",
-                "60",
-            ])
-        })
+        .map(|(delay, batch)| env.hashing_consumer("again", delay, batch))
         .collect()
 }
 

@@ -91,8 +91,9 @@ mod writer;
 
 pub use augment::{apply_op, Augmenter, AutoAugment, ColorJitter, Op, NUM_AUTO_OPS, OP_NAMES};
 pub use dataset::{
-    Dataset, DatasetKind, Growth, Replay, Watcher, WebDatasetWriter, DEFAULT_WATCH_MAX_FILES,
-    MAX_REPLAY_BYTES, MAX_REPLAY_LABEL, MAX_REPLAY_PATH, MAX_REPLAY_ROWS,
+    Dataset, DatasetKind, Growth, Replay, Watcher, WebDatasetWriter, ARRIVALS_FILE,
+    DEFAULT_WATCH_MAX_FILES, MAX_ARRIVALS_BYTES, MAX_REPLAY_BYTES, MAX_REPLAY_LABEL,
+    MAX_REPLAY_PATH, MAX_REPLAY_ROWS,
 };
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;
