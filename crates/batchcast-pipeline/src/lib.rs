@@ -9,7 +9,8 @@
 //!   indexes them (labels as torchvision / WebDataset assign them).
 //! - [`Watcher`] appends the files added to a dataset's folder since its
 //!   last look (indices and labels of the known samples never move), with
-//!   each sample's arrival time; [`Replay`] appends the rows of a
+//!   each sample's arrival time (its file's mtime, or its row in the
+//!   folder's [`ARRIVALS_FILE`] sidecar); [`Replay`] appends the rows of a
 //!   timestamped CSV trace as a replay clock passes them.
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
