@@ -105,3 +105,35 @@ def test_no_binary_is_named_with_the_fix(tmp_path, monkeypatch):
         _experiment.run_plan(job, "e", str(tmp_path / "s.sqlite"), str(tmp_path), 5)
     with pytest.raises(_experiment.ExperimentError, match="cannot start"):
         _experiment.run_plan(job, "e", str(tmp_path / "s.sqlite"), str(tmp_path), 5, str(tmp_path / "missing"))
+
+
+def test_an_abort_stops_the_jobs_and_the_runs_come_back_with_cpu_and_samples(tmp_path, batchcast_bin):
+    """`abort` stops the runner as the timeout does; a run comes back with
+    its CPU seconds and the samples of the metrics asked for, recorded by
+    the listeners its job names."""
+    flag = tmp_path / "stop-now"
+    busy = _script(
+        tmp_path,
+        "import time\nwhile time.process_time() < 0.4:\n    pass\n"
+        f"open({str(flag)!r}, 'w').close()\ntime.sleep(600)\n",
+        "busy.py",
+    )
+    started = time.monotonic()
+    runs = _experiment.run_plan(
+        [_experiment.Job("w", "busy", [sys.executable, busy], listeners=["process"])],
+        _experiment.experiment_name("test"),
+        str(tmp_path / "runs.sqlite"),
+        str(tmp_path),
+        timeout=120,
+        binary=batchcast_bin,
+        abort=flag.exists,
+        interval=0.1,
+        series=["proc/cpu"],
+    )
+    assert time.monotonic() - started < 60
+    (run,) = runs
+    assert run.status == "TIMEOUT"
+    assert run.cpu_seconds is not None and run.cpu_seconds >= 0.4
+    cpu = run.series["proc/cpu_seconds"]
+    assert len(cpu) >= 3 and [ts for ts, _ in cpu] == sorted(ts for ts, _ in cpu)
+    assert set(run.series) <= {"proc/cpu_seconds", "proc/cpu_percent"}

@@ -13,7 +13,6 @@ use batchcast_sim::{
     JobSpec, Outcome, SimConfig, StandinReport, Summary, SynthConfig,
 };
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Args)]
 pub struct SimArgs {
@@ -422,13 +421,9 @@ fn simulate_gang(
     let show = std::io::stderr().is_terminal();
     for p in &mut policies {
         let bar = show.then(|| {
-            let b = ProgressBar::new(jobs.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            let b = crate::progress::bar(
+                jobs.len() as u64,
+                "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
             );
             b.set_prefix(p.name().to_string());
             b
