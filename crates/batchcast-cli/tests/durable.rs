@@ -31,20 +31,7 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
 fn consumers(env: &Env, name: &str) -> Vec<Proc> {
     CONSUMERS
         .iter()
-        .map(|(delay, batch)| {
-            env.spawn(&[
-                "consume",
-                name,
-                "--each",
-                "--hash",
-                "--delay-ms",
-                delay,
-                "--batch-size",
-                batch,
-                "--connect-timeout",
-                "60",
-            ])
-        })
+        .map(|(delay, batch)| env.hashing_consumer(name, delay, batch))
         .collect()
 }
 

@@ -130,6 +130,24 @@ impl Env {
         Proc::start(self.cmd(args))
     }
 
+    /// `consume NAME --each --hash` in batches of `batch_size` rows, each
+    /// held `delay_ms` ms, waiting up to 60 s for the producer (and for
+    /// its restart).
+    pub fn hashing_consumer(&self, name: &str, delay_ms: &str, batch_size: &str) -> Proc {
+        self.spawn(&[
+            "consume",
+            name,
+            "--each",
+            "--hash",
+            "--delay-ms",
+            delay_ms,
+            "--batch-size",
+            batch_size,
+            "--connect-timeout",
+            "60",
+        ])
+    }
+
     /// A synthetic producer; returns once it listens.
     pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
         let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];
