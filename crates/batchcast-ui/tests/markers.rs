@@ -170,6 +170,42 @@ fn markers_are_bounded_and_the_rest_counted() {
     assert_eq!(sent[1_500]["message"].as_str().unwrap().len(), 300);
 }
 
+/// A producer's output becomes an event's message: the JSON carries it
+/// as it is (the page's script draws it as text), cut to 300 characters
+/// (not bytes), and the run page escapes it.
+#[test]
+fn an_events_markup_is_text_and_its_length_is_counted_in_characters() {
+    let (_dir, path, m, addr) = served();
+    let s = Store::open(&path).unwrap();
+    let (trainer, data) = (m.runs[2], m.runs[4]);
+    let markup = "<img src=x onerror=alert(1)>&amp;";
+    s.add_event(data, "serve", &format!("{markup}{}", "é".repeat(400)))
+        .unwrap();
+    s.add_event(trainer, "<b>consumer</b>", markup).unwrap();
+    let j = get(
+        addr,
+        &format!("/api/series?runs={trainer}&key=proc%2Fcpu_percent"),
+    )
+    .json();
+    let mut got = markers_of(&j, trainer);
+    got.sort();
+    let cut = format!("{markup}{}", "é".repeat(300 - markup.chars().count()));
+    let mut want = vec![
+        (trainer, "<b>consumer</b>".to_string(), markup.to_string()),
+        (data, "serve".to_string(), cut),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    for id in [trainer, data] {
+        let html = get(addr, &format!("/runs/{id}")).text();
+        assert!(!html.contains("<img"), "{html}");
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;&amp;amp;"),
+            "{html}"
+        );
+    }
+}
+
 #[test]
 fn an_experiment_compares_its_workloads_training_runs_one_line_each() {
     let (_dir, path, m, addr) = served();
