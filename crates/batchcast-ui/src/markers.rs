@@ -4,8 +4,7 @@
 //! events of that producer's run ([`keys::DATA_RUN`]: its triggers, the
 //! dataset growing, a resumed stream). Every source is treated alike.
 
-use std::collections::btree_map::Entry;
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
 use batchcast_store::{keys, Event, RunId, RunRow, Store, WorkloadId};
 use serde::Serialize;
@@ -42,34 +41,29 @@ pub(crate) fn producer_run(store: &Store, workload: WorkloadId) -> Result<Option
 }
 
 /// The markers of `runs`, oldest first per run, at most [`MAX_MARKERS`];
-/// the second value counts those left off. No more events are read than
-/// can be sent: each source's first ones, counted on the index first, and
-/// a shared producer's once however many of its trainers are charted.
+/// the second value counts those left off. A shared producer's events
+/// come once, with the first of its workload's runs in `runs` (the page
+/// draws each once, on the first of those runs where it has a place). No
+/// more events are read than can be sent: each source's first ones,
+/// counted on the index first.
 pub(crate) fn markers(store: &Store, runs: &[RunRow]) -> Result<(Vec<Marker>, usize), UiError> {
-    let mut producers: BTreeMap<WorkloadId, Option<Source>> = BTreeMap::new();
+    let mut workloads: BTreeSet<WorkloadId> = BTreeSet::new();
     let mut out = Vec::new();
     let mut left_off = 0;
     for r in runs {
         let room = MAX_MARKERS - out.len();
-        let own = Source::read(store, r.run.id, room)?;
-        let mut total = own.count;
-        let mut mine: Vec<(RunId, &Event)> = own.events.iter().map(|e| (own.run, e)).collect();
-        if r.run.name != keys::DATA_RUN {
-            let data = match producers.entry(r.run.workload_id) {
-                Entry::Occupied(d) => d.into_mut(),
-                Entry::Vacant(v) => {
-                    let data = producer_run(store, r.run.workload_id)?
-                        .map(|id| Source::read(store, id, MAX_MARKERS))
-                        .transpose()?;
-                    v.insert(data)
-                }
-            };
-            if let Some(data) = data {
-                total += data.count;
-                mine.extend(data.events.iter().take(room).map(|e| (data.run, e)));
+        let mut sources = vec![Source::read(store, r.run.id, room)?];
+        if r.run.name != keys::DATA_RUN && workloads.insert(r.run.workload_id) {
+            if let Some(data) = producer_run(store, r.run.workload_id)? {
+                sources.push(Source::read(store, data, room)?);
             }
         }
+        let total: usize = sources.iter().map(|s| s.count).sum();
         // Stable: at one time, the run's own events before its producer's.
+        let mut mine: Vec<(RunId, &Event)> = sources
+            .iter()
+            .flat_map(|s| s.events.iter().map(|e| (s.run, e)))
+            .collect();
         mine.sort_by_key(|(_, e)| e.ts_ms);
         mine.truncate(room);
         left_off += total.saturating_sub(mine.len());
