@@ -82,7 +82,8 @@
       const own = series.filter((s) => s.workload_id === id);
       const w = own[0].workload;
       const n = new Set(own.map((s) => s.run)).size;
-      const lines = n > 1 ? meanOf(own, keys, x).map((s) => Object.assign(s, { label: `${w}: mean of ${n} runs` })) : own;
+      // meanOf's label counts the runs with points, which it averages.
+      const lines = n > 1 ? meanOf(own, keys, x).map((s) => Object.assign(s, { label: `${w}: ${s.label}` })) : own;
       return lines.map((s) => Object.assign({}, s, { run: "workload:" + id, workload: w, workload_id: id }));
     });
   }
