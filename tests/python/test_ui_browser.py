@@ -453,8 +453,34 @@ def test_a_trainers_chart_marks_its_producers_trigger(dash: Dash):
     legend = [e.text for e in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .legend span")]
     assert legend == ["independent: mean of 2 runs", "shared: mean of 2 runs"], legend
     groups = {m.get_attribute("data-run") for m in dash.driver.find_elements(By.CSS_SELECTOR, '.chart g.marker[data-source="serve"]')}
-    assert groups == {"workload:shared"}, groups
+    with dash.db() as db:
+        (shared,) = db.execute("SELECT id FROM workloads WHERE name = 'shared'").fetchone()
+    assert groups == {f"workload:{shared}"}, groups
     dash.shot("02b-workloads-compared")
+
+
+def test_an_events_markup_is_drawn_as_text(dash: Dash):
+    """An event's message comes from a job's or a producer's output: the
+    chart's label and hover text show it as text, and it runs nothing."""
+    from selenium.webdriver.common.by import By
+    dash.finished()
+    run = run_ids(dash, "shared")[0]
+    markup = '<img src=x onerror="window.injected=1">'
+    with dash.db() as db:
+        (start,) = db.execute("SELECT start_ms FROM runs WHERE id = ?", (run,)).fetchone()
+        (last,) = db.execute("SELECT max(ts_ms) FROM metrics WHERE run_id = ? AND key = 'batchcast/samples'",
+                             (run,)).fetchone()
+    with sqlite3.connect(dash.store) as db:
+        db.execute("INSERT INTO events (run_id, ts_ms, source, message) VALUES (?, ?, 'test', ?)",
+                   (run, (3 * start + last) // 4, markup + ": after"))
+    dash.open(f"/runs/{run}?c=batchcast%2Fsamples")
+    dash.charts_loaded()
+    (mark,) = dash.driver.find_elements(By.CSS_SELECTOR, '.chart g.marker[data-source="test"]')
+    assert mark.find_element(By.TAG_NAME, "title").get_attribute("textContent").endswith(markup + ": after")
+    labels = [t.get_attribute("textContent") for t in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .marker-label")]
+    assert f"test: {markup}" in labels, labels
+    assert not dash.driver.find_elements(By.CSS_SELECTOR, ".chart img, ul.events img")
+    assert dash.driver.execute_script("return window.injected === undefined")
 
 
 def test_a_run_page_shows_its_parameters_output_and_full_log(dash: Dash):

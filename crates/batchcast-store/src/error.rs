@@ -70,14 +70,15 @@ pub enum StoreError {
     #[error("cannot write the export: {0}")]
     Export(String),
     /// A file of an export could not be read, written or moved.
-    #[error("cannot write the export: {what} {}: {source}", path.display())]
+    #[error("cannot write the export: {what} {}: {error}", path.display())]
     ExportFile {
         /// What was being done: `cannot create`, `cannot move into place`, ...
         what: &'static str,
         /// The file or directory.
         path: PathBuf,
-        /// Why it failed.
-        source: std::io::Error,
+        /// Why it failed: in the message, so not the error's `source()`
+        /// (a reader of the whole chain, `{:#}`, would print it twice).
+        error: std::io::Error,
     },
     /// A local server (the MLflow endpoint) could not listen.
     #[error("cannot serve on 127.0.0.1: {0}")]
@@ -101,10 +102,10 @@ impl StoreError {
         what: &'static str,
         path: &'p std::path::Path,
     ) -> impl FnOnce(std::io::Error) -> StoreError + 'p {
-        move |source| StoreError::ExportFile {
+        move |error| StoreError::ExportFile {
             what,
             path: path.to_path_buf(),
-            source,
+            error,
         }
     }
 
@@ -135,5 +136,7 @@ mod tests {
             "cannot write the export: cannot create /no/such/dir/out.csv: \
              No such file or directory (os error 2)"
         );
+        // The reason is in the message only: `{:#}` of the chain says it once.
+        assert!(std::error::Error::source(&e).is_none());
     }
 }

@@ -475,6 +475,39 @@ impl Store {
             },
         )
     }
+
+    /// How many events a run has, counted on the index without reading
+    /// them.
+    pub fn event_count(&self, run: RunId) -> Result<usize> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM events WHERE run_id = ?1")
+            .and_then(|mut st| st.query_row([run], |r| r.get(0)))
+            .map_err(self.err())?;
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// A run's first `limit` events, oldest first, their source and
+    /// message each cut to `chars` characters by the query: a reader holds
+    /// no more than it asked for, whatever the file holds.
+    pub fn events_head(&self, run: RunId, limit: usize, chars: usize) -> Result<Vec<Event>> {
+        self.all(
+            "SELECT ts_ms, substr(source, 1, ?3), substr(message, 1, ?3) FROM events
+             WHERE run_id = ?1 ORDER BY ts_ms, rowid LIMIT ?2",
+            params![
+                run,
+                limit.min(i64::MAX as usize) as i64,
+                chars.min(i64::MAX as usize) as i64
+            ],
+            |r| {
+                Ok(Event {
+                    ts_ms: r.get(0)?,
+                    source: r.get(1)?,
+                    message: r.get(2)?,
+                })
+            },
+        )
+    }
 }
 
 fn workload_from_row(r: &Row<'_>) -> rusqlite::Result<Workload> {

@@ -341,3 +341,33 @@ fn points_are_read_after_a_time_up_to_a_limit() {
     assert_eq!(seen(Some(65), 2), [(7, 70, 7.0), (8, 80, 8.0)]);
     assert_eq!(store.metric_len(r, "loss", Some(65)).unwrap(), 3);
 }
+
+/// A reader of events reads at most as many as it asks for, each cut to
+/// the characters it asks for (characters, not bytes), and counts the rest.
+#[test]
+fn events_are_read_up_to_a_limit_and_cut_to_a_length() {
+    let mut f = Fixture::new();
+    let r = f.run("r");
+    let other = f.run("other");
+    for i in 0..5 {
+        f.store
+            .add_event(r, &format!("s{i}ééé"), &format!("{i}: ééé <b>x</b>"))
+            .unwrap();
+    }
+    f.store.add_event(other, "s", "not r's").unwrap();
+    assert_eq!(f.store.event_count(r).unwrap(), 5);
+    assert_eq!(f.store.event_count(other).unwrap(), 1);
+    let head = f.store.events_head(r, 3, 4).unwrap();
+    let cut: Vec<(&str, &str)> = head
+        .iter()
+        .map(|e| (e.source.as_str(), e.message.as_str()))
+        .collect();
+    assert_eq!(cut, [("s0éé", "0: é"), ("s1éé", "1: é"), ("s2éé", "2: é")]);
+    let all = f.store.events(r).unwrap();
+    assert_eq!(
+        head.iter().map(|e| e.ts_ms).collect::<Vec<_>>(),
+        all[..3].iter().map(|e| e.ts_ms).collect::<Vec<_>>()
+    );
+    assert_eq!(f.store.events_head(r, 10, 1000).unwrap(), all);
+    assert!(f.store.events_head(r, 0, 10).unwrap().is_empty());
+}

@@ -74,14 +74,17 @@
     });
   }
 
-  // One line per workload: its run's own, or the mean of its runs.
+  // One line per workload (by id: names repeat across experiments): its
+  // run's own, or the mean of its runs.
   function perWorkload(series, keys, x) {
-    const names = [...new Set(series.map((s) => s.workload))];
-    return names.flatMap((w) => {
-      const own = series.filter((s) => s.workload === w);
+    const ids = [...new Set(series.map((s) => s.workload_id))];
+    return ids.flatMap((id) => {
+      const own = series.filter((s) => s.workload_id === id);
+      const w = own[0].workload;
       const n = new Set(own.map((s) => s.run)).size;
-      const lines = n > 1 ? meanOf(own, keys, x).map((s) => Object.assign(s, { label: `${w}: mean of ${n} runs` })) : own;
-      return lines.map((s) => Object.assign({}, s, { run: "workload:" + w, workload: w }));
+      // meanOf's label counts the runs with points, which it averages.
+      const lines = n > 1 ? meanOf(own, keys, x).map((s) => Object.assign(s, { label: `${w}: ${s.label}` })) : own;
+      return lines.map((s) => Object.assign({}, s, { run: "workload:" + id, workload: w, workload_id: id }));
     });
   }
 
@@ -101,27 +104,42 @@
   }
 
   // The chart's markers: each event at its x, in the colour of the line it
-  // belongs to; a shared producer's event once per line group.
+  // belongs to. A shared producer's event comes once, with the first
+  // charted run of its workload, and is drawn once: on the first of that
+  // workload's runs where it has an x and a line.
   function markersOf(d, lines) {
+    const seriesOf = (run) => d.series.find((s) => s.run === run && s.points.length) || d.series.find((s) => s.run === run);
     const group = (run) => {
       if (state.mode === "mean" && new Set(d.series.map((s) => s.run)).size > 1) return 0;
-      if (state.mode === "workload") { const s = d.series.find((t) => t.run === run); return s ? "workload:" + s.workload : run; }
+      if (state.mode === "workload") { const s = seriesOf(run); return s ? "workload:" + s.workload_id : run; }
       return run;
+    };
+    const candidates = (m) => {
+      const s = m.from === m.run ? null : seriesOf(m.run);
+      return s ? [...new Set(d.series.filter((t) => t.workload_id === s.workload_id).map((t) => t.run))] : [m.run];
+    };
+    const xOf = (m, run) => {
+      const s = seriesOf(run);
+      if (d.x === "step") return s ? stepAt(s, m.ts_ms) : null;
+      if (run === m.run) return m.elapsed;
+      return s && s.start_ms != null ? (m.ts_ms - s.start_ms) / 1000 : null;
     };
     const seen = new Set(), out = [];
     for (const m of d.markers || []) {
-      const own = d.series.find((s) => s.run === m.run && s.points.length) || d.series.find((s) => s.run === m.run);
-      const x = d.x === "step" ? (own ? stepAt(own, m.ts_ms) : null) : m.elapsed;
-      const g = group(m.run);
-      const id = (m.from !== m.run ? "from " + m.from : "line " + g) + "|" + m.ts_ms + "|" + m.source + "|" + m.message;
-      if (x === null || x === undefined || seen.has(id) || !lines.some((s) => s.run === g)) continue;
-      seen.add(id);
-      const head = m.message.split(":")[0];
-      out.push({
-        x, run: g, from: m.from, source: m.source,
-        label: `${m.source}: ${head.length > 48 ? head.slice(0, 47) + "…" : head}`,
-        title: `${m.source}, ${new Date(m.ts_ms).toISOString().replace("T", " ").slice(0, 19)} UTC: ${m.message}`,
-      });
+      for (const run of candidates(m)) {
+        const x = xOf(m, run), g = group(run);
+        const id = (m.from !== m.run ? "from " + m.from : "line " + g) + "|" + m.ts_ms + "|" + m.source + "|" + m.message;
+        if (seen.has(id)) break;
+        if (x === null || x === undefined || !lines.some((s) => s.run === g)) continue;
+        seen.add(id);
+        const head = m.message.split(":")[0];
+        out.push({
+          x, run: g, from: m.from, source: m.source,
+          label: `${m.source}: ${head.length > 48 ? head.slice(0, 47) + "…" : head}`,
+          title: `${m.source}, ${new Date(m.ts_ms).toISOString().replace("T", " ").slice(0, 19)} UTC: ${m.message}`,
+        });
+        break;
+      }
     }
     return out;
   }

@@ -4,16 +4,16 @@
 //! events of that producer's run ([`keys::DATA_RUN`]: its triggers, the
 //! dataset growing, a resumed stream). Every source is treated alike.
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 
-use batchcast_store::{keys, RunId, RunRow, Store, WorkloadId};
+use batchcast_store::{keys, Event, RunId, RunRow, Store, WorkloadId};
 use serde::Serialize;
 
 use crate::error::UiError;
 
 /// Markers sent for one chart, at most; the rest are counted.
 pub(crate) const MAX_MARKERS: usize = 2_000;
-/// Characters of an event's message sent, at most.
+/// Characters of an event's source and of its message sent, at most.
 const MAX_MESSAGE: usize = 300;
 
 /// One event to mark on the charts of `run`.
@@ -41,41 +41,62 @@ pub(crate) fn producer_run(store: &Store, workload: WorkloadId) -> Result<Option
 }
 
 /// The markers of `runs`, oldest first per run, at most [`MAX_MARKERS`];
-/// the second value counts those left off.
+/// the second value counts those left off. A shared producer's events
+/// come once, with the first of its workload's runs in `runs` (the page
+/// draws each once, on the first of those runs where it has a place). No
+/// more events are read than can be sent: each source's first ones,
+/// counted on the index first.
 pub(crate) fn markers(store: &Store, runs: &[RunRow]) -> Result<(Vec<Marker>, usize), UiError> {
-    let mut producers: BTreeMap<WorkloadId, Option<RunId>> = BTreeMap::new();
+    let mut workloads: BTreeSet<WorkloadId> = BTreeSet::new();
     let mut out = Vec::new();
     let mut left_off = 0;
     for r in runs {
-        let mut from = vec![r.run.id];
-        if r.run.name != keys::DATA_RUN {
-            let data = match producers.get(&r.run.workload_id) {
-                Some(d) => *d,
-                None => {
-                    let d = producer_run(store, r.run.workload_id)?;
-                    producers.insert(r.run.workload_id, d);
-                    d
-                }
-            };
-            from.extend(data);
-        }
-        let mut mine = Vec::new();
-        for id in from {
-            for e in store.events(id)? {
-                mine.push(Marker {
-                    run: r.run.id,
-                    from: id,
-                    ts_ms: e.ts_ms,
-                    elapsed: r.run.start_ms.map(|s| (e.ts_ms - s) as f64 / 1000.0),
-                    source: e.source,
-                    message: e.message.chars().take(MAX_MESSAGE).collect(),
-                });
+        let room = MAX_MARKERS - out.len();
+        let mut sources = vec![Source::read(store, r.run.id, room)?];
+        if r.run.name != keys::DATA_RUN && workloads.insert(r.run.workload_id) {
+            if let Some(data) = producer_run(store, r.run.workload_id)? {
+                sources.push(Source::read(store, data, room)?);
             }
         }
-        mine.sort_by_key(|m| m.ts_ms);
-        let room = MAX_MARKERS - out.len();
-        left_off += mine.len().saturating_sub(room);
-        out.extend(mine.into_iter().take(room));
+        let total: usize = sources.iter().map(|s| s.count).sum();
+        // Stable: at one time, the run's own events before its producer's.
+        let mut mine: Vec<(RunId, &Event)> = sources
+            .iter()
+            .flat_map(|s| s.events.iter().map(|e| (s.run, e)))
+            .collect();
+        mine.sort_by_key(|(_, e)| e.ts_ms);
+        mine.truncate(room);
+        left_off += total.saturating_sub(mine.len());
+        out.extend(mine.into_iter().map(|(from, e)| Marker {
+            run: r.run.id,
+            from,
+            ts_ms: e.ts_ms,
+            elapsed: r.run.start_ms.map(|s| (e.ts_ms - s) as f64 / 1000.0),
+            source: e.source.clone(),
+            message: e.message.clone(),
+        }));
     }
     Ok((out, left_off))
+}
+
+/// The first events of one run, cut to [`MAX_MESSAGE`], and how many it has.
+struct Source {
+    run: RunId,
+    count: usize,
+    events: Vec<Event>,
+}
+
+impl Source {
+    /// At most `limit` of `run`'s events.
+    fn read(store: &Store, run: RunId, limit: usize) -> Result<Source, UiError> {
+        let count = store.event_count(run)?;
+        let events = if limit == 0 || count == 0 {
+            Vec::new()
+        } else {
+            store.events_head(run, limit, MAX_MESSAGE)?
+        };
+        // Events recorded between the count and the read are counted too.
+        let count = count.max(events.len());
+        Ok(Source { run, count, events })
+    }
 }

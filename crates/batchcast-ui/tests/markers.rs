@@ -108,6 +108,8 @@ fn a_trainers_chart_marks_its_own_events_and_its_producers() {
     assert_eq!(series.len(), 2);
     assert_eq!(series[0]["workload"], "shared");
     assert_eq!(series[1]["workload"], "independent");
+    assert_eq!(series[0]["workload_id"], m.shared);
+    assert_eq!(series[1]["workload_id"], m.independent);
     let steps: Vec<f64> = series[0]["points"]
         .as_array()
         .unwrap()
@@ -141,6 +143,9 @@ fn a_trainers_chart_marks_its_own_events_and_its_producers() {
     assert!(j["series"][0]["points"].as_array().unwrap().is_empty());
 }
 
+/// A chart sends at most 2,000 markers and counts the rest; a shared
+/// producer's events come once, with the first of its trainers charted,
+/// not once per trainer.
 #[test]
 fn markers_are_bounded_and_the_rest_counted() {
     let (_dir, path, m, addr) = served();
@@ -152,6 +157,11 @@ fn markers_are_bounded_and_the_rest_counted() {
     }
     s.add_event(data, "serve", &"x".repeat(5_000)).unwrap();
     let (a, b) = (m.runs[2], m.runs[3]);
+    for run in [a, b] {
+        for i in 0..600 {
+            s.add_event(run, "consumer", &format!("note {i}")).unwrap();
+        }
+    }
     let j = get(
         addr,
         &format!("/api/series?runs={a},{b}&key=proc%2Fcpu_percent"),
@@ -159,15 +169,72 @@ fn markers_are_bounded_and_the_rest_counted() {
     .json();
     let sent = j["markers"].as_array().unwrap();
     assert_eq!(sent.len(), 2_000);
-    assert_eq!(j["markers_left_off"], 2 * 1_501 - 2_000);
-    // the first run's are all there, in time order, long messages cut
-    assert!(sent[..1_501].iter().all(|mk| mk["run"] == a));
+    // a: 1,501 of its producer's and 499 of its own sent, 101 not; b: its
+    // 600 counted, the producer's not again
+    assert_eq!(j["markers_left_off"], 101 + 600);
+    assert!(sent.iter().all(|mk| mk["run"] == a));
+    assert_eq!(sent.iter().filter(|mk| mk["from"] == data).count(), 1_501);
+    // oldest first, long messages cut
     let ts: Vec<i64> = sent
         .iter()
         .map(|mk| mk["ts_ms"].as_i64().unwrap())
         .collect();
-    assert!(ts[..1_501].windows(2).all(|w| w[0] <= w[1]));
-    assert_eq!(sent[1_500]["message"].as_str().unwrap().len(), 300);
+    assert!(ts.windows(2).all(|w| w[0] <= w[1]));
+    let long = sent
+        .iter()
+        .find(|mk| mk["message"].as_str().unwrap().starts_with('x'))
+        .unwrap();
+    assert_eq!(long["message"].as_str().unwrap().len(), 300);
+    // b charted first: the producer's events come with b
+    let j = get(
+        addr,
+        &format!("/api/series?runs={b},{a}&key=proc%2Fcpu_percent"),
+    )
+    .json();
+    let from_data: Vec<_> = j["markers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|mk| mk["from"] == data)
+        .collect();
+    assert_eq!(from_data.len(), 1_501);
+    assert!(from_data.iter().all(|mk| mk["run"] == b));
+}
+
+/// A producer's output becomes an event's message: the JSON carries it
+/// as it is (the page's script draws it as text), cut to 300 characters
+/// (not bytes), and the run page escapes it.
+#[test]
+fn an_events_markup_is_text_and_its_length_is_counted_in_characters() {
+    let (_dir, path, m, addr) = served();
+    let s = Store::open(&path).unwrap();
+    let (trainer, data) = (m.runs[2], m.runs[4]);
+    let markup = "<img src=x onerror=alert(1)>&amp;";
+    s.add_event(data, "serve", &format!("{markup}{}", "é".repeat(400)))
+        .unwrap();
+    s.add_event(trainer, "<b>consumer</b>", markup).unwrap();
+    let j = get(
+        addr,
+        &format!("/api/series?runs={trainer}&key=proc%2Fcpu_percent"),
+    )
+    .json();
+    let mut got = markers_of(&j, trainer);
+    got.sort();
+    let cut = format!("{markup}{}", "é".repeat(300 - markup.chars().count()));
+    let mut want = vec![
+        (trainer, "<b>consumer</b>".to_string(), markup.to_string()),
+        (data, "serve".to_string(), cut),
+    ];
+    want.sort();
+    assert_eq!(got, want);
+    for id in [trainer, data] {
+        let html = get(addr, &format!("/runs/{id}")).text();
+        assert!(!html.contains("<img"), "{html}");
+        assert!(
+            html.contains("&lt;img src=x onerror=alert(1)&gt;&amp;amp;"),
+            "{html}"
+        );
+    }
 }
 
 #[test]

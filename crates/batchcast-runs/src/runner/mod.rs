@@ -89,7 +89,7 @@ pub enum RunError {
     /// A job a dead runner left running could not be signalled; nothing
     /// is started beside it.
     #[error(
-        "{orphan} cannot be stopped ({source}); stop it yourself (`kill -- -{pid}`) and run again, \
+        "{orphan} cannot be stopped ({error}); stop it yourself (`kill -- -{pid}`) and run again, \
          or a second copy of it would run beside it"
     )]
     OrphanUnstoppable {
@@ -97,8 +97,9 @@ pub enum RunError {
         orphan: String,
         /// Its process group.
         pid: i64,
-        /// Why the signal failed.
-        source: std::io::Error,
+        /// Why the signal failed: in the message, so not the error's
+        /// `source()` (a reader of the whole chain would print it twice).
+        error: std::io::Error,
     },
     /// A job a dead runner left running outlived SIGKILL; nothing is
     /// started beside it.

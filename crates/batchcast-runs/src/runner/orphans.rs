@@ -67,7 +67,7 @@ pub(crate) fn stop_orphans(
             return Err(RunError::OrphanUnstoppable {
                 orphan: describe(o, *pid),
                 pid: *pid,
-                source: e.into(),
+                error: e.into(),
             });
         }
     }
@@ -109,7 +109,7 @@ mod tests {
         let e = RunError::OrphanUnstoppable {
             orphan: orphan.clone(),
             pid: 77,
-            source: rustix::io::Errno::PERM.into(),
+            error: rustix::io::Errno::PERM.into(),
         };
         assert_eq!(
             e.to_string(),
@@ -119,6 +119,8 @@ mod tests {
                 std::io::Error::from(rustix::io::Errno::PERM)
             )
         );
+        // The reason is in the message only: `{:#}` of the chain says it once.
+        assert!(std::error::Error::source(&e).is_none());
         let e = RunError::OrphanSurvived { orphan, pid: 77 };
         assert!(
             e.to_string().ends_with(

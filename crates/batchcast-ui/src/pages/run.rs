@@ -140,7 +140,7 @@ fn producer_events(store: &Store, r: &Run) -> Result<Option<(RunId, usize)>, UiE
     let Some(data) = crate::markers::producer_run(store, r.workload_id)? else {
         return Ok(None);
     };
-    let n = store.events(data)?.len();
+    let n = store.event_count(data)?;
     Ok((n > 0).then_some((data, n)))
 }
 
