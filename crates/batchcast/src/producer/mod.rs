@@ -18,6 +18,7 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod payload;
 mod slot;
 mod slots;
 mod state;
@@ -25,6 +26,7 @@ mod state;
 pub(crate) use durable::read_refusal;
 pub use durable::{Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
+pub use payload::MAX_PAYLOAD;
 pub use slot::SlotMut;
 
 use std::os::fd::OwnedFd;
@@ -43,6 +45,7 @@ use crate::status::StatusReport;
 use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
+use payload::Payloads;
 use state::State;
 
 /// What the producer does while no consumer is attached.
@@ -183,6 +186,10 @@ pub struct Producer {
     /// consumers as it had are attached again (those not back yet have
     /// received nothing of this producer).
     floor: Option<ResumePoint>,
+    /// The caller's resume payloads (see [`Producer::set_resume_payload`]).
+    payloads: Payloads,
+    /// The payload read back with the resume point.
+    resumed_payload: Option<String>,
 }
 
 impl Producer {
@@ -202,13 +209,28 @@ impl Producer {
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
         durable::clear_refusal(&endpoint);
-        let (state_file, resumed) = match &opts.durable {
+        let (state_file, found) = match &opts.durable {
             Some(d) => {
-                let (file, resumed) = StateFile::open(&endpoint, d)?;
-                (Some(file), resumed)
+                let (file, found) = StateFile::open(&endpoint, d)?;
+                (Some(file), found)
             }
             None => (None, None),
         };
+        let resumed = found.as_ref().map(|s| s.point);
+        // A restart makes its arena at once, as large as its predecessor's,
+        // so that reattaching consumers are welcomed before its first batch.
+        let mut opts = opts;
+        if opts.slot_size.is_none() {
+            opts.slot_size = found
+                .as_ref()
+                .and_then(|s| s.slot_size)
+                .and_then(|n| usize::try_from(n).ok());
+        }
+        let resumed_payload = found.and_then(|s| s.payload);
+        let mut payloads = Payloads::default();
+        if let (Some(r), Some(p)) = (resumed, &resumed_payload) {
+            payloads.note((r.epoch, r.row), p.clone());
+        }
         let sock_path = endpoint.socket_path();
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
@@ -273,6 +295,8 @@ impl Producer {
             resumed,
             published: 0,
             floor: resumed,
+            payloads,
+            resumed_payload,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
