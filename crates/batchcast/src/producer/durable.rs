@@ -110,6 +110,13 @@ pub(crate) struct Saved {
     pub slot_size: Option<u64>,
 }
 
+impl Saved {
+    /// The predecessor's bytes per slot, where this machine can address it.
+    pub fn slot_size(&self) -> Option<usize> {
+        self.slot_size.and_then(|n| usize::try_from(n).ok())
+    }
+}
+
 /// The open state file of a durable producer.
 #[derive(Debug)]
 pub(crate) struct StateFile {

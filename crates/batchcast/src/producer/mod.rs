@@ -46,6 +46,7 @@ use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
 use payload::Payloads;
+use slot::encode_layout;
 use state::State;
 
 /// What the producer does while no consumer is attached.
@@ -220,17 +221,10 @@ impl Producer {
         // A restart makes its arena at once, as large as its predecessor's,
         // so that reattaching consumers are welcomed before its first batch.
         let mut opts = opts;
-        if opts.slot_size.is_none() {
-            opts.slot_size = found
-                .as_ref()
-                .and_then(|s| s.slot_size)
-                .and_then(|n| usize::try_from(n).ok());
-        }
-        let resumed_payload = found.and_then(|s| s.payload);
-        let mut payloads = Payloads::default();
-        if let (Some(r), Some(p)) = (resumed, &resumed_payload) {
-            payloads.note((r.epoch, r.row), p.clone());
-        }
+        opts.slot_size = opts
+            .slot_size
+            .or(found.as_ref().and_then(|s| s.slot_size()));
+        let (payloads, resumed_payload) = Payloads::resumed(found);
         let sock_path = endpoint.socket_path();
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
@@ -595,21 +589,6 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
     }
-}
-
-/// The layout as it is stored in the slot after the arrays.
-fn encode_layout(layout: &Layout) -> Result<Vec<u8>> {
-    let bytes = postcard::to_stdvec(layout)
-        .map_err(|e| Error::Protocol(format!("cannot encode a batch layout: {e}")))?;
-    if bytes.len() > wire::MAX_FRAME {
-        return Err(Error::InvalidBatch(format!(
-            "the batch's description takes {} bytes (at most {} allowed): too many arrays or \
-             strings in one batch",
-            bytes.len(),
-            wire::MAX_FRAME
-        )));
-    }
-    Ok(bytes)
 }
 
 fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {

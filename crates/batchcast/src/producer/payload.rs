@@ -12,6 +12,7 @@
 
 use std::collections::BTreeMap;
 
+use super::durable::Saved;
 use super::{Producer, ResumePoint};
 use crate::error::{Error, Result};
 
@@ -28,6 +29,22 @@ pub(crate) struct Payloads {
 }
 
 impl Payloads {
+    /// The payloads of a producer that resumed from `saved`, and the
+    /// payload saved with its point.
+    pub fn resumed(saved: Option<Saved>) -> (Payloads, Option<String>) {
+        let mut payloads = Payloads::default();
+        let Some(Saved {
+            point,
+            payload: Some(payload),
+            ..
+        }) = saved
+        else {
+            return (payloads, None);
+        };
+        payloads.note((point.epoch, point.row), payload.clone());
+        (payloads, Some(payload))
+    }
+
     /// Notes `payload` as the one restoring the source at `(epoch, row)`.
     pub fn note(&mut self, position: (u64, u64), payload: String) {
         self.used = true;
@@ -133,6 +150,37 @@ mod tests {
         assert_eq!(p.settle(at(1, 0)), None);
         p.note((1, 0), "d".into());
         assert_eq!(p.settle(at(1, 0)), Some((at(1, 0), Some("d".into()))));
+    }
+
+    #[test]
+    fn a_restart_gets_its_payload_and_slot_size_back() {
+        use super::super::durable::StateFile;
+        use super::super::{Durability, ProducerOptions};
+        use crate::endpoint::Endpoint;
+        let dir = tempfile::tempdir().unwrap();
+        let ep = Endpoint::in_dir("payload", dir.path()).unwrap();
+        let d = Durability::new("seed=7");
+        let (mut f, _) = StateFile::open(&ep, &d).unwrap();
+        let saved = Saved {
+            point: at(1, 8),
+            payload: Some("{\"pos\":2}".into()),
+            slot_size: Some(8192),
+        };
+        f.write(&saved).unwrap();
+        let opts = |durable| ProducerOptions {
+            dir: Some(dir.path().to_owned()),
+            durable,
+            ..Default::default()
+        };
+        let mut p = Producer::create("payload", opts(Some(d))).unwrap();
+        assert_eq!(p.resumed(), Some(at(1, 8)));
+        assert_eq!(p.resumed_payload(), Some("{\"pos\":2}"));
+        assert_eq!(p.slot_size(), Some(8192), "the arena is made at once");
+        p.set_resume_payload("{\"pos\":3}".into()).unwrap();
+        drop(p);
+        let mut plain = Producer::create("payload", opts(None)).unwrap();
+        let err = plain.set_resume_payload("{}".into()).unwrap_err();
+        assert!(err.to_string().contains("durable"), "{err}");
     }
 
     #[test]
