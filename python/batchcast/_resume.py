@@ -152,7 +152,7 @@ class Resume:
                 f"consumers had not had, and the stream resumes at epoch {epoch + 1}'s start"
             )
             _log.warning("batchcast: %s", message)
-            warnings.warn(message, RuntimeWarning, stacklevel=4)
+            warnings.warn(message, RuntimeWarning, stacklevel=3)
         else:
             _log.warning(
                 "batchcast: producer %r resumes its stream at epoch %d, row %d (%s); fresh=True "
