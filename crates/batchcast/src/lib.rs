@@ -80,7 +80,7 @@ pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
     Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions,
-    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, SLOT_HEADROOM,
+    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD, SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
 pub use serving::{AfterLoanError, ServeUntil};
