@@ -9,9 +9,11 @@ data wait is the part spent blocked in the loader's ``next()``. The first
 
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, Optional
 
+from .._barrier import BarrierError, arrive, join
 from .._figures import write_figures
 from .._native import machine_busy_seconds, tree_cpu_seconds
 from . import _protocol
@@ -63,6 +65,12 @@ class Recorder:
         self._samples = 0
         self._drained = 0
         self.epochs: list[int] = []
+        if config.barrier:
+            # A copy that ends while this one warms up is seen at the barrier.
+            try:
+                join(config.barrier)
+            except (BarrierError, OSError) as e:
+                _unsynchronised(e)
 
     def _begin(self, at: float) -> None:
         self._start = at
@@ -140,16 +148,18 @@ class Recorder:
 
 
 def _wait_for_all(spec: str) -> None:
-    """The file barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: polls (with a
-    deadline) until N copies have announced their end of warm-up."""
-    where, _, count = spec.rpartition(":")
-    n = int(count)
-    open(os.path.join(where, f"ready-{os.getpid()}"), "w").close()
-    deadline = time.monotonic() + _protocol.BARRIER_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if sum(1 for f in os.listdir(where) if f.startswith("ready-")) >= n:
-            return
-        time.sleep(0.005)
+    """The barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: waits until N
+    copies have warmed up. Where it does not open (a copy ended, or took
+    over :data:`_protocol.BARRIER_TIMEOUT_S`), this copy says so and is
+    measured alone; the copy that ended is reported as failed."""
+    try:
+        arrive(spec, _protocol.BARRIER_TIMEOUT_S)
+    except (BarrierError, OSError) as e:
+        _unsynchronised(e)
+
+
+def _unsynchronised(e: BaseException) -> None:
+    print(f"batchcast stalls: {e}; this copy is measured without the others", file=sys.stderr)
 
 
 def now() -> float:
