@@ -169,7 +169,7 @@ def test_threads_of_one_process_arrive_as_one_job(tmp_path):
     def arrive_here() -> None:
         try:
             arrive(spec, 30.0)
-        except BaseException as e:  # noqa: BLE001 - the test reports it
+        except BaseException as e:  # the test reports it
             errors.append(e)
 
     threads = [threading.Thread(target=arrive_here) for _ in range(3)]
