@@ -137,3 +137,49 @@ def test_an_abort_stops_the_jobs_and_the_runs_come_back_with_cpu_and_samples(tmp
     cpu = run.series["proc/cpu_seconds"]
     assert len(cpu) >= 3 and [ts for ts, _ in cpu] == sorted(ts for ts, _ in cpu)
     assert set(run.series) <= {"proc/cpu_seconds", "proc/cpu_percent"}
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_an_abort_leaves_no_process_of_a_job_that_ignores_sigterm(tmp_path, batchcast_bin):
+    """The abort path stops every process group: a job and its child that
+    both ignore SIGTERM are killed after the grace, before run_plan returns."""
+    pids = tmp_path / "pids"
+    stubborn = _script(
+        tmp_path,
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time;"
+        " signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+        f"with open({str(pids)!r} + '.tmp', 'w') as f:\n"
+        "    f.write(f'{os.getpid()} {child.pid}')\n"
+        f"os.replace({str(pids)!r} + '.tmp', {str(pids)!r})\n"
+        "time.sleep(600)\n",
+        "stubborn.py",
+    )
+    try:
+        runs = _experiment.run_plan(
+            [_experiment.Job("w", "stubborn", [sys.executable, stubborn], listeners=["process"])],
+            _experiment.experiment_name("test"),
+            str(tmp_path / "runs.sqlite"),
+            str(tmp_path),
+            timeout=120,
+            binary=batchcast_bin,
+            abort=pids.exists,
+        )
+        (run,) = runs
+        assert run.status == "TIMEOUT"
+        job, child = (int(p) for p in pids.read_text().split())
+        assert not _alive(job) and not _alive(child)
+    finally:
+        if pids.exists():
+            for p in pids.read_text().split():
+                if _alive(int(p)):
+                    os.kill(int(p), 9)
