@@ -18,7 +18,7 @@ import sys
 import time
 from typing import Any, Callable
 
-from batchcast._barrier import BarrierError, arrive
+from batchcast._barrier import BarrierError, arrive, join
 from batchcast._figures import write_figures
 
 from .options import SHARED_MODES, TENSORSOCKET_MODES
@@ -106,6 +106,9 @@ def trainer_main(spec: dict[str, Any]) -> None:
 
 
 def _train(spec: dict[str, Any]) -> None:
+    # Joined before the set-up: the trainers waiting at the barrier see this
+    # one if it ends (even by SIGKILL) before it arrives.
+    join(spec["barrier"])
     import torch
 
     torch.set_num_threads(spec["threads"])
