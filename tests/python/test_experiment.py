@@ -107,6 +107,20 @@ def test_no_binary_is_named_with_the_fix(tmp_path, monkeypatch):
         _experiment.run_plan(job, "e", str(tmp_path / "s.sqlite"), str(tmp_path), 5, str(tmp_path / "missing"))
 
 
+def _aborted(tmp_path, batchcast_bin, script, flag, **kw):
+    """The runs of one job running `script`, aborted once `flag` exists."""
+    return _experiment.run_plan(
+        [_experiment.Job("w", "job", [sys.executable, script], listeners=["process"])],
+        _experiment.experiment_name("test"),
+        str(tmp_path / "runs.sqlite"),
+        str(tmp_path),
+        timeout=120,
+        binary=batchcast_bin,
+        abort=flag.exists,
+        **kw,
+    )
+
+
 def test_an_abort_stops_the_jobs_and_the_runs_come_back_with_cpu_and_samples(tmp_path, batchcast_bin):
     """`abort` stops the runner as the timeout does; a run comes back with
     its CPU seconds and the samples of the metrics asked for, recorded by
@@ -119,17 +133,7 @@ def test_an_abort_stops_the_jobs_and_the_runs_come_back_with_cpu_and_samples(tmp
         "busy.py",
     )
     started = time.monotonic()
-    runs = _experiment.run_plan(
-        [_experiment.Job("w", "busy", [sys.executable, busy], listeners=["process"])],
-        _experiment.experiment_name("test"),
-        str(tmp_path / "runs.sqlite"),
-        str(tmp_path),
-        timeout=120,
-        binary=batchcast_bin,
-        abort=flag.exists,
-        interval=0.1,
-        series=["proc/cpu"],
-    )
+    runs = _aborted(tmp_path, batchcast_bin, busy, flag, interval=0.1, series=["proc/cpu"])
     assert time.monotonic() - started < 60
     (run,) = runs
     assert run.status == "TIMEOUT"
@@ -165,15 +169,7 @@ def test_an_abort_leaves_no_process_of_a_job_that_ignores_sigterm(tmp_path, batc
         "stubborn.py",
     )
     try:
-        runs = _experiment.run_plan(
-            [_experiment.Job("w", "stubborn", [sys.executable, stubborn], listeners=["process"])],
-            _experiment.experiment_name("test"),
-            str(tmp_path / "runs.sqlite"),
-            str(tmp_path),
-            timeout=120,
-            binary=batchcast_bin,
-            abort=pids.exists,
-        )
+        runs = _aborted(tmp_path, batchcast_bin, stubborn, pids)
         (run,) = runs
         assert run.status == "TIMEOUT"
         job, child = (int(p) for p in pids.read_text().split())
