@@ -39,6 +39,8 @@ import stat
 import threading
 import time
 
+from ._files import write_whole
+
 __all__ = ["BarrierError", "arrive", "arrived", "is_open", "join", "make_barrier"]
 
 #: Bytes of the ``count`` file read at most (it holds one decimal number).
@@ -223,14 +225,6 @@ class _Flock:
         os.close(self._fd)
 
 
-def _write(path: str, text: str) -> None:
-    """Writes ``path`` whole (readers never see half of it)."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
-
-
 def _broken_reason(where: str) -> str | None:
     try:
         with open(os.path.join(where, "broken"), "rb") as f:
@@ -268,7 +262,7 @@ def _count_in(where: str, jobs: int) -> bool:
         if reason is not None:
             raise BarrierError(reason)
         count = _read_count(where) + 1
-        _write(os.path.join(where, "count"), str(count))
+        write_whole(os.path.join(where, "count"), str(count))
         if count < jobs:
             return False
         dead = _dead(where)
@@ -282,7 +276,7 @@ def _count_in(where: str, jobs: int) -> bool:
 
 def _break(where: str, reason: str) -> None:
     """Breaks the barrier for every job (the lock held); raises."""
-    _write(os.path.join(where, "broken"), reason)
+    write_whole(os.path.join(where, "broken"), reason)
     for fifo in _fifos(where):
         _tell(fifo, _BROKEN)
     raise BarrierError(reason)

@@ -15,6 +15,7 @@ from typing import Any, Callable, Optional
 
 from .._barrier import BarrierError, arrive, join
 from .._figures import write_figures
+from .._files import write_whole
 from .._native import machine_busy_seconds, tree_cpu_seconds
 from . import _protocol
 
@@ -138,10 +139,7 @@ class Recorder:
             caught_up_after=self._drained,
         )
         path = os.path.join(self._c.out, _protocol.RESULT_FILE.format(rank=_protocol.rank()))
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(result))
         if _protocol.rank() == 0:
             write_figures(result)  # the run's figures, under `batchcast run`
         raise SystemExit(0)
