@@ -230,7 +230,11 @@ def _settle(cell: dict[str, Any], watch: Watch, runs: list[_experiment.Run], tim
                else feeder.message or "failed")
         tail = _tail(feeder.output)
         return fail("failed", f"{label[feeder.name]} {why}" + (f":\n{tail}" if tail else " (no output)"))
-    for rank in range(cell["trainers"]):
+    # A trainer that died by a signal first: the others fail at the start
+    # barrier after it, and their error names it by pid only.
+    ranks = sorted(range(cell["trainers"]),
+                   key=lambda k: getattr(by_name.get(trainer_name(k)), "exit_code", None) is not None)
+    for rank in ranks:
         r = by_name.get(trainer_name(rank))
         if r is None:
             return fail("failed", f"trainer {rank} was not run (see the run store)")

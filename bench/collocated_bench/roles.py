@@ -18,8 +18,9 @@ import sys
 import time
 from typing import Any, Callable
 
-from batchcast._barrier import BarrierError, arrive
+from batchcast._barrier import BarrierError, arrive, join
 from batchcast._figures import write_figures
+from batchcast._files import write_whole
 
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 from .preflight import preflight_main
@@ -46,14 +47,6 @@ def self_cpu_seconds() -> dict[str, float]:
 def self_peak_rss_mb() -> float | None:
     """This process's peak RSS (getrusage's ru_maxrss), in MB."""
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-
-
-def _replace(path: str, text: str) -> None:
-    """Writes `path` whole (readers never see half of it)."""
-    tmp = f"{path}.tmp"
-    with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
 
 
 def _make_loader(spec: dict[str, Any], seed: int):
@@ -101,11 +94,14 @@ def trainer_main(spec: dict[str, Any]) -> None:
     try:
         _train(spec)
     except BaseException as e:
-        _replace(os.path.join(spec["out"], FAILED_FILE.format(rank=spec["rank"])), f"{type(e).__name__}: {e}")
+        write_whole(os.path.join(spec["out"], FAILED_FILE.format(rank=spec["rank"])), f"{type(e).__name__}: {e}")
         raise
 
 
 def _train(spec: dict[str, Any]) -> None:
+    # Joined before the set-up: the trainers waiting at the barrier see this
+    # one if it ends (even by SIGKILL) before it arrives.
+    join(spec["barrier"])
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -167,7 +163,7 @@ def _train(spec: dict[str, Any]) -> None:
             now = time.perf_counter()
             if now - last_report >= 0.5:
                 last_report = now
-                _replace(progress, str(samples))
+                write_whole(progress, str(samples))
             t = time.perf_counter()
         del it
     if spec["cuda"]:
@@ -192,9 +188,9 @@ def _train(spec: dict[str, Any]) -> None:
         result["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     result["cpu"] = self_cpu_seconds()
     result["peak_rss_mb"] = self_peak_rss_mb()
-    _replace(progress, str(samples))
+    write_whole(progress, str(samples))
     write_figures(dict(result, cpu_self=result["cpu"]["self"], cpu_children=result["cpu"]["children"]))
-    _replace(os.path.join(spec["out"], RESULT_FILE.format(rank=spec["rank"])), json.dumps(result))
+    write_whole(os.path.join(spec["out"], RESULT_FILE.format(rank=spec["rank"])), json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: TensorSocket's threads can hang it
 

@@ -257,6 +257,20 @@ def _run_of(name: str, cpu: float | None = None, figures: dict | None = None, **
                {k.replace("__", "/"): v for k, v in series.items()})
 
 
+def test_a_trainer_killed_before_the_go_is_the_cells_error_not_those_it_stopped_at_the_barrier():
+    from collocated_bench.cells import Watch, _settle
+
+    runs = [_run_of("trainer-0"), _run_of("trainer-1"), _run_of("trainer-2")]
+    runs[0].status, runs[0].exit_code, runs[0].message = "FAILED", 1, "exited with status 1"
+    runs[0].output = "trainer 0: a job (pid 42) ended before the start barrier b opened"
+    runs[1].status, runs[1].exit_code, runs[1].message = "FAILED", None, "killed by signal 9"
+    runs[2].status, runs[2].exit_code = "KILLED", None
+    cell = blank_cell("independent", 3)
+    _settle(cell, Watch("/nonexistent", "/nonexistent:3", 3, 120.0, 20.0), runs, 60.0)
+    assert cell["status"] == "failed"
+    assert cell["error"].startswith("trainer 1 killed by signal 9")
+
+
 def test_cpu_is_counted_from_the_go_to_each_runs_end():
     from collocated_bench.recorded import cpu_figures
 
