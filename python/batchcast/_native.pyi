@@ -272,6 +272,7 @@ class Selection:
         n: int | None = None,
         seed: int = 0,
         shuffle: bool = True,
+        scores: Sequence[float] | None = None,
     ) -> Selection: ...
     @property
     def count(self) -> int: ...

@@ -21,13 +21,21 @@ except ImportError:  # torch is optional: the sampler also serves plain loops
     _Base = object  # type: ignore[assignment,misc]
 
 
+def _as_list(values: Any) -> Any:
+    """A tensor's or an ndarray's values as a list (None stays None)."""
+    if values is None or isinstance(values, (list, tuple)):
+        return values
+    tolist = getattr(values, "tolist", None)
+    return tolist() if callable(tolist) else list(values)
+
+
 class SelectSampler(_Base):
     """The samples of each epoch that ``spec`` selects, in the epoch's order.
 
     ``spec`` takes the forms of ``batchcast serve --select``: ``random:R``,
     ``label-balanced:R`` (needs ``labels``), ``rs2:R`` / ``rs2:R,replace``
     and ``scores=FILE,keep=P`` (FILE a 1-D float ``.npy``, one score per
-    sample). ``new-data`` and ``freshness:P`` need arrival times, which a
+    sample; or ``scores=-,keep=P`` with the scores given as ``scores=``). ``new-data`` and ``freshness:P`` need arrival times, which a
     map-style dataset has not: they are refused (serve a growing folder with
     :func:`batchcast.serve.serve_folder` instead). Draws are seeded by
     ``(seed, epoch)``: the same seed selects the same samples, in the same
@@ -48,6 +56,7 @@ class SelectSampler(_Base):
         n: the dataset's length, when no labels are given.
         seed: seeds the selection and the order.
         shuffle: order each epoch's samples at random (else dataset order).
+        scores: one finite score per sample, for ``scores=-,keep=P``.
 
     Raises:
         batchcast.InvalidArgument: a spec the CLI refuses (same message), a
@@ -63,11 +72,11 @@ class SelectSampler(_Base):
         n: int | None = None,
         seed: int = 0,
         shuffle: bool = True,
+        scores: Sequence[float] | Any | None = None,
     ) -> None:
-        if labels is not None and not isinstance(labels, (list, tuple)):
-            tolist = getattr(labels, "tolist", None)  # a tensor or an ndarray
-            labels = tolist() if callable(tolist) else list(labels)
-        self._selection = _native.Selection(spec, labels=labels, n=n, seed=seed, shuffle=shuffle)
+        self._selection = _native.Selection(
+            spec, labels=_as_list(labels), n=n, seed=seed, shuffle=shuffle, scores=_as_list(scores)
+        )
         self._next = 0
         self._asked: int | None = None
         #: The epoch of the last ``iter()`` (None before the first).

@@ -54,6 +54,16 @@ def test_scores_keep_50_gives_exactly_the_top_half(tmp_path):
         assert set(s) == top
     with pytest.raises(batchcast.InvalidArgument, match="4999"):
         batchcast.SelectSampler(f"scores={path},keep=50", n=4999)
+    given = batchcast.SelectSampler("scores=-,keep=50", n=5000, scores=scores)  # in memory
+    assert set(given) == top
+    with pytest.raises(batchcast.InvalidArgument, match="4999 entries"):
+        batchcast.SelectSampler("scores=-,keep=50", n=5000, scores=scores[:4999])
+    with pytest.raises(batchcast.InvalidArgument, match="finite"):
+        batchcast.SelectSampler("scores=-,keep=50", n=2, scores=[1.0, float("nan")])
+    with pytest.raises(batchcast.InvalidArgument, match="pass scores="):
+        batchcast.SelectSampler("scores=-,keep=50", n=2)
+    with pytest.raises(batchcast.InvalidArgument, match="scores=-,keep=P"):
+        batchcast.SelectSampler("random:50", n=2, scores=[1.0, 2.0])
 
 
 def test_epochs_advance_by_themselves_unless_set_epoch_says_which():

@@ -27,9 +27,10 @@ pub(crate) struct PySelection {
 impl PySelection {
     /// `spec` in the forms of `batchcast serve --select`; `labels` (one per
     /// sample, needed by label-balanced) or `n` samples; `shuffle`: the
-    /// order of the selected samples is drawn from (seed, epoch).
+    /// order of the selected samples is drawn from (seed, epoch); `scores`
+    /// (one per sample) for `scores=-,keep=P` instead of a file.
     #[new]
-    #[pyo3(signature = (spec, *, labels=None, n=None, seed=0, shuffle=true))]
+    #[pyo3(signature = (spec, *, labels=None, n=None, seed=0, shuffle=true, scores=None))]
     fn new(
         py: Python<'_>,
         spec: &str,
@@ -37,6 +38,7 @@ impl PySelection {
         n: Option<usize>,
         seed: u64,
         shuffle: bool,
+        scores: Option<Vec<f64>>,
     ) -> PyResult<Self> {
         let invalid = |msg: String| Exc::InvalidArgument.err(py, msg, &[]);
         let parsed: SelectSpec = spec
@@ -81,8 +83,37 @@ impl PySelection {
             }
         };
         let len = labels.len();
+        let given = matches!(&parsed, SelectSpec::Scores { file, .. } if file.as_os_str() == "-");
+        if let Some(scores) = &scores {
+            if !given {
+                return Err(invalid(format!(
+                    "scores= is given, so the spec must be scores=-,keep=P, not {spec:?}"
+                )));
+            }
+            if scores.len() != len {
+                return Err(invalid(format!(
+                    "scores= has {} entries but the dataset has {len} samples; give one score \
+                     per sample",
+                    scores.len()
+                )));
+            }
+            if let Some(i) = scores.iter().position(|v| !v.is_finite()) {
+                return Err(invalid(format!(
+                    "scores[{i}] is {}; every score must be a finite number",
+                    scores[i]
+                )));
+            }
+        } else if given {
+            return Err(invalid(format!(
+                "--select {spec:?}: the file \"-\" means scores given in memory: pass \
+                 scores= (one per sample), or name a .npy file"
+            )));
+        }
         let selection = py
-            .detach(|| Selection::new(&parsed, &labels, seed))
+            .detach(|| match &scores {
+                Some(scores) => Selection::with_scores(&parsed, scores, seed),
+                None => Selection::new(&parsed, &labels, seed),
+            })
             .map_err(|e| {
                 let msg = e.to_string();
                 pipeline_to_py(py, &e, msg)
