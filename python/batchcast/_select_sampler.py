@@ -136,5 +136,8 @@ class Weighted:
     def __len__(self) -> int:
         return len(self.dataset)
 
-    def __getitem__(self, index: int) -> tuple[Any, float]:
-        return self.dataset[index], self.sampler.weight(index)
+    def __getitem__(self, index: int) -> tuple[Any, Any]:
+        import torch
+
+        # float32, as `serve --select-weights` delivers its weights leaf.
+        return self.dataset[index], torch.tensor(self.sampler.weight(index), dtype=torch.float32)

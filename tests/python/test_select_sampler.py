@@ -98,6 +98,7 @@ def test_weighted_adds_each_samples_weight_as_one_more_leaf():
     s = batchcast.SelectSampler("label-balanced:50", labels=labels)
     ds = [torch.tensor([float(i)]) for i in range(40)]
     x, w = next(iter(DataLoader(batchcast.Weighted(ds, s), batch_size=20, sampler=s)))
+    assert w.dtype == torch.float32 and w.shape == (20,)
     for i, wi in zip(x[:, 0].long().tolist(), w.tolist()):
         assert wi == pytest.approx(s.weight(i))
         assert wi == pytest.approx((30 / 40) / (10 / 20) if labels[i] == 0 else (10 / 40) / (10 / 20))
