@@ -20,7 +20,8 @@ A decoded stream (``batchcast serve --decode-only``) from a Python dataset:
 Under ``batchcast run``, :func:`log_metrics` and :func:`log_params` record
 a script's own values in its run.
 A trainer chooses the samples worth a step for its own model, on its own
-device, with :mod:`batchcast.select`.
+device, with :mod:`batchcast.select`; the producer selects once for all of
+them with :class:`SelectSampler` (the samplers of ``serve --select``).
 Every error derives from :class:`BatchcastError`.
 """
 
@@ -48,6 +49,7 @@ from ._native import (
     __version__,
 )
 from ._producer import Producer
+from ._select_sampler import SelectSampler, Weighted
 from ._spec import ArraySpec, StreamMismatch, StreamSpec
 from ._triggers import Trigger
 
@@ -56,6 +58,8 @@ __all__ = [
     "Consumer",
     "EpochInfo",
     "Trigger",
+    "SelectSampler",
+    "Weighted",
     "DecodedImages",
     "store_image",
     "log_metric",

@@ -2,7 +2,7 @@
 batchcast.Producer and batchcast.Consumer)."""
 
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, final
 
 __all__ = [
@@ -16,6 +16,7 @@ __all__ = [
     "Consumer",
     "ArrayView",
     "Augmenter",
+    "Selection",
     "store_image",
     "serve",
     "trainers_from_env",
@@ -265,6 +266,31 @@ class Augmenter:
     def draws(self, epoch: int, key: int) -> list[tuple[str, float]]: ...
     @staticmethod
     def apply_op(name: str, image: Any, magnitude: float = ...) -> None: ...
+
+@final
+class Selection:
+    """The selection of ``batchcast serve --select`` over a map-style
+    dataset (see batchcast.SelectSampler)."""
+
+    def __new__(
+        cls,
+        spec: str,
+        *,
+        labels: Sequence[int] | None = None,
+        n: int | None = None,
+        seed: int = 0,
+        shuffle: bool = True,
+        scores: Sequence[float] | None = None,
+    ) -> Selection: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def len(self) -> int: ...
+    @property
+    def has_weights(self) -> bool: ...
+    def weight(self, index: int) -> float: ...
+    def weights(self) -> list[float]: ...
+    def order(self, epoch: int) -> list[int]: ...
 
 def store_image(image: Any, size: int, out: Any) -> None: ...
 def serve(args: list[str], events: Callable[[str], None] | None = None) -> str:

@@ -9,6 +9,8 @@
 //!   read-only arena);
 //! - `augment::PyAugmenter` (`_native.Augmenter`) augments a decoded
 //!   batch into the consumer's own memory on native threads;
+//! - `selection::PySelection` (`_native.Selection`) draws and orders each
+//!   epoch's samples as `serve --select` does, for `batchcast.SelectSampler`;
 //! - `stored::store_image` (`_native.store_image`) stores one decoded
 //!   image as `batchcast serve --decode-only` does, for a decoded stream
 //!   built from a Python dataset;
@@ -35,6 +37,7 @@ mod errors;
 mod outpool;
 mod proc;
 mod producer;
+mod selection;
 mod serve;
 mod stored;
 mod stream;
@@ -255,6 +258,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<dlpack::ArrayView>()?;
     m.add_class::<augment::PyAugmenter>()?;
+    m.add_class::<selection::PySelection>()?;
     m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;
     proc::register(m)?;
     serve::register(m)?;

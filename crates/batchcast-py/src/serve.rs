@@ -84,7 +84,7 @@ impl Face for PyFace {
 }
 
 /// A pipeline error as the Python exception a caller would catch.
-fn pipeline_to_py(py: Python<'_>, err: &PipelineError, msg: String) -> PyErr {
+pub(crate) fn pipeline_to_py(py: Python<'_>, err: &PipelineError, msg: String) -> PyErr {
     match err {
         PipelineError::Io { .. } | PipelineError::Write { .. } => Exc::IoError.err(py, msg, &[]),
         _ => Exc::InvalidArgument.err(py, msg, &[]),

@@ -179,16 +179,50 @@ impl Selection {
             }
             SelectSpec::Scores { file, keep } => {
                 let scores = npy::read_scores(file, len)?;
-                sel.count = share(len, keep / 100.0);
-                let mut order: Vec<usize> = (0..len).collect();
-                // Highest score first; ties by dataset order.
-                order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
-                order.truncate(sel.count);
-                order.sort_unstable();
-                sel.kept = order;
+                sel.keep_top(&scores, *keep);
             }
         }
         Ok(sel)
+    }
+
+    /// `scores=FILE,keep=P` with the scores given in memory (one per
+    /// sample, in dataset order) instead of read from `FILE`.
+    ///
+    /// # Errors
+    /// `spec` is not a scores spec.
+    pub fn with_scores(
+        spec: &SelectSpec,
+        scores: &[f64],
+        seed: u64,
+    ) -> Result<Selection, PipelineError> {
+        let SelectSpec::Scores { keep, .. } = spec else {
+            return Err(PipelineError::InvalidConfig(format!(
+                "scores given in memory need a scores=FILE,keep=P selection, not {spec}"
+            )));
+        };
+        let mut sel = Selection {
+            spec: spec.clone(),
+            len: scores.len(),
+            count: 0,
+            seed,
+            mark: 0,
+            unseen: 0,
+            classes: Vec::new(),
+            kept: Vec::new(),
+            weights: Vec::new(),
+        };
+        sel.keep_top(scores, *keep);
+        Ok(sel)
+    }
+
+    /// Keeps the top `keep` percent of `scores` (ties by dataset order).
+    fn keep_top(&mut self, scores: &[f64], keep: f64) {
+        self.count = share(self.len, keep / 100.0);
+        let mut order: Vec<usize> = (0..self.len).collect();
+        order.sort_by(|&a, &b| scores[b].total_cmp(&scores[a]).then(a.cmp(&b)));
+        order.truncate(self.count);
+        order.sort_unstable();
+        self.kept = order;
     }
 
     /// What was asked for.
@@ -394,5 +428,9 @@ mod tests {
         assert_eq!(s.indices(5), want);
         let short = Selection::new(&spec.parse().unwrap(), &labels()[..10], 0).unwrap_err();
         assert!(short.to_string().contains("1100 scores"), "{short}");
+        let given: Vec<f64> = scores.iter().map(|&v| f64::from(v)).collect();
+        let mem = Selection::with_scores(&spec.parse().unwrap(), &given, 0).unwrap();
+        assert_eq!(mem.indices(3), want);
+        assert!(Selection::with_scores(&"random:5".parse().unwrap(), &given, 0).is_err());
     }
 }
