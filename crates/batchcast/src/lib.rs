@@ -79,8 +79,8 @@ pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
-    Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions,
-    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, SLOT_HEADROOM,
+    identity_differences, Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer,
+    ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
 pub use serving::{AfterLoanError, ServeUntil};

@@ -63,6 +63,7 @@ impl Consumer {
                 join: JoinPolicy::CatchUp,
                 timeout: Some(left.min(TICK)),
                 clear: false,
+                deferred: false,
             };
             let attempt = attach(&endpoint, &self.opts, how, interrupt);
             match attempt {
@@ -84,6 +85,8 @@ impl Consumer {
                     self.cut_off = false;
                     self.lost = None;
                     self.reattached = true;
+                    self.parked = false;
+                    self.awaiting_start = false;
                     return Ok(());
                 }
                 // Not there yet, or a restart that died while welcoming.
