@@ -64,6 +64,7 @@ mod peer;
 mod private_pages;
 mod producer;
 mod region;
+mod run_events;
 mod serving;
 mod status;
 mod stream;
@@ -83,6 +84,7 @@ pub use producer::{
     ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
+pub use run_events::{RunEvents, EVENTS_ENV, MAX_EVENTS};
 pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};

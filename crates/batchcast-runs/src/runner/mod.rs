@@ -4,6 +4,7 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
+use serve_events::ServeEvents;
 pub use serve_events::EVENTS_ENV;
 mod figures;
 mod serve_events;
@@ -408,9 +409,16 @@ fn drive(
             cmd.env("BATCHCAST_NAME", name);
         }
         let figures = figures_slot(&mut cmd, *id, &rec.handle());
+        let events = figures
+            .as_ref()
+            .map(|f| ServeEvents::new(f, serve_events::CONSUMER));
+        if let Some(e) = &events {
+            cmd.env(EVENTS_ENV, e.path());
+        }
         match Job::start(*id, &row.name, cmd, &rec.handle()) {
             Ok(mut job) => {
                 job.figures = figures;
+                job.serve_events = events;
                 let pid = job.pid();
                 let job_start = job.start;
                 started.jobs.push(job);
@@ -454,6 +462,9 @@ fn drive(
     loop {
         if let Some(p) = started.producer.as_mut() {
             p.record_serve_events();
+        }
+        for j in started.jobs.iter_mut() {
+            j.record_serve_events();
         }
         let alive = started
             .jobs

@@ -252,6 +252,9 @@ pub struct Consumer {
     restore: Option<Position>,
     /// Connected `deferred` and not started yet: the first read starts it.
     parked: bool,
+    /// Where reattachments are recorded for `batchcast run`, opened at the
+    /// first (see `crate::run_events`).
+    run_events: Option<crate::RunEvents>,
     /// Started, and the producer's `Started` not seen yet: until then
     /// the board is not read (the epoch ends held back while this consumer
     /// was parked may still be on their way).
@@ -317,6 +320,7 @@ impl Consumer {
             triggers: Vec::new(),
             parked,
             awaiting_start: false,
+            run_events: None,
         })
     }
 

@@ -8,6 +8,9 @@
 //! batches it holds from the dead producer's arena stay valid: their
 //! leases keep the old mapping until they drop.
 //!
+//! A reattachment is recorded as an event of the consumer's run when
+//! `batchcast run` started it (`crate::run_events`).
+//!
 //! The wait is one warning line, then attempts to attach, each woken by a
 //! change in the socket directory (inotify) or a tick; a producer that
 //! refused to resume the stream (another dataset or seed, a damaged state
@@ -38,6 +41,22 @@ impl Consumer {
              then continuing where this consumer stopped",
             self.opts.reconnect_timeout.as_secs_f64()
         ));
+    }
+
+    /// Records the reattachment as an event of this process's run, when
+    /// `batchcast run` started it (`crate::run_events`): how long it
+    /// waited, and where it stands.
+    fn record_reattached(&mut self, waited_secs: f64) {
+        let at = |v: Option<u64>| v.map_or("null".to_owned(), |n| n.to_string());
+        let line = format!(
+            "{{\"event\":\"reattached\",\"epoch\":{},\"row\":{},\"waited_secs\":{waited_secs:.3}}}",
+            at(self.pos.map(|p| p.epoch)),
+            at(self.pos.map(|p| p.row)),
+        );
+        let warn = self.opts.warn.clone();
+        self.run_events
+            .get_or_insert_with(|| crate::RunEvents::from_env(warn))
+            .record(&line);
     }
 
     /// Waits for a restarted producer and reattaches to it; after the
@@ -87,6 +106,7 @@ impl Consumer {
                     self.reattached = true;
                     self.parked = false;
                     self.awaiting_start = false;
+                    self.record_reattached(since.elapsed().as_secs_f64());
                     return Ok(());
                 }
                 // Not there yet, or a restart that died while welcoming.
