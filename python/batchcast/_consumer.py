@@ -240,10 +240,11 @@ class Consumer(EventReader):
             label = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             # Labels are at most 128 bytes; cut a long script name to fit.
             label = label.encode()[:128].decode(errors="ignore")
-        #: What the native consumer is connected with. It joins the stream
-        #: at its first read or at load_state_dict (deferred: until then the
-        #: producer does not run ahead for it); with join="now", whose first
-        #: epoch's size the welcome gives, at once, and load_state_dict
+        #: What the native consumer is connected with. Deferred: the
+        #: producer sends it nothing until its first read or load_state_dict,
+        #: which may place it at the saved position (so the producer keeps
+        #: that position meanwhile); with join="now", whose first epoch's
+        #: size the welcome gives, not deferred, and load_state_dict
         #: connects again with a start.
         self._connect_args: dict[str, Any] = dict(
             batch_size=batch_size,

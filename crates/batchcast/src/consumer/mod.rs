@@ -121,12 +121,13 @@ pub struct ConsumerOptions {
     /// not begun its epoch); else the consumer says so in a warning, with
     /// the rows it cannot have, and starts at the next epoch.
     pub start: Option<Position>,
-    /// Connect without joining the stream: the consumer is welcomed (its
-    /// `welcome` and `batches_per_epoch` are known) but wants no batches,
-    /// so the producer does not run ahead for it, until its first read or
-    /// [`Consumer::start_at`] says where it starts. For a consumer that
-    /// learns its saved position after connecting (a trainer that loads
-    /// its checkpoint after building its loader).
+    /// Connect held back: the consumer is welcomed and placed per its join
+    /// policy, but the producer sends it nothing until its first read or
+    /// [`Consumer::start_at`], which may place it at a saved position
+    /// instead (placed at the next epoch, it holds the current epoch's
+    /// retained batches meanwhile, so that the position is still there).
+    /// For a consumer that learns its saved position after connecting (a
+    /// trainer that loads its checkpoint after building its loader).
     pub deferred: bool,
 }
 

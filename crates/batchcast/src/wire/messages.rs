@@ -81,10 +81,11 @@ pub struct ConsumerHello {
     /// position lies in its current epoch, else at the next epoch. Last, so
     /// that a hello without it still decodes where it is ignored.
     pub start: Option<Position>,
-    /// Welcome this consumer but place it nowhere until its
-    /// [`ToProducer::Start`]: until then it wants no batches, so the
-    /// producer does not run ahead for it (a consumer whose saved position
-    /// is not known yet when it connects).
+    /// Place this consumer per its join policy but send it nothing until
+    /// its [`ToProducer::Start`], which may place it again at a saved
+    /// position; placed at the next epoch, it holds the current epoch's
+    /// retained batches meanwhile (a consumer whose saved position is not
+    /// known yet when it connects).
     pub deferred: bool,
 }
 
