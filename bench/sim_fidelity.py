@@ -122,9 +122,9 @@ def run_java(classes, cluster, trace):
     return jct, float(span.group(1)) if span else float("nan")
 
 
-def run_batchcast(bin_, cluster, trace, policies, model, out):
+def run_batchcast(bin_, cluster, trace, policies, model, out, extra=()):
     sh([bin_, "sim", "--trace", str(trace), "--format", "dally", "--cluster", str(cluster),
-        "--policy", ",".join(policies), "--model", model, "--out", str(out)])
+        "--policy", ",".join(policies), "--model", model, "--out", str(out), *extra])
     res = {}
     for p in policies:
         with open(out / f"{p}.jobs.csv") as f:
@@ -140,6 +140,51 @@ def rel(a, b):
     return abs(a - b) / b if b > 0 else (0.0 if a == b else float("inf"))
 
 
+def add_run_args(ap):
+    """The options both comparisons take."""
+    ap.add_argument("--batchcast", default=None,
+                    help="batchcast binary (default the newer of target/release and target/debug)")
+    ap.add_argument("--out", default=str(ROOT / "bench/results/sim-fidelity"))
+    ap.add_argument("--cases", default="all", help="comma-separated case numbers (1-based)")
+    ap.add_argument("--per-job", default=None, help="also write one row per job to this CSV")
+
+
+def prepare(a, all_cases):
+    """The batchcast binary, the cases chosen and the output folder (made);
+    exits naming what is missing."""
+    built = [p for p in (ROOT / "target" / b / "batchcast" for b in ("release", "debug"))
+             if p.exists()]
+    bin_ = a.batchcast or (str(max(built, key=lambda p: p.stat().st_mtime)) if built else None)
+    if bin_ is None:
+        sys.exit("no batchcast binary: run `cargo build --release -p batchcast-cli` or give --batchcast")
+    for j in JARS:
+        if not Path(j).exists():
+            sys.exit(f"{j} is missing: apt-get install libjson-simple-java libcommons-collections4-java")
+    if shutil.which("javac") is None:
+        sys.exit("javac is missing: apt-get install openjdk-17-jdk-headless")
+    cases = all_cases if a.cases == "all" else [all_cases[int(i) - 1] for i in a.cases.split(",")]
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    return bin_, cases, out
+
+
+SUMMARY_HEAD = ["case", "java policy", "batchcast model", "batchcast policy", "java jobs",
+                "batchcast jobs", "median JCT rel. error", "max JCT rel. error", "java makespan",
+                "batchcast makespan", "makespan rel. error"]
+
+
+def write_summary(out, rows):
+    """DIR/summary.csv and summary.md, one row per case x policy x model."""
+    with open(out / "summary.csv", "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(SUMMARY_HEAD)
+        w.writerows(rows)
+    with open(out / "summary.md", "w") as f:
+        f.write("| " + " | ".join(SUMMARY_HEAD) + " |\n|" + "---|" * len(SUMMARY_HEAD) + "\n")
+        for r in rows:
+            f.write("| " + " | ".join(str(x) for x in r) + " |\n")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--cluster-sim", default=os.environ.get("CLUSTER_SIM"),
@@ -148,11 +193,7 @@ def main():
                     help="commit to read traces missing from the checkout from")
     ap.add_argument("--traces-dir", default=None,
                     help="folder to read traces missing from the checkout from (before --traces-rev)")
-    ap.add_argument("--batchcast", default=None,
-                    help="batchcast binary (default target/release, else target/debug)")
-    ap.add_argument("--out", default=str(ROOT / "bench/results/sim-fidelity"))
-    ap.add_argument("--cases", default="all", help="comma-separated case numbers (1-based)")
-    ap.add_argument("--per-job", default=None, help="also write one row per job to this CSV")
+    add_run_args(ap)
     a = ap.parse_args()
     if not a.cluster_sim:
         sys.exit("give --cluster-sim PATH (or set CLUSTER_SIM) to a checkout of cluster-sim")
@@ -162,21 +203,7 @@ def main():
         if not rev.startswith(PUBLISHED):
             print(f"warning: {checkout} is at {rev[:7]}, not {PUBLISHED}: from 412cc49 on the "
                   "Java code runs ASTRA-sim for every multi-GPU placement", file=sys.stderr)
-    bin_ = a.batchcast
-    if bin_ is None:
-        for b in ("release", "debug"):
-            p = ROOT / "target" / b / "batchcast"
-            if p.exists():
-                bin_ = str(p)
-                break
-    if bin_ is None:
-        sys.exit("no batchcast binary: run `cargo build --release -p batchcast-cli` or give --batchcast")
-    for j in JARS:
-        if not Path(j).exists():
-            sys.exit(f"{j} is missing: apt-get install libjson-simple-java libcommons-collections4-java")
-    cases = CASES if a.cases == "all" else [CASES[int(i) - 1] for i in a.cases.split(",")]
-    out = Path(a.out)
-    out.mkdir(parents=True, exist_ok=True)
+    bin_, cases, out = prepare(a, CASES)
     rows, summary = [], []
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
@@ -221,17 +248,7 @@ def main():
             w.writerow(["case", "java_policy", "batchcast_model", "batchcast_policy", "job_id",
                         "java_jct", "batchcast_jct", "rel_err"])
             w.writerows(rows)
-    head = ["case", "java policy", "batchcast model", "batchcast policy", "java jobs", "batchcast jobs",
-            "median JCT rel. error", "max JCT rel. error", "java makespan", "batchcast makespan",
-            "makespan rel. error"]
-    with open(out / "summary.csv", "w", newline="") as f:
-        w = csv.writer(f)
-        w.writerow(head)
-        w.writerows(summary)
-    with open(out / "summary.md", "w") as f:
-        f.write("| " + " | ".join(head) + " |\n|" + "---|" * len(head) + "\n")
-        for r in summary:
-            f.write("| " + " | ".join(str(x) for x in r) + " |\n")
+    write_summary(out, summary)
     print(f"wrote {out}/summary.csv and summary.md" + (f", {a.per_job}" if a.per_job else ""))
 
 

@@ -65,6 +65,13 @@ install_python_deps() {
         # WebDriver client of the dashboard's browser tests (tests/python/test_ui_browser.py).
         pip_install selenium==4.51.0
     fi
+    # torchdata's StatefulDataLoader, which a durable Producer checkpoints
+    # through its state_dict (tests/python/test_durable_py.py).
+    if ! "$py" -c "import torchdata.stateful_dataloader" >/dev/null 2>&1; then
+        echo "$who: installing torchdata into $venv" >&2
+        detect_pip_resume
+        pip_install "torchdata==0.11.0"
+    fi
     # Ray and Tune, for the multi-node sweep tests (tests/python/test_ray.py).
     if ! "$py" -c "import ray.tune" >/dev/null 2>&1; then
         echo "$who: installing ray[tune] into $venv" >&2

@@ -28,6 +28,8 @@ every trainer got every sample exactly once. A mode that fails or hangs is
 reported with its error (a hang is cut short by --stall-timeout); the run
 never hangs. --repeats interleaves repeated runs and reports medians;
 --budget skips what would not fit; the JSON is written after every run.
+Every cell is run by `batchcast run` into a run store (--store), which
+`batchcast ui --store PATH` opens; the report's last line names it.
 
     python bench/collocated.py                          # real CPU model, N = 1,2,4
     python bench/collocated.py --step-ms 40             # emulated accelerator (loading-bound)
@@ -41,31 +43,28 @@ tensorsocket==0.0.5 for its modes. See bench/README.md for what each column
 means and how CPU, memory and the GPU are counted.
 """
 # The runner, one concept per module (the entry script is bench/collocated.py,
-# which the child processes re-run with --role):
+# which the child processes re-run with --role). Every cell is a workload of
+# `batchcast run` (batchcast._experiment.run_plan), recorded in a run store:
 #
 #   options.py    the command line
 #   plan.py       the runs in priority order, the worker split, the --budget
 #   preflight.py  checks before anything starts (CUDA, models) and the versions
 #   dataset.py    the synthetic ImageFolder dataset, made once and cached
-#   protocol.py   the lines a child process and the runner exchange
 #   training.py   the model, the training step, the ceiling's resident batch
 #   roles.py      the child processes: trainer, Python producer, TensorSocket producer
-#   procfs.py     reading /proc: the process tree, status fields, shared-memory maps
-#   measure.py    CPU and memory accounting (the memory sampler)
-#   gpu.py        the GPU sampler (NVML or nvidia-smi)
-#   supervise.py  starting, watching (stalls, time limits), stopping and reaping children
 #   native.py     finding `batchcast` and its `serve` command line
-#   cells.py      one run of a (model, mode, N) cell: its processes and its figures
+#   cells.py      one run of a (model, mode, N) cell: its plan, its watch, its figures
+#   recorded.py   a cell's CPU, memory and GPU figures, from the run store
 #   summary.py    a cell's repeats summed up (medians)
 #   report.py     speedups, targets, the tables, the setup line and the JSON document
 #   run.py        the whole run: main()
 
 from .cells import CELL_FIELDS, blank_cell, run_cell
-from .run import main
 from .native import find_batchcast_bin
 from .options import MODES, SHARED_MODES, parse_args
 from .plan import Budget, Run, plan_runs
 from .report import add_speedups, evaluate_targets, format_table
+from .run import main
 from .summary import summarize
 
 __all__ = [

@@ -9,7 +9,7 @@ import os
 import shutil
 import tempfile
 import time
-from typing import Any, Dict
+from typing import Any
 
 DATASET_VERSION = 2
 
@@ -67,7 +67,7 @@ def _make_image(job):
     return os.path.getsize(path)
 
 
-def ensure_dataset(cache_dir: str, images: int, classes: int, seed: int, log) -> Dict[str, Any]:
+def ensure_dataset(cache_dir: str, images: int, classes: int, seed: int, log) -> dict[str, Any]:
     """Generates the dataset (or reuses it when its marker matches) and
     returns its description. Layout: CACHE/NAME/data/CLASS/NNNNNN.jpg, the
     parameters in CACHE/NAME/params.json, written last."""
@@ -92,7 +92,7 @@ def ensure_dataset(cache_dir: str, images: int, classes: int, seed: int, log) ->
     return {"path": data, **info}
 
 
-def _ensure_dataset_locked(cache_dir, name, root, data, marker, params, log) -> Dict[str, Any]:
+def _ensure_dataset_locked(cache_dir, name, root, data, marker, params, log) -> dict[str, Any]:
     images, classes, seed = params["images"], params["classes"], params["seed"]
     info = None
     try:

@@ -6,12 +6,11 @@ from __future__ import annotations
 
 import os
 import subprocess
-from typing import Dict, List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def find_batchcast_bin(explicit: Optional[str]) -> Optional[str]:
+def find_batchcast_bin(explicit: str | None) -> str | None:
     """--batchcast-bin, else what batchcast finds: $BATCHCAST_BIN, the
     workspace's release build, PATH, then the workspace's debug build (slow:
     for tests only)."""
@@ -24,10 +23,10 @@ def find_batchcast_bin(explicit: Optional[str]) -> Optional[str]:
     return find_binary(REPO)
 
 
-_SERVE_HELP: Dict[str, str] = {}
+_SERVE_HELP: dict[str, str] = {}
 
 
-def native_serve_argv(args, dataset: str, name: str, n: int, workers: int) -> List[str]:
+def native_serve_argv(args, dataset: str, name: str, n: int, workers: int) -> list[str]:
     """`batchcast serve` over the dataset with the same transform as the
     torchvision pipeline (train: RandomResizedCrop + flip; float32 NCHW,
     ImageNet-normalised where the binary offers it). Options the binary does

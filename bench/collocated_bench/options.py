@@ -84,13 +84,18 @@ def parse_args(argv=None) -> argparse.Namespace:
                    help="where the generated dataset is kept and reused (default: %(default)s)")
     p.add_argument("--seed", type=int, default=0, help="dataset and training seed (default 0)")
     p.add_argument("--json", metavar="PATH", help="also write every figure to this JSON file")
+    p.add_argument("--store", metavar="PATH",
+                   help="the run store (SQLite) that `batchcast run` records every cell in, for "
+                        "`batchcast ui --store PATH` (default: collocated-runs.sqlite beside --json, "
+                        "else in bench/results/)")
     p.add_argument("--timeout", type=float, default=600.0,
                    help="seconds one (mode, N) cell may take in all before it is stopped (default 600)")
     p.add_argument("--stall-timeout", type=float, default=30.0,
                    help="a cell in which no trainer makes progress for this many seconds is stopped "
                         "and reported as a hang (default 30)")
     p.add_argument("--batchcast-bin", default=None,
-                   help="the batchcast binary for shared-native (default: $BATCHCAST_BIN, "
+                   help="the batchcast binary: `batchcast run`, which runs every cell, and "
+                        "`batchcast serve` for shared-native (default: $BATCHCAST_BIN, "
                         "target/release/batchcast, then PATH)")
     p.add_argument("--native-arg", action="append", default=[], metavar="ARG",
                    help="extra argument for `batchcast serve` (repeatable), e.g. --native-arg=--output=u8-nhwc")

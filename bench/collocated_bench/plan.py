@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 import time
 from statistics import mean
-from typing import Dict, List, NamedTuple, Optional
+from typing import NamedTuple
 
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 
@@ -26,7 +26,7 @@ class Run(NamedTuple):
     group: int
 
 
-def plan_runs(args) -> List[Run]:
+def plan_runs(args) -> list[Run]:
     """Every run, in the order they are made."""
     g = args.groups
 
@@ -71,15 +71,15 @@ class Budget:
     run always starts). The first run that does not fit ends the run: it and
     every later one are skipped."""
 
-    def __init__(self, seconds: Optional[float], start: float):
+    def __init__(self, seconds: float | None, start: float):
         self.seconds, self.start = seconds, start
-        self.durations: Dict[Run, float] = {}
-        self.exhausted: Optional[str] = None
+        self.durations: dict[Run, float] = {}
+        self.exhausted: str | None = None
 
-    def left(self) -> Optional[float]:
+    def left(self) -> float | None:
         return None if self.seconds is None else self.seconds - (time.monotonic() - self.start)
 
-    def estimate(self, run: Run) -> Optional[float]:
+    def estimate(self, run: Run) -> float | None:
         same = [d for r, d in self.durations.items() if r[:3] == run[:3]]
         alike = [d for r, d in self.durations.items() if (r.mode, r.n) == (run.mode, run.n)]
         every = list(self.durations.values())
@@ -88,7 +88,7 @@ class Budget:
                 return mean(values)
         return None
 
-    def why_not(self, run: Run) -> Optional[str]:
+    def why_not(self, run: Run) -> str | None:
         """None if `run` may start, else why it is skipped."""
         if self.exhausted is None and self.seconds is not None:
             left, need = self.left(), self.estimate(run)

@@ -7,18 +7,19 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from typing import Any, Dict, Optional, Tuple
+from typing import Any
 
-from .protocol import RESULT, emit, payload
+#: The start of the child's one line of report on its stdout.
+_REPORT = "preflight "
 
 
-def preflight_main(spec: Dict[str, Any]) -> None:
+def preflight_main(spec: dict[str, Any]) -> None:
     """The child: reports versions, CUDA and the unknown models."""
     import importlib.metadata as md
 
     import torch
 
-    out: Dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
+    out: dict[str, Any] = {"torch": torch.__version__, "cuda": torch.version.cuda,
                            "gpus": torch.cuda.device_count() if torch.cuda.is_available() else 0}
     for pkg in ("torchvision", "timm", "batchcast", "tensorsocket"):
         try:
@@ -44,10 +45,10 @@ def preflight_main(spec: Dict[str, Any]) -> None:
             if not callable(getattr(models, name, None)):
                 unknown.append(name)
     out["unknown_models"] = unknown
-    emit(RESULT, out)
+    print(_REPORT + json.dumps(out), flush=True)
 
 
-def preflight(args, runner: str) -> Tuple[Optional[str], Dict[str, Any]]:
+def preflight(args, runner: str) -> tuple[str | None, dict[str, Any]]:
     """(None, the versions) if the run can go ahead, else (why not, {})."""
     spec = {"cuda": args.cuda, "device": args.device, "models": args.models}
     try:
@@ -55,10 +56,10 @@ def preflight(args, runner: str) -> Tuple[Optional[str], Dict[str, Any]]:
                            capture_output=True, text=True, timeout=180)
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"could not start python to check torch and CUDA: {e}", {}
-    line = next((ln for ln in r.stdout.splitlines() if ln.startswith(RESULT + " ")), None)
+    line = next((ln for ln in r.stdout.splitlines() if ln.startswith(_REPORT)), None)
     if r.returncode != 0 or line is None:
         return f"importing torch failed:\n{r.stderr.strip()[-2000:]}", {}
-    info = payload(line, RESULT)
+    info = json.loads(line[len(_REPORT):])
     if args.cuda:
         idx = int(args.device.split(":")[1]) if ":" in args.device else 0
         if info["gpus"] == 0:

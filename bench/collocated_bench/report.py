@@ -8,18 +8,17 @@ import json
 import os
 import sys
 import time
-from typing import Any, Dict, List
+from typing import Any
 
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 from .plan import Run, usable_cores
-from .measure import read_kb
 from .summary import summarize
 
 
-def summarize_all(made: List[Dict[str, Any]], args) -> List[Dict[str, Any]]:
+def summarize_all(made: list[dict[str, Any]], args) -> list[dict[str, Any]]:
     """The runs made (and skipped) so far, one cell per (model, mode, N),
     ordered by model, mode and N as given, with speedups."""
-    by_key: Dict[tuple, List[Dict[str, Any]]] = {}
+    by_key: dict[tuple, list[dict[str, Any]]] = {}
     for run in made:
         by_key.setdefault((run["model"], run["mode"], run["trainers"]), []).append(run)
     order = {m: i for i, m in enumerate(args.modes)}
@@ -30,7 +29,7 @@ def summarize_all(made: List[Dict[str, Any]], args) -> List[Dict[str, Any]]:
     return cells
 
 
-def add_speedups(cells: List[Dict[str, Any]]) -> None:
+def add_speedups(cells: list[dict[str, Any]]) -> None:
     """speedup = aggregate samples/s of the cell / that of `independent`, and
     of_ceiling = the same / that of `ceiling`, each of the same model and N
     (None where either is missing)."""
@@ -43,7 +42,7 @@ def add_speedups(cells: List[Dict[str, Any]]) -> None:
                                                         and c["agg_samples_per_s"]) else None
 
 
-def evaluate_targets(cells: List[Dict[str, Any]], args) -> List[str]:
+def evaluate_targets(cells: list[dict[str, Any]], args) -> list[str]:
     """The goals, as lines (reported, not asserted), model by model."""
     lines = []
     for model in args.models:
@@ -61,7 +60,7 @@ def evaluate_targets(cells: List[Dict[str, Any]], args) -> List[str]:
     return lines
 
 
-def _model_targets(cells: List[Dict[str, Any]], args) -> List[str]:
+def _model_targets(cells: list[dict[str, Any]], args) -> list[str]:
     lines = []
     ns = sorted({c["trainers"] for c in cells})
     if not ns:
@@ -113,7 +112,7 @@ def _fmt(x, spec: str, suffix: str = "") -> str:
     return "-" if x is None else format(x, spec) + suffix
 
 
-def _gpu(c: Dict[str, Any], key: str, spec: str) -> str:
+def _gpu(c: dict[str, Any], key: str, spec: str) -> str:
     if c[key] is None and (c.get("gpu_note") or "").startswith("no GPU"):
         return "no GPU"
     return _fmt(c[key], spec)
@@ -145,7 +144,7 @@ def _row(values) -> str:
                      for i, (v, (_, _, w, _)) in enumerate(zip(values, COLUMNS)))
 
 
-def format_table(cells: List[Dict[str, Any]]) -> str:
+def format_table(cells: list[dict[str, Any]]) -> str:
     out = [_row([h for h, _, _, _ in COLUMNS]), _row([s for _, s, _, _ in COLUMNS])]
     for c in cells:
         if c["status"] != "ok":
@@ -156,9 +155,9 @@ def format_table(cells: List[Dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
-def machine_info(versions: Dict[str, Any]) -> Dict[str, Any]:
+def machine_info(versions: dict[str, Any]) -> dict[str, Any]:
     """The CPU, memory, GPU and the versions of what ran."""
-    info: Dict[str, Any] = {"cpus": os.cpu_count(), "usable_cpus": usable_cores(),
+    info: dict[str, Any] = {"cpus": os.cpu_count(), "usable_cpus": usable_cores(),
                             "python": sys.version.split()[0]}
     try:
         with open("/proc/cpuinfo") as f:
@@ -166,14 +165,16 @@ def machine_info(versions: Dict[str, Any]) -> Dict[str, Any]:
                 if line.startswith("model name"):
                     info["cpu"] = line.split(":", 1)[1].strip()
                     break
-        info["mem_total_gib"] = round(read_kb("/proc/meminfo", ("MemTotal",))["MemTotal"] / 2**20, 1)
-    except (OSError, KeyError):
+        with open("/proc/meminfo") as f:
+            kib = next(int(line.split()[1]) for line in f if line.startswith("MemTotal:"))
+        info["mem_total_gib"] = round(kib / 2**20, 1)
+    except (OSError, StopIteration, ValueError, IndexError):
         pass
     info.update({k: v for k, v in versions.items() if k not in ("unknown_models", "gpus")})
     return info
 
 
-def setup_line(args, dataset: Dict[str, Any], versions: Dict[str, Any]) -> str:
+def setup_line(args, dataset: dict[str, Any], versions: dict[str, Any]) -> str:
     """One line: what was trained, on what data, with how many workers."""
     workers = ("auto: the cores split between independent's pipelines, all of them for a shared one"
                if args.workers == "auto" else f"{args.workers} per pipeline")
@@ -185,10 +186,11 @@ def setup_line(args, dataset: Dict[str, Any], versions: Dict[str, Any]) -> str:
             f"trainer; {usable_cores()} CPUs; torch {versions.get('torch')}")
 
 
-def print_report(args, dataset: Dict[str, Any], versions: Dict[str, Any], cells: List[Dict[str, Any]],
-                 run_start: float) -> None:
+def print_report(args, dataset: dict[str, Any], versions: dict[str, Any], cells: list[dict[str, Any]],
+                 run_start: float, store: str | None = None) -> None:
     """The report on stdout: setup, a table per model, notes (failures in
-    full), targets, and the run's total time since `run_start`."""
+    full), targets, the run's total time since `run_start`, and `store`
+    (the line that names the run store and how to open it), if given."""
     print(setup_line(args, dataset, versions))
     for model in args.models:
         print(f"\n[{model}]")
@@ -210,10 +212,12 @@ def print_report(args, dataset: Dict[str, Any], versions: Dict[str, Any], cells:
     for line in evaluate_targets(cells, args):
         print("  " + line)
     print(f"\ntotal {time.monotonic() - run_start:.0f} s")
+    if store:
+        print(store)
 
 
-def write_json(path: str, args, dataset: Dict[str, Any], versions: Dict[str, Any],
-               made: List[Dict[str, Any]], pending: List[Run], run_start: float) -> None:
+def write_json(path: str, args, dataset: dict[str, Any], versions: dict[str, Any],
+               made: list[dict[str, Any]], pending: list[Run], run_start: float) -> None:
     """Every figure so far: the configuration, the machine, the dataset, the
     cells (medians), every run made or skipped, the runs not made yet, the
     targets. Written after every run, replacing the file atomically."""
@@ -227,6 +231,7 @@ def write_json(path: str, args, dataset: Dict[str, Any], versions: Dict[str, Any
         "complete": not pending, "elapsed_s": time.monotonic() - run_start,
         "results": cells, "runs": made, "pending": [r._asdict() for r in pending],
         "targets": evaluate_targets(cells, args),
+        "store": getattr(args, "store_path", None), "experiment": getattr(args, "experiment", None),
     }
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:

@@ -2,25 +2,54 @@
 spec: a trainer (fed by its own DataLoader, a batchcast.Consumer, a
 TensorConsumer, or in `ceiling` a batch already on its device; what it
 trains is training.py's), the Python producer (batchcast.Producer over the
-DataLoader) and the TensorSocket producer. Each sets up, says READY, waits
-for GO, does its part and reports its figures in a RESULT line.
+DataLoader) and the TensorSocket producer, each a job of `batchcast run`.
+A trainer sets up, waits at the cell's start barrier for the others, trains
+(noting its progress in a file the runner's caller watches for a stall) and
+reports its figures through $BATCHCAST_FIGURES (what the run store keeps)
+and the rest of its report (batch shapes, the loader's stats) in a file.
 """
 
 from __future__ import annotations
 
+import json
 import os
+import resource
 import sys
 import time
-from typing import Any, Callable, Dict
+from typing import Any, Callable
 
-from .measure import self_cpu_seconds, self_peak_rss_mb
+from batchcast._barrier import BarrierError, arrive, join
+from batchcast._figures import write_figures
+from batchcast._files import write_whole
+
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 from .preflight import preflight_main
-from .protocol import PROGRESS, READY, RESULT, emit, wait_go
 from .training import MEAN, STD, ResidentBatches, Trainer
 
+# Files a trainer writes in the cell's directory: its sample count while it
+# trains, its whole report at the end, and its error if it fails.
+PROGRESS_FILE, RESULT_FILE, FAILED_FILE = "progress-{rank}", "result-{rank}.json", "failed-{rank}"
 
-def _make_loader(spec: Dict[str, Any], seed: int):
+
+def producer_name(spec: dict[str, Any]) -> str:
+    """The shared producer's name: the one the runner gives the workload
+    ($BATCHCAST_NAME), else the spec's."""
+    return os.environ.get("BATCHCAST_NAME") or spec["name"]
+
+
+def self_cpu_seconds() -> dict[str, float]:
+    """This process's CPU seconds, and its reaped children's."""
+    s = resource.getrusage(resource.RUSAGE_SELF)
+    c = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return {"self": s.ru_utime + s.ru_stime, "children": c.ru_utime + c.ru_stime}
+
+
+def self_peak_rss_mb() -> float | None:
+    """This process's peak RSS (getrusage's ru_maxrss), in MB."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def _make_loader(spec: dict[str, Any], seed: int):
     """The torchvision pipeline every torch-side mode uses."""
     import torch
     from torch.utils.data import DataLoader
@@ -39,14 +68,14 @@ def _make_loader(spec: Dict[str, Any], seed: int):
                       pin_memory=spec["cuda"] and spec["role"] == "trainer")
 
 
-def _open_feed(spec: Dict[str, Any], resident):
-    """The trainer's source of batches, opened after GO (a shared feed
+def _open_feed(spec: dict[str, Any], resident):
+    """The trainer's source of batches, opened after the go (a shared feed
     connects to its producer then)."""
     mode = spec["mode"]
     if mode in SHARED_MODES:
         import batchcast
 
-        return batchcast.Consumer(spec["name"], batch_size=spec["batch_size"], connect_timeout=60.0,
+        return batchcast.Consumer(producer_name(spec), batch_size=spec["batch_size"], connect_timeout=60.0,
                                   device=spec["device"], label=f"trainer{spec['rank']}")
     if mode in TENSORSOCKET_MODES:
         from tensorsocket import TensorConsumer
@@ -59,7 +88,20 @@ def _open_feed(spec: Dict[str, Any], resident):
     return _make_loader(spec, spec["seed"] + spec["rank"])
 
 
-def trainer_main(spec: Dict[str, Any]) -> None:
+def trainer_main(spec: dict[str, Any]) -> None:
+    """A trainer; one that fails says so in its FAILED_FILE at once, so that
+    the cell is stopped rather than waiting for a time limit."""
+    try:
+        _train(spec)
+    except BaseException as e:
+        write_whole(os.path.join(spec["out"], FAILED_FILE.format(rank=spec["rank"])), f"{type(e).__name__}: {e}")
+        raise
+
+
+def _train(spec: dict[str, Any]) -> None:
+    # Joined before the set-up: the trainers waiting at the barrier see this
+    # one if it ends (even by SIGKILL) before it arrives.
+    join(spec["barrier"])
     import torch
 
     torch.set_num_threads(spec["threads"])
@@ -78,14 +120,18 @@ def trainer_main(spec: Dict[str, Any]) -> None:
                     torch.zeros(spec["batch_size"], dtype=torch.long))
     loader = _open_feed(spec, resident) if mode in ("independent", "ceiling") else None
     if mode in SHARED_MODES:
-        import batchcast  # noqa: F401 - imported before GO, not in the measured part
+        import batchcast  # noqa: F401 - imported before the go, not in the measured part
     elif mode in TENSORSOCKET_MODES:
         import tensorsocket  # noqa: F401
-    emit(READY)
-    wait_go()
+    try:
+        arrive(spec["barrier"], spec["startup_limit"])
+    except BarrierError as e:
+        sys.exit(f"trainer {spec['rank']}: {e}")
 
     # Everything from here on is measured.
-    go = time.monotonic()
+    go, go_wall = time.monotonic(), time.time()
+    cpu_at_go = sum(self_cpu_seconds().values())
+    progress = os.path.join(spec["out"], PROGRESS_FILE.format(rank=spec["rank"]))
     if loader is None:
         loader = _open_feed(spec, resident)
     stats_fn = getattr(loader, "stats", None)
@@ -117,22 +163,23 @@ def trainer_main(spec: Dict[str, Any]) -> None:
             now = time.perf_counter()
             if now - last_report >= 0.5:
                 last_report = now
-                emit(PROGRESS, samples)
+                write_whole(progress, str(samples))
             t = time.perf_counter()
         del it
     if spec["cuda"]:
         torch.cuda.synchronize()
-    end = time.monotonic()
+    end, end_wall = time.monotonic(), time.time()
     result = {
         "rank": spec["rank"], "samples": samples, "batches": batches,
-        "wall_s": end - go, "wait_s": wait, "end": end,
+        "wall_s": end - go, "wait_s": wait, "go": go, "end": end, "go_wall": go_wall,
+        "end_wall": end_wall, "cpu_at_go": cpu_at_go,
         "shapes": sorted(f"{d}{list(s)}" for d, s in shapes),
         "torch": torch.__version__,
     }
     if stats_fn is not None:
         try:
             result["loader_stats"] = stats_fn()
-        except Exception as e:  # noqa: BLE001 - informative only
+        except Exception as e:
             result["loader_stats"] = f"{type(e).__name__}: {e}"
     if mode in SHARED_MODES:
         loader.close()
@@ -141,38 +188,38 @@ def trainer_main(spec: Dict[str, Any]) -> None:
         result["cuda_max_allocated_mb"] = torch.cuda.max_memory_allocated() / 2**20
     result["cpu"] = self_cpu_seconds()
     result["peak_rss_mb"] = self_peak_rss_mb()
-    emit(RESULT, result)
+    write_whole(progress, str(samples))
+    write_figures(dict(result, cpu_self=result["cpu"]["self"], cpu_children=result["cpu"]["children"]))
+    write_whole(os.path.join(spec["out"], RESULT_FILE.format(rank=spec["rank"])), json.dumps(result))
     sys.stdout.flush()
     os._exit(0)  # no interpreter teardown: TensorSocket's threads can hang it
 
 
-def py_producer_main(spec: Dict[str, Any]) -> None:
-    import batchcast
+def py_producer_main(spec: dict[str, Any]) -> None:
     import torch
+
+    import batchcast
 
     torch.set_num_threads(1)
     loader = _make_loader(spec, spec["seed"])
-    producer = batchcast.Producer(loader, name=spec["name"], window=spec["window"],
+    producer = batchcast.Producer(loader, name=producer_name(spec), window=spec["window"],
                                   wait_for_consumers=spec["n"], idle_timeout=spec["idle_timeout"])
-    emit(READY)
-    wait_go()
     producer.run(epochs=spec["epochs"])
     del loader
-    emit(RESULT, {"cpu": self_cpu_seconds(), "peak_rss_mb": self_peak_rss_mb()})
+    cpu = self_cpu_seconds()
+    write_figures({"cpu_self": cpu["self"], "cpu_children": cpu["children"], "peak_rss_mb": self_peak_rss_mb()})
     os._exit(0)  # as the trainers: no interpreter teardown in the figures
 
 
-def ts_producer_main(spec: Dict[str, Any]) -> None:
+def ts_producer_main(spec: dict[str, Any]) -> None:
     import torch
 
     torch.set_num_threads(1)
     loader = _make_loader(spec, spec["seed"])
     from tensorsocket import TensorProducer
 
-    if torch.cuda.is_available():  # tensorsocket-gpu: its CUDA context before GO, as the trainers'
+    if torch.cuda.is_available():  # tensorsocket-gpu: its CUDA context before the go, as the trainers'
         torch.zeros(1, device="cuda")
-    emit(READY)
-    wait_go()
 
     ports = spec["ts_ports"]
     # TensorSocket's defaults otherwise (producer_batch_size=8: it collates 8
@@ -189,12 +236,13 @@ def ts_producer_main(spec: Dict[str, Any]) -> None:
     for _epoch in range(spec["epochs"]):
         for _ in producer:
             pass
-    emit(RESULT, {"cpu": self_cpu_seconds(), "peak_rss_mb": self_peak_rss_mb()})
+    cpu = self_cpu_seconds()
+    write_figures({"cpu_self": cpu["self"], "cpu_children": cpu["children"], "peak_rss_mb": self_peak_rss_mb()})
     sys.stdout.flush()
     os._exit(0)  # TensorProducer.join() can hang; the runner needs only the exit
 
 
-ROLES: Dict[str, Callable[[Dict[str, Any]], None]] = {
+ROLES: dict[str, Callable[[dict[str, Any]], None]] = {
     "trainer": trainer_main, "py-producer": py_producer_main, "ts-producer": ts_producer_main,
     "preflight": preflight_main,
 }

@@ -8,9 +8,9 @@ only if every run of it was; failed and skipped runs are named in its notes.
 from __future__ import annotations
 
 from statistics import median
-from typing import Any, Dict, List
+from typing import Any
 
-from .gpu import FIELDS as GPU_FIELDS
+from .recorded import GPU_FIELDS
 
 MEDIAN_FIELDS = (
     "wall_s", "agg_samples_per_s", "per_trainer_samples_per_s", "wait_share", "cpu_s",
@@ -19,7 +19,7 @@ MEDIAN_FIELDS = (
 )
 
 
-def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
+def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
     """One cell from the runs (one per repeat made or skipped) of a
     (model, mode, N); `runs` is in the order they were made."""
     ok = [r for r in runs if r["status"] == "ok"]
@@ -34,7 +34,7 @@ def summarize(runs: List[Dict[str, Any]]) -> Dict[str, Any]:
         cell["agg_samples_per_s_runs"] = [r["agg_samples_per_s"] for r in ok]
     cell.pop("repeat", None)
     cell["repeats_ok"], cell["repeats_made"] = len(ok), len(runs)
-    notes: List[str] = []
+    notes: list[str] = []
     for r in runs:
         if r["status"] != "ok" and len(runs) > 1 and r["error"] != cell["error"]:
             first = (r["error"] or "").strip().splitlines()[:1]

@@ -5,7 +5,7 @@ the warm-up steps and the `ceiling` mode train on."""
 
 from __future__ import annotations
 
-from typing import Any, Dict
+from typing import Any
 
 MEAN = (0.485, 0.456, 0.406)
 STD = (0.229, 0.224, 0.225)
@@ -39,7 +39,7 @@ class Trainer:
     batch as any feed delivers it (float32 NCHW, or a native pipeline's
     uint8 NHWC/NCHW, on the CPU or the device) and queues one training step."""
 
-    def __init__(self, torch, spec: Dict[str, Any]):
+    def __init__(self, torch, spec: dict[str, Any]):
         self.torch = torch
         self.device = torch.device(spec["device"])
         self.cuda = spec["cuda"]

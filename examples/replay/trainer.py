@@ -4,7 +4,10 @@ workload's shared producer (``BATCHCAST_NAME``). Each batch is first
 predicted, then learned from (prequential accuracy), so the accuracy
 shows how a policy keeps up with the drifting class mix.
 
-Under ``batchcast run`` it records ``figure/samples`` (samples trained),
+Under ``batchcast run`` it logs, per epoch, ``accuracy`` (over that
+epoch) at the samples trained so far as its step (the dashboard's
+experiment page draws it per policy: choose ``accuracy`` and x: step),
+and records at the end ``figure/samples`` (samples trained),
 ``figure/accuracy`` (over the last epoch), ``figure/accuracy_all`` and
 ``figure/triggers``; it prints one line per epoch.
 """
@@ -48,6 +51,7 @@ def main() -> None:
         samples += seen
         correct_all += correct
         accuracy = correct / max(seen, 1)
+        batchcast.log_metrics({"accuracy": accuracy}, step=samples)
         mix = dict(sorted(per_label.items()))
         print(
             f"epoch {epoch}: {seen} samples, accuracy {accuracy:.1%}, per label {mix}", flush=True

@@ -22,7 +22,7 @@ import shlex
 import shutil
 import sqlite3
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -35,6 +35,10 @@ __all__ = ["FIGURES_ENV", "ExperimentError", "Job", "Run", "find_binary", "run_p
 FIGURE_PREFIX = "figure/"
 #: The run of a workload's shared producer (the plan's ``data``).
 DATA_RUN = "data"
+#: CPU seconds of a job's process tree at its end, as the kernel counted them.
+EXIT_CPU_SECONDS = "proc/exit_cpu_seconds"
+#: CPU seconds of a job's process tree so far, as the process listener samples them.
+CPU_SECONDS = "proc/cpu_seconds"
 #: Bytes of a run's output kept for an error message.
 TAIL_BYTES = 16384
 #: Seconds the runner gives a job between SIGTERM and SIGKILL.
@@ -64,6 +68,9 @@ class Job:
     env: Mapping[str, str] = field(default_factory=dict)
     data: Sequence[str] | None = None
     data_env: Mapping[str, str] = field(default_factory=dict)
+    #: The runner's listeners for this job (``process``, ``system``,
+    #: ``gpu``, ``batchcast``); empty: all of them.
+    listeners: Sequence[str] = ()
 
 
 @dataclass
@@ -81,6 +88,13 @@ class Run:
     figures: dict[str, float]
     #: The end of its stdout and stderr, in the order written.
     output: str
+    #: CPU seconds of its process tree: the larger of what the kernel
+    #: counted at its end (``proc/exit_cpu_seconds``) and the last sample;
+    #: None: not watched.
+    cpu_seconds: float | None = None
+    #: The samples of the metrics asked for (``series`` of
+    #: :func:`run_plan`), by key: (milliseconds since the epoch, value).
+    series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
 
 
 def find_binary(checkout: str | None = None) -> str | None:
@@ -151,6 +165,8 @@ def write_plan(path: str, experiment: str, jobs: Sequence[Job]) -> None:
         }
         if j.data is not None:
             row["data"] = shlex.join(_launch(j.data, j.data_env))
+        if j.listeners:
+            row["listeners"] = list(j.listeners)
         runs.append(row)
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     with os.fdopen(fd, "w") as f:
@@ -166,16 +182,23 @@ def run_plan(
     binary: str | None = None,
     done: Callable[[], bool] | None = None,
     linger: float = 20.0,
+    abort: Callable[[], bool] | None = None,
+    interval: float | None = None,
+    series: Sequence[str] = (),
 ) -> list[Run]:
     """Runs the jobs with ``batchcast run`` into ``store`` and returns the
-    runs of ``experiment`` (the producers' runs too). Past ``timeout``
+    runs of their workloads in ``experiment`` (the producers' runs too). Past ``timeout``
     seconds the runner is stopped: it stops the jobs and records them
     KILLED, and their runs come back as TIMEOUT. ``done``, when given, says
     whether the jobs have what was measured (their result files, say): the
     jobs get ``linger`` seconds from then to end by themselves, then the
     runner stops them (KILLED, their figures kept). Raises
     :class:`ExperimentError` when the runner cannot be started or ends
-    without running the plan."""
+    without running the plan. ``abort``, when given, is asked as often:
+    once it says True the runner is stopped as at ``timeout``.
+    ``interval`` is the listeners' period (seconds; the runner's default
+    if None); the runs come back with the samples of every metric whose
+    key starts with one of ``series``."""
     exe = binary or find_binary()
     if exe is None:
         raise ExperimentError(
@@ -187,16 +210,18 @@ def run_plan(
     os.makedirs(os.path.dirname(os.path.abspath(store)), exist_ok=True)
     log = os.path.join(workdir, "runner.log")
     argv = [exe, "run", plan, "--store", store, "--grace", str(GRACE_S)]
+    if interval is not None:
+        argv += ["--interval", str(interval)]
     try:
         runner = _native.Process(argv, None, stdout="log", stderr="log", log=log)
     except OSError as e:
         raise ExperimentError(f"cannot start {exe}: {e.strerror or e}") from e
     try:
-        timed_out = not _wait(runner, timeout, done, linger)
+        timed_out = not _wait(runner, timeout, done, linger, abort)
     finally:
         runner.stop(GRACE_S * 4)
     try:
-        runs = read_runs(store, experiment)
+        runs = read_runs(store, experiment, series, {j.workload for j in jobs})
     except ExperimentError:
         runs = []
     if not runs:
@@ -212,19 +237,24 @@ def run_plan(
 
 
 def _wait(
-    runner: _native.Process, timeout: float, done: Callable[[], bool] | None, linger: float
+    runner: _native.Process,
+    timeout: float,
+    done: Callable[[], bool] | None,
+    linger: float,
+    abort: Callable[[], bool] | None = None,
 ) -> bool:
     """Waits for the runner to end, or for ``linger`` seconds past
-    ``done()``; False when ``timeout`` came first."""
+    ``done()``; False when ``timeout`` or ``abort()`` came first."""
     start = time.monotonic()
     done_at: float | None = None
+    watched = done is not None or abort is not None
     while True:
         now = time.monotonic()
         if done_at is not None and now - done_at >= linger:
             return True
-        if now - start >= timeout:
+        if now - start >= timeout or (abort is not None and abort()):
             return False
-        tick = timeout - (now - start) if done is None else min(0.2, timeout - (now - start))
+        tick = min(0.2, timeout - (now - start)) if watched else timeout - (now - start)
         if runner.wait(tick) is not None:
             return True
         if done_at is None and done is not None and done():
@@ -241,9 +271,16 @@ def _tail_of(path: str) -> str:
         return "(no output)"
 
 
-def read_runs(store: str, experiment: str) -> list[Run]:
-    """The runs of ``experiment`` in ``store`` (read-only), in plan order,
-    with their figures and the end of their output."""
+def read_runs(
+    store: str,
+    experiment: str,
+    series: Sequence[str] = (),
+    workloads: Collection[str] | None = None,
+) -> list[Run]:
+    """The runs of ``experiment`` in ``store`` (read-only; of its
+    ``workloads`` only, if given), in plan order, with their figures, the
+    end of their output, their CPU seconds and the samples of the metrics
+    whose keys start with one of ``series``."""
     try:
         db = sqlite3.connect(Path(store).absolute().as_uri() + "?mode=ro", uri=True)
     except sqlite3.Error as e:
@@ -257,8 +294,20 @@ def read_runs(store: str, experiment: str) -> list[Run]:
             (experiment,),
         ).fetchall()
         return [
-            Run(rid, workload, name, status, code, why, _figures(db, rid), _output(db, rid))
+            Run(
+                rid,
+                workload,
+                name,
+                status,
+                code,
+                why,
+                _figures(db, rid),
+                _output(db, rid),
+                _cpu_seconds(db, rid),
+                _series(db, rid, series),
+            )
             for rid, workload, name, status, code, why in rows
+            if workloads is None or workload in workloads
         ]
     except sqlite3.Error as e:
         raise ExperimentError(f"cannot read the runs of {experiment} in {store}: {e}") from e
@@ -273,6 +322,35 @@ def _figures(db: sqlite3.Connection, run: int) -> dict[str, float]:
         (run, FIGURE_PREFIX + "%"),
     ):
         got[key[len(FIGURE_PREFIX) :]] = float(value)
+    return got
+
+
+def _cpu_seconds(db: sqlite3.Connection, run: int) -> float | None:
+    """As the store's ``run_cpu_seconds``: the larger of the CPU the kernel
+    counted at the end and the last sample (which sees orphaned children)."""
+    got = []
+    for key in (EXIT_CPU_SECONDS, CPU_SECONDS):
+        row = db.execute(
+            "SELECT value FROM metrics WHERE run_id = ? AND key = ? ORDER BY ts_ms DESC, step DESC"
+            " LIMIT 1",
+            (run, key),
+        ).fetchone()
+        if row is not None:
+            got.append(float(row[0]))
+    return max(got) if got else None
+
+
+def _series(
+    db: sqlite3.Connection, run: int, prefixes: Sequence[str]
+) -> dict[str, list[tuple[int, float]]]:
+    got: dict[str, list[tuple[int, float]]] = {}
+    for prefix in prefixes:
+        for key, ts, value in db.execute(
+            "SELECT key, ts_ms, value FROM metrics WHERE run_id = ? AND substr(key, 1, ?) = ?"
+            " ORDER BY ts_ms, step",
+            (run, len(prefix), prefix),
+        ):
+            got.setdefault(key, []).append((int(ts), float(value)))
     return got
 
 

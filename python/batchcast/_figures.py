@@ -16,6 +16,8 @@ import os
 from collections.abc import Mapping
 from typing import Any
 
+from ._files import write_whole
+
 FIGURES_ENV = "BATCHCAST_FIGURES"
 
 
@@ -34,9 +36,5 @@ def write_figures(result: Mapping[str, Any]) -> bool:
     path = os.environ.get(FIGURES_ENV)
     if not path:
         return False
-    tmp = f"{path}.tmp{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "w") as f:
-        json.dump(numbers_of(result), f)
-    os.replace(tmp, path)
+    write_whole(path, json.dumps(numbers_of(result)))
     return True

@@ -172,7 +172,15 @@ class Producer:
         max_lag: int | str | None = None,
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
+        durable: str | None = None,
+        fresh: bool = False,
     ) -> Producer: ...
+    @property
+    def resumed(self) -> tuple[int, int, int, str | None] | None:
+        """`(epoch, row, consumers, payload)` of the stream resumed from the
+        state file; None when it started afresh."""
+        ...
+    def set_resume_payload(self, payload: str) -> None: ...
     @property
     def name(self) -> str: ...
     @property

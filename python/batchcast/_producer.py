@@ -13,6 +13,7 @@ from typing import Any
 
 from . import _native
 from ._modules import types_of
+from ._resume import EPOCH, SAMPLER, Resume
 from ._spec import encode_metadata
 from ._tree import flatten
 
@@ -166,6 +167,33 @@ class Producer:
             rejoins at the next epoch if it asked to).
         stall_timeout: seconds the producer stays blocked by a laggard
             before evicting it (with ``lag_policy="evict"``).
+        seed: draws each epoch's order from (seed, epoch) where the loader's
+            sampler has a ``generator`` (a shuffling DataLoader's
+            ``RandomSampler``), so that a restart can replay it. None: the
+            loader's own order.
+        durable: keep a state file beside the socket, so that a producer
+            restarted under this name (after SIGKILL, OOM, preemption)
+            resumes the stream where this one stopped, and its consumers wait
+            for it and continue with exactly the samples they have not had
+            (see docs/share.md, "Durable epochs"). Off by default: a restart
+            starts afresh and consumers fail at once when the producer dies,
+            as before. Resumption is exact mid-epoch for a loader with
+            ``state_dict()``/``load_state_dict()`` (torchdata's
+            ``StatefulDataLoader``; its state is kept as JSON) and for a
+            DataLoader over a map-style dataset with a sequential sampler, or
+            a shuffling one with ``seed=``; any other loader resumes at the
+            next epoch's start, with a warning.
+        fresh: with ``durable``, discard the state a killed producer of this
+            name left and start afresh (``batchcast serve --fresh``).
+        rejoin_timeout: seconds a resumed producer waits for the consumers
+            its predecessor had to reattach before it publishes
+            (``--rejoin-timeout``).
+        identity: a line of text that identifies the stream beyond what the
+            producer sees (the loader's type, dataset length, batch size,
+            sampler type and seed): a transform's version, say. A restart
+            whose identity differs from the state file's is refused with
+            :class:`batchcast.InvalidArgument` naming the difference, and
+            its waiting consumers fail with that message.
 
     A Producer belongs to the process that made it: DataLoader workers that
     fork from it cannot use it.
@@ -187,6 +215,11 @@ class Producer:
         lag_policy: str = "wait",
         stall_timeout: float = 10.0,
         metadata: dict | None = None,
+        seed: int | None = None,
+        durable: bool = False,
+        fresh: bool = False,
+        rejoin_timeout: float = 30.0,
+        identity: str = "",
     ) -> None:
         if not hasattr(loader, "__iter__"):
             raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
@@ -225,6 +258,11 @@ class Producer:
             self.samples_unknown_reason = "samples_per_epoch=None was given"
         self._samples: int | None = samples_per_epoch
         self._batch_size: int | None = batch_size
+        if seed is not None:
+            seed = _check_count(seed, "seed", allow_zero=True)
+        self._resume = Resume(loader, seed, batch_size)
+        state_identity = self._resume.identity(identity) if durable else None
+        self._rejoin_timeout = rejoin_timeout
         self._native = _native.Producer(
             name,
             window=window,
@@ -237,13 +275,24 @@ class Producer:
             max_lag=max_lag,
             lag_policy=lag_policy,
             stall_timeout=stall_timeout,
+            durable=state_identity,
+            fresh=fresh,
         )
-        if metadata is not None:
-            try:
+        self._durable = durable
+        #: (epoch, row, consumers) where this producer resumed its stream.
+        self._resumed: tuple[int, int, int] | None = None
+        #: (epoch, row): the resumed epoch's rows to leave out, until taken.
+        self._skip_left: tuple[int, int] | None = None
+        try:
+            if metadata is not None:
                 self._native.set_metadata(encode_metadata(metadata))
-            except BaseException:
-                self._native.close()
-                raise
+            if durable:
+                self._resumed = self._resume.restore(self._native, self.name)
+                self._skip_left = None if self._resumed is None else self._resumed[:2]
+                self._note_state()
+        except BaseException:
+            self._native.close()
+            raise
         self._idle_timeout = idle_timeout
         self._epoch: int | None = None
         self._waited = False
@@ -326,7 +375,9 @@ class Producer:
         # epochs and forever).
         rule = _native.ServeRule(epochs, forever=bool(forever))
         self._rule = rule
-        done = 0
+        # A resumed stream counts the epochs its predecessors served.
+        first = 0 if self._resumed is None else self._resumed[0]
+        done = first
         try:
             while rule.wants_epoch(done):
                 for _ in self._run_epoch():
@@ -342,7 +393,7 @@ class Producer:
                 "run(forever=True) to serve until interrupted",
                 self.name,
                 self._idle_timeout,
-                done,
+                done - first,
             )
         except KeyboardInterrupt:
             self._finish("interrupted")
@@ -351,7 +402,7 @@ class Producer:
             self._finish("failed", _describe_error(e))
             raise
         self._finish("finished")
-        return done
+        return done - first
 
     def __iter__(self) -> Iterator[Any]:
         """Runs one epoch of the loader, publishing each batch, and yields
@@ -362,8 +413,30 @@ class Producer:
         if self._waited:
             return
         self._waited = True
+        if self._resumed is not None and self._resumed[2] > 0:
+            self._resume.wait_rejoin(
+                self._native, self.name, self._resumed[2], self._rejoin_timeout
+            )
         timeout = None if self._rule is not None and self._rule.forever else self._idle_timeout
         self._native.wait_for_start(self._min_consumers, self._trainers, timeout)
+
+    def _note_state(self) -> None:
+        if self._durable:
+            self._resume.note(self._native, self.name)
+
+    def _take_skip(self, epoch: int) -> int | None:
+        """The resume point's row if ``epoch`` is the resumed one (once),
+        else None."""
+        resumed, self._skip_left = self._skip_left, None
+        if resumed is None or resumed[0] != epoch:
+            return None
+        return resumed[1]
+
+    def _epoch_batches(self, epoch: int, skip: int | None) -> Iterator[Any]:
+        kind = self._resume.kind
+        if skip is not None and kind == EPOCH:
+            return iter(())  # ends the interrupted epoch: it cannot be replayed
+        return self._resume.batches(epoch, skip or 0 if kind == SAMPLER else 0)
 
     def _publish(self, spec: Any, leaves: Any) -> None:
         while True:
@@ -386,10 +459,12 @@ class Producer:
         self._epoch = epoch
         samples = 0
         batches = 0
+        skip = self._take_skip(epoch)
         try:
-            for batch in self._loader:
+            for batch in self._epoch_batches(epoch, skip):
                 spec, leaves, rows = flatten(batch)
                 self._publish(spec, leaves)
+                self._note_state()
                 self._served += 1
                 samples += rows
                 batches += 1
@@ -404,7 +479,7 @@ class Producer:
         except BaseException as e:
             self._finish("failed", _describe_error(e))
             raise
-        if batches == 0:
+        if batches == 0 and skip is None:
             # An empty epoch would be published as one more empty epoch, at
             # once and forever, and consumers of a stream that never had a
             # batch would wait for one forever.
@@ -416,7 +491,10 @@ class Producer:
             self._finish("failed", _describe_error(err))
             raise err
         native.end_epoch()
-        self._check_samples(epoch, samples)
+        self._resume.seed_epoch(epoch + 1)
+        self._note_state()
+        if skip is None:
+            self._check_samples(epoch, samples)
 
     def _check_samples(self, epoch: int, samples: int) -> None:
         expected = self._samples

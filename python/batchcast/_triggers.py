@@ -28,8 +28,9 @@ class Trigger(NamedTuple):
     epoch: int
     #: Samples that arrived since its last firing.
     samples: int
-    #: Earliest arrival time among them (seconds since the Unix epoch; a
-    #: file's mtime), None when none arrived.
+    #: Earliest arrival time among them (seconds since the Unix epoch: a
+    #: file's mtime, its row in the folder's ``batchcast-arrivals.csv``, or
+    #: a replayed trace's timestamp), None when none arrived.
     first_arrival: float | None
     #: Latest arrival time among them, None when none arrived.
     last_arrival: float | None

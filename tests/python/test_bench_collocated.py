@@ -212,3 +212,118 @@ def test_cuda_profile_fails_clearly_without_a_gpu(tmp_path):
     assert proc.returncode == 2
     assert "--device cuda needs an NVIDIA GPU with CUDA" in proc.stderr
     assert not (tmp_path / "cache").exists()  # fails before doing anything
+
+
+@pytest.mark.slow
+def test_every_cell_is_a_workload_of_the_run_store_with_its_figures(main_run):
+    """The cells were run by `batchcast run`: the store the report names
+    holds one workload per cell, a run per trainer with the figures the
+    table was made from, and the shared producer's run."""
+    import sqlite3
+
+    _, proc, doc = main_run
+    store = doc["store"]
+    assert proc.stdout.rstrip().splitlines()[-1] == (
+        f"runs recorded in {store}; see them with: batchcast ui --store {store}")
+    db = sqlite3.connect(f"file:{store}?mode=ro", uri=True)
+    try:
+        for cell in doc["results"]:
+            workload = f"small/{cell['mode']}/N={cell['trainers']}/r1"
+            runs = dict(db.execute(
+                "SELECT r.name, r.id FROM runs r JOIN workloads w ON r.workload_id = w.id"
+                " JOIN experiments e ON w.experiment_id = e.id WHERE e.name = ? AND w.name = ?",
+                (doc["experiment"], workload)).fetchall())
+            trainers = [f"trainer-{r}" for r in range(cell["trainers"])]
+            shared = cell["mode"].startswith("shared-")
+            assert sorted(runs) == sorted(trainers + (["data"] if shared else [])), workload
+            for name, result in zip(trainers, cell["trainer_results"]):
+                figures = dict(db.execute(
+                    "SELECT substr(key, 8), value FROM metrics WHERE run_id = ? AND key LIKE 'figure/%'",
+                    (runs[name],)).fetchall())
+                assert figures["samples"] == result["samples"] == 24
+                assert figures["wall_s"] == pytest.approx(result["wall_s"])
+                assert figures["wait_s"] == pytest.approx(result["wait_s"])
+                cpu = db.execute("SELECT max(value) FROM metrics WHERE run_id = ? AND key ="
+                                 " 'proc/exit_cpu_seconds'", (runs[name],)).fetchone()[0]
+                assert cpu is not None and cpu > 0
+    finally:
+        db.close()
+
+
+def _run_of(name: str, cpu: float | None = None, figures: dict | None = None, **series) -> object:
+    from batchcast._experiment import Run
+
+    return Run(1, "w", name, "FINISHED", 0, None, figures or {}, "", cpu,
+               {k.replace("__", "/"): v for k, v in series.items()})
+
+
+def test_a_trainer_killed_before_the_go_is_the_cells_error_not_those_it_stopped_at_the_barrier():
+    from collocated_bench.cells import Watch, _settle
+
+    runs = [_run_of("trainer-0"), _run_of("trainer-1"), _run_of("trainer-2")]
+    runs[0].status, runs[0].exit_code, runs[0].message = "FAILED", 1, "exited with status 1"
+    runs[0].output = "trainer 0: a job (pid 42) ended before the start barrier b opened"
+    runs[1].status, runs[1].exit_code, runs[1].message = "FAILED", None, "killed by signal 9"
+    runs[2].status, runs[2].exit_code = "KILLED", None
+    cell = blank_cell("independent", 3)
+    _settle(cell, Watch("/nonexistent", "/nonexistent:3", 3, 120.0, 20.0), runs, 60.0)
+    assert cell["status"] == "failed"
+    assert cell["error"].startswith("trainer 1 killed by signal 9")
+
+
+def test_cpu_is_counted_from_the_go_to_each_runs_end():
+    from collocated_bench.recorded import cpu_figures
+
+    runs = [
+        _run_of("trainer-0", cpu=5.0, figures={"cpu_at_go": 3.0}),
+        # The producer: its last sample at or before the go (ts 1000) counts as start-up.
+        _run_of("data", cpu=2.0, proc__cpu_seconds=[(500, 0.2), (1000, 0.5), (1500, 1.5)]),
+    ]
+    got = cpu_figures(runs, {"trainer-0": {"cpu_at_go": 3.0}}, go_ms=1000)
+    assert got["startup_cpu_s"] == pytest.approx(3.5)
+    assert got["cpu_s"] == pytest.approx(7.0 - 3.5)
+
+
+def test_memory_peaks_are_sums_over_the_runs_of_one_round():
+    from collocated_bench.recorded import memory_figures
+
+    mib = 2**20
+    runs = [
+        _run_of("trainer-0", proc__pss_bytes=[(1, 100 * mib), (2, 300 * mib)],
+                proc__rss_bytes=[(1, 400 * mib)]),
+        _run_of("trainer-1", proc__pss_bytes=[(1, 100 * mib), (2, 100 * mib)],
+                proc__rss_bytes=[(1, 500 * mib)]),
+        _run_of("data", proc__pss_bytes=[(1, 250 * mib), (2, 50 * mib)]),
+    ]
+    got = memory_figures(runs, ["trainer-0", "trainer-1"])
+    assert got["peak_mem_mb"] == pytest.approx(450)  # round 1: 450, round 2: 450
+    assert got["mem_trainers_mb"] == pytest.approx(400)  # round 2
+    assert got["mem_loading_mb"] == pytest.approx(250)  # round 1
+    assert got["peak_mem_mb"] <= got["mem_trainers_mb"] + got["mem_loading_mb"]
+    assert got["sum_peak_rss_mb"] == pytest.approx(900)
+    assert got["memory_samples"] == 2
+
+
+def test_gpu_figures_are_the_listeners_samples_inside_the_measured_part(monkeypatch):
+    from collocated_bench.recorded import gpu_figures
+
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    samples = {
+        "gpu/0/util_gpu_percent": [(900, 5.0), (1100, 60.0), (1300, 80.0), (2000, 1.0)],
+        "gpu/0/mem_used_bytes": [(1100, 1000 * 2**20), (1300, 3000 * 2**20), (2000, 9000 * 2**20)],
+        "gpu/0/power_w": [(1100, 200.0), (1300, 300.0)],
+        "gpu/0/DCGM_FI_PROF_SM_ACTIVE": [(1100, 0.5), (1300, 0.7)],
+    }
+    runs = [_run_of("trainer-0", **{k.replace("/", "__"): v for k, v in samples.items()}),
+            _run_of("trainer-1", **{k.replace("/", "__"): v for k, v in samples.items()})]
+    got = gpu_figures(runs, "cuda", 1000, 1500)
+    assert got["gpu_util_pct"] == pytest.approx(70.0)
+    assert got["gpu_mem_peak_mib"] == pytest.approx(3000.0)
+    assert got["gpu_power_w"] == pytest.approx(250.0)
+    assert got["sm_active_pct"] == pytest.approx(60.0)
+    assert got["gpu_source"] == "nvml" and got["gpu_samples"] == 2 and got["gpu_note"] is None
+    # Nothing inside the window: no figures, and the note says why.
+    empty = gpu_figures(runs, "cuda", 1400, 1500)
+    assert empty["gpu_util_pct"] is None and "no GPU sample fell" in empty["gpu_note"]
+    # On the CPU: "no GPU", as the table shows it.
+    assert gpu_figures(runs, None, 1000, 1500)["gpu_note"].startswith("no GPU")

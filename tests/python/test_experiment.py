@@ -105,3 +105,77 @@ def test_no_binary_is_named_with_the_fix(tmp_path, monkeypatch):
         _experiment.run_plan(job, "e", str(tmp_path / "s.sqlite"), str(tmp_path), 5)
     with pytest.raises(_experiment.ExperimentError, match="cannot start"):
         _experiment.run_plan(job, "e", str(tmp_path / "s.sqlite"), str(tmp_path), 5, str(tmp_path / "missing"))
+
+
+def _aborted(tmp_path, batchcast_bin, script, flag, **kw):
+    """The runs of one job running `script`, aborted once `flag` exists."""
+    return _experiment.run_plan(
+        [_experiment.Job("w", "job", [sys.executable, script], listeners=["process"])],
+        _experiment.experiment_name("test"),
+        str(tmp_path / "runs.sqlite"),
+        str(tmp_path),
+        timeout=120,
+        binary=batchcast_bin,
+        abort=flag.exists,
+        **kw,
+    )
+
+
+def test_an_abort_stops_the_jobs_and_the_runs_come_back_with_cpu_and_samples(tmp_path, batchcast_bin):
+    """`abort` stops the runner as the timeout does; a run comes back with
+    its CPU seconds and the samples of the metrics asked for, recorded by
+    the listeners its job names."""
+    flag = tmp_path / "stop-now"
+    busy = _script(
+        tmp_path,
+        "import time\nwhile time.process_time() < 0.4:\n    pass\n"
+        f"open({str(flag)!r}, 'w').close()\ntime.sleep(600)\n",
+        "busy.py",
+    )
+    started = time.monotonic()
+    runs = _aborted(tmp_path, batchcast_bin, busy, flag, interval=0.1, series=["proc/cpu"])
+    assert time.monotonic() - started < 60
+    (run,) = runs
+    assert run.status == "TIMEOUT"
+    assert run.cpu_seconds is not None and run.cpu_seconds >= 0.4
+    cpu = run.series["proc/cpu_seconds"]
+    assert len(cpu) >= 3 and [ts for ts, _ in cpu] == sorted(ts for ts, _ in cpu)
+    assert set(run.series) <= {"proc/cpu_seconds", "proc/cpu_percent"}
+
+
+def _alive(pid: int) -> bool:
+    """Whether `pid` runs (a zombie does not)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_an_abort_leaves_no_process_of_a_job_that_ignores_sigterm(tmp_path, batchcast_bin):
+    """The abort path stops every process group: a job and its child that
+    both ignore SIGTERM are killed after the grace, before run_plan returns."""
+    pids = tmp_path / "pids"
+    stubborn = _script(
+        tmp_path,
+        "import os, signal, subprocess, sys, time\n"
+        "signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "child = subprocess.Popen([sys.executable, '-c', 'import signal, time;"
+        " signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)'])\n"
+        f"with open({str(pids)!r} + '.tmp', 'w') as f:\n"
+        "    f.write(f'{os.getpid()} {child.pid}')\n"
+        f"os.replace({str(pids)!r} + '.tmp', {str(pids)!r})\n"
+        "time.sleep(600)\n",
+        "stubborn.py",
+    )
+    try:
+        runs = _aborted(tmp_path, batchcast_bin, stubborn, pids)
+        (run,) = runs
+        assert run.status == "TIMEOUT"
+        job, child = (int(p) for p in pids.read_text().split())
+        assert not _alive(job) and not _alive(child)
+    finally:
+        if pids.exists():
+            for p in pids.read_text().split():
+                if _alive(int(p)):
+                    os.kill(int(p), 9)

@@ -28,6 +28,22 @@ def _write_images(folder, n, seed):
         Image.fromarray(img).save(folder / f"{seed}_{i}.jpg", quality=90)
 
 
+def epochs_growing(consumer, root, epochs):
+    """Reads ``epochs`` epochs of ``consumer``, yielding each epoch's number,
+    ``len()`` before it and labels; once epoch 1's first batch is in, adds
+    2 images to ``root``'s class_1 and a class ``a_new`` of 4."""
+    for epoch in range(epochs):
+        n = len(consumer)
+        seen = []
+        for _, lab in consumer:
+            if epoch == 1 and not seen:
+                # The producer is at most a window ahead: mid-epoch.
+                _write_images(root / "class_1", 2, 10)
+                _write_images(root / "a_new", 4, 11)
+            seen.extend(int(x) for x in np.asarray(lab))
+        yield epoch, n, seen
+
+
 def test_new_images_join_at_the_next_epoch_with_one_trigger(tmp_path, bc_dir):
     root = tmp_path / "data"
     for c in range(3):
@@ -43,15 +59,8 @@ def test_new_images_join_at_the_next_epoch_with_one_trigger(tmp_path, bc_dir):
         labels = []
         lens = []
         with batchcast.Consumer("grow", connect_timeout=30, on_trigger=fired.append) as c:
-            for epoch in range(3):
-                lens.append(len(c))
-                seen = []
-                for images, lab in c:
-                    if epoch == 1 and not seen:
-                        # The producer is at most a window ahead: mid-epoch.
-                        _write_images(root / "class_1", 2, 10)
-                        _write_images(root / "a_new", 4, 11)
-                    seen.extend(int(x) for x in np.asarray(lab))
+            for epoch, n, seen in epochs_growing(c, root, 3):
+                lens.append(n)
                 labels.append(seen)
                 if epoch == 1:
                     # The trigger came with epoch 1's end.

@@ -297,6 +297,35 @@ def test_an_own_loader_is_measured_right_after_the_warm_up(tmp_path, monkeypatch
     assert r["caught_up_after"] == 0 and r["step_times"] == pytest.approx([0.2, 0.3, 0.4])
 
 
+def test_a_copy_whose_peer_ended_before_the_barrier_is_measured_without_it(tmp_path, monkeypatch, capfd):
+    # The barrier of --validate: a copy killed while the others warm up holds
+    # them no longer than it takes to see it end (not the 120 s time limit);
+    # they are measured alone, and say so.
+    import time
+
+    from batchcast._barrier import make_barrier
+    from batchcast.stalls import _protocol
+
+    spec = make_barrier(str(tmp_path / "barrier"), 2)
+    peer = subprocess.Popen(
+        [sys.executable, "-c", "import sys; from batchcast._barrier import join; join(sys.argv[1]);"
+         " print('joined', flush=True); sys.stdin.read()", spec],
+        env=dict(os.environ, PYTHONPATH=str(ROOT / "python")), stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True)
+    try:
+        assert peer.stdout.readline().strip() == "joined"
+        monkeypatch.setenv(_protocol.BARRIER, spec)
+        rec = _recorder(tmp_path, monkeypatch)
+    finally:
+        peer.kill()
+        peer.communicate()
+    start = time.monotonic()
+    r = _feed(rec, [0.1] * 5)
+    assert time.monotonic() - start < 20
+    assert r["steps"] == 3
+    assert f"a job (pid {peer.pid}) ended before the start barrier" in capfd.readouterr().err
+
+
 def test_eviction_drops_files_from_the_page_cache(tmp_path):
     files = []
     for i in range(8):

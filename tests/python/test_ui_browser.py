@@ -34,7 +34,10 @@ CHROMIUM = os.environ.get("BATCHCAST_CHROMIUM", "/usr/bin/chromium")
 CHROMEDRIVER = os.environ.get("BATCHCAST_CHROMEDRIVER", "/usr/bin/chromedriver")
 SHOTS = Path(os.environ.get("BATCHCAST_UI_SHOTS", ROOT / "target" / "test-output" / "ui"))
 SAMPLES = int(os.environ.get("BATCHCAST_UI_SAMPLES", "30000"))  # per trainer
-SERVE = f"batchcast serve --synthetic --samples {SAMPLES} --work-us 300 --workers 2 --consumers 2"
+# The shared producer serves the same samples in two epochs, with a
+# trigger between them (an event the charts mark).
+SERVE = (f"batchcast serve --synthetic --samples {SAMPLES // 2} --epochs 2 --trigger every-epoch "
+         "--work-us 300 --workers 2 --consumers 2")
 PLAN = f"""Experiment,Workload,Name,Devices,Collocation,Listeners,Data,File,Params
 sharing,independent,trainer-1,,-,,,job.sh,--lr 0.1
 sharing,independent,trainer-2,,-,,,job.sh,--lr 0.2
@@ -413,6 +416,71 @@ def test_the_x_axis_switches_to_step_and_restores_from_the_url(dash: Dash):
     dash.driver.refresh()
     dash.charts_loaded()
     assert dash.driver.find_element(By.NAME, "x").get_attribute("value") == "step"
+
+
+def test_a_trainers_chart_marks_its_producers_trigger(dash: Dash):
+    from selenium.webdriver.common.action_chains import ActionChains
+    from selenium.webdriver.common.by import By
+    dash.finished()
+    run = run_ids(dash, "shared")[0]
+    with dash.db() as db:
+        (start,) = db.execute("SELECT start_ms FROM runs WHERE id = ?", (run,)).fetchone()
+        (ts, message), = db.execute(
+            "SELECT e.ts_ms, e.message FROM events e JOIN runs r ON e.run_id = r.id JOIN workloads w ON r.workload_id = w.id "
+            "WHERE w.name = 'shared' AND r.name = 'data' AND e.source = 'serve' AND e.message LIKE 'trigger %'")
+    assert message.startswith("trigger every-epoch fired (#1) before epoch 1"), message
+    dash.open(f"/runs/{run}?c=batchcast%2Fsamples")
+    dash.charts_loaded()
+    marks = dash.driver.find_elements(By.CSS_SELECTOR, '.chart g.marker[data-source="serve"]')
+    (mark,) = [m for m in marks if message in m.find_element(By.TAG_NAME, "title").get_attribute("textContent")]
+    # at the trigger's time in the trainer's run, inside the drawn range
+    x = float(mark.get_attribute("data-x"))
+    assert abs(x - (ts - start) / 1000.0) < 1e-6
+    svg = dash.driver.find_element(By.CSS_SELECTOR, ".chart svg")
+    x0, x1 = float(svg.get_attribute("data-x0")), float(svg.get_attribute("data-x1"))
+    left, right = float(svg.get_attribute("data-left")), float(svg.get_attribute("data-right"))
+    assert x0 <= x <= x1
+    line = mark.find_element(By.TAG_NAME, "line")
+    assert abs(float(line.get_attribute("x1")) - (left + (x - x0) / (x1 - x0) * (right - left))) < 0.01
+    assert mark.get_attribute("data-from") != str(run)  # the producer's run recorded it
+    label = " ".join(t.get_attribute("textContent") for t in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .marker-label"))
+    assert "serve: trigger every-epoch fired (#1) before epoch 1" in label, label
+    ActionChains(dash.driver).move_to_element(line).perform()
+    dash.shot("06b-trigger-marker")
+    # the experiment page: one line per workload, the trigger marked on the shared one
+    dash.open("/experiments/1?c=batchcast%2Fsamples")
+    dash.charts_loaded()
+    legend = [e.text for e in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .legend span")]
+    assert legend == ["independent: mean of 2 runs", "shared: mean of 2 runs"], legend
+    groups = {m.get_attribute("data-run") for m in dash.driver.find_elements(By.CSS_SELECTOR, '.chart g.marker[data-source="serve"]')}
+    with dash.db() as db:
+        (shared,) = db.execute("SELECT id FROM workloads WHERE name = 'shared'").fetchone()
+    assert groups == {f"workload:{shared}"}, groups
+    dash.shot("02b-workloads-compared")
+
+
+def test_an_events_markup_is_drawn_as_text(dash: Dash):
+    """An event's message comes from a job's or a producer's output: the
+    chart's label and hover text show it as text, and it runs nothing."""
+    from selenium.webdriver.common.by import By
+    dash.finished()
+    run = run_ids(dash, "shared")[0]
+    markup = '<img src=x onerror="window.injected=1">'
+    with dash.db() as db:
+        (start,) = db.execute("SELECT start_ms FROM runs WHERE id = ?", (run,)).fetchone()
+        (last,) = db.execute("SELECT max(ts_ms) FROM metrics WHERE run_id = ? AND key = 'batchcast/samples'",
+                             (run,)).fetchone()
+    with sqlite3.connect(dash.store) as db:
+        db.execute("INSERT INTO events (run_id, ts_ms, source, message) VALUES (?, ?, 'test', ?)",
+                   (run, (3 * start + last) // 4, markup + ": after"))
+    dash.open(f"/runs/{run}?c=batchcast%2Fsamples")
+    dash.charts_loaded()
+    (mark,) = dash.driver.find_elements(By.CSS_SELECTOR, '.chart g.marker[data-source="test"]')
+    assert mark.find_element(By.TAG_NAME, "title").get_attribute("textContent").endswith(markup + ": after")
+    labels = [t.get_attribute("textContent") for t in dash.driver.find_elements(By.CSS_SELECTOR, ".chart .marker-label")]
+    assert f"test: {markup}" in labels, labels
+    assert not dash.driver.find_elements(By.CSS_SELECTOR, ".chart img, ul.events img")
+    assert dash.driver.execute_script("return window.injected === undefined")
 
 
 def test_a_run_page_shows_its_parameters_output_and_full_log(dash: Dash):

@@ -2,6 +2,19 @@
 
 use indicatif::{ProgressBar, ProgressStyle};
 
+/// A bar of `len` steps drawn with `template` (indicatif's syntax) in the
+/// command's one style; a template indicatif refuses falls back to its
+/// default bar.
+pub fn bar(len: u64, template: &str) -> ProgressBar {
+    let bar = ProgressBar::new(len);
+    bar.set_style(
+        ProgressStyle::with_template(template)
+            .unwrap_or_else(|_| ProgressStyle::default_bar())
+            .progress_chars("=> "),
+    );
+    bar
+}
+
 /// One bar per epoch, when enabled.
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -12,15 +25,10 @@ impl Progress {
     pub fn new(enabled: bool) -> Self {
         Progress {
             bar: enabled.then(|| {
-                let bar = ProgressBar::new(0);
-                bar.set_style(
-                    ProgressStyle::with_template(
-                        "epoch {prefix} [{bar:30}] {pos}/{len} batches {per_sec} {msg} eta {eta}",
-                    )
-                    .unwrap_or_else(|_| ProgressStyle::default_bar())
-                    .progress_chars("=> "),
-                );
-                bar
+                bar(
+                    0,
+                    "epoch {prefix} [{bar:30}] {pos}/{len} batches {per_sec} {msg} eta {eta}",
+                )
             }),
         }
     }

@@ -35,18 +35,7 @@ fn consumers(env: &Env, name: &str, events: Option<&Path>) -> Vec<Proc> {
         .iter()
         .enumerate()
         .map(|(i, (delay, batch))| {
-            let mut cmd = env.cmd(&[
-                "consume",
-                name,
-                "--each",
-                "--hash",
-                "--delay-ms",
-                delay,
-                "--batch-size",
-                batch,
-                "--connect-timeout",
-                "60",
-            ]);
+            let mut cmd = env.hashing_consumer_cmd(name, delay, batch);
             if let Some(dir) = events {
                 cmd.env(batchcast::EVENTS_ENV, dir.join(format!("{i}.jsonl")));
             }

@@ -13,7 +13,7 @@ use std::sync::Barrier;
 use std::time::Duration;
 
 use batchcast::{Consumer, ConsumerOptions, Event};
-use common::{jpeg_dataset, Env, Proc};
+use common::{jpeg_dataset, Env, Fail, Proc};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
@@ -267,4 +267,67 @@ fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("--watch applies to an image dataset"), "{err}");
+}
+
+/// `batchcast-arrivals.csv` in the watched folder gives the files it
+/// names their arrival time: the `grew` and `trigger` lines (and the
+/// consumers' trigger) carry the sidecar's times, not the files' mtimes.
+/// A sidecar with a bad line is refused with the line.
+#[test]
+fn serve_watch_takes_arrival_times_from_the_sidecar() {
+    let env = Env::new();
+    let root = jpeg_dataset(&env.path().join("data"), 3, 7, (24, 32));
+    let stage = jpeg_dataset(&env.path().join("stage"), 1, 4, (24, 32));
+    let data = root.to_str().unwrap();
+    let mut args = common::serve_data("side", data, "1");
+    args.extend(["--watch", "--trigger", "every-epoch", "--epochs", "3"]);
+    args.extend(["--window", "2", "--max-lag", "1batches", "--workers", "1"]);
+    let mut producer = env.spawn(&args);
+    producer.expect("listening");
+    let mut consumer = env.spawn(&[
+        "consume",
+        "side",
+        "--each",
+        "--delay-ms",
+        "40",
+        "--connect-timeout",
+        "60",
+    ]);
+    consumer.expect("batch");
+    // Rows for the new files first, then the files (renamed in).
+    let sidecar = root.join("batchcast-arrivals.csv");
+    let mut rows = String::from("path,timestamp\n");
+    let mut files: Vec<_> = std::fs::read_dir(stage.join("class_000"))
+        .unwrap()
+        .map(|f| f.unwrap().path())
+        .collect();
+    files.sort();
+    for (i, f) in files.iter().enumerate() {
+        let name = f.file_name().unwrap().to_string_lossy();
+        rows.push_str(&format!("class_001/new_{name},{}\n", 1000 + 500 * i));
+    }
+    std::fs::write(&sidecar, rows).unwrap();
+    for f in &files {
+        let name = format!("new_{}", f.file_name().unwrap().to_string_lossy());
+        std::fs::rename(f, root.join("class_001").join(name)).unwrap();
+    }
+    assert!(consumer.finish().success(), "{}", consumer.stderr_text());
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    let grew = producer.events("grew");
+    assert_eq!(grew.len(), 1, "{grew:?}");
+    assert_eq!(grew[0]["added"], 4);
+    assert_eq!(grew[0]["arrivals"], serde_json::json!([1000.0, 2500.0]));
+    let fired = consumer.events("trigger");
+    let with_new: Vec<_> = fired.iter().filter(|t| t["samples"] == 4).collect();
+    assert_eq!(with_new.len(), 1, "{fired:?}");
+    assert_eq!(with_new[0]["arrivals"], serde_json::json!([1000.0, 2500.0]));
+
+    std::fs::write(&sidecar, "path,timestamp\nclass_000/x.jpg,yesterday\n").unwrap();
+    let mut args = common::serve_data("bad", data, "1");
+    args.push("--watch");
+    let err = env.cmd(&args).fail();
+    assert!(
+        err.contains("batchcast-arrivals.csv:2: ") && err.contains("not seconds"),
+        "{err}"
+    );
 }

@@ -342,3 +342,119 @@ fn the_replay_example_plan_compares_two_policies() {
         assert_eq!((grew, fired), (2, want), "{}: {events:?}", row.workload);
     }
 }
+
+/// `serve --replay` of the 20/10/30-row trace for 4 epochs in batches of
+/// 4, with `amount=25` and a fast-writing state file.
+fn durable_replay(env: &Env, csv: &Path) -> common::Proc {
+    let mut p = env.spawn(&[
+        "serve",
+        "--name",
+        "again",
+        "--replay",
+        csv.to_str().unwrap(),
+        "--trigger",
+        "amount=25",
+        "--decode-only",
+        "--store-size",
+        SIDE,
+        "--batch-size",
+        "4",
+        "--consumers",
+        "2",
+        "--epochs",
+        "4",
+        "--window",
+        "2",
+        "--max-lag",
+        "1batches",
+        "--workers",
+        "1",
+        "--state-interval",
+        "0.02",
+        "--json",
+    ]);
+    p.expect("listening");
+    p
+}
+
+/// A consumer of the producer's batch size and a slower one of 3 rows
+/// (its batches span the producer's), printing each batch's hash.
+fn hashing_consumers(env: &Env) -> Vec<common::Proc> {
+    [("5", "4"), ("20", "3")]
+        .iter()
+        .map(|(delay, batch)| env.hashing_consumer("again", delay, batch))
+        .collect()
+}
+
+/// What a consumer printed: each batch (epoch, index, rows, hash) and
+/// each trigger, in order.
+fn stream(c: &mut common::Proc) -> Vec<String> {
+    assert!(c.finish().success(), "{}", c.stderr_text());
+    c.seen
+        .iter()
+        .filter_map(|(_, v)| match v["event"].as_str() {
+            Some("batch") => Some(format!(
+                "batch {} {} {} {}",
+                v["epoch"], v["index"], v["rows"], v["hash"]
+            )),
+            Some("trigger") => Some(format!(
+                "trigger #{} epoch {} samples {}",
+                v["seq"], v["epoch"], v["samples"]
+            )),
+            _ => None,
+        })
+        .collect()
+}
+
+/// A replayed stream SIGKILLed in epoch 1 (the trace's second step) and
+/// in epoch 2 (its third), restarted each time, delivers what an
+/// uninterrupted one does: the resumed epoch holds the step the clock had
+/// reached, and the trigger fires where it would have, over the arrivals
+/// counted before the restart.
+#[test]
+fn a_restarted_replay_resumes_its_clock_and_its_trigger() {
+    let env = Env::new();
+    let csv = trace(&env, ["1000", "1010", "1020"]);
+    let mut producer = durable_replay(&env, &csv);
+    let want: Vec<Vec<String>> = hashing_consumers(&env).iter_mut().map(stream).collect();
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    let triggers: Vec<&String> = want[0].iter().filter(|l| l.contains("trigger")).collect();
+    assert_eq!(triggers, ["trigger #1 epoch 2 samples 40"]);
+    assert_eq!(want[0].len(), 5 + 8 + 15 + 15 + 1);
+
+    let env = Env::new();
+    let mut producer = durable_replay(&env, &csv);
+    let mut cs = hashing_consumers(&env);
+    let mut resumed_in = Vec::new();
+    for (epoch, index) in [(1, 6), (2, 10)] {
+        cs[0].expect_where("batch", |v| {
+            v["epoch"].as_u64() == Some(epoch) && v["index"].as_u64() >= Some(index)
+        });
+        producer.kill9();
+        producer.finish();
+        producer = durable_replay(&env, &csv);
+        let listening = producer.events("listening");
+        // The resume point is the slowest consumer's, as last written:
+        // this epoch, or the end of the one before.
+        let resumed = listening[0]["resumed"]["epoch"].as_u64();
+        let Some(at) = resumed.filter(|r| *r + 1 >= epoch && *r <= epoch) else {
+            panic!("resumed in epoch {epoch} or the one before: {listening:?}");
+        };
+        let size = [20, 30, 60][at as usize];
+        assert_eq!(listening[0]["samples_per_epoch"], size, "{listening:?}");
+        resumed_in.push(at);
+    }
+    eprintln!("resumed in epochs {resumed_in:?}");
+    assert!(resumed_in.iter().any(|&e| e > 0), "{resumed_in:?}");
+    let got: Vec<Vec<String>> = cs.iter_mut().map(stream).collect();
+    assert!(producer.finish().success(), "{}", producer.stderr_text());
+    for (i, (got, want)) in got.iter().zip(&want).enumerate() {
+        let first_diff = got.iter().zip(want).position(|(a, b)| a != b);
+        assert!(
+            got == want,
+            "consumer {i}: {} lines, want {}; first difference at {first_diff:?}",
+            got.len(),
+            want.len()
+        );
+    }
+}

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Output};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use batchcast_proc::procfs::alive;
 use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
+use common::Succeed;
 
 const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
 
@@ -65,6 +69,10 @@ impl Fixture {
     fn run(&self, args: &[&str]) -> Output {
         self.command(args).output().unwrap()
     }
+    /// Runs `batchcast run ARGS` and insists that it succeeded.
+    fn succeed(&self, args: &[&str]) {
+        self.command(args).succeed();
+    }
     fn store(&self) -> Store {
         Store::open_read_only(self.path("runs.sqlite")).unwrap()
     }
@@ -96,16 +104,6 @@ fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
     }
 }
 
-fn alive(pid: i64) -> bool {
-    // A zombie is not alive: its stat says Z.
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 #[test]
 fn independent_then_shared_workloads_all_finish_and_are_recorded() {
     let f = Fixture::new();
@@ -116,12 +114,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         &format!("e,shared,a,{serve},job.sh,sa"),
         &format!("e,shared,b,{serve},job.sh,sb"),
     ]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     let store = f.store();
     let rows = store.runs(&RunFilter::default()).unwrap();
     assert_eq!(rows.len(), 5, "four jobs and the shared producer");
@@ -195,8 +188,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         "{text}"
     );
     // A second run of the same plan runs nothing.
-    let again = f.run(&[plan.to_str().unwrap()]);
-    assert!(again.status.success());
+    f.succeed(&[plan.to_str().unwrap()]);
     assert_eq!((f.starts("a"), f.starts("sa")), (1, 1));
 }
 
@@ -232,7 +224,7 @@ fn a_failed_job_is_rerun_only_when_asked() {
     );
 }
 
-fn start_waiting(f: &Fixture) -> (Child, i64) {
+fn start_waiting(f: &Fixture) -> (Child, i32) {
     let plan = f.plan(&[
         "e,first,done,,job.sh,done",
         "e,second,wait,,job.sh,wait 0 go",
@@ -325,7 +317,7 @@ fn ctrl_c_records_a_job_that_had_finished_as_finished() {
     wait_until("both jobs to start", || {
         f.starts("done") == 1 && f.starts("wait") == 1
     });
-    let done: i64 = std::fs::read_to_string(f.path("starts.done"))
+    let done: i32 = std::fs::read_to_string(f.path("starts.done"))
         .unwrap()
         .trim()
         .parse()
@@ -346,12 +338,7 @@ fn ctrl_c_records_a_job_that_had_finished_as_finished() {
         "{text}"
     );
     std::fs::write(f.path("go"), "").unwrap();
-    let again = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        again.status.success(),
-        "{}",
-        String::from_utf8_lossy(&again.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     assert_eq!((f.starts("done"), f.starts("wait")), (1, 2));
 }
 
@@ -404,7 +391,7 @@ fn a_command_found_nowhere_is_refused_before_anything_starts() {
 #[test]
 fn one_command_runs_without_a_plan() {
     let f = Fixture::new();
-    let out = f.run(&[
+    f.succeed(&[
         "--experiment",
         "solo",
         "--name",
@@ -413,11 +400,6 @@ fn one_command_runs_without_a_plan() {
         "./job.sh",
         "one",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     assert_eq!(f.status("default", "one"), RunStatus::Finished);
     let row = f.store().runs(&RunFilter::default()).unwrap().remove(0);
     assert_eq!(row.experiment, "solo");
@@ -429,7 +411,7 @@ fn one_command_runs_without_a_plan() {
 #[test]
 fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
     let f = Fixture::new();
-    let out = f.run(&[
+    f.succeed(&[
         "--log-cap",
         "1",
         "--name",
@@ -439,11 +421,6 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
         "-c",
         "echo first; yes 0123456789abcdef | head -c 8388608; echo; echo last",
     ]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
     let store = f.store();
     let row = store.runs(&RunFilter::default()).unwrap().remove(0);
     let (log, _) = store.log(row.run.id, LogStream::Stdout, None).unwrap();
@@ -495,12 +472,7 @@ fn a_shared_producers_triggers_are_events_of_its_run() {
     let f = Fixture::new();
     let serve = "batchcast serve --synthetic --samples 300 --epochs 3 --trigger every-epoch";
     let plan = f.plan(&[&format!("e,grow,a,{serve},job.sh,a")]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    f.succeed(&[plan.to_str().unwrap()]);
     let store = f.store();
     let rows = store.runs(&RunFilter::default()).unwrap();
     let data = rows

@@ -139,6 +139,36 @@ fn export_writes_every_point_as_csv_rows() {
     assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
 }
 
+/// An export that cannot make its file says which file and why, once.
+#[test]
+fn an_export_that_cannot_write_says_why_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let (path, mut store, w) = new_store(dir.path(), "w", None);
+    let (r, start) = started_run(&mut store, w, "a");
+    record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
+    drop(store);
+    // Under a regular file (the store): nothing can be made there.
+    for (flag, target) in [
+        ("--csv", path.join("out.csv")),
+        ("--mlflow", path.join("mlruns")),
+    ] {
+        let out = batchcast()
+            .args(["runs", "export", flag])
+            .arg(&target)
+            .arg("--store")
+            .arg(&path)
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.starts_with("error: cannot write the export: cannot create "),
+            "{err}"
+        );
+        assert_eq!(err.matches("Not a directory").count(), 1, "{err}");
+    }
+}
+
 /// An export that fails (run 99 does not exist) leaves the file it was to
 /// replace as it was, and no temporary file beside it.
 #[test]

@@ -211,7 +211,28 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     let mean = v[0]["mean_jct"].as_f64().unwrap();
     assert!((mean - 95.0).abs() < 1e-6, "{stdout}");
     let err = sim("fifo").fail();
-    assert!(err.contains("pick sjf, las, tiresias or gandiva"), "{err}");
+    assert!(
+        err.contains("pick sjf, las, tiresias, gandiva or dally"),
+        "{err}"
+    );
+    // Dally (no `consolidate`: one GPU at a time) bids progress rates:
+    // tied, each job takes one GPU (the fewer held wins a tie), loses it
+    // when its lease ends at 20, 40, ... and wins it back: both end at 100.
+    let o = sim("dally").succeed();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        (v[0]["mean_jct"].as_f64().unwrap() - 100.0).abs() < 1e-6,
+        "{v}"
+    );
+    // Its delay timers as the published command line gives them.
+    let o = sim("dally").args(["--dally-delays", "-1,-1,5"]).succeed();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert!(
+        (v[0]["mean_jct"].as_f64().unwrap() - 100.0).abs() < 1e-6,
+        "{v}"
+    );
+    let err = sim("dally").args(["--dally-delays", "1"]).fail();
+    assert!(err.contains("give RACK,NETWORK[,HISTORY]"), "{err}");
 }
 
 #[test]

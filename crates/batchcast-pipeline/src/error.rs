@@ -65,6 +65,21 @@ pub enum PipelineError {
         limit: usize,
     },
 
+    /// A watched dataset's arrival-time sidecar (`batchcast-arrivals.csv`)
+    /// that cannot be read.
+    #[error(
+        "arrival times {path}:{line}: {reason}; each line after the header path,timestamp \
+         is a file (or shard) relative to the dataset's folder and seconds since the Unix epoch"
+    )]
+    BadArrivals {
+        /// The CSV file.
+        path: PathBuf,
+        /// The line at fault (from 1; 0 for the whole file).
+        line: usize,
+        /// What is wrong with it.
+        reason: String,
+    },
+
     /// A replay trace (`--replay FILE.csv`) that cannot be replayed.
     #[error(
         "replay trace {path}:{line}: {reason}; each line after the header \

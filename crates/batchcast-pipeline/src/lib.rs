@@ -9,7 +9,8 @@
 //!   indexes them (labels as torchvision / WebDataset assign them).
 //! - [`Watcher`] appends the files added to a dataset's folder since its
 //!   last look (indices and labels of the known samples never move), with
-//!   each sample's arrival time; [`Replay`] appends the rows of a
+//!   each sample's arrival time (its file's mtime, or its row in the
+//!   folder's [`ARRIVALS_FILE`] sidecar); [`Replay`] appends the rows of a
 //!   timestamped CSV trace as a replay clock passes them.
 //! - [`Sampler`] gives each epoch's order (a permutation reproducible from
 //!   `(seed, epoch)`, or sequential) cut into batches.
@@ -91,8 +92,9 @@ mod writer;
 
 pub use augment::{apply_op, Augmenter, AutoAugment, ColorJitter, Op, NUM_AUTO_OPS, OP_NAMES};
 pub use dataset::{
-    Dataset, DatasetKind, Growth, Replay, Watcher, WebDatasetWriter, DEFAULT_WATCH_MAX_FILES,
-    MAX_REPLAY_BYTES, MAX_REPLAY_LABEL, MAX_REPLAY_PATH, MAX_REPLAY_ROWS,
+    Dataset, DatasetKind, Growth, Replay, Watcher, WebDatasetWriter, ARRIVALS_FILE,
+    DEFAULT_WATCH_MAX_FILES, MAX_ARRIVALS_BYTES, MAX_REPLAY_BYTES, MAX_REPLAY_LABEL,
+    MAX_REPLAY_PATH, MAX_REPLAY_ROWS,
 };
 pub use decode::{decode_rgb, decode_rgb_into, DecodeError, RgbImage};
 pub use error::PipelineError;

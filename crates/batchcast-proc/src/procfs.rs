@@ -62,6 +62,12 @@ pub fn stat(pid: i32) -> Option<Stat> {
     parse_stat(&read(format!("/proc/{pid}/stat"))?)
 }
 
+/// Whether `pid` is a process that has not ended: it exists and is not a
+/// zombie waiting for its parent.
+pub fn alive(pid: i32) -> bool {
+    stat(pid).is_some_and(|s| s.state != 'Z')
+}
+
 /// Start time of a live process (clock ticks after boot): with its pid,
 /// it names one process for good, against pid reuse.
 pub fn start_time(pid: i64) -> Option<i64> {
@@ -126,6 +132,23 @@ mod tests {
         assert_eq!((s.threads, s.start, s.rss_pages), (5, 123456, 300));
         assert_eq!(parse_stat("garbage"), None);
         assert_eq!(parse_stat("1 (x) S 1"), None);
+    }
+
+    #[test]
+    fn a_zombie_and_a_reaped_child_are_not_alive() {
+        assert!(alive(std::process::id() as i32));
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id() as i32;
+        // Waits for its exit but leaves it unreaped: a zombie.
+        use rustix::process::{waitid, Pid, WaitId, WaitIdOptions};
+        waitid(
+            WaitId::Pid(Pid::from_raw(pid).unwrap()),
+            WaitIdOptions::EXITED | WaitIdOptions::NOWAIT,
+        )
+        .unwrap();
+        assert!(!alive(pid), "a zombie");
+        child.wait().unwrap();
+        assert!(!alive(pid), "reaped");
     }
 
     #[test]

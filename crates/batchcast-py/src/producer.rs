@@ -15,7 +15,7 @@ use std::time::{Duration, Instant};
 use batchcast::StatusReport;
 use batchcast::MAX_DEPTH;
 use batchcast::{
-    DType, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
+    DType, Durability, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
     ProducerOptions, ShutdownReason,
 };
 use batchcast_serve::StartWait;
@@ -141,6 +141,9 @@ fn lag_budget(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<LagBudget> {
     }
 }
 
+/// `(epoch, row, consumers, payload)` of a resumed stream.
+type Resumed = (u64, u64, u32, Option<String>);
+
 /// The core producer under a name (private API: use `batchcast.Producer`).
 #[pyclass(module = "batchcast._native", name = "Producer", frozen)]
 pub struct PyProducer {
@@ -207,7 +210,7 @@ impl PyProducer {
     #[new]
     #[pyo3(signature = (name, *, window=8, slot_size=None, samples_per_epoch=None, batch_size=None,
                         wait_for_consumers=true, idle_timeout=None, dir=None, max_lag=None,
-                        lag_policy="wait", stall_timeout=10.0))]
+                        lag_policy="wait", stall_timeout=10.0, durable=None, fresh=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -222,7 +225,21 @@ impl PyProducer {
         max_lag: Option<Bound<'_, PyAny>>,
         lag_policy: &str,
         stall_timeout: f64,
+        durable: Option<String>,
+        fresh: bool,
     ) -> PyResult<Self> {
+        if fresh && durable.is_none() {
+            return Err(Exc::InvalidArgument.err(
+                py,
+                "fresh=True discards a state file, which only a durable producer keeps: pass \
+                 durable=True too, or leave fresh out",
+                &[],
+            ));
+        }
+        let durable = durable.map(|identity| Durability {
+            fresh,
+            ..Durability::new(identity)
+        });
         let max_lag = match max_lag {
             None => None,
             Some(v) => Some(lag_budget(py, &v)?),
@@ -245,9 +262,7 @@ impl PyProducer {
             max_lag,
             lag_policy,
             warn: warnings.sink(),
-            // Python producers do not resume yet (a loader's position is
-            // not known): a restart starts afresh.
-            durable: None,
+            durable,
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();
@@ -257,6 +272,26 @@ impl PyProducer {
             socket_path,
             warnings,
         })
+    }
+
+    /// Where this producer resumed the stream of a predecessor under its
+    /// name: `(epoch, row, consumers, payload)`, None when it started
+    /// afresh.
+    #[getter]
+    fn resumed(&self, py: Python<'_>) -> PyResult<Option<Resumed>> {
+        self.inner.call(py, |p, _| {
+            Ok(p.resumed().map(|r| {
+                let payload = p.resumed_payload().map(str::to_owned);
+                (r.epoch, r.row, r.consumers, payload)
+            }))
+        })
+    }
+
+    /// Notes the one-line text that restores the loader at the producer's
+    /// head (after a batch, or after `end_epoch`); the state file keeps it
+    /// with the resume point.
+    fn set_resume_payload(&self, py: Python<'_>, payload: String) -> PyResult<()> {
+        self.inner.call(py, |p, _| p.set_resume_payload(payload))
     }
 
     /// The producer's name.

@@ -7,6 +7,7 @@ use std::sync::atomic::AtomicBool;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use batchcast_proc::procfs::{alive, pids};
 use batchcast_runs::gpu::FakeGpus;
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{host_name, process_start, run_plan, Outcome, RunError, RunOptions};
@@ -75,21 +76,11 @@ impl Fixture {
     }
 }
 
-fn alive(pid: i32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .map(|s| {
-            s.rsplit_once(')')
-                .is_some_and(|(_, r)| !r.trim_start().starts_with('Z'))
-        })
-        .unwrap_or(false)
-}
-
 /// Live processes whose command line names a file under `dir`.
 fn running_in(dir: &Path) -> Vec<i32> {
     let dir = dir.to_string_lossy().into_owned();
-    std::fs::read_dir("/proc")
-        .unwrap()
-        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<i32>().ok())
+    pids()
+        .into_iter()
         .filter(|&pid| {
             std::fs::read(format!("/proc/{pid}/cmdline"))
                 .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&dir))

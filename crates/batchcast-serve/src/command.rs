@@ -13,7 +13,7 @@ use batchcast::{
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
 use crate::resume::identity;
-use crate::serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+use crate::serve::{fast_forward, serve, shutdown_reason, BoundaryReport, ServeSummary};
 use crate::start::StartWait;
 use crate::trigger::{Trigger, TriggerSpec};
 
@@ -158,10 +158,16 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
     let rejoin_timeout = args.rejoin_timeout()?;
     let mut source = args.source.open()?;
     let interval = seconds(args.state_interval, "--state-interval")?;
+    // The trigger decides what consumers are told at boundaries (and what
+    // `--select new-data` serves): a restart must keep it.
+    let mut stream = identity(&args.source, source.samples_per_epoch());
+    if let Some(spec) = &args.trigger {
+        stream.push_str(&format!("\ntrigger={spec}"));
+    }
     let durable = (!args.no_state).then(|| Durability {
         fresh: args.fresh,
         interval,
-        ..Durability::new(identity(&args.source, source.samples_per_epoch()))
+        ..Durability::new(stream)
     });
     let mut trigger = args.trigger.clone().map(Trigger::new);
     // A growing source's first batches may be smaller than a full one (a
@@ -194,6 +200,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         },
     )?;
     let resumed = producer.resumed();
+    if let Some(r) = resumed {
+        // The source grows, and the trigger counts, as they did before the
+        // epoch the stream resumes.
+        fast_forward(source.as_mut(), trigger.as_mut(), r.epoch)?;
+        producer.set_samples_per_epoch(Some(source.samples_per_epoch()));
+    }
     let mut events = RunEvents::from_env(Warn::default());
     if let Some(r) = resumed {
         events.record(

@@ -96,7 +96,8 @@ pub struct ImageArgs {
     /// Watch the dataset's folder: files added to it (new images in class
     /// folders, new class folders, new .tar shards) join at the next epoch
     /// boundary, never mid-epoch; a new class gets the next label. Each
-    /// sample's arrival time is its file's mtime.
+    /// sample's arrival time is its file's mtime, or the time the folder's
+    /// batchcast-arrivals.csv (`path,timestamp` rows) gives its file.
     #[arg(long)]
     pub watch: bool,
     /// With --watch: most files (samples) and folders kept track of.
@@ -157,7 +158,7 @@ pub struct Images {
 /// How the dataset takes in new samples at epoch boundaries.
 enum Growing {
     /// New files of its folder (`--watch`).
-    Watch(Watcher),
+    Watch(Box<Watcher>),
     /// The rows of a trace the clock has passed (`--replay`).
     Replay(Replay, ReplayClock),
 }
@@ -200,7 +201,7 @@ pub fn open(path: &Path, batch_size: u64, workers: usize, args: &ImageArgs) -> R
     let dataset = Dataset::open(path)?;
     let growing = if args.watch {
         let max = usize::try_from(args.watch_max_files).unwrap_or(usize::MAX);
-        Some(Growing::Watch(Watcher::new(&dataset, max)?))
+        Some(Growing::Watch(Box::new(Watcher::new(&dataset, max)?)))
     } else {
         None
     };

@@ -35,7 +35,10 @@
 //! - A producer restarted under the same name, with the same dataset,
 //!   seed and options ([`identity`]), resumes the stream at the state
 //!   file's resume point: the epoch, and in it the row every consumer has
-//!   received ([`skip_rows`]); another identity is refused.
+//!   received ([`skip_rows`]); another identity is refused. A growing
+//!   source and its trigger are first brought to that epoch
+//!   ([`fast_forward`]): the identity of a growing dataset leaves out its
+//!   size, which growing changes.
 //! - The consumers are told why the stream ended: finished, interrupted,
 //!   or the error that ended it ([`shutdown_reason`]).
 //! - The arrows run one way: this crate depends on the core and the
@@ -62,7 +65,7 @@ pub use error::{Result, ServeError};
 pub use images::{ImageArgs, Images};
 pub use replay::ReplayArgs;
 pub use resume::{identity, skip_rows};
-pub use serve::{serve, shutdown_reason, BoundaryReport, ServeSummary};
+pub use serve::{fast_forward, serve, shutdown_reason, BoundaryReport, ServeSummary};
 pub use source::{check_batch_size, Arrived, BatchSource};
 pub use start::{trainers_from_env, ConsumersEnvError, StartWait, TooFewConsumers, CONSUMERS_ENV};
 pub use synthetic::{calibrate, expected_byte, Synthetic};

@@ -11,10 +11,15 @@ use std::path::Path;
 use crate::args::SourceArgs;
 
 /// The identity of the stream `args` describes, as `key=value` lines: the
-/// dataset (its path and size), the seed, and every other option that
-/// changes the samples or their order (the number of workers does not).
+/// dataset (its path, and its size unless it grows: `--watch` and
+/// `--replay` are expected to change it), the seed, and every other option
+/// that changes the samples or their order (the number of workers does
+/// not).
 pub fn identity(args: &SourceArgs, samples_per_epoch: u64) -> String {
     let dataset = match (&args.data, &args.replay.replay) {
+        (Some(path), _) | (None, Some(path)) if args.grows() => {
+            format!("{} (growing)", canonical(path))
+        }
         (Some(path), _) | (None, Some(path)) => {
             format!("{} ({samples_per_epoch} samples)", canonical(path))
         }
@@ -72,6 +77,35 @@ pub fn skip_rows(plan: Vec<Vec<u64>>, mut rows: u64) -> Vec<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `SourceArgs` from command-line flags.
+    fn flags(flags: &[&str]) -> SourceArgs {
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            source: SourceArgs,
+        }
+        let all = std::iter::once("serve").chain(flags.iter().copied());
+        <Cli as clap::Parser>::parse_from(all).source
+    }
+
+    #[test]
+    fn a_growing_datasets_identity_keeps_its_path_seed_and_options_not_its_size() {
+        let fixed = identity(&flags(&["--data", "/no/such/dir"]), 1000);
+        assert!(fixed.contains("(1000 samples)"), "{fixed}");
+        let args = flags(&["--data", "/no/such/dir", "--watch"]);
+        let watched = identity(&args, 1000);
+        assert_eq!(watched, identity(&args, 1500), "growing changes the size");
+        assert!(watched.contains("/no/such/dir (growing)"), "{watched}");
+        assert!(watched.contains("--watch"), "{watched}");
+        let seeded = flags(&["--data", "/no/such/dir", "--watch", "--seed", "3"]);
+        assert_ne!(identity(&seeded, 1000), watched, "the seed stays in it");
+        let replayed = identity(&flags(&["--replay", "/no/trace.csv"]), 20);
+        assert_eq!(
+            replayed,
+            identity(&flags(&["--replay", "/no/trace.csv"]), 60)
+        );
+    }
 
     #[test]
     fn skipping_drops_whole_batches_then_cuts_one() {

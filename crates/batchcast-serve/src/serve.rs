@@ -47,7 +47,8 @@ pub struct ServeSummary {
 
 /// Publishes `epochs` epochs of `source` through `producer` (a producer
 /// that resumed a stream, [`Producer::resumed`], publishes those its
-/// predecessors did not, from the resume point on); `epochs` 0
+/// predecessors did not, from the resume point on, its source and trigger
+/// brought there first with [`fast_forward`]); `epochs` 0
 /// publishes epochs for as long as any consumer reads: until none has been
 /// attached for the producer's idle timeout (after at least one batch was
 /// served; before that, the timeout is an error), by the core's
@@ -77,7 +78,8 @@ pub fn serve(
     let resumed = producer.resumed();
     let mut skip = resumed.map_or(0, |r| r.row);
     let before = resumed.map_or(0, |r| r.epoch);
-    if let Some(t) = trigger.as_deref_mut() {
+    // A resumed stream's trigger was started by `fast_forward`.
+    if let Some(t) = trigger.as_deref_mut().filter(|_| resumed.is_none()) {
         t.start_clock(source.clock());
     }
     'epochs: while until.wants_epoch(before + summary.epochs) {
@@ -140,14 +142,35 @@ pub fn serve(
     Ok(summary)
 }
 
-/// The boundary before `epoch`: grows the source, asks the trigger, and
-/// tells the consumers when either has news.
-fn boundary(
-    producer: &mut Producer,
+/// Brings a source and its trigger to where they stood when the stream
+/// resumed at `epoch` began: the boundaries before epochs 1 to `epoch`
+/// again, told to no one. A replayed trace whose clock moves by the epoch
+/// (by default, or `--replay-per-epoch`) comes back to the same step, with
+/// the same samples in the same order, and an `amount=N` or `every-epoch`
+/// trigger (or `time=D` on the trace's clock) to the same count of
+/// arrivals and firings; what depends on wall time (a `--replay-speedup`
+/// clock, `time=D` on wall time) counts from the restart.
+pub fn fast_forward(
+    source: &mut dyn BatchSource,
+    mut trigger: Option<&mut Trigger>,
+    epoch: u64,
+) -> Result<()> {
+    if let Some(t) = trigger.as_deref_mut() {
+        t.start_clock(source.clock());
+    }
+    for next in 1..=epoch {
+        step(source, trigger.as_deref_mut(), next)?;
+    }
+    Ok(())
+}
+
+/// The boundary before `epoch` at the source and the trigger: what the
+/// source took in, and the firing.
+fn step(
     source: &mut dyn BatchSource,
     trigger: Option<&mut Trigger>,
     epoch: u64,
-) -> Result<Option<BoundaryReport>> {
+) -> Result<(Option<Arrived>, Option<TriggerFired>)> {
     let arrived = source.grow()?;
     let fired = trigger.and_then(|t| {
         if let Some(a) = &arrived {
@@ -158,6 +181,18 @@ fn boundary(
     if let Some(t) = &fired {
         source.triggered(t.samples)?;
     }
+    Ok((arrived, fired))
+}
+
+/// The boundary before `epoch`: grows the source, asks the trigger, and
+/// tells the consumers when either has news.
+fn boundary(
+    producer: &mut Producer,
+    source: &mut dyn BatchSource,
+    trigger: Option<&mut Trigger>,
+    epoch: u64,
+) -> Result<Option<BoundaryReport>> {
+    let (arrived, fired) = step(source, trigger, epoch)?;
     let grew = arrived.as_ref().is_some_and(|a| a.added > 0);
     if !grew && fired.is_none() {
         return Ok(None);

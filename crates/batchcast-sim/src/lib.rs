@@ -10,14 +10,16 @@
 //! as batchcast does); see `network`. Preemptive policies decide at lease
 //! boundaries and preempted jobs pay a restart cost. `simulate_bidding`
 //! runs the published cluster-sim's model instead (per-GPU auctions, leases,
-//! chunks of iterations), to compare like with like. `apply_standin`
+//! chunks of iterations; its Dally, with delay timers, from its newest
+//! commit), to compare like with like. `apply_standin`
 //! replaces a trace's placeholder slowdowns with the stand-in network
 //! model's (per model and level, from the published link figures).
 //!
 //! Invariants: no GPU is held by two jobs (asserted on every assignment);
 //! time only moves forward between events, never by ticking; every job
 //! finishes or `simulate` returns an error; results depend only on the
-//! inputs (no clocks, hash-order or thread effects).
+//! inputs (no clocks, hash-order or thread effects; the published Dally's
+//! visiting order of a Java hash map is computed, not inherited).
 //!
 //! The core does no I/O: `trace` reads trace files (bounded in size),
 //! `chart` renders SVG into strings.
@@ -43,7 +45,7 @@ mod synth;
 pub mod trace;
 mod validate;
 
-pub use bidding::{simulate_bidding, Bidder, BiddingRun};
+pub use bidding::{simulate_bidding, Bidder, BiddingRun, DallySetup};
 pub use chart::{jct_cdf_svg, queue_svg, utilisation_svg};
 pub use cluster::{Cluster, ClusterSpec, MAX_GPUS};
 pub use config::{DataSharing, SimConfig};

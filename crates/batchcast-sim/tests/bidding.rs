@@ -23,6 +23,7 @@ fn chunks(origin: f64, granularity: u64) -> BiddingRun {
         origin,
         granularity,
         published_default_cluster: false,
+        dally: Default::default(),
     }
 }
 
@@ -111,7 +112,7 @@ fn released_gpus_are_auctioned_after_the_restart_cost_per_gpu() {
 
 #[test]
 fn policies_outside_the_published_code_are_refused_naming_the_choices() {
-    for (name, needle) in [("srsf", "pick las"), ("dally", "pick sjf, las")] {
+    for (name, needle) in [("srsf", "pick las"), ("fifo", "pick sjf, las")] {
         let e = Bidder::by_name(name).unwrap_err().to_string();
         assert!(e.contains(needle), "{e}");
     }

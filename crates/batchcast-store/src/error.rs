@@ -69,6 +69,17 @@ pub enum StoreError {
     /// An export could not be written.
     #[error("cannot write the export: {0}")]
     Export(String),
+    /// A file of an export could not be read, written or moved.
+    #[error("cannot write the export: {what} {}: {error}", path.display())]
+    ExportFile {
+        /// What was being done: `cannot create`, `cannot move into place`, ...
+        what: &'static str,
+        /// The file or directory.
+        path: PathBuf,
+        /// Why it failed: in the message, so not the error's `source()`
+        /// (a reader of the whole chain, `{:#}`, would print it twice).
+        error: std::io::Error,
+    },
     /// A local server (the MLflow endpoint) could not listen.
     #[error("cannot serve on 127.0.0.1: {0}")]
     Serve(String),
@@ -86,6 +97,18 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// For `map_err`: the export's file operation `what` on `path` failed.
+    pub fn export_file<'p>(
+        what: &'static str,
+        path: &'p std::path::Path,
+    ) -> impl FnOnce(std::io::Error) -> StoreError + 'p {
+        move |error| StoreError::ExportFile {
+            what,
+            path: path.to_path_buf(),
+            error,
+        }
+    }
+
     pub(crate) fn sqlite(
         path: &std::path::Path,
     ) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
@@ -98,3 +121,22 @@ impl StoreError {
 
 /// `Result` with a [`StoreError`].
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_export_file_error_says_what_failed_on_which_file_and_why() {
+        let path = std::path::Path::new("/no/such/dir/out.csv");
+        let source = std::fs::File::open(path).unwrap_err();
+        let e = StoreError::export_file("cannot create", path)(source);
+        assert_eq!(
+            e.to_string(),
+            "cannot write the export: cannot create /no/such/dir/out.csv: \
+             No such file or directory (os error 2)"
+        );
+        // The reason is in the message only: `{:#}` of the chain says it once.
+        assert!(std::error::Error::source(&e).is_none());
+    }
+}

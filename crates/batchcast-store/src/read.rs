@@ -107,35 +107,27 @@ impl RawRun {
 impl Store {
     /// Every experiment, oldest first.
     pub fn experiments(&self) -> Result<Vec<Experiment>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT id, name, created_ms FROM experiments ORDER BY id")
-            .map_err(self.err())?;
-        let rows = st
-            .query_map([], |r| {
+        self.all(
+            "SELECT id, name, created_ms FROM experiments ORDER BY id",
+            [],
+            |r| {
                 Ok(Experiment {
                     id: r.get(0)?,
                     name: r.get(1)?,
                     created_ms: r.get(2)?,
                 })
-            })
-            .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+            },
+        )
     }
 
     /// The workloads of an experiment, in plan order.
     pub fn workloads(&self, experiment: ExperimentId) -> Result<Vec<Workload>> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT id, experiment_id, name, data, position FROM workloads WHERE experiment_id = ?1
-                 ORDER BY position, id",
-            )
-            .map_err(self.err())?;
-        let rows = st
-            .query_map([experiment], workload_from_row)
-            .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+        self.all(
+            "SELECT id, experiment_id, name, data, position FROM workloads WHERE experiment_id = ?1
+             ORDER BY position, id",
+            [experiment],
+            workload_from_row,
+        )
     }
 
     /// One workload.
@@ -172,33 +164,24 @@ impl Store {
              ORDER BY r.id DESC LIMIT ?5"
         );
         let limit = filter.limit.map_or(-1, |l| l.min(i64::MAX as usize) as i64);
-        let mut st = self.conn.prepare(&sql).map_err(self.err())?;
-        let raw: Vec<RawRun> = st
-            .query_map(
-                params![
-                    filter.experiment,
-                    filter.workload,
-                    filter.status.map(|s| s.as_str()),
-                    like,
-                    limit
-                ],
-                RawRun::from_row,
-            )
-            .map_err(self.err())?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(self.err())?;
+        let raw = self.all(
+            &sql,
+            params![
+                filter.experiment,
+                filter.workload,
+                filter.status.map(|s| s.as_str()),
+                like,
+                limit
+            ],
+            RawRun::from_row,
+        )?;
         raw.into_iter().map(RawRun::check).collect()
     }
 
     /// The runs of one workload, in the order they were added.
     pub fn workload_runs(&self, workload: WorkloadId) -> Result<Vec<Run>> {
         let sql = format!("SELECT {RUN_COLUMNS} {RUN_FROM} WHERE r.workload_id = ?1 ORDER BY r.id");
-        let mut st = self.conn.prepare(&sql).map_err(self.err())?;
-        let raw: Vec<RawRun> = st
-            .query_map([workload], RawRun::from_row)
-            .map_err(self.err())?
-            .collect::<rusqlite::Result<_>>()
-            .map_err(self.err())?;
+        let raw = self.all(&sql, [workload], RawRun::from_row)?;
         raw.into_iter()
             .map(|r| r.check().map(|row| row.run))
             .collect()
@@ -227,12 +210,10 @@ impl Store {
 
     /// A run's parameters, plan ones first.
     pub fn params(&self, run: RunId) -> Result<Vec<Param>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT key, value, source FROM params WHERE run_id = ?1 ORDER BY source DESC, rowid")
-            .map_err(self.err())?;
-        let rows = st
-            .query_map([run], |r| {
+        self.all(
+            "SELECT key, value, source FROM params WHERE run_id = ?1 ORDER BY source DESC, rowid",
+            [run],
+            |r| {
                 let source: String = r.get(2)?;
                 Ok(Param {
                     key: r.get(0)?,
@@ -243,19 +224,17 @@ impl Store {
                         ParamSource::Logged
                     },
                 })
-            })
-            .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+            },
+        )
     }
 
     /// The names of the metrics a run has, sorted.
     pub fn metric_keys(&self, run: RunId) -> Result<Vec<String>> {
-        let mut st = self
-            .conn
-            .prepare("SELECT DISTINCT key FROM metrics WHERE run_id = ?1 ORDER BY key")
-            .map_err(self.err())?;
-        let rows = st.query_map([run], |r| r.get(0)).map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+        self.all(
+            "SELECT DISTINCT key FROM metrics WHERE run_id = ?1 ORDER BY key",
+            [run],
+            |r| r.get(0),
+        )
     }
 
     /// The values of one metric of a run in time order, those after
@@ -468,46 +447,66 @@ impl Store {
         after: i64,
         limit: usize,
     ) -> Result<Vec<(i64, Vec<u8>)>> {
-        let mut st = self
-            .conn
-            .prepare_cached(
-                "SELECT seq, data FROM logs WHERE run_id = ?1 AND stream = ?2 AND seq > ?3
-                 ORDER BY seq LIMIT ?4",
-            )
-            .map_err(self.err())?;
-        let rows = st
-            .query_map(
-                params![
-                    run,
-                    stream.as_str(),
-                    after,
-                    limit.min(i64::MAX as usize) as i64
-                ],
-                |r| Ok((r.get(0)?, r.get(1)?)),
-            )
-            .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+        self.all(
+            "SELECT seq, data FROM logs WHERE run_id = ?1 AND stream = ?2 AND seq > ?3
+             ORDER BY seq LIMIT ?4",
+            params![
+                run,
+                stream.as_str(),
+                after,
+                limit.min(i64::MAX as usize) as i64
+            ],
+            |r| Ok((r.get(0)?, r.get(1)?)),
+        )
     }
 
     /// What happened to a run that its reader should know (listeners that
     /// were unavailable, why it was killed), oldest first.
     pub fn events(&self, run: RunId) -> Result<Vec<Event>> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT ts_ms, source, message FROM events WHERE run_id = ?1 ORDER BY ts_ms, rowid",
-            )
-            .map_err(self.err())?;
-        let rows = st
-            .query_map([run], |r| {
+        self.all(
+            "SELECT ts_ms, source, message FROM events WHERE run_id = ?1 ORDER BY ts_ms, rowid",
+            [run],
+            |r| {
                 Ok(Event {
                     ts_ms: r.get(0)?,
                     source: r.get(1)?,
                     message: r.get(2)?,
                 })
-            })
+            },
+        )
+    }
+
+    /// How many events a run has, counted on the index without reading
+    /// them.
+    pub fn event_count(&self, run: RunId) -> Result<usize> {
+        let n: i64 = self
+            .conn
+            .prepare_cached("SELECT COUNT(*) FROM events WHERE run_id = ?1")
+            .and_then(|mut st| st.query_row([run], |r| r.get(0)))
             .map_err(self.err())?;
-        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+        Ok(usize::try_from(n).unwrap_or(0))
+    }
+
+    /// A run's first `limit` events, oldest first, their source and
+    /// message each cut to `chars` characters by the query: a reader holds
+    /// no more than it asked for, whatever the file holds.
+    pub fn events_head(&self, run: RunId, limit: usize, chars: usize) -> Result<Vec<Event>> {
+        self.all(
+            "SELECT ts_ms, substr(source, 1, ?3), substr(message, 1, ?3) FROM events
+             WHERE run_id = ?1 ORDER BY ts_ms, rowid LIMIT ?2",
+            params![
+                run,
+                limit.min(i64::MAX as usize) as i64,
+                chars.min(i64::MAX as usize) as i64
+            ],
+            |r| {
+                Ok(Event {
+                    ts_ms: r.get(0)?,
+                    source: r.get(1)?,
+                    message: r.get(2)?,
+                })
+            },
+        )
     }
 }
 

@@ -231,6 +231,18 @@ impl Store {
     pub(crate) fn err(&self) -> impl FnOnce(rusqlite::Error) -> StoreError + '_ {
         StoreError::sqlite(&self.path)
     }
+
+    /// Every row `sql` returns with `params`, each made by `row`.
+    pub(crate) fn all<T>(
+        &self,
+        sql: &str,
+        params: impl rusqlite::Params,
+        row: impl FnMut(&rusqlite::Row<'_>) -> rusqlite::Result<T>,
+    ) -> Result<Vec<T>> {
+        let mut st = self.conn.prepare_cached(sql).map_err(self.err())?;
+        let rows = st.query_map(params, row).map_err(self.err())?;
+        rows.collect::<rusqlite::Result<_>>().map_err(self.err())
+    }
 }
 
 /// `path` as an SQLite `file:` URI (absolute, with what a URI cannot hold

@@ -156,15 +156,11 @@ impl Store {
         host: &str,
         runner_alive: impl Fn(i64, i64) -> bool,
     ) -> Result<Vec<Orphan>> {
-        let mut st = self
-            .conn
-            .prepare(
-                "SELECT id, name, runner_pid, runner_start, pid, pid_start FROM runs
-                 WHERE status = 'RUNNING' AND host = ?1 ORDER BY id",
-            )
-            .map_err(self.err())?;
-        let rows = st
-            .query_map([host], |r| {
+        let all = self.all(
+            "SELECT id, name, runner_pid, runner_start, pid, pid_start FROM runs
+             WHERE status = 'RUNNING' AND host = ?1 ORDER BY id",
+            [host],
+            |r| {
                 Ok((
                     Orphan {
                         run: r.get(0)?,
@@ -175,11 +171,8 @@ impl Store {
                     },
                     r.get::<_, Option<i64>>(3)?,
                 ))
-            })
-            .map_err(self.err())?;
-        let all = rows
-            .collect::<rusqlite::Result<Vec<_>>>()
-            .map_err(self.err())?;
+            },
+        )?;
         Ok(all
             .into_iter()
             .filter(|(o, start)| {

@@ -1,10 +1,13 @@
 // batchcast dashboard: the charts section of a page (controls, chart set
-// kept in the URL, zoom shared by every chart, mean of runs, smoothing,
-// live updates) and live status of the runs tables.
+// kept in the URL, zoom shared by every chart, mean of runs or of each
+// workload's runs, smoothing, the runs' events as markers, live updates)
+// and live status of the runs tables.
 "use strict";
 (function () {
   const section = document.querySelector("section.charts");
   const POLL_MS = 2000, OVERLAP_MS = 3000;
+  const MODES = ["each", "mean", "workload"];
+  const defaultMode = section && MODES.includes(section.dataset.mode) ? section.dataset.mode : "each";
 
   function $(tag, attrs, parent, text) {
     const e = document.createElement(tag);
@@ -19,7 +22,7 @@
   const state = {
     charts: url.searchParams.getAll("c").map((c) => c.split("|").filter(Boolean)).filter((c) => c.length),
     x: url.searchParams.get("x") === "step" ? "step" : "elapsed",
-    mode: url.searchParams.get("m") === "mean" ? "mean" : "each",
+    mode: MODES.includes(url.searchParams.get("m")) ? url.searchParams.get("m") : defaultMode,
     smooth: Math.min(0.99, Math.max(0, parseFloat(url.searchParams.get("s")) || 0)),
     zoom: (url.searchParams.get("z") || "").split(",").map(Number).filter((v) => isFinite(v)),
   };
@@ -30,7 +33,7 @@
     for (const k of ["c", "x", "m", "s", "z"]) u.searchParams.delete(k);
     for (const c of state.charts) u.searchParams.append("c", c.join("|"));
     if (state.x !== "elapsed") u.searchParams.set("x", state.x);
-    if (state.mode !== "each") u.searchParams.set("m", state.mode);
+    if (state.mode !== defaultMode) u.searchParams.set("m", state.mode);
     if (state.smooth > 0) u.searchParams.set("s", String(state.smooth));
     if (state.zoom) u.searchParams.set("z", state.zoom.map((v) => +v.toPrecision(6)).join(","));
     history.replaceState(null, "", u);
@@ -71,6 +74,76 @@
     });
   }
 
+  // One line per workload (by id: names repeat across experiments): its
+  // run's own, or the mean of its runs.
+  function perWorkload(series, keys, x) {
+    const ids = [...new Set(series.map((s) => s.workload_id))];
+    return ids.flatMap((id) => {
+      const own = series.filter((s) => s.workload_id === id);
+      const w = own[0].workload;
+      const n = new Set(own.map((s) => s.run)).size;
+      // meanOf's label counts the runs with points, which it averages.
+      const lines = n > 1 ? meanOf(own, keys, x).map((s) => Object.assign(s, { label: `${w}: ${s.label}` })) : own;
+      return lines.map((s) => Object.assign({}, s, { run: "workload:" + id, workload: w, workload_id: id }));
+    });
+  }
+
+  // The x of an event on a step axis: the step its run had reached then,
+  // interpolated in time between the run's points (from step 0 at the
+  // run's start when its steps start at 0 or above); none after its last
+  // point or on a run with none.
+  function stepAt(s, ts) {
+    const knots = s.points.map((p) => [p[2], p[0]]);
+    if (knots.length && s.start_ms != null && knots[0][1] >= 0 && s.start_ms < knots[0][0]) knots.unshift([s.start_ms, 0]);
+    if (!knots.length || ts < knots[0][0] || ts > knots[knots.length - 1][0]) return null;
+    for (let i = 1; i < knots.length; i++) {
+      const [ta, xa] = knots[i - 1], [tb, xb] = knots[i];
+      if (ts <= tb) return tb > ta ? xa + ((ts - ta) / (tb - ta)) * (xb - xa) : xb;
+    }
+    return knots[0][1];
+  }
+
+  // The chart's markers: each event at its x, in the colour of the line it
+  // belongs to. A shared producer's event comes once, with the first
+  // charted run of its workload, and is drawn once: on the first of that
+  // workload's runs where it has an x and a line.
+  function markersOf(d, lines) {
+    const seriesOf = (run) => d.series.find((s) => s.run === run && s.points.length) || d.series.find((s) => s.run === run);
+    const group = (run) => {
+      if (state.mode === "mean" && new Set(d.series.map((s) => s.run)).size > 1) return 0;
+      if (state.mode === "workload") { const s = seriesOf(run); return s ? "workload:" + s.workload_id : run; }
+      return run;
+    };
+    const candidates = (m) => {
+      const s = m.from === m.run ? null : seriesOf(m.run);
+      return s ? [...new Set(d.series.filter((t) => t.workload_id === s.workload_id).map((t) => t.run))] : [m.run];
+    };
+    const xOf = (m, run) => {
+      const s = seriesOf(run);
+      if (d.x === "step") return s ? stepAt(s, m.ts_ms) : null;
+      if (run === m.run) return m.elapsed;
+      return s && s.start_ms != null ? (m.ts_ms - s.start_ms) / 1000 : null;
+    };
+    const seen = new Set(), out = [];
+    for (const m of d.markers || []) {
+      for (const run of candidates(m)) {
+        const x = xOf(m, run), g = group(run);
+        const id = (m.from !== m.run ? "from " + m.from : "line " + g) + "|" + m.ts_ms + "|" + m.source + "|" + m.message;
+        if (seen.has(id)) break;
+        if (x === null || x === undefined || !lines.some((s) => s.run === g)) continue;
+        seen.add(id);
+        const head = m.message.split(":")[0];
+        out.push({
+          x, run: g, from: m.from, source: m.source,
+          label: `${m.source}: ${head.length > 48 ? head.slice(0, 47) + "…" : head}`,
+          title: `${m.source}, ${new Date(m.ts_ms).toISOString().replace("T", " ").slice(0, 19)} UTC: ${m.message}`,
+        });
+        break;
+      }
+    }
+    return out;
+  }
+
   function smooth(s, a) {
     if (!(a > 0)) return s;
     let acc = 0, w = 0;
@@ -109,6 +182,8 @@
       const r = await fetch("/api/series?" + apiQuery(this.runs, this.keys, { after }));
       if (!r.ok) return true;
       const body = await r.json();
+      this.data.markers = body.markers;
+      this.data.markers_left_off = body.markers_left_off;
       body.series.forEach((s, i) => {
         const old = this.data.series[i];
         if (old && old.run === s.run && old.key === s.key) {
@@ -121,10 +196,13 @@
     }
     render() {
       const d = this.data;
-      let series = state.mode === "mean" && this.runs.length > 1 ? meanOf(d.series, d.keys, d.x) : d.series;
+      let series = d.series;
+      if (state.mode === "mean" && this.runs.length > 1) series = meanOf(d.series, d.keys, d.x);
+      else if (state.mode === "workload") series = perWorkload(d.series, d.keys, d.x);
       series = series.map((s) => smooth(s, state.smooth));
       BatchcastChart.draw(this.box, this.legend, {
         keys: d.keys, x: d.x, series, xrange: state.zoom,
+        markers: markersOf(d, series), markersLeftOff: d.markers_left_off || 0,
         onZoom: (z) => { state.zoom = z; saveUrl(); charts.forEach((c) => c.data && c.render()); },
       });
     }
@@ -156,6 +234,7 @@
     const mSel = $("select", { name: "mode" }, bar);
     $("option", { value: "each" }, mSel, "each run");
     $("option", { value: "mean" }, mSel, "mean of runs");
+    $("option", { value: "workload" }, mSel, "mean per workload");
     mSel.value = state.mode;
     const lab = $("label", {}, bar, "smoothing ");
     const sm = $("input", { type: "range", min: 0, max: 0.95, step: 0.05, name: "smooth" }, lab);

@@ -1,8 +1,9 @@
 // batchcast dashboard: line charts drawn as inline SVG (this project's own
 // code, no library). One x axis (elapsed seconds or step), one y axis per
-// metric (left, right), one line per series; drag to zoom, double-click to
-// reset. Each line carries its scale as data-* attributes, so a test can
-// read the drawn values back.
+// metric (left, right), one line per series, events as dotted vertical
+// markers (label along the line, the whole event on hover); drag to zoom,
+// double-click to reset. Each line carries its scale as data-* attributes,
+// and each marker its x, so a test can read the drawn values back.
 "use strict";
 (function () {
   const NS = "http://www.w3.org/2000/svg";
@@ -42,7 +43,8 @@
   }
 
   // spec: {keys: [[key, label]], x: "elapsed"|"step", series: [{label, key,
-  // run, points: [[x, y, ts]]}], xrange: [a, b] | null, onZoom(range|null)}
+  // run, points: [[x, y, ts]]}], markers: [{x, run, from, source, label,
+  // title}], markersLeftOff, xrange: [a, b] | null, onZoom(range|null)}
   function draw(box, legend, spec) {
     box.textContent = "";
     legend.textContent = "";
@@ -106,10 +108,45 @@
       item.textContent = two ? `${s.label} — ${s.key}` : s.label;
       legend.appendChild(item);
     }
+    marks(svg, legend, spec, runs, sx, xa, xb, TOP, y1px, clipId);
     if (!spec.series.some((s) => s.points.length)) {
       el("text", { x: (LEFT + x1px) / 2, y: (TOP + y1px) / 2, "text-anchor": "middle" }, svg).textContent = "no points yet";
     }
     brush(svg, LEFT, x1px, TOP, y1px, xa, xb, spec.onZoom);
+  }
+
+  // Events as vertical markers in their line's colour. Markers closer than
+  // a label's width share one label: the latest one's, with how many more
+  // (each marker keeps its own hover text).
+  function marks(svg, legend, spec, runs, sx, xa, xb, top, bottom, clipId) {
+    const all = (spec.markers || []).filter((m) => m.x >= xa && m.x <= xb).sort((a, b) => a.x - b.x);
+    if (!all.length && !spec.markersLeftOff) return;
+    const g = el("g", { class: "markers", "clip-path": `url(#${clipId})` }, svg);
+    const clusters = [];
+    for (const m of all) {
+      const last = clusters[clusters.length - 1];
+      if (last && sx(m.x) - sx(last[0].x) < 13) last.push(m);
+      else clusters.push([m]);
+    }
+    for (const cluster of clusters) {
+      let mark = null;
+      for (const m of cluster) {
+        const x = sx(m.x), colour = PALETTE[Math.max(0, runs.indexOf(m.run)) % PALETTE.length];
+        mark = el("g", { class: "marker" }, g);
+        Object.assign(mark.dataset, { x: m.x, run: m.run, from: m.from, source: m.source });
+        el("title", {}, mark).textContent = m.title;
+        el("line", { x1: x, x2: x, y1: top, y2: bottom, stroke: colour, "stroke-width": 1.5, "stroke-dasharray": "2 3" }, mark);
+        el("line", { x1: x, x2: x, y1: top, y2: bottom, class: "hit" }, mark);
+      }
+      const m = cluster[cluster.length - 1], x = sx(m.x) + 12;
+      const t = el("text", { x, y: top + 4, "text-anchor": "end", transform: `rotate(-90 ${x} ${top + 4})`, class: "marker-label" }, mark);
+      t.textContent = m.label + (cluster.length > 1 ? ` (+${cluster.length - 1})` : "");
+    }
+    const item = document.createElement("em");
+    item.className = "events";
+    item.textContent = `┆ ${all.length} event${all.length === 1 ? "" : "s"} (hover a marker)` +
+      (spec.markersLeftOff ? `; ${spec.markersLeftOff} more not drawn` : "");
+    legend.appendChild(item);
   }
 
   // Drag across the plot to zoom into that x range; double-click resets.

@@ -2,7 +2,9 @@
 //!
 //! - `GET /api/series?runs=1,2&key=K[&key=K2][&x=elapsed|step][&after=TS]`:
 //!   points of up to two metrics of up to 50 runs, `[x, value, ts_ms]`;
-//!   with `after`, only points newer than it (live updates).
+//!   with `after`, only points newer than it (live updates); and the
+//!   events to mark on the chart's timeline, every time (at most
+//!   [`crate::markers::MAX_MARKERS`], a shared producer's once).
 //! - `GET /api/csv?…same…`: the same points, every one, as CSV in the
 //!   columns of `batchcast runs export --csv` (the store's `MetricsCsv`).
 //! - `GET /api/runs?runs=1,2`: status and duration of runs (live tables).
@@ -18,10 +20,11 @@ use axum::http::header::{CONTENT_DISPOSITION, CONTENT_TYPE};
 use axum::response::IntoResponse;
 use axum::Json;
 use batchcast_store::{now_ms, LogStream, MetricsCsv, RunId, RunRow, Store};
-use batchcast_store::{unit_label, XAxis};
+use batchcast_store::{unit_label, WorkloadId, XAxis};
 use serde::Serialize;
 
 use crate::error::{ApiError, UiError};
+use crate::markers::{markers, Marker};
 use crate::query::{parse_id, Query};
 use crate::state::AppState;
 
@@ -40,6 +43,11 @@ const MAX_TAIL: usize = 1024 * 1024;
 struct Series {
     run: RunId,
     label: String,
+    /// The run's workload's name.
+    workload: String,
+    /// The run's workload (pages group runs by it: names repeat across
+    /// experiments).
+    workload_id: WorkloadId,
     key: String,
     start_ms: Option<i64>,
     /// `[x, value, ts_ms]`.
@@ -53,6 +61,9 @@ struct SeriesReply {
     keys: Vec<(String, String)>,
     live: bool,
     series: Vec<Series>,
+    markers: Vec<Marker>,
+    /// Markers not sent (past [`crate::markers::MAX_MARKERS`]).
+    markers_left_off: usize,
 }
 
 /// A chart's request, checked against the store: runs exist, each metric
@@ -153,12 +164,15 @@ pub(crate) async fn series(
                     series.push(Series {
                         run: r.run.id,
                         label: label(r),
+                        workload: r.workload.clone(),
+                        workload_id: r.run.workload_id,
                         key: key.clone(),
                         start_ms: r.run.start_ms,
                         points,
                     });
                 }
             }
+            let (markers, markers_left_off) = markers(store, &a.runs)?;
             Ok(SeriesReply {
                 x: match a.x {
                     XAxis::Elapsed => "elapsed",
@@ -167,6 +181,8 @@ pub(crate) async fn series(
                 keys: a.keys.iter().map(|k| (k.clone(), unit_label(k))).collect(),
                 live: a.runs.iter().any(|r| !r.run.status.is_terminal()),
                 series,
+                markers,
+                markers_left_off,
             })
         })
         .await?;

@@ -3,8 +3,10 @@
 //! `batchcast ui` serves pages over the SQLite file that `batchcast run`
 //! writes: experiments, then workloads, then runs; charts of any metric of
 //! any set of runs (drawn in the browser as SVG by this crate's own small
-//! script, from JSON endpoints); the collocation table of
-//! `batchcast runs compare`; and a page per run with its output.
+//! script, from JSON endpoints), with the runs' events (and those of their
+//! workload's shared producer: triggers, new data) marked on the x axis,
+//! and an experiment's workloads compared one line each; the collocation
+//! table of `batchcast runs compare`; and a page per run with its output.
 //!
 //! Invariants:
 //! - Read-only. Every request opens its own read-only connection
@@ -31,6 +33,7 @@ mod assets;
 mod error;
 mod guard;
 mod html;
+mod markers;
 mod pages;
 mod query;
 mod server;

@@ -65,7 +65,8 @@ pub enum Error {
     #[error(
         "cannot resume producer {name:?} from its state file {}: {why}; nothing was reset. To \
          start the stream afresh (from epoch 0, for consumers attaching anew), pass --fresh \
-         (`batchcast serve --fresh`, ProducerOptions::durable's `fresh`), or remove the file",
+         (`batchcast serve --fresh`, Python's `Producer(..., fresh=True)`, \
+         ProducerOptions::durable's `fresh`), or remove the file",
         path.display()
     )]
     StateFile {
@@ -82,7 +83,8 @@ pub enum Error {
     #[error(
         "producer {name:?} cannot resume the stream in {}: it was started with {differences}; \
          restart it with the same dataset, seed and options to resume, or pass --fresh \
-         (`batchcast serve --fresh`, ProducerOptions::durable's `fresh`) to start afresh",
+         (`batchcast serve --fresh`, Python's `Producer(..., fresh=True)`, \
+         ProducerOptions::durable's `fresh`) to start afresh",
         path.display()
     )]
     StreamMismatch {

@@ -81,7 +81,8 @@ pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
     identity_differences, Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer,
-    ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, SLOT_HEADROOM,
+    ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD,
+    SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
 pub use run_events::{RunEvents, EVENTS_ENV, MAX_EVENTS};

@@ -9,10 +9,13 @@ data wait is the part spent blocked in the loader's ``next()``. The first
 
 import json
 import os
+import sys
 import time
 from typing import Any, Callable, Optional
 
+from .._barrier import BarrierError, arrive, join
 from .._figures import write_figures
+from .._files import write_whole
 from .._native import machine_busy_seconds, tree_cpu_seconds
 from . import _protocol
 
@@ -63,6 +66,12 @@ class Recorder:
         self._samples = 0
         self._drained = 0
         self.epochs: list[int] = []
+        if config.barrier:
+            # A copy that ends while this one warms up is seen at the barrier.
+            try:
+                join(config.barrier)
+            except (BarrierError, OSError) as e:
+                _unsynchronised(e)
 
     def _begin(self, at: float) -> None:
         self._start = at
@@ -130,26 +139,25 @@ class Recorder:
             caught_up_after=self._drained,
         )
         path = os.path.join(self._c.out, _protocol.RESULT_FILE.format(rank=_protocol.rank()))
-        tmp = f"{path}.tmp{os.getpid()}"
-        with open(tmp, "w") as f:
-            json.dump(result, f)
-        os.replace(tmp, path)
+        write_whole(path, json.dumps(result))
         if _protocol.rank() == 0:
             write_figures(result)  # the run's figures, under `batchcast run`
         raise SystemExit(0)
 
 
 def _wait_for_all(spec: str) -> None:
-    """The file barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: polls (with a
-    deadline) until N copies have announced their end of warm-up."""
-    where, _, count = spec.rpartition(":")
-    n = int(count)
-    open(os.path.join(where, f"ready-{os.getpid()}"), "w").close()
-    deadline = time.monotonic() + _protocol.BARRIER_TIMEOUT_S
-    while time.monotonic() < deadline:
-        if sum(1 for f in os.listdir(where) if f.startswith("ready-")) >= n:
-            return
-        time.sleep(0.005)
+    """The barrier of ``BATCHCAST_STALLS_BARRIER=DIR:N``: waits until N
+    copies have warmed up. Where it does not open (a copy ended, or took
+    over :data:`_protocol.BARRIER_TIMEOUT_S`), this copy says so and is
+    measured alone; the copy that ended is reported as failed."""
+    try:
+        arrive(spec, _protocol.BARRIER_TIMEOUT_S)
+    except (BarrierError, OSError) as e:
+        _unsynchronised(e)
+
+
+def _unsynchronised(e: BaseException) -> None:
+    print(f"batchcast stalls: {e}; this copy is measured without the others", file=sys.stderr)
 
 
 def now() -> float:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any, Optional
 
 from .. import _experiment
+from .._barrier import make_barrier
 from . import _analysis, _cache, _protocol
 from ._report import SCHEMA_VERSION
 from ._runner import StallsError, Store, can_pin, make_job, run_all, run_planned
@@ -236,10 +237,10 @@ VALIDATE_SECONDS = 4.0
 
 
 def _together(base: str, name: str, settings: dict[str, str], jobs: int) -> dict[str, str]:
-    where = tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base)
+    barrier = make_barrier(tempfile.mkdtemp(prefix=f"{name}-barrier-", dir=base), jobs)
     together = {k: v for k, v in settings.items() if k != _protocol.STEPS}
     together.setdefault(_protocol.SECONDS, str(VALIDATE_SECONDS))
-    return dict(together, **{_protocol.BARRIER: f"{where}:{jobs}"})
+    return dict(together, **{_protocol.BARRIER: barrier})
 
 
 def _timeshare(opts: Options, mode: str, base: str, settings: dict[str, str]) -> Optional[dict]:

@@ -111,75 +111,108 @@ pub fn run(args: BenchArgs) -> Result<()> {
     let exe = std::env::current_exe().context("cannot find the batchcast executable")?;
     let mut cells = Vec::new();
     if !args.json {
-        let mapping = if args.copy_on_write {
-            "private and writable (copy-on-write)"
-        } else {
-            "shared and read-only"
-        };
-        outln!("consumers map the arena {mapping}")?;
-        outln!(
-            "{:>8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>10} {:>11}",
-            "size MiB",
-            "consumers",
-            "batches/s",
-            "GB/s each",
-            "overhead us",
-            "prod CPU us",
-            "+write CPU us",
-            "memcpy us",
-            "memcpy GB/s"
-        )?;
+        print_header(args.copy_on_write)?;
     }
     for &size_mb in &args.sizes_mb {
-        let bytes = size_mb << 20;
-        let (memcpy_us, memcpy_gbs) = memcpy_reference(bytes);
+        let memcpy = memcpy_reference(size_mb << 20);
         for &n in &args.consumers {
-            let (mut rates, mut cpus, mut cpus_written) = (Vec::new(), Vec::new(), Vec::new());
-            let mut durable_rates = Vec::new();
-            for _ in 0..args.repeat {
-                let (rate, cpu) = run_cell(&exe, &args, bytes, n, Mode::Transport)?;
-                rates.push(rate);
-                cpus.push(cpu);
-                cpus_written.push(run_cell(&exe, &args, bytes, n, Mode::Written)?.1);
-                if args.durable {
-                    durable_rates.push(run_cell(&exe, &args, bytes, n, Mode::Durable)?.0);
-                }
-            }
-            let durable_rate = (!durable_rates.is_empty()).then(|| median(durable_rates));
-            let cell = (median(rates), median(cpus));
-            let written = (0.0, median(cpus_written));
-            let cell = Cell {
-                producer_cpu_written_us: written.1,
-                size_mb,
-                consumers: n,
-                gb_per_sec: cell.0 * bytes as f64 / 1e9,
-                batches_per_sec: cell.0,
-                overhead_us: 1e6 / cell.0.max(1e-9),
-                producer_cpu_us: cell.1,
-                memcpy_us,
-                memcpy_gb_per_sec: memcpy_gbs,
-                state_writes_ratio: durable_rate.map(|d| d / cell.0.max(1e-9)),
-            };
+            let cell = measure(&exe, &args, size_mb, n, memcpy)?;
             if !args.json {
-                outln!(
-                    "{:>8} {:>9} {:>11.0} {:>11.1} {:>11.1} {:>11.1} {:>13.1} {:>10.1} {:>11.1}",
-                    cell.size_mb,
-                    cell.consumers,
-                    cell.batches_per_sec,
-                    cell.gb_per_sec,
-                    cell.overhead_us,
-                    cell.producer_cpu_us,
-                    cell.producer_cpu_written_us,
-                    cell.memcpy_us,
-                    cell.memcpy_gb_per_sec
-                )?;
-                if let Some(r) = cell.state_writes_ratio {
-                    outln!("{:>8} with a state file: {r:.3}x the batches/s", "")?;
-                }
+                print_cell(&cell)?;
             }
             cells.push(cell);
         }
     }
+    summarise(&args, &cells)
+}
+
+/// The table's first lines: how consumers map the arena, and the columns.
+fn print_header(copy_on_write: bool) -> Result<()> {
+    let mapping = if copy_on_write {
+        "private and writable (copy-on-write)"
+    } else {
+        "shared and read-only"
+    };
+    outln!("consumers map the arena {mapping}")?;
+    outln!(
+        "{:>8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>10} {:>11}",
+        "size MiB",
+        "consumers",
+        "batches/s",
+        "GB/s each",
+        "overhead us",
+        "prod CPU us",
+        "+write CPU us",
+        "memcpy us",
+        "memcpy GB/s"
+    )?;
+    Ok(())
+}
+
+/// One cell, `n` consumers of `size_mb` MiB batches: the median of
+/// `--repeat` runs of each mode; `memcpy` is the reference copy's
+/// microseconds and GB/s at that size.
+fn measure(
+    exe: &std::path::Path,
+    args: &BenchArgs,
+    size_mb: usize,
+    n: usize,
+    memcpy: (f64, f64),
+) -> Result<Cell> {
+    let bytes = size_mb << 20;
+    let (memcpy_us, memcpy_gbs) = memcpy;
+    let (mut rates, mut cpus, mut cpus_written) = (Vec::new(), Vec::new(), Vec::new());
+    let mut durable_rates = Vec::new();
+    for _ in 0..args.repeat {
+        let (rate, cpu) = run_cell(exe, args, bytes, n, Mode::Transport)?;
+        rates.push(rate);
+        cpus.push(cpu);
+        cpus_written.push(run_cell(exe, args, bytes, n, Mode::Written)?.1);
+        if args.durable {
+            durable_rates.push(run_cell(exe, args, bytes, n, Mode::Durable)?.0);
+        }
+    }
+    let durable_rate = (!durable_rates.is_empty()).then(|| median(durable_rates));
+    let cell = (median(rates), median(cpus));
+    let written = (0.0, median(cpus_written));
+    Ok(Cell {
+        producer_cpu_written_us: written.1,
+        size_mb,
+        consumers: n,
+        gb_per_sec: cell.0 * bytes as f64 / 1e9,
+        batches_per_sec: cell.0,
+        overhead_us: 1e6 / cell.0.max(1e-9),
+        producer_cpu_us: cell.1,
+        memcpy_us,
+        memcpy_gb_per_sec: memcpy_gbs,
+        state_writes_ratio: durable_rate.map(|d| d / cell.0.max(1e-9)),
+    })
+}
+
+/// A cell's row of the table.
+fn print_cell(cell: &Cell) -> Result<()> {
+    outln!(
+        "{:>8} {:>9} {:>11.0} {:>11.1} {:>11.1} {:>11.1} {:>13.1} {:>10.1} {:>11.1}",
+        cell.size_mb,
+        cell.consumers,
+        cell.batches_per_sec,
+        cell.gb_per_sec,
+        cell.overhead_us,
+        cell.producer_cpu_us,
+        cell.producer_cpu_written_us,
+        cell.memcpy_us,
+        cell.memcpy_gb_per_sec
+    )?;
+    if let Some(r) = cell.state_writes_ratio {
+        outln!("{:>8} with a state file: {r:.3}x the batches/s", "")?;
+    }
+    Ok(())
+}
+
+/// How the per-batch overhead grows with the batch, and the producer's CPU
+/// with the consumers: as JSON (with every cell), or as lines below the
+/// table.
+fn summarise(args: &BenchArgs, cells: &[Cell]) -> Result<()> {
     let find = |size: usize, n: usize| cells.iter().find(|c| c.size_mb == size && c.consumers == n);
     let (small, large) = (args.sizes_mb[0], *args.sizes_mb.last().unwrap_or(&1));
     let (n_lo, n_hi) = (args.consumers[0], *args.consumers.last().unwrap_or(&1));

@@ -73,23 +73,8 @@ struct EpochTally {
 
 /// Runs `batchcast consume`; the exit code says how it ended.
 pub fn run(args: ConsumeArgs) -> Result<i32> {
-    let opts = ConsumerOptions {
-        batch_size: args.batch_size,
-        drop_last: args.drop_last,
-        join: JoinPolicy::parse(&args.join)?,
-        on_evict: OnEvict::parse(&args.on_evict)?,
-        connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
-        reconnect_timeout: Duration::try_from_secs_f64(args.reconnect_timeout).map_err(|_| {
-            anyhow::anyhow!(
-                "--reconnect-timeout must be a non-negative number of seconds, not {}",
-                args.reconnect_timeout
-            )
-        })?,
-        label: format!("batchcast consume {}", std::process::id()),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = match Consumer::connect(&args.name, opts, &mut never) {
+    let mut consumer = match Consumer::connect(&args.name, options(&args)?, &mut never) {
         Ok(c) => c,
         Err(e) => return report_error(&e),
     };
@@ -125,28 +110,7 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                     ..Default::default()
                 };
             }
-            Event::Batch(batch) => {
-                let rows = batch.rows();
-                // Every batch but the epoch's last has exactly batch_size rows.
-                if tally.samples != tally.batches * batch_size {
-                    tally.sizes_ok = false;
-                }
-                let (first, _) = check_batch(&batch, &mut tally, args.verify);
-                tally.batches += 1;
-                tally.samples += rows;
-                if args.each {
-                    let mut line = json!({"event": "batch", "epoch": batch.epoch,
-                        "index": batch.index, "rows": rows, "first_id": first});
-                    if args.hash {
-                        line["hash"] = format!("{:016x}", hash_of(&batch)).into();
-                    }
-                    outln!("{line}")?;
-                }
-                if args.delay_ms > 0.0 {
-                    // Emulated training step: this is the workload, not a wait.
-                    std::thread::sleep(Duration::from_secs_f64(args.delay_ms / 1000.0));
-                }
-            }
+            Event::Batch(batch) => on_batch(&args, &batch, &mut tally, batch_size)?,
             Event::EpochEnd { epoch, samples } => {
                 outln!(
                     "{}",
@@ -159,13 +123,7 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                 )?;
                 epochs_done += 1;
                 if args.epochs.is_some_and(|e| epochs_done >= e) {
-                    let s = consumer.stats();
-                    outln!(
-                        "{}",
-                        json!({"event": "finished", "reason": "epochs", "batches": s.batches,
-                               "wait_secs": s.wait_secs})
-                    )?;
-                    return Ok(0);
+                    return finished(&consumer, "epochs");
                 }
             }
             Event::Trigger(t) => {
@@ -175,17 +133,70 @@ pub fn run(args: ConsumeArgs) -> Result<i32> {
                            "samples": t.samples, "arrivals": t.arrivals})
                 )?;
             }
-            Event::Finished(reason) => {
-                let s = consumer.stats();
-                outln!(
-                    "{}",
-                    json!({"event": "finished", "reason": format!("{reason:?}"),
-                           "batches": s.batches, "wait_secs": s.wait_secs})
-                )?;
-                return Ok(0);
-            }
+            Event::Finished(reason) => return finished(&consumer, &format!("{reason:?}")),
         }
     }
+}
+
+/// The options `args` ask for.
+fn options(args: &ConsumeArgs) -> Result<ConsumerOptions> {
+    Ok(ConsumerOptions {
+        batch_size: args.batch_size,
+        drop_last: args.drop_last,
+        join: JoinPolicy::parse(&args.join)?,
+        on_evict: OnEvict::parse(&args.on_evict)?,
+        connect_timeout: Some(Duration::from_secs_f64(args.connect_timeout)),
+        reconnect_timeout: Duration::try_from_secs_f64(args.reconnect_timeout).map_err(|_| {
+            anyhow::anyhow!(
+                "--reconnect-timeout must be a non-negative number of seconds, not {}",
+                args.reconnect_timeout
+            )
+        })?,
+        label: format!("batchcast consume {}", std::process::id()),
+        ..Default::default()
+    })
+}
+
+/// Counts and checks a batch of an epoch of `batch_size` batches, prints
+/// it with `--each`, then spends `--delay-ms` on it.
+fn on_batch(
+    args: &ConsumeArgs,
+    batch: &Batch,
+    tally: &mut EpochTally,
+    batch_size: u64,
+) -> Result<()> {
+    let rows = batch.rows();
+    // Every batch but the epoch's last has exactly batch_size rows.
+    if tally.samples != tally.batches * batch_size {
+        tally.sizes_ok = false;
+    }
+    let (first, _) = check_batch(batch, tally, args.verify);
+    tally.batches += 1;
+    tally.samples += rows;
+    if args.each {
+        let mut line = json!({"event": "batch", "epoch": batch.epoch,
+            "index": batch.index, "rows": rows, "first_id": first});
+        if args.hash {
+            line["hash"] = format!("{:016x}", hash_of(batch)).into();
+        }
+        outln!("{line}")?;
+    }
+    if args.delay_ms > 0.0 {
+        // Emulated training step: this is the workload, not a wait.
+        std::thread::sleep(Duration::from_secs_f64(args.delay_ms / 1000.0));
+    }
+    Ok(())
+}
+
+/// Prints the `finished` line, with why and the consumer's totals.
+fn finished(consumer: &Consumer, reason: &str) -> Result<i32> {
+    let s = consumer.stats();
+    outln!(
+        "{}",
+        json!({"event": "finished", "reason": reason, "batches": s.batches,
+               "wait_secs": s.wait_secs})
+    )?;
+    Ok(0)
 }
 
 /// A hash of every leaf's shape and bytes.

@@ -9,11 +9,10 @@ use anyhow::{bail, Context, Result};
 use batchcast_sim::trace::{read_cluster, read_file, ClusterFile, Format};
 use batchcast_sim::{
     apply_standin, by_name, comparison_table, jct_cdf_svg, jobs_csv, queue_svg, simulate,
-    simulate_bidding, synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DataSharing,
-    JobSpec, Outcome, SimConfig, StandinReport, Summary, SynthConfig,
+    simulate_bidding, synthetic, utilisation_svg, Bidder, BiddingRun, ClusterSpec, DallySetup,
+    DataSharing, JobSpec, Outcome, SimConfig, StandinReport, Summary, SynthConfig,
 };
 use clap::Args;
-use indicatif::{ProgressBar, ProgressStyle};
 
 #[derive(Args)]
 pub struct SimArgs {
@@ -65,6 +64,13 @@ pub struct SimArgs {
     /// simulator's checkpointing overhead.
     #[arg(long)]
     restart_cost: Option<f64>,
+    /// Under --model bidding, Dally's delay timers as the published
+    /// simulator's command line gives them: RACK,NETWORK[,HISTORY], leases
+    /// a job waits before it takes GPUs across machines, then anywhere
+    /// (both -1: tuned per job from the last HISTORY leases); default 1,2,0.
+    /// They apply when the cluster file says `"consolidate": "true"`.
+    #[arg(long, allow_hyphen_values = true)]
+    dally_delays: Option<String>,
     /// Congestion per extra job on a rack's cross-machine links; default
     /// 0.02, or 0 with a published cluster file. Not under --model bidding.
     #[arg(long)]
@@ -166,6 +172,37 @@ fn config(a: &SimArgs, c: &ClusterFile, data_sharing: DataSharing) -> SimConfig 
     }
 }
 
+/// Dally's settings from --dally-delays and the cluster file's
+/// `consolidate`.
+fn dally_setup(delays: Option<&str>, consolidate: bool) -> Result<DallySetup> {
+    let mut setup = DallySetup {
+        consolidate,
+        ..DallySetup::default()
+    };
+    let Some(d) = delays else {
+        return Ok(setup);
+    };
+    let bad = || {
+        anyhow::anyhow!(
+            "--dally-delays {d:?}: give RACK,NETWORK[,HISTORY], leases as numbers (both -1: \
+             tuned) and HISTORY a whole number of leases, e.g. 1,2 or -1,-1,100"
+        )
+    };
+    let parts: Vec<&str> = d.split(',').map(str::trim).collect();
+    if !(2..=3).contains(&parts.len()) {
+        return Err(bad());
+    }
+    setup.rack_wait = parts[0].parse().map_err(|_| bad())?;
+    setup.network_wait = parts[1].parse().map_err(|_| bad())?;
+    if let Some(h) = parts.get(2) {
+        setup.history = h.parse().map_err(|_| bad())?;
+    }
+    if !(setup.rack_wait.is_finite() && setup.network_wait.is_finite()) {
+        return Err(bad());
+    }
+    Ok(setup)
+}
+
 /// Refuses the flags the bidding model has no use for, naming the first one
 /// given.
 fn refuse_gang_only_flags(a: &SimArgs) -> Result<()> {
@@ -226,11 +263,22 @@ pub fn run(a: SimArgs) -> Result<()> {
     if names.is_empty() {
         bail!("--policy names no policy; give e.g. dally,tiresias,gandiva,srsf,fifo");
     }
+    if bidding && a.restart_cost.is_none() && names.iter().any(|n| n.eq_ignore_ascii_case("dally"))
+    {
+        eprintln!(
+            "note: the published Dally (cluster-sim at 4cd660e) offers a released GPU again 1 s \
+             per GPU later; give --restart-cost 1 to match it"
+        );
+    }
     let outcomes = if bidding {
         let run = BiddingRun {
             origin,
             granularity: cfile.iteration_granularity.unwrap_or(1),
             published_default_cluster: cfile.published && !cfile.shape_used,
+            dally: dally_setup(
+                a.dally_delays.as_deref(),
+                cfile.consolidate.unwrap_or(false),
+            )?,
         };
         let mut outcomes = Vec::new();
         for n in &names {
@@ -422,13 +470,9 @@ fn simulate_gang(
     let show = std::io::stderr().is_terminal();
     for p in &mut policies {
         let bar = show.then(|| {
-            let b = ProgressBar::new(jobs.len() as u64);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
-                )
-                .unwrap_or_else(|_| ProgressStyle::default_bar())
-                .progress_chars("=> "),
+            let b = crate::progress::bar(
+                jobs.len() as u64,
+                "{prefix:>9} [{bar:30}] {pos}/{len} jobs done, eta {eta}",
             );
             b.set_prefix(p.name().to_string());
             b

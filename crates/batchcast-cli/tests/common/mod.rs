@@ -130,6 +130,29 @@ impl Env {
         Proc::start(self.cmd(args))
     }
 
+    /// `consume NAME --each --hash` in batches of `batch_size` rows, each
+    /// held `delay_ms` ms, waiting up to 60 s for the producer (and for
+    /// its restart).
+    pub fn hashing_consumer(&self, name: &str, delay_ms: &str, batch_size: &str) -> Proc {
+        Proc::start(self.hashing_consumer_cmd(name, delay_ms, batch_size))
+    }
+
+    /// The command [`Env::hashing_consumer`] starts.
+    pub fn hashing_consumer_cmd(&self, name: &str, delay_ms: &str, batch_size: &str) -> Command {
+        self.cmd(&[
+            "consume",
+            name,
+            "--each",
+            "--hash",
+            "--delay-ms",
+            delay_ms,
+            "--batch-size",
+            batch_size,
+            "--connect-timeout",
+            "60",
+        ])
+    }
+
     /// A synthetic producer; returns once it listens.
     pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
         let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];

@@ -9,12 +9,14 @@
 //! Opening lists and indexes; it never decodes. Reading one sample's bytes is
 //! [`Dataset::read_sample`], safe to call from many threads at once.
 
+mod arrivals;
 mod imagefolder;
 mod replay;
 mod watch;
 mod webdataset;
 mod writer;
 
+pub use arrivals::{ARRIVALS_FILE, MAX_ARRIVALS_BYTES};
 pub use replay::{Replay, MAX_REPLAY_BYTES, MAX_REPLAY_LABEL, MAX_REPLAY_PATH, MAX_REPLAY_ROWS};
 pub use watch::{Growth, Watcher, DEFAULT_WATCH_MAX_FILES};
 pub use writer::WebDatasetWriter;
@@ -248,6 +250,47 @@ impl Dataset {
 pub const MAX_SAMPLE_BYTES: u64 = 512 << 20;
 
 /// True when `path`'s extension is `ext`, ignoring letter case.
+/// The text of the CSV `csv`, at most `max_bytes` long, whose first line
+/// is `header`; `bad(line, reason)` is the error for a file that is not
+/// (line 0: the whole file).
+fn read_csv(
+    csv: &Path,
+    max_bytes: u64,
+    header: &str,
+    bad: impl Fn(usize, String) -> PipelineError,
+) -> Result<String, PipelineError> {
+    let mut text = String::new();
+    File::open(csv)
+        .and_then(|f| f.take(max_bytes + 1).read_to_string(&mut text))
+        .map_err(|e| PipelineError::io(csv, e))?;
+    if text.len() as u64 > max_bytes {
+        return Err(bad(
+            0,
+            format!("the file is larger than {max_bytes} bytes; split it"),
+        ));
+    }
+    match text.lines().next() {
+        Some(h) if h.trim_end() == header => Ok(text),
+        found => Err(bad(
+            1,
+            format!(
+                "the header is {:?}; the first line must be {header}",
+                found.unwrap_or("")
+            ),
+        )),
+    }
+}
+
+/// The rows of a CSV's text after its header, with their line numbers
+/// (from 1, the header being 1), blank lines left out.
+fn csv_rows(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    text.lines()
+        .enumerate()
+        .skip(1)
+        .map(|(i, line)| (i + 1, line.trim_end_matches('\r')))
+        .filter(|(_, line)| !line.trim().is_empty())
+}
+
 fn has_extension(path: &Path, ext: &str) -> bool {
     path.extension()
         .and_then(|e| e.to_str())

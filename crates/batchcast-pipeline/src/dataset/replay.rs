@@ -17,8 +17,6 @@
 //! - The dataset starts with the rows of the first timestamp; indices are
 //!   stable, later rows are appended in arrival order.
 
-use std::fs::File;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
@@ -133,47 +131,23 @@ impl Replay {
     /// An unreadable or oversized file, a wrong header, a bad row (with
     /// its line), more than [`MAX_REPLAY_ROWS`] rows, no row.
     pub fn open(csv: &Path) -> Result<(Dataset, Replay), PipelineError> {
-        let mut text = String::new();
-        File::open(csv)
-            .and_then(|f| f.take(MAX_REPLAY_BYTES + 1).read_to_string(&mut text))
-            .map_err(|e| PipelineError::io(csv, e))?;
-        if text.len() as u64 > MAX_REPLAY_BYTES {
-            return Err(bad(
-                csv,
-                0,
-                format!("the file is larger than {MAX_REPLAY_BYTES} bytes; split the trace"),
-            ));
-        }
+        let text = super::read_csv(csv, MAX_REPLAY_BYTES, HEADER, |line, why| {
+            bad(csv, line, why)
+        })?;
         let root = match csv.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
             _ => PathBuf::from("."),
         };
-        let mut lines = text.lines().enumerate();
-        match lines.next() {
-            Some((_, h)) if h.trim_end() == HEADER => {}
-            other => {
-                let found = other.map_or("", |(_, h)| h);
-                return Err(bad(
-                    csv,
-                    1,
-                    format!("the header is {found:?}; the first line must be {HEADER}"),
-                ));
-            }
-        }
         let mut rows = Vec::new();
-        for (i, line) in lines {
-            let line = line.trim_end_matches('\r');
-            if line.trim().is_empty() {
-                continue;
-            }
+        for (n, line) in super::csv_rows(&text) {
             if rows.len() >= MAX_REPLAY_ROWS {
                 return Err(bad(
                     csv,
-                    i + 1,
+                    n,
                     format!("more than {MAX_REPLAY_ROWS} rows; split the trace"),
                 ));
             }
-            rows.push(parse_row(csv, &root, i + 1, line)?);
+            rows.push(parse_row(csv, &root, n, line)?);
         }
         rows.sort_by(|a, b| a.time.total_cmp(&b.time));
         let Some(first) = rows.first().map(|r| r.time) else {

@@ -1,6 +1,7 @@
 //! A dataset that grows: [`Watcher`] finds the files added to a dataset's
 //! folder since the last look and appends them to the [`Dataset`], with
-//! each sample's arrival time (its file's mtime).
+//! each sample's arrival time: its file's (or shard's) mtime, or the time
+//! the folder's sidecar [`ARRIVALS_FILE`](super::ARRIVALS_FILE) gives it.
 //!
 //! - Indices are stable: new samples are appended, existing ones never
 //!   move. A new ImageFolder class folder gets the next label (never the
@@ -24,6 +25,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
+use super::arrivals::Arrivals;
 use super::{imagefolder, webdataset, Dataset, DatasetKind, Entry, Location};
 use crate::PipelineError;
 
@@ -66,6 +68,8 @@ pub struct Watcher {
     known: HashSet<PathBuf>,
     /// Each sample's arrival time, by index.
     arrivals: Vec<f64>,
+    /// The arrival times the folder's sidecar gives.
+    sidecar: Arrivals,
     max_files: usize,
 }
 
@@ -97,7 +101,7 @@ impl Watcher {
     /// # Errors
     /// A dataset opened from one `.tar` file (there is no folder to
     /// watch), more than `max_files` samples or folders, an unreadable
-    /// folder.
+    /// folder, a sidecar with a bad line.
     pub fn new(dataset: &Dataset, max_files: usize) -> Result<Watcher, PipelineError> {
         let root = dataset.root().to_path_buf();
         if !root.is_dir() {
@@ -108,6 +112,7 @@ impl Watcher {
             )));
         }
         let mut w = Watcher {
+            sidecar: Arrivals::open(&root, max_files)?,
             root,
             kind: dataset.kind(),
             folders: Vec::new(),
@@ -125,12 +130,13 @@ impl Watcher {
                 }
                 for e in &dataset.entries {
                     let path = entry_path(e).unwrap_or(&w.root);
-                    w.arrivals.push(mtime_secs(path));
+                    w.arrivals.push(w.arrival_of(path));
                     w.known.insert(path.to_path_buf());
                 }
             }
             DatasetKind::WebDataset => {
-                let shard_times: Vec<f64> = dataset.shards.iter().map(|s| mtime_secs(s)).collect();
+                let shard_times: Vec<f64> =
+                    dataset.shards.iter().map(|s| w.arrival_of(s)).collect();
                 w.known.extend(dataset.shards.iter().cloned());
                 for e in &dataset.entries {
                     let t = match &e.location {
@@ -142,6 +148,12 @@ impl Watcher {
             }
         }
         Ok(w)
+    }
+
+    /// When the file (or shard) `path` arrived: the sidecar's time for it,
+    /// else its mtime.
+    fn arrival_of(&self, path: &Path) -> f64 {
+        self.sidecar.time(path).unwrap_or_else(|| mtime_secs(path))
     }
 
     /// The arrival time of sample `index` (seconds since the Unix epoch),
@@ -211,10 +223,11 @@ impl Watcher {
     ///
     /// # Errors
     /// An unreadable folder, a new shard that cannot be indexed, more
-    /// than the watch's `max_files` samples or folders. On error the
-    /// dataset is unchanged.
+    /// than the watch's `max_files` samples or folders, a sidecar with a
+    /// bad line. On error the dataset is unchanged.
     pub fn rescan(&mut self, dataset: &mut Dataset) -> Result<Growth, PipelineError> {
         let t0 = Instant::now();
+        self.sidecar.refresh()?;
         let mut growth = Growth {
             folders_checked: self.folders.len(),
             ..Growth::default()
@@ -280,7 +293,7 @@ impl Watcher {
                 label: *label,
             })
             .collect();
-        let mut times: Vec<f64> = new_files.iter().map(|(_, p)| mtime_secs(p)).collect();
+        let mut times: Vec<f64> = new_files.iter().map(|(_, p)| self.arrival_of(p)).collect();
         if !new_shards.is_empty() {
             let first = u32::try_from(dataset.shards.len()).unwrap_or(u32::MAX);
             for mut e in webdataset::index(&self.root, &new_shards)? {
@@ -288,7 +301,7 @@ impl Watcher {
                     times.push(
                         new_shards
                             .get(*shard as usize)
-                            .map_or(0.0, |s| mtime_secs(s)),
+                            .map_or(0.0, |s| self.arrival_of(s)),
                     );
                     *shard = shard.saturating_add(first);
                 }
@@ -396,6 +409,38 @@ mod tests {
         assert_eq!(names(&ds, 7), []);
         assert_eq!(w.rescan(&mut ds).unwrap().added, 1);
         assert_eq!(names(&ds, 7), [("cat/sub/d.jpg".into(), 0)]);
+    }
+
+    #[test]
+    fn the_sidecar_gives_arrival_times_where_it_names_a_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        write(root, "cat/a.jpg");
+        write(root, "cat/b.jpg");
+        let sidecar = root.join(super::super::ARRIVALS_FILE);
+        fs::write(&sidecar, "path,timestamp\ncat/a.jpg,1000\n").unwrap();
+        let mut ds = Dataset::open(root).unwrap();
+        let mut w = Watcher::new(&ds, 100).unwrap();
+        assert_eq!(w.arrival(0), Some(1000.0));
+        assert!(w.arrival(1).unwrap() > 1.0e9, "no row: its mtime");
+        // Rows for the new files, written before the files are.
+        fs::write(
+            &sidecar,
+            "path,timestamp\ncat/a.jpg,1000\ncat/c.jpg,2000\ndog/d.jpg,3000.5\n",
+        )
+        .unwrap();
+        write(root, "cat/c.jpg");
+        write(root, "dog/d.jpg");
+        let g = w.rescan(&mut ds).unwrap();
+        assert_eq!((g.added, g.arrivals), (2, Some((2000.0, 3000.5))));
+        // A bad line fails the rescan, naming it, and changes nothing.
+        fs::write(&sidecar, "path,timestamp\ncat/e.jpg,later\n").unwrap();
+        write(root, "cat/e.jpg");
+        let err = w.rescan(&mut ds).unwrap_err().to_string();
+        assert!(err.contains("batchcast-arrivals.csv:2: "), "{err}");
+        assert_eq!(ds.len(), 4);
+        fs::write(&sidecar, "path,timestamp\ncat/e.jpg,4000\n").unwrap();
+        assert_eq!(w.rescan(&mut ds).unwrap().arrivals, Some((4000.0, 4000.0)));
     }
 
     #[test]

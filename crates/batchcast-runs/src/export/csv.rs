@@ -20,9 +20,6 @@ pub fn metrics_csv_file(
     keys: &[String],
     path: &Path,
 ) -> Result<u64> {
-    let err = |what: &str, p: &Path, e: std::io::Error| {
-        StoreError::Export(format!("{what} {}: {e}", p.display()))
-    };
     let dest = std::fs::canonicalize(path).unwrap_or_else(|_| path.to_path_buf());
     let name = dest
         .file_name()
@@ -38,18 +35,24 @@ pub fn metrics_csv_file(
         .write(true)
         .create_new(true)
         .open(&tmp)
-        .map_err(|e| err("cannot create", &tmp, e))?;
+        .map_err(StoreError::export_file("cannot create", &tmp))?;
     let written = (|| {
         if let Ok(meta) = std::fs::metadata(&dest) {
             file.set_permissions(meta.permissions())
-                .map_err(|e| err("cannot set the permissions of", &tmp, e))?;
+                .map_err(StoreError::export_file(
+                    "cannot set the permissions of",
+                    &tmp,
+                ))?;
         }
         let mut w = std::io::BufWriter::new(&file);
         let rows = metrics_csv(store, runs, keys, &mut w)?;
-        w.flush().map_err(|e| err("cannot write", &tmp, e))?;
+        w.flush()
+            .map_err(StoreError::export_file("cannot write", &tmp))?;
         drop(w);
-        file.sync_all().map_err(|e| err("cannot write", &tmp, e))?;
-        std::fs::rename(&tmp, &dest).map_err(|e| err("cannot move into place", &dest, e))?;
+        file.sync_all()
+            .map_err(StoreError::export_file("cannot write", &tmp))?;
+        std::fs::rename(&tmp, &dest)
+            .map_err(StoreError::export_file("cannot move into place", &dest))?;
         Ok(rows)
     })();
     if written.is_err() {

@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 
 use serde::Serialize;
 
-use crate::{LogStream, RunId, RunRow, RunStatus, Store};
+use crate::{LogStream, Run, RunId, RunRow, RunStatus, Store};
 use crate::{Result, StoreError};
 
 /// A `meta.yaml` larger than this is not one MLflow wrote.
@@ -98,17 +98,13 @@ pub fn mlflow_key(key: &str) -> String {
     name
 }
 
-fn export_err(what: &str, path: &Path, e: impl std::fmt::Display) -> StoreError {
-    StoreError::Export(format!("{what} {}: {e}", path.display()))
-}
-
 /// Makes `dir` an MLflow file store with its Default experiment, or checks
 /// that it already is one; returns its absolute path.
 fn prepare_root(dir: &Path) -> Result<PathBuf> {
     if dir.exists() {
         let meta = dir.join("0").join("meta.yaml");
         let empty = fs::read_dir(dir)
-            .map_err(|e| export_err("cannot read", dir, e))?
+            .map_err(StoreError::export_file("cannot read", dir))?
             .next()
             .is_none();
         if !empty && !meta.is_file() {
@@ -119,8 +115,8 @@ fn prepare_root(dir: &Path) -> Result<PathBuf> {
             )));
         }
     }
-    fs::create_dir_all(dir).map_err(|e| export_err("cannot create", dir, e))?;
-    let root = fs::canonicalize(dir).map_err(|e| export_err("cannot resolve", dir, e))?;
+    fs::create_dir_all(dir).map_err(StoreError::export_file("cannot create", dir))?;
+    let root = fs::canonicalize(dir).map_err(StoreError::export_file("cannot resolve", dir))?;
     if !root.join("0").join("meta.yaml").is_file() {
         write_experiment(&root, "0", "Default")?;
     }
@@ -131,8 +127,8 @@ fn prepare_root(dir: &Path) -> Result<PathBuf> {
 /// there is none: one more than the largest numeric id there.
 fn experiment_id(root: &Path, name: &str) -> Result<String> {
     let mut largest = 0u64;
-    for entry in fs::read_dir(root).map_err(|e| export_err("cannot read", root, e))? {
-        let entry = entry.map_err(|e| export_err("cannot read", root, e))?;
+    for entry in fs::read_dir(root).map_err(StoreError::export_file("cannot read", root))? {
+        let entry = entry.map_err(StoreError::export_file("cannot read", root))?;
         let Some(id) = entry
             .file_name()
             .to_str()
@@ -162,15 +158,16 @@ fn read_meta_name(meta: &Path) -> Result<Option<String>> {
     }
     let text =
         batchcast_store::bounded::read_text(meta, MAX_META_BYTES).map_err(|e| match e.kind() {
-            std::io::ErrorKind::FileTooLarge => export_err("refusing to read", meta, e),
-            _ => export_err("cannot read", meta, e),
+            std::io::ErrorKind::FileTooLarge => {
+                StoreError::export_file("refusing to read", meta)(e)
+            }
+            _ => StoreError::export_file("cannot read", meta)(e),
         })?;
     let parsed: Meta = serde_norway::from_str(&text).map_err(|e| {
-        export_err(
-            "cannot parse",
-            meta,
-            format!("{e} (is this directory an MLflow file store?)"),
-        )
+        StoreError::Export(format!(
+            "cannot parse {}: {e} (is this directory an MLflow file store?)",
+            meta.display()
+        ))
     })?;
     Ok(parsed.name)
 }
@@ -188,8 +185,9 @@ fn file_uri(path: &Path) -> String {
 }
 
 fn write_yaml(path: &Path, value: &impl Serialize) -> Result<()> {
-    let text = serde_norway::to_string(value).map_err(|e| export_err("cannot encode", path, e))?;
-    fs::write(path, text).map_err(|e| export_err("cannot write", path, e))
+    let text = serde_norway::to_string(value)
+        .map_err(|e| StoreError::Export(format!("cannot encode {}: {e}", path.display())))?;
+    fs::write(path, text).map_err(StoreError::export_file("cannot write", path))
 }
 
 fn write_experiment(root: &Path, id: &str, name: &str) -> Result<()> {
@@ -203,7 +201,7 @@ fn write_experiment(root: &Path, id: &str, name: &str) -> Result<()> {
         name: &'a str,
     }
     let dir = root.join(id);
-    fs::create_dir_all(&dir).map_err(|e| export_err("cannot create", &dir, e))?;
+    fs::create_dir_all(&dir).map_err(StoreError::export_file("cannot create", &dir))?;
     let now = crate::now_ms();
     let meta = ExperimentMeta {
         artifact_location: file_uri(&dir),
@@ -249,13 +247,16 @@ fn write_run(
     let dest = exp_dir.join(&run_id);
     let old = exp_dir.join(format!(".{run_id}.old{}", std::process::id()));
     if dest.exists() {
-        fs::rename(&dest, &old).map_err(|e| export_err("cannot replace", &dest, e))?;
+        fs::rename(&dest, &old).map_err(StoreError::export_file("cannot replace", &dest))?;
     }
-    fs::rename(&tmp, &dest).map_err(|e| export_err("cannot move into place", &dest, e))?;
+    fs::rename(&tmp, &dest).map_err(StoreError::export_file("cannot move into place", &dest))?;
     let _ = fs::remove_dir_all(&old);
     Ok(run_id)
 }
 
+/// Fills `dir` with one run as MLflow's file store lays it out: its
+/// `meta.yaml`, tags, params, metrics and artifacts (the job's output and
+/// the run's events).
 fn fill_run_dir(
     store: &Store,
     dir: &Path,
@@ -264,6 +265,31 @@ fn fill_run_dir(
     row: &RunRow,
     out: &mut MlflowExport,
 ) -> Result<()> {
+    let run = &row.run;
+    for sub in ["params", "metrics", "tags", "artifacts"] {
+        let d = dir.join(sub);
+        fs::create_dir_all(&d).map_err(StoreError::export_file("cannot create", &d))?;
+    }
+    let user = run
+        .env
+        .get("user")
+        .and_then(|u| u.as_str())
+        .unwrap_or("batchcast");
+    write_meta(dir, run_id, exp_id, run, user)?;
+    write_values(&dir.join("tags"), &tags(row, user), out)?;
+    let params: Vec<(String, String)> = store
+        .params(run.id)?
+        .into_iter()
+        .map(|p| (p.key, p.value))
+        .collect();
+    write_values(&dir.join("params"), &params, out)?;
+    write_metrics(store, &dir.join("metrics"), run.id, out)?;
+    write_artifacts(store, &dir.join("artifacts"), run.id)
+}
+
+/// The run's `meta.yaml`, naming where its artifacts will be once `dir` is
+/// moved into place as `run_id`.
+fn write_meta(dir: &Path, run_id: &str, exp_id: &str, run: &Run, user: &str) -> Result<()> {
     #[derive(Serialize)]
     struct RunMeta<'a> {
         artifact_uri: String,
@@ -282,16 +308,6 @@ fn fill_run_dir(
         tags: [u8; 0],
         user_id: &'a str,
     }
-    let run = &row.run;
-    for sub in ["params", "metrics", "tags", "artifacts"] {
-        let d = dir.join(sub);
-        fs::create_dir_all(&d).map_err(|e| export_err("cannot create", &d, e))?;
-    }
-    let user = run
-        .env
-        .get("user")
-        .and_then(|u| u.as_str())
-        .unwrap_or("batchcast");
     let final_dir = dir.with_file_name(run_id);
     write_yaml(
         &dir.join("meta.yaml"),
@@ -312,7 +328,12 @@ fn fill_run_dir(
             tags: [],
             user_id: user,
         },
-    )?;
+    )
+}
+
+/// The run's tags: MLflow's own and batchcast's.
+fn tags(row: &RunRow, user: &str) -> Vec<(String, String)> {
+    let run = &row.run;
     let mut tags = vec![
         ("mlflow.runName", run.name.clone()),
         ("mlflow.user", user.to_string()),
@@ -332,47 +353,53 @@ fn fill_run_dir(
     if let Some(m) = &run.message {
         tags.push(("batchcast.message", m.clone()));
     }
-    let tags: Vec<(String, String)> = tags.into_iter().map(|(k, v)| (k.to_string(), v)).collect();
-    write_values(&dir.join("tags"), &tags, out)?;
-    let params: Vec<(String, String)> = store
-        .params(run.id)?
-        .into_iter()
-        .map(|p| (p.key, p.value))
-        .collect();
-    write_values(&dir.join("params"), &params, out)?;
-    let keys = store.metric_keys(run.id)?;
+    tags.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+/// One file per metric of `run` in `dir`, a `TIMESTAMP VALUE STEP` line
+/// per point.
+fn write_metrics(store: &Store, dir: &Path, run: RunId, out: &mut MlflowExport) -> Result<()> {
+    let keys = store.metric_keys(run)?;
     for (key, name) in keys.iter().zip(file_names(&keys)) {
-        let path = named_file(&dir.join("metrics"), key, &name, out)?;
-        let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
+        let path = named_file(dir, key, &name, out)?;
+        let file =
+            fs::File::create(&path).map_err(StoreError::export_file("cannot create", &path))?;
         let mut w = BufWriter::new(file);
-        store.for_each_point(run.id, key, |step, ts, value| {
-            writeln!(w, "{ts} {value} {step}").map_err(|e| export_err("cannot write", &path, e))?;
+        store.for_each_point(run, key, |step, ts, value| {
+            writeln!(w, "{ts} {value} {step}")
+                .map_err(StoreError::export_file("cannot write", &path))?;
             out.points += 1;
             Ok::<(), StoreError>(())
         })?;
         w.flush()
-            .map_err(|e| export_err("cannot write", &path, e))?;
+            .map_err(StoreError::export_file("cannot write", &path))?;
     }
-    let artifacts = dir.join("artifacts");
+    Ok(())
+}
+
+/// The job's `stdout.txt` and `stderr.txt` in `dir`, and `events.txt`
+/// when the run has events.
+fn write_artifacts(store: &Store, dir: &Path, run: RunId) -> Result<()> {
     for stream in [LogStream::Stdout, LogStream::Stderr] {
-        let path = artifacts.join(format!("{}.txt", stream.as_str()));
-        let file = fs::File::create(&path).map_err(|e| export_err("cannot create", &path, e))?;
+        let path = dir.join(format!("{}.txt", stream.as_str()));
+        let file =
+            fs::File::create(&path).map_err(StoreError::export_file("cannot create", &path))?;
         let mut w = BufWriter::new(file);
-        store.for_each_log_chunk(run.id, stream, |chunk| {
+        store.for_each_log_chunk(run, stream, |chunk| {
             w.write_all(chunk)
-                .map_err(|e| export_err("cannot write", &path, e))
+                .map_err(StoreError::export_file("cannot write", &path))
         })?;
         w.flush()
-            .map_err(|e| export_err("cannot write", &path, e))?;
+            .map_err(StoreError::export_file("cannot write", &path))?;
     }
-    let events = store.events(run.id)?;
+    let events = store.events(run)?;
     if !events.is_empty() {
         let text: String = events
             .iter()
             .map(|e| format!("{} {} {}\n", e.ts_ms, e.source, e.message))
             .collect();
-        let path = artifacts.join("events.txt");
-        fs::write(&path, text).map_err(|e| export_err("cannot write", &path, e))?;
+        let path = dir.join("events.txt");
+        fs::write(&path, text).map_err(StoreError::export_file("cannot write", &path))?;
     }
     Ok(())
 }
@@ -427,7 +454,7 @@ fn named_file(dir: &Path, key: &str, name: &str, out: &mut MlflowExport) -> Resu
     }
     let path = dir.join(name);
     if let Some(parent) = path.parent() {
-        fs::create_dir_all(parent).map_err(|e| export_err("cannot create", parent, e))?;
+        fs::create_dir_all(parent).map_err(StoreError::export_file("cannot create", parent))?;
     }
     Ok(path)
 }
@@ -437,7 +464,7 @@ fn write_values(dir: &Path, values: &[(String, String)], out: &mut MlflowExport)
     let keys: Vec<String> = values.iter().map(|(k, _)| k.clone()).collect();
     for ((key, value), name) in values.iter().zip(file_names(&keys)) {
         let path = named_file(dir, key, &name, out)?;
-        fs::write(&path, value).map_err(|e| export_err("cannot write", &path, e))?;
+        fs::write(&path, value).map_err(StoreError::export_file("cannot write", &path))?;
     }
     Ok(())
 }

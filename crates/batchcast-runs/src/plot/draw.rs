@@ -45,8 +45,7 @@ pub fn plot(
         Format::Svg => svg.into_bytes(),
         Format::Png => super::png::render(&svg)?,
     };
-    std::fs::write(out, bytes)
-        .map_err(|e| StoreError::Export(format!("cannot write {}: {e}", out.display())))
+    std::fs::write(out, bytes).map_err(StoreError::export_file("cannot write", out))
 }
 
 /// The SVG text of a chart of `key` of `runs`.

@@ -4,7 +4,6 @@
 
 mod data;
 pub use data::CONSUMERS_ENV;
-use serve_events::ServeEvents;
 pub use serve_events::EVENTS_ENV;
 mod figures;
 mod serve_events;
@@ -14,22 +13,20 @@ mod orphans;
 mod placement;
 mod started;
 mod tracking;
+mod workload;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::gpu::GpuLayer;
-use crate::listen::{self, JobWatch, WatchOptions};
-use crate::plan::{Collocation, Plan, PlanRow};
+use crate::plan::{Plan, PlanRow};
 use crate::StoreError;
-use crate::{NewRun, Recorder, RunId, RunStatus, Store};
-use job::{stop_all, Job};
-use started::{end_of, Started};
-use tracking::Tracking;
+use crate::{NewRun, RunId, RunStatus, Store};
+use workload::{run_workload, Workload};
 
 /// How a plan is run.
 pub struct RunOptions {
@@ -89,9 +86,33 @@ pub enum RunError {
     /// The run store refused a read or a write.
     #[error(transparent)]
     Store(#[from] StoreError),
-    /// Anything else that stops the plan, with what to do.
-    #[error("{0}")]
-    Other(String),
+    /// A job a dead runner left running could not be signalled; nothing
+    /// is started beside it.
+    #[error(
+        "{orphan} cannot be stopped ({error}); stop it yourself (`kill -- -{pid}`) and run again, \
+         or a second copy of it would run beside it"
+    )]
+    OrphanUnstoppable {
+        /// The orphan: its run, name, pid and dead runner.
+        orphan: String,
+        /// Its process group.
+        pid: i64,
+        /// Why the signal failed: in the message, so not the error's
+        /// `source()` (a reader of the whole chain would print it twice).
+        error: std::io::Error,
+    },
+    /// A job a dead runner left running outlived SIGKILL; nothing is
+    /// started beside it.
+    #[error(
+        "{orphan} did not end after SIGKILL; stop it yourself (`kill -KILL -- -{pid}`) and run \
+         again, or a second copy of it would run beside it"
+    )]
+    OrphanSurvived {
+        /// The orphan: its run, name, pid and dead runner.
+        orphan: String,
+        /// Its process group.
+        pid: i64,
+    },
 }
 
 /// This host's name, as runs record it.
@@ -165,17 +186,15 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
             (opts.progress)(&format!("{experiment}/{workload}: nothing to run (finished, or failed without --rerun-failed)"));
             continue;
         }
-        let ended = run_workload(
-            &mut store,
+        let this = Workload {
             plan,
-            opts,
-            &experiment,
-            &workload,
-            w,
-            data.as_deref(),
-            &todo,
-            &env,
-        )?;
+            experiment: &experiment,
+            name: &workload,
+            id: w,
+            data: data.as_deref(),
+            env: &env,
+        };
+        let ended = run_workload(&mut store, opts, &this, &todo)?;
         for (row, id) in &todo {
             let status = ended.get(id).copied().unwrap_or(RunStatus::Killed);
             plan_status.insert(row.row, status);
@@ -248,287 +267,4 @@ fn environment(gpus: &dyn GpuLayer, host: &str) -> serde_json::Value {
         "host": host, "batchcast": env!("CARGO_PKG_VERSION"), "kernel": kernel.trim(),
         "cpus": cpus, "gpus": gpus,
     })
-}
-
-/// Runs one workload's rows at once. Whatever way it returns (an error
-/// included), nothing it started is left running and no run it claimed is
-/// left RUNNING: [`Started`] stops and records them.
-#[allow(clippy::too_many_arguments)]
-fn run_workload(
-    store: &mut Store,
-    plan: &Plan,
-    opts: &mut RunOptions,
-    experiment: &str,
-    workload: &str,
-    workload_id: i64,
-    data: Option<&str>,
-    todo: &[(&PlanRow, RunId)],
-    env: &serde_json::Value,
-) -> Result<HashMap<RunId, RunStatus>, RunError> {
-    let rec = Recorder::with_log_cap(&opts.store, opts.log_cap)?;
-    let tracking = Tracking::start(&opts.store)?;
-    let label = format!("{experiment}/{workload}");
-    let mut started = Started::new(opts.store.clone(), opts.gpus.clone(), opts.grace);
-    let result = drive(
-        &mut started,
-        store,
-        plan,
-        opts,
-        &label,
-        experiment,
-        workload_id,
-        data,
-        todo,
-        env,
-        &rec,
-        &tracking,
-    );
-    let why = match &result {
-        Ok(_) => "stopped by the runner after the workload's jobs".to_string(),
-        Err(e) => format!("stopped by the runner, which failed before the job ended: {e}"),
-    };
-    for problem in started.close(&why) {
-        (opts.progress)(&format!("warning: {problem}"));
-    }
-    drop(started);
-    tracking.close();
-    let ended = result?;
-    rec.finish()?;
-    Ok(ended)
-}
-
-/// Records how a job that has ended ended, once its output is in.
-fn record(
-    store: &Store,
-    job: &mut Job,
-    label: &str,
-    progress: &mut (dyn FnMut(&str) + Send),
-) -> Result<RunStatus, RunError> {
-    job.join_output();
-    let (status, code, msg) = end_of(job);
-    store.finish_run(job.run, status, code, msg.as_deref())?;
-    job.recorded = true;
-    progress(&format!(
-        "{label}/{}: {status}{}",
-        job.name,
-        msg.map(|m| format!(" ({m})")).unwrap_or_default()
-    ));
-    Ok(status)
-}
-
-/// The body of [`run_workload`]: what it starts goes into `started`.
-#[allow(clippy::too_many_arguments)]
-fn drive(
-    started: &mut Started,
-    store: &mut Store,
-    plan: &Plan,
-    opts: &mut RunOptions,
-    label: &str,
-    experiment: &str,
-    workload_id: i64,
-    data: Option<&str>,
-    todo: &[(&PlanRow, RunId)],
-    env: &serde_json::Value,
-    rec: &Recorder,
-    tracking: &Tracking,
-) -> Result<HashMap<RunId, RunStatus>, RunError> {
-    let mut ended: HashMap<RunId, RunStatus> = HashMap::new();
-
-    // MPS for the rows that ask for it.
-    let mut mps_error = None;
-    if todo.iter().any(|(r, _)| r.collocation == Collocation::Mps) {
-        match opts.gpus.mps_running() {
-            Ok(true) => {}
-            Ok(false) => match opts.gpus.mps_start() {
-                Ok(()) => started.mps_started = true,
-                Err(e) => mps_error = Some(e.to_string()),
-            },
-            Err(e) => mps_error = Some(e.to_string()),
-        }
-    }
-
-    // Place every row before starting anything.
-    let mut used_mig = HashSet::new();
-    let mut placed = Vec::new();
-    for (row, id) in todo {
-        let place = match (&row.collocation, &mps_error) {
-            (Collocation::Mps, Some(e)) => Err(placement::PlaceError::Mps(e.clone())),
-            _ => placement::place(row, opts.gpus.as_ref(), &mut used_mig),
-        };
-        match place {
-            Ok(visible) => placed.push((*row, *id, visible)),
-            Err(e) => {
-                let msg = e.to_string();
-                store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
-                (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
-                ended.insert(*id, RunStatus::Failed);
-            }
-        }
-    }
-
-    // The shared producer.
-    let mut producer_name = None;
-    if let (Some(data), false) = (data, placed.is_empty()) {
-        let trainers = placed.len();
-        match data::start(
-            store,
-            plan,
-            opts,
-            workload_id,
-            data,
-            &rec.handle(),
-            env,
-            trainers,
-        ) {
-            Ok(p) => {
-                producer_name = Some(p.name);
-                started.producer = Some(p.job);
-            }
-            Err(msg) => {
-                for (row, id, _) in placed.drain(..) {
-                    let m = format!("the workload's Data did not start: {msg}");
-                    store.finish_run(id, RunStatus::Failed, None, Some(&m))?;
-                    (opts.progress)(&format!("{label}/{}: FAILED: {m}", row.name));
-                    ended.insert(id, RunStatus::Failed);
-                }
-            }
-        }
-    }
-
-    // The jobs, each watched with its own row's devices and listeners.
-    let mut watches: Vec<JobWatch> = Vec::new();
-    for (row, id, visible) in &placed {
-        let argv = command_line(plan, row, &opts.python);
-        let mut cmd = Command::new(&argv[0]);
-        cmd.args(&argv[1..])
-            .current_dir(&plan.dir)
-            .env("CUDA_VISIBLE_DEVICES", visible)
-            .env("BATCHCAST_RUN_ID", id.to_string());
-        tracking.env(&mut cmd, *id, experiment)?;
-        if let Some(name) = &producer_name {
-            cmd.env("BATCHCAST_NAME", name);
-        }
-        let figures = figures_slot(&mut cmd, *id, &rec.handle());
-        let events = figures
-            .as_ref()
-            .map(|f| ServeEvents::new(f, serve_events::CONSUMER));
-        if let Some(e) = &events {
-            cmd.env(EVENTS_ENV, e.path());
-        }
-        match Job::start(*id, &row.name, cmd, &rec.handle()) {
-            Ok(mut job) => {
-                job.figures = figures;
-                job.serve_events = events;
-                let pid = job.pid();
-                let job_start = job.start;
-                started.jobs.push(job);
-                store.set_pid(*id, i64::from(pid), job_start)?;
-                watches.push(JobWatch {
-                    run: *id,
-                    pid,
-                    devices: row.devices.clone(),
-                    listeners: row.listeners.clone(),
-                });
-            }
-            Err(e) => {
-                let msg = format!("cannot start {}: {e}", argv[0]);
-                store.finish_run(*id, RunStatus::Failed, None, Some(&msg))?;
-                (opts.progress)(&format!("{label}/{}: FAILED: {msg}", row.name));
-                ended.insert(*id, RunStatus::Failed);
-            }
-        }
-    }
-    if let Some(p) = &started.producer {
-        watches.push(JobWatch {
-            run: p.run,
-            pid: p.pid(),
-            devices: vec![],
-            listeners: vec![],
-        });
-    }
-    let sampler = listen::watch(
-        &watches,
-        &WatchOptions {
-            interval: opts.interval,
-            gpus: opts.gpus.clone(),
-        },
-        &rec.handle(),
-    );
-
-    // Wait for the jobs, or for a stop; each run is recorded as it ends.
-    let begun = Instant::now();
-    let mut last_report = Instant::now() - Duration::from_secs(60);
-    let mut stopping = false;
-    loop {
-        if let Some(p) = started.producer.as_mut() {
-            p.record_serve_events();
-        }
-        for j in started.jobs.iter_mut() {
-            j.record_serve_events();
-        }
-        let alive = started
-            .jobs
-            .iter_mut()
-            .map(|j| !j.poll())
-            .filter(|a| *a)
-            .count();
-        for j in started
-            .jobs
-            .iter_mut()
-            .filter(|j| !j.recorded && j.exited())
-        {
-            let status = record(store, j, label, &mut *opts.progress)?;
-            ended.insert(j.run, status);
-        }
-        if alive == 0 {
-            break;
-        }
-        if opts.stop.load(Ordering::SeqCst) && !stopping {
-            stopping = true;
-            (opts.progress)(&format!("{label}: stopping {alive} job(s)"));
-            stop_all(
-                started.jobs.iter_mut(),
-                opts.grace,
-                "stopped by the runner (Ctrl-C or SIGTERM)",
-            );
-            continue;
-        }
-        if last_report.elapsed() >= opts.report_every {
-            last_report = Instant::now();
-            let lines: Vec<String> = started
-                .jobs
-                .iter()
-                .filter(|j| !j.exited())
-                .map(|j| format!("  {}: {}", j.name, j.last_line()))
-                .collect();
-            (opts.progress)(&format!(
-                "{label}: {alive}/{} job(s) alive, {:.0} s\n{}",
-                started.jobs.len(),
-                begun.elapsed().as_secs_f64(),
-                lines.join("\n")
-            ));
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    sampler.stop();
-
-    // The producer: stopped after the jobs, which is how it is meant to
-    // end; KILLED only when the whole runner was stopped.
-    if let Some(p) = started.producer.as_mut() {
-        let after = "the shared producer, stopped after the workload's jobs";
-        p.stop(opts.grace, after);
-        p.join_output();
-        let (status, code, msg) = match end_of(p) {
-            (RunStatus::Killed, _, _) if stopping => (
-                RunStatus::Killed,
-                None,
-                Some("stopped by the runner (Ctrl-C or SIGTERM)".to_string()),
-            ),
-            (RunStatus::Killed, _, _) => (RunStatus::Finished, None, Some(after.to_string())),
-            other => other,
-        };
-        store.finish_run(p.run, status, code, msg.as_deref())?;
-        p.recorded = true;
-    }
-    Ok(ended)
 }

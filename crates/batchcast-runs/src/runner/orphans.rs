@@ -64,11 +64,11 @@ pub(crate) fn stop_orphans(
     };
     for (o, pid, _) in &live {
         if let Err(e) = signal(*pid, Signal::TERM) {
-            return Err(RunError::Other(format!(
-                "{} cannot be stopped ({e}); stop it yourself (`kill -- -{pid}`) and run again, \
-                 or a second copy of it would run beside it",
-                describe(o, *pid)
-            )));
+            return Err(RunError::OrphanUnstoppable {
+                orphan: describe(o, *pid),
+                pid: *pid,
+                error: e.into(),
+            });
         }
     }
     let deadline = Instant::now() + grace;
@@ -87,15 +87,47 @@ pub(crate) fn stop_orphans(
     let mut lines = Vec::new();
     for (o, pid, start) in &live {
         if running(*pid, *start) {
-            return Err(RunError::Other(format!(
-                "{} did not end after SIGKILL; stop it yourself (`kill -KILL -- -{pid}`) and run \
-                 again, or a second copy of it would run beside it",
-                describe(o, *pid)
-            )));
+            return Err(RunError::OrphanSurvived {
+                orphan: describe(o, *pid),
+                pid: *pid,
+            });
         }
         let line = format!("stopped {}", describe(o, *pid));
         let _ = store.add_event(o.run, "runner", &line);
         lines.push(line);
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_orphan_that_will_not_stop_is_named_with_the_command_that_stops_it() {
+        let orphan = "run 3 (a, pid 77), left running by runner pid 9 that died".to_string();
+        let e = RunError::OrphanUnstoppable {
+            orphan: orphan.clone(),
+            pid: 77,
+            error: rustix::io::Errno::PERM.into(),
+        };
+        assert_eq!(
+            e.to_string(),
+            format!(
+                "{orphan} cannot be stopped ({}); stop it yourself (`kill -- -77`) and run \
+                 again, or a second copy of it would run beside it",
+                std::io::Error::from(rustix::io::Errno::PERM)
+            )
+        );
+        // The reason is in the message only: `{:#}` of the chain says it once.
+        assert!(std::error::Error::source(&e).is_none());
+        let e = RunError::OrphanSurvived { orphan, pid: 77 };
+        assert!(
+            e.to_string().ends_with(
+                "did not end after SIGKILL; stop it yourself (`kill -KILL -- -77`) and run \
+                 again, or a second copy of it would run beside it"
+            ),
+            "{e}"
+        );
+    }
 }

@@ -5,8 +5,8 @@ use std::cmp::Ordering;
 
 use crate::error::SimError;
 
-/// A policy of the published simulator (its class names at 2953d56), which
-/// prices one offered GPU for each job that still wants one.
+/// A policy of the published simulator (its class names at 2953d56; Dally's
+/// at 4cd660e), which prices the GPUs offered to each job that wants some.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Bidder {
     /// `SJF`: the shortest remaining run time on the GPUs it would hold.
@@ -18,6 +18,10 @@ pub enum Bidder {
     Tiresias,
     /// `Gandiva`: the highest throughput `n * s` it would reach.
     Gandiva,
+    /// `Dally` (at 4cd660e, with that commit's chunk rules): the lowest
+    /// progress rate, with delay scheduling when consolidated (see
+    /// [`DallySetup`](super::DallySetup)).
+    Dally,
 }
 
 impl Bidder {
@@ -29,6 +33,7 @@ impl Bidder {
             "las" | "SRSF" => Bidder::Las,
             "tiresias" | "Tiresias" => Bidder::Tiresias,
             "gandiva" | "Gandiva" => Bidder::Gandiva,
+            "dally" | "Dally" => Bidder::Dally,
             "srsf" => {
                 return Err(SimError::Config(
                     "the published simulator's SRSF ranks by service received: pick las".into(),
@@ -36,9 +41,8 @@ impl Bidder {
             }
             other => {
                 return Err(SimError::Config(format!(
-                    "policy {other:?} is not in the published simulator at 2953d56 \
-                     (--model bidding); pick sjf, las, tiresias or gandiva, or drop \
-                     --model bidding"
+                    "policy {other:?} is not in the published simulator (--model bidding); \
+                     pick sjf, las, tiresias, gandiva or dally, or drop --model bidding"
                 )))
             }
         })
@@ -51,6 +55,7 @@ impl Bidder {
             Bidder::Las => "las",
             Bidder::Tiresias => "tiresias",
             Bidder::Gandiva => "gandiva",
+            Bidder::Dally => "dally",
         }
     }
 }
@@ -75,6 +80,8 @@ pub(crate) fn value(b: Bidder, job: &Asking, n: usize, s: f64) -> f64 {
         Bidder::Las => -(job.done as f64 * job.tpi),
         Bidder::Tiresias => -job.service,
         Bidder::Gandiva => n as f64 * s,
+        // Dally's own loop bids; it never calls this.
+        Bidder::Dally => 0.0,
     }
 }
 

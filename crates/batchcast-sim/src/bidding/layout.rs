@@ -49,6 +49,16 @@ impl Layout {
         self.at.len()
     }
 
+    /// (rack, machine in its rack, slot in its machine) of GPU `g`.
+    pub fn at(&self, g: usize) -> [u32; 3] {
+        self.at[g]
+    }
+
+    /// Racks in the cluster.
+    pub fn racks(&self) -> u32 {
+        self.at.last().map_or(0, |a| a[0] + 1)
+    }
+
     /// The widest level `set` spans, checked as the published code does:
     /// racks, then machines, then slots.
     pub fn level(&self, set: &[usize]) -> Locality {

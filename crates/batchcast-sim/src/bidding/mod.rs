@@ -12,19 +12,26 @@
 //! auctions, each kind first come first served. Released GPUs are auctioned
 //! `restart_cost` seconds per GPU later.
 //!
+//! Dally is not in the code at 2953d56: it runs with the chunk rules of
+//! 4cd660e, the newest commit, where it is (see `dally`).
+//!
 //! It is as slow as the published code: one event per chunk. batchcast's
 //! own model (`simulate`) gang-schedules and moves progress continuously.
 
 mod bids;
+mod dally;
+mod events;
+mod hashed;
 mod layout;
+mod record;
 mod sim;
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 pub use bids::Bidder;
+pub use dally::DallySetup;
+use events::{Events, Kind};
 use layout::Layout;
-use sim::{Job, Kind, Sim};
+use record::arrival_order;
+use sim::{Job, Sim};
 
 use crate::cluster::ClusterSpec;
 use crate::config::SimConfig;
@@ -50,6 +57,8 @@ pub struct BiddingRun {
     /// code (2953d56) then ignores the shape and builds, per rack, 6
     /// machines of 2 slots x 2 GPUs, 3 of 2 GPUs and 2 of 1 GPU.
     pub published_default_cluster: bool,
+    /// Dally's settings (used by [`Bidder::Dally`] only).
+    pub dally: DallySetup,
 }
 
 /// Runs `jobs` on `spec` under the published simulator's model with
@@ -67,6 +76,7 @@ pub fn simulate_bidding(
         origin,
         granularity,
         published_default_cluster,
+        dally,
     } = *run;
     if !(origin.is_finite() && origin >= 0.0) {
         return Err(SimError::Config(format!(
@@ -95,9 +105,7 @@ pub fn simulate_bidding(
              {MAX_CHUNKS:.0e} chunks in all"
         )));
     }
-    let mut state = Vec::with_capacity(jobs.len());
-    let mut js = Vec::with_capacity(jobs.len());
-    for (k, j) in jobs.iter().enumerate() {
+    for j in jobs {
         let ok = j.arrival.is_finite()
             && j.arrival >= 0.0
             && j.iterations >= 1.0
@@ -111,6 +119,25 @@ pub fn simulate_bidding(
                 j.id
             )));
         }
+    }
+    // Dally's commit builds the shape given whatever the file says.
+    let layout = if published_default_cluster && bidder != Bidder::Dally {
+        Layout::published_default(spec.racks)
+    } else {
+        Layout::of(spec)
+    };
+    if bidder == Bidder::Dally {
+        let tuned = dally.rack_wait == -1.0 && dally.network_wait == -1.0;
+        if !(tuned || dally.rack_wait.is_finite() && dally.network_wait.is_finite()) {
+            return Err(SimError::Config(
+                "Dally's waits must be numbers of leases (both -1: tuned)".into(),
+            ));
+        }
+        return dally::simulate(&layout, spec, cfg, run, jobs);
+    }
+    let mut state = Vec::with_capacity(jobs.len());
+    let mut js = Vec::with_capacity(jobs.len());
+    for (k, j) in jobs.iter().enumerate() {
         let total = j.iterations.ceil() as i64;
         js.push(Job {
             tpi: j.iter_time * j.gpus as f64,
@@ -132,11 +159,7 @@ pub fn simulate_bidding(
         state.push(JobState::new(j.clone(), 0));
     }
     let mut sim = Sim {
-        layout: if published_default_cluster {
-            Layout::published_default(spec.racks)
-        } else {
-            Layout::of(spec)
-        },
+        layout,
         origin,
         lease: cfg.lease,
         per_gpu: cfg.restart_cost,
@@ -146,21 +169,16 @@ pub fn simulate_bidding(
         jobs: js,
         out: state,
         running: Vec::new(),
-        queue: BinaryHeap::new(),
-        seq: 0,
+        ev: Events::default(),
         now: 0.0,
         timeline: Vec::new(),
-        events: 0,
     };
     sim.gpus = vec![None; sim.layout.len()];
-    let mut order: Vec<usize> = (0..jobs.len()).collect();
-    order.sort_by(|&a, &b| jobs[a].arrival.total_cmp(&jobs[b].arrival));
-    for j in order {
+    for j in arrival_order(jobs) {
         sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
     }
-    while let Some(Reverse((t, kind, _, j))) = sim.queue.pop() {
-        sim.now = f64::from_bits(t);
-        sim.events += 1;
+    while let Some((t, kind, j)) = sim.ev.pop() {
+        sim.now = t;
         match kind {
             Kind::Arrive => sim.arrive(j),
             Kind::End => sim.end(j),
@@ -180,6 +198,6 @@ pub fn simulate_bidding(
         jobs: sim.out,
         timeline: sim.timeline,
         total_gpus: sim.gpus.len() as u64,
-        events: sim.events,
+        events: sim.ev.taken,
     })
 }

@@ -1,30 +1,13 @@
 //! The published model's event handlers (see the parent module): chunk
 //! starts and ends, arrivals, and the per-GPU auction.
 
-use std::cmp::Reverse;
-use std::collections::BinaryHeap;
-
 use super::bids::{better, value, Asking, Bid, Bidder};
+use super::events::{Events, Kind, Lease};
 use super::layout::Layout;
+use super::record;
 use crate::engine::Sample;
 use crate::job::Locality;
 use crate::state::{JobState, Status};
-
-/// Event kinds in the published order for one instant.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Kind {
-    Arrive,
-    End,
-    Start,
-    Auction,
-}
-
-/// A GPU's lease: the job and when it ends.
-#[derive(Clone, Copy)]
-pub(super) struct Lease {
-    job: usize,
-    end: f64,
-}
 
 /// A job as the published code keeps it.
 pub(super) struct Job {
@@ -68,22 +51,14 @@ pub(super) struct Sim {
     pub out: Vec<JobState>,
     /// Jobs arrived and not done, in arrival order.
     pub running: Vec<usize>,
-    pub queue: BinaryHeap<Reverse<(u64, Kind, u64, usize)>>,
-    pub seq: u64,
+    pub ev: Events,
     pub now: f64,
     pub timeline: Vec<Sample>,
-    pub events: u64,
-}
-
-/// Orders f64 times (all finite, >= 0) as integers.
-fn key(t: f64) -> u64 {
-    t.to_bits()
 }
 
 impl Sim {
     pub fn push(&mut self, t: f64, kind: Kind, job: usize) {
-        self.seq += 1;
-        self.queue.push(Reverse((key(t), kind, self.seq, job)));
+        self.ev.push(t, kind, job);
     }
 
     fn fraction(&self, j: usize, set: &[usize]) -> f64 {
@@ -168,29 +143,16 @@ impl Sim {
             .collect();
         job.service += current.len() as f64 * one;
         job.current = current;
-        let o = &mut self.out[j];
-        o.first_start.get_or_insert(self.now - self.origin);
-        if o.status != Status::Running {
-            o.queued += self.now - o.wait_since;
-            o.status = Status::Running;
-        }
-        let level = self.layout.level(&self.jobs[j].current);
-        let o = &mut self.out[j];
-        o.level = level;
-        o.widest = o.widest.max(level);
-        o.held += (end - self.now) * self.jobs[j].current.len() as f64 / o.spec.gpus as f64;
         let s = self.fraction(j, &self.jobs[j].current);
-        self.out[j].comm += (end - self.now) * (1.0 - s);
+        let cur = &self.jobs[j].current;
+        let at = (self.now, self.origin);
+        let level = self.layout.level(cur);
+        record::chunk_started(&mut self.out[j], at, level, end - self.now, cur.len(), s);
         self.push(end, Kind::End, j);
     }
 
     fn release(&mut self, gpus: &[usize], delay: f64) {
-        for &g in gpus {
-            self.gpus[g] = None;
-        }
-        if !gpus.is_empty() {
-            self.push(self.now + delay, Kind::Auction, usize::MAX);
-        }
+        self.ev.release(&mut self.gpus, gpus, self.now + delay);
     }
 
     pub fn end(&mut self, j: usize) {
@@ -202,10 +164,7 @@ impl Sim {
                 .collect();
             self.release(&mine, self.per_gpu * mine.len() as f64);
             self.running.retain(|&r| r != j);
-            let o = &mut self.out[j];
-            o.finish = Some(self.now - self.origin);
-            o.status = Status::Done;
-            o.done = o.spec.iterations;
+            record::finished(&mut self.out[j], self.now - self.origin);
             return;
         }
         let now = self.now;
@@ -241,10 +200,7 @@ impl Sim {
             job.current.clear();
             job.waiting = true;
             job.last = now;
-            let o = &mut self.out[j];
-            o.status = Status::Pending;
-            o.wait_since = now;
-            o.preemptions += 1;
+            record::preempted(&mut self.out[j], now);
         } else {
             self.push(now, Kind::Start, j);
         }
@@ -260,22 +216,8 @@ impl Sim {
     }
 
     pub fn sample(&mut self) {
-        let busy = self.gpus.iter().filter(|g| g.is_some()).count() as u64;
-        let pending = self
-            .running
-            .iter()
-            .filter(|&&j| self.jobs[j].waiting)
-            .count();
-        if self
-            .timeline
-            .last()
-            .is_none_or(|s| s.busy != busy || s.pending != pending)
-        {
-            self.timeline.push(Sample {
-                t: self.now - self.origin,
-                busy,
-                pending,
-            });
-        }
+        let waiting = self.running.iter().filter(|&&j| self.jobs[j].waiting);
+        let t = self.now - self.origin;
+        record::sample(&mut self.timeline, t, &self.gpus, waiting.count());
     }
 }

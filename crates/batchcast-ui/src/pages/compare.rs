@@ -33,7 +33,7 @@ pub(crate) async fn show(
                 "{}{}{}",
                 pick_form(),
                 runs_table(&rows, now_ms(), true),
-                super::charts(store, &runs)?
+                super::charts(store, &runs, super::Lines::EachRun)?
             );
             let list: Vec<String> = ids.iter().map(|i| format!("#{i}")).collect();
             Ok(Html(page(&format!("Runs {}", list.join(", ")), &[], &body)))

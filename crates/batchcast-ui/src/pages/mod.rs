@@ -2,7 +2,8 @@
 //!
 //! Pages are rendered on the server from the store; charts are a
 //! `<section class="charts">` that the page's script fills from
-//! `/api/series`, and that polls while any of its runs is in progress.
+//! `/api/series` (lines, and the runs' events as markers on the x axis),
+//! and that polls while any of its runs is in progress.
 
 pub(crate) mod collocation;
 pub(crate) mod compare;
@@ -28,8 +29,17 @@ const PREFERRED: &[&str] = &[
     keys::PROC_PSS_BYTES,
 ];
 
+/// How a charts section draws its runs until the reader chooses otherwise.
+#[derive(Clone, Copy, PartialEq)]
+pub(crate) enum Lines {
+    /// One line per run.
+    EachRun,
+    /// One line per workload: the mean of its runs.
+    PerWorkload,
+}
+
 /// The charts of a set of runs: the metrics they have, and which to show.
-pub(crate) fn charts(store: &Store, runs: &[&Run]) -> Result<String, UiError> {
+pub(crate) fn charts(store: &Store, runs: &[&Run], lines: Lines) -> Result<String, UiError> {
     let mut all = BTreeSet::new();
     for r in runs {
         all.extend(store.metric_keys(r.id)?);
@@ -51,11 +61,16 @@ pub(crate) fn charts(store: &Store, runs: &[&Run]) -> Result<String, UiError> {
     let keys_json = serde_json::to_string(&all).unwrap_or_else(|_| "[]".into());
     let defaults_json = serde_json::to_string(&defaults).unwrap_or_else(|_| "[]".into());
     Ok(format!(
-        "<section class=\"charts\" data-runs=\"{}\" data-keys=\"{}\" data-defaults=\"{}\" data-live=\"{}\"><h2>Charts</h2></section>",
+        "<section class=\"charts\" data-runs=\"{}\" data-keys=\"{}\" data-defaults=\"{}\" data-live=\"{}\"{}><h2>Charts</h2></section>",
         ids.join(","),
         esc(&keys_json),
         esc(&defaults_json),
-        u8::from(live)
+        u8::from(live),
+        if lines == Lines::PerWorkload {
+            " data-mode=\"workload\""
+        } else {
+            ""
+        }
     ))
 }
 

@@ -1,11 +1,12 @@
-//! `/runs/{id}`: one run: facts, parameters, environment, events, output
-//! (tail, full log downloadable) and its charts.
+//! `/runs/{id}`: one run: facts, parameters, environment, events (and a
+//! link to its workload's shared producer's), output (tail, full log
+//! downloadable) and its charts, its and its producer's events marked.
 
 use std::fmt::Write;
 
 use axum::extract::{Path, State};
 use axum::response::Html;
-use batchcast_store::{now_ms, LogStream};
+use batchcast_store::{keys, now_ms, LogStream, Run, RunId, Store};
 
 use crate::error::UiError;
 use crate::html::{devices, duration, esc, page, status, time};
@@ -76,8 +77,20 @@ pub(crate) async fn show(
             body.push_str("</section></div>");
             body.push_str(&super::stalls::section(store, id)?);
             let events = store.events(id)?;
+            let producer = producer_events(store, r)?;
+            if !events.is_empty() || producer.is_some() {
+                body.push_str("<h2>Events</h2>");
+            }
+            if let Some((data, n)) = producer {
+                let _ = write!(
+                    body,
+                    "<p class=\"note producer-events\">Its workload's shared producer recorded {n} event{s} \
+                     (triggers, new data, a resumed stream): <a href=\"/runs/{data}\">run #{data}</a>. The charts mark them.</p>",
+                    s = if n == 1 { "" } else { "s" }
+                );
+            }
             if !events.is_empty() {
-                body.push_str("<h2>Events</h2><ul class=\"events\">");
+                body.push_str("<ul class=\"events\">");
                 for e in events {
                     // When in the run: the time since it started.
                     let elapsed = match r.start_ms {
@@ -108,7 +121,7 @@ pub(crate) async fn show(
                     live = u8::from(!r.status.is_terminal()),
                 );
             }
-            body.push_str(&super::charts(store, &[r])?);
+            body.push_str(&super::charts(store, &[r], super::Lines::EachRun)?);
             let crumbs = [
                 (format!("/workloads/{}", r.workload_id), format!("{} / {}", row.experiment, row.workload)),
                 (format!("/runs/{id}"), r.name.clone()),
@@ -116,6 +129,19 @@ pub(crate) async fn show(
             Ok(Html(page(&format!("Run {} (#{id})", r.name), &crumbs, &body)))
         })
         .await
+}
+
+/// The run of the shared producer of `r`'s workload and how many events
+/// it recorded, when `r` is not that run and there are any.
+fn producer_events(store: &Store, r: &Run) -> Result<Option<(RunId, usize)>, UiError> {
+    if r.name == keys::DATA_RUN {
+        return Ok(None);
+    }
+    let Some(data) = crate::markers::producer_run(store, r.workload_id)? else {
+        return Ok(None);
+    };
+    let n = store.event_count(data)?;
+    Ok((n > 0).then_some((data, n)))
 }
 
 /// The environment facts (a JSON object) as rows, nested keys dotted.

@@ -37,7 +37,7 @@ pub(crate) async fn show(
                 pick = crate::html::pick_form(),
                 eid = e.id,
                 table = runs_table(&rows, now_ms(), false),
-                charts = super::charts(store, &runs.iter().collect::<Vec<_>>())?,
+                charts = super::charts(store, &runs.iter().collect::<Vec<_>>(), super::Lines::EachRun)?,
             );
             let crumbs = [
                 (format!("/experiments/{}", e.id), e.name.clone()),

@@ -4,7 +4,10 @@
 //! `NAME.state` lies beside the socket (mode 0600). It holds the stream's
 //! identity (an opaque text of `key=value` lines from the caller: what
 //! changes the sample sequence, such as the dataset, the seed and the
-//! options) and the resume point: an epoch and a row position in it that
+//! options), the resume point, the caller's payload for it if it notes
+//! them (see [`super::payload`]), and the slot size, so that a restart
+//! makes its arena at once and welcomes reattaching consumers before its
+//! first batch. The resume point is an epoch and a row position in it that
 //! every consumer has already received (the low-water mark of the
 //! consumers' positions; a lower one is safe, since reattaching consumers
 //! skip what they have, a higher one would lose rows, so it is never
@@ -29,6 +32,7 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use super::payload::MAX_PAYLOAD;
 use super::Producer;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
@@ -39,8 +43,8 @@ const FORMAT: u32 = 1;
 const MAGIC: &str = "batchcast-state";
 /// Largest identity accepted, in bytes.
 pub const MAX_IDENTITY: usize = 4096;
-/// Largest state (or refusal) file read, in bytes.
-const MAX_FILE: u64 = 16 * 1024;
+/// Largest state (or refusal) file read, in bytes: a payload and 16 KiB.
+const MAX_FILE: u64 = MAX_PAYLOAD as u64 + 16 * 1024;
 
 /// How a producer keeps its stream resumable (`ProducerOptions::durable`).
 #[derive(Debug, Clone)]
@@ -95,6 +99,24 @@ impl ResumePoint {
     }
 }
 
+/// What a state file holds beside the identity.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Saved {
+    /// Where the stream resumes.
+    pub point: ResumePoint,
+    /// The caller's payload for that point.
+    pub payload: Option<String>,
+    /// The predecessor's bytes per slot, once it had an arena.
+    pub slot_size: Option<u64>,
+}
+
+impl Saved {
+    /// The predecessor's bytes per slot, where this machine can address it.
+    pub fn slot_size(&self) -> Option<usize> {
+        self.slot_size.and_then(|n| usize::try_from(n).ok())
+    }
+}
+
 /// The open state file of a durable producer.
 #[derive(Debug)]
 pub(crate) struct StateFile {
@@ -106,12 +128,12 @@ pub(crate) struct StateFile {
 }
 
 impl StateFile {
-    /// Opens the state of `endpoint`: the resume point if a state file of
-    /// the same stream is there, None if there is none (or `fresh`).
+    /// Opens the state of `endpoint`: what it saved if a state file of the
+    /// same stream is there, None if there is none (or `fresh`).
     pub fn open(
         endpoint: &Endpoint,
         durability: &Durability,
-    ) -> Result<(StateFile, Option<ResumePoint>)> {
+    ) -> Result<(StateFile, Option<Saved>)> {
         let name = endpoint.name();
         if durability.identity.len() > MAX_IDENTITY {
             return Err(Error::InvalidArgument(format!(
@@ -133,7 +155,7 @@ impl StateFile {
                     note_refusal(endpoint, &e.to_string());
                     e
                 };
-                let (identity, point) = parse(&text).map_err(|why| {
+                let (identity, saved) = parse(&text).map_err(|why| {
                     refuse(Error::StateFile {
                         name: name.to_owned(),
                         path: path.clone(),
@@ -148,7 +170,7 @@ impl StateFile {
                         differences,
                     }));
                 }
-                Some(point)
+                Some(saved)
             }
         };
         let file = StateFile {
@@ -156,7 +178,7 @@ impl StateFile {
             identity: durability.identity.clone(),
             interval: durability.interval,
             written: None,
-            last: resume,
+            last: resume.as_ref().map(|s| s.point),
         };
         Ok((file, resume))
     }
@@ -173,9 +195,10 @@ impl StateFile {
         self.last.as_ref() != Some(point) && self.written.is_none_or(|t| t.elapsed() >= wait)
     }
 
-    /// Replaces the file with one holding `point`, atomically.
-    pub fn write(&mut self, point: ResumePoint) -> Result<()> {
-        let text = render(&self.identity, &point);
+    /// Replaces the file with one holding `saved`, atomically.
+    pub fn write(&mut self, saved: &Saved) -> Result<()> {
+        let point = saved.point;
+        let text = render(&self.identity, saved);
         let tmp = self.path.with_extension("state.tmp");
         let context = |what: &str| format!("cannot {what} the state file {}", tmp.display());
         let mut f = OpenOptions::new()
@@ -242,8 +265,16 @@ impl Producer {
                 point = floor.min_position(point);
             }
         }
+        let Some((point, payload)) = self.payloads.settle(point) else {
+            return Ok(()); // no payload known there yet: keep the older point
+        };
         if file.due(&point, boundary) {
-            file.write(point)?;
+            let slot_size = self.arena.as_ref().map(|a| a.slot_size() as u64);
+            file.write(&Saved {
+                point,
+                payload,
+                slot_size,
+            })?;
         }
         Ok(())
     }
@@ -309,11 +340,20 @@ fn checksum(text: &str) -> u64 {
     })
 }
 
-fn render(identity: &str, p: &ResumePoint) -> String {
+fn render(identity: &str, saved: &Saved) -> String {
+    let p = &saved.point;
     let mut body = format!(
         "{MAGIC} {FORMAT}\nepoch {}\nrow {}\nconsumers {}\n",
         p.epoch, p.row, p.consumers
     );
+    if let Some(size) = saved.slot_size {
+        body.push_str(&format!("slot_size {size}\n"));
+    }
+    if let Some(payload) = &saved.payload {
+        body.push_str("payload ");
+        body.push_str(payload);
+        body.push('\n');
+    }
     for line in identity.lines() {
         body.push_str("identity ");
         body.push_str(line);
@@ -323,8 +363,8 @@ fn render(identity: &str, p: &ResumePoint) -> String {
     format!("{body}check {sum:016x}\n")
 }
 
-/// The identity and resume point of a state file's text, or why not.
-fn parse(text: &str) -> std::result::Result<(String, ResumePoint), String> {
+/// The identity and the rest of a state file's text, or why not.
+fn parse(text: &str) -> std::result::Result<(String, Saved), String> {
     if text.len() as u64 > MAX_FILE {
         return Err(format!("it is larger than {MAX_FILE} bytes"));
     }
@@ -354,6 +394,7 @@ fn parse(text: &str) -> std::result::Result<(String, ResumePoint), String> {
     }
     let (mut epoch, mut row, mut consumers) = (None, None, None);
     let mut identity = String::new();
+    let (mut payload, mut slot_size) = (None, None);
     for line in body.lines().skip(1) {
         let (key, value) = line.split_once(' ').unwrap_or((line, ""));
         let number = || {
@@ -365,6 +406,8 @@ fn parse(text: &str) -> std::result::Result<(String, ResumePoint), String> {
             "epoch" => epoch = Some(number()?),
             "row" => row = Some(number()?),
             "consumers" => consumers = Some(number()?.min(u64::from(u32::MAX)) as u32),
+            "payload" => payload = Some(value.to_owned()),
+            "slot_size" => slot_size = Some(number()?),
             "identity" => {
                 identity.push_str(value);
                 identity.push('\n');
@@ -375,10 +418,14 @@ fn parse(text: &str) -> std::result::Result<(String, ResumePoint), String> {
     match (epoch, row, consumers) {
         (Some(epoch), Some(row), Some(consumers)) => Ok((
             identity,
-            ResumePoint {
-                epoch,
-                row,
-                consumers,
+            Saved {
+                point: ResumePoint {
+                    epoch,
+                    row,
+                    consumers,
+                },
+                payload,
+                slot_size,
             },
         )),
         _ => Err("it lacks the epoch, row or consumers line".into()),
@@ -428,6 +475,14 @@ mod tests {
         }
     }
 
+    fn saved(payload: Option<&str>) -> Saved {
+        Saved {
+            point: point(),
+            payload: payload.map(str::to_owned),
+            slot_size: None,
+        }
+    }
+
     fn endpoint(dir: &Path) -> Endpoint {
         Endpoint::in_dir("durable", dir).unwrap()
     }
@@ -438,13 +493,20 @@ mod tests {
         let d = Durability::new("data=/x\nseed=7");
         let (mut f, none) = StateFile::open(&endpoint(dir.path()), &d).unwrap();
         assert_eq!(none, None);
-        f.write(point()).unwrap();
+        f.write(&saved(None)).unwrap();
         let path = state_path(&endpoint(dir.path()));
         use std::os::unix::fs::PermissionsExt;
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
+        let (mut f, got) = StateFile::open(&endpoint(dir.path()), &d).unwrap();
+        assert_eq!(got, Some(saved(None)));
+        let with = Saved {
+            slot_size: Some(8192),
+            ..saved(Some("{\"k\": [1, 2]}"))
+        };
+        f.write(&with).unwrap();
         let (_, got) = StateFile::open(&endpoint(dir.path()), &d).unwrap();
-        assert_eq!(got, Some(point()));
+        assert_eq!(got, Some(with));
     }
 
     #[test]
@@ -452,7 +514,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let ep = endpoint(dir.path());
         let (mut f, _) = StateFile::open(&ep, &Durability::new("data=/x\nseed=7")).unwrap();
-        f.write(point()).unwrap();
+        f.write(&saved(None)).unwrap();
         let err = StateFile::open(&ep, &Durability::new("data=/x\nseed=8"))
             .unwrap_err()
             .to_string();
@@ -480,7 +542,7 @@ mod tests {
         let ep = endpoint(dir.path());
         let d = Durability::new("seed=7");
         let (mut f, _) = StateFile::open(&ep, &d).unwrap();
-        f.write(point()).unwrap();
+        f.write(&saved(None)).unwrap();
         let path = state_path(&ep);
         let whole = fs::read_to_string(&path).unwrap();
         let cases = [
@@ -490,7 +552,7 @@ mod tests {
                 whole.replace("batchcast-state 1", "batchcast-state 9"),
                 "version",
             ),
-            ("x".repeat(20_000), "larger than"),
+            ("x".repeat(MAX_FILE as usize + 1), "larger than"),
         ];
         for (text, why) in cases {
             fs::write(&path, &text).unwrap();
@@ -512,7 +574,7 @@ mod tests {
         d.interval = Duration::from_secs(3600);
         let (mut f, _) = StateFile::open(&endpoint(dir.path()), &d).unwrap();
         assert!(f.due(&point(), false), "never written");
-        f.write(point()).unwrap();
+        f.write(&saved(None)).unwrap();
         assert!(!f.due(&point(), true), "unchanged");
         let moved = ResumePoint {
             row: 400,
@@ -522,7 +584,7 @@ mod tests {
         assert!(!f.due(&moved, true), "a boundary within a tenth of it");
         d.interval = Duration::from_millis(50);
         let (mut f, _) = StateFile::open(&endpoint(dir.path()), &d).unwrap();
-        f.write(point()).unwrap();
+        f.write(&saved(None)).unwrap();
         std::thread::sleep(Duration::from_millis(6));
         assert!(f.due(&moved, true), "a boundary after a tenth of it");
         std::thread::sleep(Duration::from_millis(45));

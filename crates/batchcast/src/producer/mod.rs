@@ -18,6 +18,7 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod payload;
 mod slot;
 mod slots;
 mod state;
@@ -25,6 +26,7 @@ mod state;
 pub(crate) use durable::read_refusal;
 pub use durable::{differences as identity_differences, Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
+pub use payload::MAX_PAYLOAD;
 pub use slot::SlotMut;
 
 use std::os::fd::OwnedFd;
@@ -43,6 +45,8 @@ use crate::status::StatusReport;
 use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
+use payload::Payloads;
+use slot::encode_layout;
 use state::State;
 
 /// What the producer does while no consumer is attached.
@@ -183,6 +187,10 @@ pub struct Producer {
     /// consumers as it had are attached again (those not back yet have
     /// received nothing of this producer).
     floor: Option<ResumePoint>,
+    /// The caller's resume payloads (see [`Producer::set_resume_payload`]).
+    payloads: Payloads,
+    /// The payload read back with the resume point.
+    resumed_payload: Option<String>,
 }
 
 impl Producer {
@@ -202,13 +210,21 @@ impl Producer {
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
         durable::clear_refusal(&endpoint);
-        let (state_file, resumed) = match &opts.durable {
+        let (state_file, found) = match &opts.durable {
             Some(d) => {
-                let (file, resumed) = StateFile::open(&endpoint, d)?;
-                (Some(file), resumed)
+                let (file, found) = StateFile::open(&endpoint, d)?;
+                (Some(file), found)
             }
             None => (None, None),
         };
+        let resumed = found.as_ref().map(|s| s.point);
+        // A restart makes its arena at once, as large as its predecessor's,
+        // so that reattaching consumers are welcomed before its first batch.
+        let mut opts = opts;
+        opts.slot_size = opts
+            .slot_size
+            .or(found.as_ref().and_then(|s| s.slot_size()));
+        let (payloads, resumed_payload) = Payloads::resumed(found);
         let sock_path = endpoint.socket_path();
         match std::fs::remove_file(&sock_path) {
             Ok(()) => {}
@@ -273,6 +289,8 @@ impl Producer {
             resumed,
             published: 0,
             floor: resumed,
+            payloads,
+            resumed_payload,
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -571,21 +589,6 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
     }
-}
-
-/// The layout as it is stored in the slot after the arrays.
-fn encode_layout(layout: &Layout) -> Result<Vec<u8>> {
-    let bytes = postcard::to_stdvec(layout)
-        .map_err(|e| Error::Protocol(format!("cannot encode a batch layout: {e}")))?;
-    if bytes.len() > wire::MAX_FRAME {
-        return Err(Error::InvalidBatch(format!(
-            "the batch's description takes {} bytes (at most {} allowed): too many arrays or \
-             strings in one batch",
-            bytes.len(),
-            wire::MAX_FRAME
-        )));
-    }
-    Ok(bytes)
 }
 
 fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {

@@ -3,6 +3,7 @@
 use super::Producer;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec};
+use crate::wire;
 
 /// A loaned slot: write the batch's arrays, then [`SlotMut::publish`].
 /// Dropped unpublished, it gives the slot back.
@@ -132,4 +133,19 @@ impl SlotMut<'_> {
         self.published = true;
         Ok(seq)
     }
+}
+
+/// The layout as it is stored in the slot after the arrays.
+pub(super) fn encode_layout(layout: &Layout) -> Result<Vec<u8>> {
+    let bytes = postcard::to_stdvec(layout)
+        .map_err(|e| Error::Protocol(format!("cannot encode a batch layout: {e}")))?;
+    if bytes.len() > wire::MAX_FRAME {
+        return Err(Error::InvalidBatch(format!(
+            "the batch's description takes {} bytes (at most {} allowed): too many arrays or \
+             strings in one batch",
+            bytes.len(),
+            wire::MAX_FRAME
+        )));
+    }
+    Ok(bytes)
 }

@@ -5,7 +5,6 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
-use indicatif::{ProgressBar, ProgressStyle};
 
 use super::DemoArgs;
 
@@ -24,15 +23,10 @@ pub(super) fn demo_dataset(args: &DemoArgs) -> Result<PathBuf> {
     };
     let dir = cache.join(format!("demo-jpeg-{}", config.total()));
     let bar = (!args.json && std::io::stderr().is_terminal()).then(|| {
-        let bar = ProgressBar::new(config.total() as u64);
-        bar.set_style(
-            ProgressStyle::with_template(
-                "  generating the demo dataset [{bar:30}] {pos}/{len} JPEGs {per_sec}",
-            )
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
-        );
-        bar
+        crate::progress::bar(
+            config.total() as u64,
+            "  generating the demo dataset [{bar:30}] {pos}/{len} JPEGs {per_sec}",
+        )
     });
     let progress = |done: usize, _total: usize| {
         if let Some(bar) = &bar {

@@ -18,7 +18,7 @@ use anyhow::{bail, Context, Result};
 use batchcast_runs::plan::Plan;
 use batchcast_runs::runner::{run_plan, RunOptions};
 use batchcast_runs::{keys, LogStream, Run, RunFilter, RunId, RunStatus, Store};
-use indicatif::{ProgressBar, ProgressStyle};
+use indicatif::ProgressBar;
 
 use super::{DemoArgs, RunFigures, TrainerFigures};
 
@@ -244,11 +244,9 @@ pub(super) fn shell_word(path: &Path) -> String {
 }
 
 fn progress_bar(workload: &str, total: u64) -> ProgressBar {
-    let bar = ProgressBar::new(total);
-    bar.set_style(
-        ProgressStyle::with_template("  {prefix:>11} [{bar:30}] {pos}/{len} samples {per_sec}")
-            .unwrap_or_else(|_| ProgressStyle::default_bar())
-            .progress_chars("=> "),
+    let bar = crate::progress::bar(
+        total,
+        "  {prefix:>11} [{bar:30}] {pos}/{len} samples {per_sec}",
     );
     bar.set_prefix(workload.to_string());
     bar

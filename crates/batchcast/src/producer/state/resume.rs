@@ -17,6 +17,20 @@ impl State {
         self.identity = Some(identity);
     }
 
+    /// The position (epoch, row) of the next row to publish: inside an
+    /// open epoch, past its published rows; between epochs, the next
+    /// epoch's first row.
+    pub fn head(&self) -> (u64, u64) {
+        if self.epoch.open {
+            (
+                self.epoch.number,
+                self.epoch.start_row + self.epoch.published_rows,
+            )
+        } else {
+            (self.epochs_begun, self.next_start_row)
+        }
+    }
+
     /// The position (epoch, row) every attached consumer has received:
     /// where a restarted producer may resume without a consumer missing a
     /// row. A consumer has received every batch before its [`position`]
@@ -39,14 +53,7 @@ impl State {
             .min()
             .unwrap_or(next);
         if low >= next {
-            return Some(if self.epoch.open {
-                (
-                    self.epoch.number,
-                    self.epoch.start_row + self.epoch.published_rows,
-                )
-            } else {
-                (self.epochs_begun, self.next_start_row)
-            });
+            return Some(self.head());
         }
         self.marks
             .iter()
