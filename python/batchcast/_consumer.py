@@ -240,8 +240,12 @@ class Consumer(EventReader):
             label = os.path.basename(sys.argv[0]) if sys.argv and sys.argv[0] else "python"
             # Labels are at most 128 bytes; cut a long script name to fit.
             label = label.encode()[:128].decode(errors="ignore")
-        #: What the native consumer is connected with (load_state_dict
-        #: connects again with a start).
+        #: What the native consumer is connected with. Deferred: the
+        #: producer sends it nothing until its first read or load_state_dict,
+        #: which may place it at the saved position (so the producer keeps
+        #: that position meanwhile); with join="now", whose first epoch's
+        #: size the welcome gives, not deferred, and load_state_dict
+        #: connects again with a start.
         self._connect_args: dict[str, Any] = dict(
             batch_size=batch_size,
             drop_last=bool(drop_last),
@@ -258,7 +262,8 @@ class Consumer(EventReader):
             on_evict=on_evict,
             reconnect_timeout=reconnect_timeout,
         )
-        self._native = _native.Consumer(name, **self._connect_args)
+        self._deferred = join != "now"
+        self._native = _native.Consumer(name, **self._connect_args, deferred=self._deferred)
         self._spec = StreamSpec(self._native.welcome())
         #: Array expectations left to check on the first batch.
         self._expect_arrays: dict | None = None
@@ -692,9 +697,11 @@ class Consumer(EventReader):
     # -- state (torch.utils.data's Stateful protocol) ---------------------
 
     def state_dict(self) -> dict[str, Any]:
-        """Where this consumer stands: ``{"version": 1, "name": ...,
-        "epoch": E, "row": R}``, R the rows of epoch E the loop has been
-        handed (batches a prefetch took ahead do not count). After an epoch's
+        """Where this consumer stands: ``{"version": 2, "name": ...,
+        "stream": S, "epoch": E, "row": R}``, S the stream identity the
+        producer announced (None when it keeps none), R the rows of epoch E
+        the loop has been handed (batches a prefetch took ahead do not
+        count). After an epoch's
         end, or a loop left early (whose rest the next loop skips), it is
         the next epoch's start; None as the epoch before the first. Save it
         with a checkpoint and give it to :meth:`load_state_dict`."""
@@ -704,7 +711,7 @@ class Consumer(EventReader):
             epoch, row = self._current.epoch, self._row
         else:
             epoch, row = self._current.epoch + 1, 0
-        return _state.state(self.name, epoch, row)
+        return _state.state(self.name, self._native.welcome()["identity"], epoch, row)
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
         """Starts this consumer where a saved :meth:`state_dict` stood: the
@@ -716,8 +723,12 @@ class Consumer(EventReader):
         rows that cannot be replayed, and starts at the next epoch.
 
         Raises :class:`batchcast.InvalidArgument` for a state that is not
-        one (naming what is wrong) or was saved for another producer."""
-        position = _state.parse(state_dict, self.name)
+        one (naming what is wrong), or was saved for another producer or
+        from another stream under its name (naming what differs)."""
+        native = self._native
+        position = _state.parse(
+            state_dict, self.name, native.welcome()["identity"], native.identity_differences
+        )
         if self._current is not None or self._in_epoch:
             raise _native.InvalidArgument(
                 f"load_state_dict on batchcast.Consumer({self.name!r}) after it began reading "
@@ -726,7 +737,10 @@ class Consumer(EventReader):
             )
         if position is None:
             return
-        # The start goes in the hello: connect again with it.
+        if self._deferred:
+            self._native.start_at(position)
+            self._restored = position
+            return
         native = _native.Consumer(self.name, **self._connect_args, start=position)
         self._drop_pending()
         old, self._native = self._native, native

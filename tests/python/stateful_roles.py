@@ -35,8 +35,13 @@ def trainer(o: Dict[str, Any]) -> None:
     """Reads the stream to its end, recording each epoch's ids: from the
     state in `state_in` if given; with `stop_after`, writes its state and
     ids to `state_out` after that many batches, says "saved" and waits to
-    be killed."""
+    be killed. With `hold`, says "connected" once its Consumer is built and
+    waits for a line on stdin before it loads the state (a trainer that
+    sets up its model and reads its checkpoint after building its loader)."""
     c = batchcast.Consumer(o["name"], connect_timeout=30, format="numpy")
+    if o.get("hold"):
+        print("connected", flush=True)
+        sys.stdin.readline()
     if o.get("state_in"):
         with open(o["state_in"]) as f:
             c.load_state_dict(json.load(f)["state"])

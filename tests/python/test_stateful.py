@@ -55,6 +55,35 @@ def expect_line(p: subprocess.Popen, word: str, producer: Any = None, timeout: f
     assert line.strip() == word, (line, p.stderr.read() if p.poll() is not None else "")
 
 
+def saving_trainer(bc_dir: Path, name: str, state_file: str, tmp_path: Path,
+                   procs: list[subprocess.Popen]) -> subprocess.Popen:
+    """A trainer (added to `procs`) that has read 6 batches and saved its
+    state to `state_file`, waiting to be killed."""
+    first = role(bc_dir, "trainer", name=name, stop_after=6, state_out=state_file,
+                 ids_out=str(tmp_path / "unused.json"))
+    procs.append(first)
+    expect_line(first, "started")
+    expect_line(first, "saved")
+    return first
+
+
+def kill_all(procs: list[subprocess.Popen]) -> None:
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
+
+
+def assert_covered_once(state_file: str, ids_file: str) -> None:
+    """The ids the first trainer saved with its state, then the restarted
+    one's, are epoch 0 once, in order, and epoch 1 whole."""
+    saved = json.loads(Path(state_file).read_text())
+    after: dict[str, list[int]] = json.loads(Path(ids_file).read_text())
+    # The synthetic source's order is the ids' order: the reference run.
+    assert saved["ids"]["0"] + after["0"] == list(range(SAMPLES))
+    assert after["1"] == list(range(SAMPLES))
+
+
 def test_a_trainer_killed_and_restarted_from_its_state_sees_the_epoch_once(
         batchcast_bin, bc_dir, tmp_path):
     """The anchor consumer stops itself after 2 batches, so the producer
@@ -93,7 +122,9 @@ def test_a_trainer_killed_and_restarted_from_its_state_sees_the_epoch_once(
                 p.kill()
                 p.communicate()
     saved = json.loads(Path(state_file).read_text())
-    assert saved["state"] == {"version": 1, "name": "st", "epoch": 0, "row": 6 * BATCH}
+    assert saved["state"]["version"] == 2 and "seed=" in saved["state"]["stream"]
+    assert (saved["state"]["name"], saved["state"]["epoch"], saved["state"]["row"]) == (
+        "st", 0, 6 * BATCH)
     after: Dict[str, List[int]] = json.loads(Path(ids_file).read_text())
     # The synthetic source's order is the ids' order: the reference run.
     assert saved["ids"]["0"] + after["0"] == list(range(SAMPLES))
@@ -109,11 +140,7 @@ def test_a_trainer_and_its_producer_both_restarted_see_the_epoch_once(
     procs: list[subprocess.Popen] = [serve(batchcast_bin, bc_dir, "both", *args)]
     state_file, ids_file = str(tmp_path / "state.json"), str(tmp_path / "ids.json")
     try:
-        first = role(bc_dir, "trainer", name="both", stop_after=6, state_out=state_file,
-                     ids_out=str(tmp_path / "unused.json"))
-        procs.append(first)
-        expect_line(first, "started")
-        expect_line(first, "saved")
+        first = saving_trainer(bc_dir, "both", state_file, tmp_path, procs)
         for p in (procs[0], first):
             p.send_signal(signal.SIGKILL)
             p.communicate(timeout=30)
@@ -126,14 +153,44 @@ def test_a_trainer_and_its_producer_both_restarted_see_the_epoch_once(
         assert procs[2].returncode == 0, err
         assert '"resumed"' in out.splitlines()[0], out.splitlines()[:1]
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
-    saved = json.loads(Path(state_file).read_text())
-    after: dict[str, list[int]] = json.loads(Path(ids_file).read_text())
-    assert saved["ids"]["0"] + after["0"] == list(range(SAMPLES))
-    assert after["1"] == list(range(SAMPLES))
+        kill_all(procs)
+    assert_covered_once(state_file, ids_file)
+
+
+def test_a_trainer_that_loads_its_state_after_connecting_resumes_exactly(
+        batchcast_bin, bc_dir, tmp_path):
+    """The trainer is the producer's only consumer: once it is SIGKILLed,
+    the restarted one connects, and the producer (window 8 of 40 batches)
+    must not run through the epoch for it while it reads its checkpoint
+    (here: until it is told to go on, after a `batchcast status` round
+    trip), or the saved position would leave the window."""
+    procs: List[subprocess.Popen] = [serve(batchcast_bin, bc_dir, "held", "--epochs", "2",
+                                           "--window", "8", "--max-lag", "10batches",
+                                           "--consumers", "1")]
+    state_file, ids_file = str(tmp_path / "state.json"), str(tmp_path / "ids.json")
+    try:
+        first = saving_trainer(bc_dir, "held", state_file, tmp_path, procs)
+        first.send_signal(signal.SIGKILL)
+        first.communicate(timeout=30)
+        second = role(bc_dir, "trainer", name="held", state_in=state_file, ids_out=ids_file,
+                      hold=True)
+        procs.append(second)
+        expect_line(second, "connected", procs[0])
+        env = dict(os.environ, BATCHCAST_DIR=str(bc_dir))
+        status = subprocess.run([batchcast_bin, "status", "held", "--json"], env=env,
+                                capture_output=True, text=True, timeout=30)
+        assert status.returncode == 0, status.stderr
+        assert second.stdin is not None
+        second.stdin.write("go\n")
+        second.stdin.flush()
+        _, err = second.communicate(timeout=60)
+        assert second.returncode == 0, err
+        assert "cannot be replayed" not in err and "WARNING" not in err, err
+        _, err = procs[0].communicate(timeout=60)
+        assert procs[0].returncode == 0, err
+    finally:
+        kill_all(procs)
+    assert_covered_once(state_file, ids_file)
 
 
 def drain_after(c: batchcast.Consumer, pause: threading.Event, go: threading.Event) -> None:
@@ -191,7 +248,9 @@ def test_a_state_whose_position_is_gone_warns_and_starts_at_the_next_epoch(
         ([1, 2], "must be a dict"),
         ({"version": 1, "name": "bad", "epoch": 0}, "missing keys ['row']"),
         ({"version": 1, "name": "bad", "epoch": 0, "row": 0, "x": 1}, "unknown keys ['x']"),
-        ({"version": 2, "name": "bad", "epoch": 0, "row": 0}, "version 2"),
+        ({"version": 3, "name": "bad", "epoch": 0, "row": 0}, "version 3"),
+        ({"version": 2, "name": "bad", "epoch": 0, "row": 0}, "missing keys ['stream']"),
+        ({"version": 2, "name": "bad", "stream": 7, "epoch": 0, "row": 0}, "must be a str"),
         ({"version": 1, "name": "other", "epoch": 0, "row": 0}, "producer 'other', not 'bad'"),
         ({"version": 1, "name": "bad", "epoch": -1, "row": 0}, "'epoch'] must be a non-negative"),
         ({"version": 1, "name": "bad", "epoch": 0, "row": "5"}, "'row'] must be a non-negative"),
@@ -224,12 +283,15 @@ def test_state_dict_counts_what_the_loop_was_handed(batchcast_bin, bc_dir):
                      "--consumers", "1")
     try:
         with batchcast.Consumer("here", connect_timeout=30, format="numpy") as first:
-            assert first.state_dict() == {"version": 1, "name": "here", "epoch": None, "row": 0}
+            stream = first.welcome()["identity"]
+            assert "seed=" in stream, stream
+            at = {"version": 2, "name": "here", "stream": stream}
+            assert first.state_dict() == {**at, "epoch": None, "row": 0}
             loop = iter(first)
             for _ in range(6):
                 next(loop)
             saved = first.state_dict()
-            assert saved == {"version": 1, "name": "here", "epoch": 0, "row": 6 * BATCH}
+            assert saved == {**at, "epoch": 0, "row": 6 * BATCH}
             with batchcast.Consumer("here", format="numpy") as second:
                 second.load_state_dict(json.loads(json.dumps(saved)))
                 assert second.state_dict() == saved
@@ -242,9 +304,35 @@ def test_state_dict_counts_what_the_loop_was_handed(batchcast_bin, bc_dir):
                     if step == 1:
                         assert second.state_dict()["row"] == 8 * BATCH
                 assert ids == list(range(6 * BATCH, SAMPLES))
-                assert second.state_dict() == {"version": 1, "name": "here", "epoch": 1, "row": 0}
+                assert second.state_dict() == {**at, "epoch": 1, "row": 0}
             loop.close()  # left early: the next loop starts at epoch 1
-            assert first.state_dict() == {"version": 1, "name": "here", "epoch": 1, "row": 0}
+            assert first.state_dict() == {**at, "epoch": 1, "row": 0}
     finally:
         producer.kill()
         producer.communicate()
+
+
+def test_a_state_from_another_stream_is_refused_naming_the_difference(batchcast_bin, bc_dir):
+    """Saved from `serve --seed 7`, loaded into a consumer of a `--seed 8`
+    producer under the same name: refused, naming the seed; a version 1
+    state (no stream) is still read."""
+    first = serve(batchcast_bin, bc_dir, "ident", "--epochs", "1", "--seed", "7")
+    try:
+        with batchcast.Consumer("ident", connect_timeout=30, format="numpy") as c:
+            next(iter(c))
+            saved = c.state_dict()
+    finally:
+        first.kill()
+        first.communicate()
+    second = serve(batchcast_bin, bc_dir, "ident", "--epochs", "1", "--seed", "8", "--fresh")
+    try:
+        with batchcast.Consumer("ident", connect_timeout=30, format="numpy") as c:
+            with pytest.raises(batchcast.InvalidArgument) as info:
+                c.load_state_dict(saved)
+            assert "another stream" in str(info.value), str(info.value)
+            assert "seed: then 7, now 8" in str(info.value), str(info.value)
+            old = {k: v for k, v in saved.items() if k != "stream"}
+            c.load_state_dict({**old, "version": 1})
+    finally:
+        second.kill()
+        second.communicate()

@@ -28,10 +28,19 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
     p
 }
 
-fn consumers(env: &Env, name: &str) -> Vec<Proc> {
+/// The four consumers; with `events`, each appends its run events to
+/// `events/N.jsonl`, as under `batchcast run`.
+fn consumers(env: &Env, name: &str, events: Option<&Path>) -> Vec<Proc> {
     CONSUMERS
         .iter()
-        .map(|(delay, batch)| env.hashing_consumer(name, delay, batch))
+        .enumerate()
+        .map(|(i, (delay, batch))| {
+            let mut cmd = env.hashing_consumer_cmd(name, delay, batch);
+            if let Some(dir) = events {
+                cmd.env(batchcast::EVENTS_ENV, dir.join(format!("{i}.jsonl")));
+            }
+            Proc::start(cmd)
+        })
         .collect()
 }
 
@@ -81,7 +90,7 @@ fn killed_mid_epoch(
     let dir = tempfile::tempdir().unwrap();
     let data = jpeg_dataset(dir.path(), 2, per_class, (20, 40));
     let mut producer = serve(env, name, &data, "7");
-    let mut cs = consumers(env, name);
+    let mut cs = consumers(env, name, None);
     reaches(&mut cs[0], 0, at);
     producer.kill9();
     producer.finish();
@@ -96,7 +105,7 @@ fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_ru
 
     let env = Env::new();
     let mut producer = serve(&env, "ref", &data, "7");
-    let mut reference = consumers(&env, "ref");
+    let mut reference = consumers(&env, "ref", None);
     for c in &mut reference {
         finished_cleanly(c);
     }
@@ -113,7 +122,8 @@ fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_ru
 
     let env = Env::new();
     let mut producer = serve(&env, "durable", &data, "7");
-    let mut cs = consumers(&env, "durable");
+    let events = tempfile::tempdir().unwrap();
+    let mut cs = consumers(&env, "durable", Some(events.path()));
     let mut restarts = Vec::new();
     for (epoch, index) in [(0, 100), (1, 0), (1, 125)] {
         // The fastest consumer's progress says when: about batch 100, at the
@@ -137,6 +147,19 @@ fn a_producer_killed_three_times_and_restarted_delivers_what_an_uninterrupted_ru
         );
     }
     assert!(producer.finish().success());
+    for i in 0..cs.len() {
+        // Each reattachment is an event of the consumer's run.
+        let text = std::fs::read_to_string(events.path().join(format!("{i}.jsonl"))).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3, "consumer {i}: {text}");
+        for l in &lines {
+            assert_eq!(l["event"], "reattached", "{l}");
+            assert!(l["waited_secs"].as_f64().unwrap() >= 0.0, "{l}");
+        }
+    }
     for (i, (c, want)) in cs.iter().zip(&want).enumerate() {
         let got = log(c);
         let first_diff = got.iter().zip(want).position(|(a, b)| a != b);

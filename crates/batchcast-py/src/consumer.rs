@@ -222,10 +222,12 @@ impl PyConsumer {
     /// Connects to the producer `name` (waiting up to `connect_timeout`
     /// seconds for it to appear) and waits for its welcome. `start`: the
     /// `(epoch, row)` a saved state stood at (see `ConsumerOptions::start`).
+    /// `deferred`: join the stream only at `start_at` or the first read
+    /// (see `ConsumerOptions::deferred`).
     #[new]
     #[pyo3(signature = (name, *, batch_size=None, drop_last=false, join="catch-up",
                         connect_timeout=None, label=String::new(), dir=None, copy_on_write=true,
-                        on_evict="error", reconnect_timeout=300.0, start=None))]
+                        on_evict="error", reconnect_timeout=300.0, start=None, deferred=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -240,6 +242,7 @@ impl PyConsumer {
         on_evict: &str,
         reconnect_timeout: f64,
         start: Option<(u64, u64)>,
+        deferred: bool,
     ) -> PyResult<Self> {
         let join = JoinPolicy::parse(join).map_err(|e| to_py(py, e, None))?;
         let on_evict = OnEvict::parse(on_evict).map_err(|e| to_py(py, e, None))?;
@@ -257,6 +260,7 @@ impl PyConsumer {
             reconnect_timeout: seconds(py, Some(reconnect_timeout), "reconnect_timeout")?
                 .unwrap_or_default(),
             start: start.map(|(epoch, row)| Position { epoch, row }),
+            deferred,
         };
         let consumer = blocking(py, |interrupt| Consumer::connect(&name, opts, interrupt))?;
         let welcome = consumer.welcome().clone();
@@ -271,6 +275,21 @@ impl PyConsumer {
             name,
             welcome,
         })
+    }
+
+    /// Starts a consumer connected `deferred` at `start`, the `(epoch,
+    /// row)` a saved state stood at, or per its join policy with None;
+    /// before its first read (see `Consumer::start_at`).
+    #[pyo3(signature = (start=None))]
+    fn start_at(&self, py: Python<'_>, start: Option<(u64, u64)>) -> PyResult<()> {
+        let start = start.map(|(epoch, row)| Position { epoch, row });
+        self.inner.call(py, |a, _| a.start_at(start))
+    }
+
+    /// How the stream identity `saved` differs from the one the producer
+    /// announced (`key: then A, now B`, joined by "; "; empty when none).
+    fn identity_differences(&self, saved: &str) -> String {
+        batchcast::identity_differences(saved, self.welcome.identity.as_deref().unwrap_or(""))
     }
 
     /// The producer's name.
@@ -298,6 +317,7 @@ impl PyConsumer {
         d.set_item("stream", crate::stream::stream_to_py(py, &w.stream)?)?;
         d.set_item("first_epoch_partial", w.first_epoch_partial)?;
         d.set_item("first_epoch_samples", w.first_epoch_samples)?;
+        d.set_item("identity", w.identity.as_deref())?;
         Ok(d)
     }
 

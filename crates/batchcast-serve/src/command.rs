@@ -6,14 +6,13 @@ use std::cell::RefCell;
 use std::time::Duration;
 
 use batchcast::{
-    Durability, IdlePolicy, LagBudget, LagPolicy, Layout, Producer, ProducerOptions,
-    ShutdownReason, SLOT_HEADROOM,
+    Durability, IdlePolicy, LagBudget, LagPolicy, Layout, Producer, ProducerOptions, RunEvents,
+    ShutdownReason, Warn, SLOT_HEADROOM,
 };
 
 use crate::args::SourceArgs;
 use crate::error::{Result, ServeError};
 use crate::resume::identity;
-use crate::runner_events::RunnerEvents;
 use crate::serve::{fast_forward, serve, shutdown_reason, BoundaryReport, ServeSummary};
 use crate::start::StartWait;
 use crate::trigger::{Trigger, TriggerSpec};
@@ -207,11 +206,12 @@ pub fn run(args: &ServeArgs, face: &mut dyn Face) -> Result<ServeSummary> {
         fast_forward(source.as_mut(), trigger.as_mut(), r.epoch)?;
         producer.set_samples_per_epoch(Some(source.samples_per_epoch()));
     }
-    let mut events = RunnerEvents::from_env();
+    let mut events = RunEvents::from_env(Warn::default());
     if let Some(r) = resumed {
         events.record(
             &serde_json::json!({"event": "resumed", "epoch": r.epoch, "row": r.row,
-            "consumers": r.consumers}),
+            "consumers": r.consumers})
+            .to_string(),
         );
     }
     if args.json {
@@ -346,13 +346,13 @@ fn boundary_lines(
     report: &BoundaryReport,
     json: bool,
     face: &mut dyn Face,
-    events: &mut RunnerEvents,
+    events: &mut RunEvents,
 ) -> std::io::Result<()> {
     if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
         let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
             "added": a.added, "samples_per_epoch": report.samples_per_epoch,
             "arrivals": a.arrivals, "rescan_seconds": a.seconds});
-        events.record(&line);
+        events.record(&line.to_string());
         if json {
             face.event(&line.to_string())?;
         } else {
@@ -365,7 +365,7 @@ fn boundary_lines(
     if let Some(t) = &report.trigger {
         let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
             "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
-        events.record(&line);
+        events.record(&line.to_string());
         if json {
             face.event(&line.to_string())?;
         } else {

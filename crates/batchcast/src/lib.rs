@@ -64,6 +64,7 @@ mod peer;
 mod private_pages;
 mod producer;
 mod region;
+mod run_events;
 mod serving;
 mod status;
 mod stream;
@@ -79,10 +80,12 @@ pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
 pub use producer::{
-    Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer, ProducerOptions,
-    ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD, SLOT_HEADROOM,
+    identity_differences, Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer,
+    ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD,
+    SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
+pub use run_events::{RunEvents, EVENTS_ENV, MAX_EVENTS};
 pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};

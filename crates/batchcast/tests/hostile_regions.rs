@@ -45,6 +45,7 @@ fn fake_producer(dir: &Path, name: &str, slots: u32, fds: Vec<OwnedFd>) -> JoinH
             first_epoch_partial: false,
             first_epoch_samples: None,
             resumable: false,
+            identity: None,
         });
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         send_frame_with_fds(&sock, &encode(&welcome).unwrap(), &fds).unwrap();

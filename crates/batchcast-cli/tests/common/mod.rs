@@ -134,7 +134,12 @@ impl Env {
     /// held `delay_ms` ms, waiting up to 60 s for the producer (and for
     /// its restart).
     pub fn hashing_consumer(&self, name: &str, delay_ms: &str, batch_size: &str) -> Proc {
-        self.spawn(&[
+        Proc::start(self.hashing_consumer_cmd(name, delay_ms, batch_size))
+    }
+
+    /// The command [`Env::hashing_consumer`] starts.
+    pub fn hashing_consumer_cmd(&self, name: &str, delay_ms: &str, batch_size: &str) -> Command {
+        self.cmd(&[
             "consume",
             name,
             "--each",

@@ -14,7 +14,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use super::job::Job;
-use super::serve_events::{ServeEvents, EVENTS_ENV};
+use super::serve_events::{ServeEvents, EVENTS_ENV, SERVE};
 use super::RunOptions;
 use crate::keys;
 use crate::plan::Plan;
@@ -129,7 +129,7 @@ pub(crate) fn start(
         .env("BATCHCAST_NAME", &name)
         .env(CONSUMERS_ENV, trainers.to_string());
     let figures = super::figures_slot(&mut cmd, run, rec);
-    let events = figures.as_ref().map(ServeEvents::new);
+    let events = figures.as_ref().map(|f| ServeEvents::new(f, SERVE));
     if let Some(e) = &events {
         cmd.env(EVENTS_ENV, e.path());
     }

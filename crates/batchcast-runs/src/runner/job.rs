@@ -12,7 +12,7 @@ use std::time::Duration;
 use batchcast_proc::{Options, Output, Process};
 
 use super::figures::FiguresSlot;
-use super::serve_events::{ServeEvents, SOURCE as SERVE};
+use super::serve_events::ServeEvents;
 use crate::{keys, now_ms, LogStream, MetricPoint, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
@@ -40,8 +40,8 @@ pub(crate) struct Job {
     pub recorded: bool,
     /// Where it may write its figures (see [`super::figures`]).
     pub figures: Option<FiguresSlot>,
-    /// Where a shared producer appends its events (see
-    /// [`super::serve_events`]).
+    /// Where a shared producer, or a trainer's consumer, appends its
+    /// events (see [`super::serve_events`]).
     pub serve_events: Option<ServeEvents>,
     /// Its CPU at exit is in the store.
     usage_recorded: bool,
@@ -148,8 +148,9 @@ impl Job {
     /// as events of its run.
     pub(crate) fn record_serve_events(&mut self) {
         if let Some(events) = self.serve_events.as_mut() {
+            let source = events.source();
             for message in events.read_new() {
-                self.rec.event(self.run, SERVE, &message);
+                self.rec.event(self.run, source, &message);
             }
         }
     }

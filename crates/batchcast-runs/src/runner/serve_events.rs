@@ -1,12 +1,14 @@
-//! The events of a workload's shared producer: the runner names a file in
-//! [`EVENTS_ENV`], beside the run's figures file (in its private 0700
-//! directory), where `batchcast serve` appends one JSON line per event
-//! that matters to a sweep: `resumed` (the stream of a restarted producer
-//! goes on), `grew` (the dataset took in samples), `trigger` (a trigger
-//! fired), `dropped` (the producer wrote no more). The runner reads what
-//! was appended each time it polls, and once more when the producer has
-//! ended, and records each as an event of the producer's run (source
-//! `serve`). Reading is bounded: lines of at most [`MAX_LINE`] bytes, at
+//! The events of a workload's shared producer and of its trainers: the
+//! runner names a file in [`EVENTS_ENV`], beside the run's figures file
+//! (in its private 0700 directory), where `batchcast serve` appends one
+//! JSON line per event that matters to a sweep: `resumed` (the stream of a
+//! restarted producer goes on), `grew` (the dataset took in samples),
+//! `trigger` (a trigger fired), `dropped` (it wrote no more); and where a
+//! trainer's consumer appends `reattached` (it waited for a restarted
+//! producer and goes on; `batchcast::RunEvents` writes both). The runner
+//! reads what was appended each time it polls, and once more when the job
+//! has ended, and records each as an event of the job's run (source
+//! `serve` or `consumer`). Reading is bounded: lines of at most [`MAX_LINE`] bytes, at
 //! most [`MAX_RECORDED`] events, then one event saying the rest was not
 //! recorded; a line that is not such an event is recorded as one event
 //! naming the problem.
@@ -27,8 +29,10 @@ const MAX_LINE: usize = 4096;
 const MAX_RECORDED: usize = 500;
 /// The file's name inside the run's directory.
 const FILE_NAME: &str = "serve-events.jsonl";
-/// The source of the events in the store.
-pub(crate) const SOURCE: &str = "serve";
+/// The source of a producer's events in the store.
+pub(crate) const SERVE: &str = "serve";
+/// The source of a trainer's consumer's events in the store.
+pub(crate) const CONSUMER: &str = "consumer";
 
 /// Where a producer's events file is, and how far it was read.
 #[derive(Debug)]
@@ -38,17 +42,26 @@ pub(crate) struct ServeEvents {
     recorded: usize,
     /// Within a line too long to read, skipped to its end.
     skipping: bool,
+    /// [`SERVE`] or [`CONSUMER`].
+    source: &'static str,
 }
 
 impl ServeEvents {
-    /// The events file of the run whose figures go to `slot`.
-    pub(crate) fn new(slot: &FiguresSlot) -> ServeEvents {
+    /// The events file of the run whose figures go to `slot`, written by
+    /// `source` ([`SERVE`] or [`CONSUMER`]).
+    pub(crate) fn new(slot: &FiguresSlot, source: &'static str) -> ServeEvents {
         ServeEvents {
             path: slot.file().with_file_name(FILE_NAME),
             offset: 0,
             recorded: 0,
             skipping: false,
+            source,
         }
+    }
+
+    /// Who writes the events: their source in the store.
+    pub(crate) fn source(&self) -> &'static str {
+        self.source
     }
 
     /// The path the producer is given in [`EVENTS_ENV`].
@@ -163,7 +176,13 @@ fn message(line: &[u8]) -> String {
             n("row"),
             n("consumers")
         ),
-        "dropped" => format!("the producer wrote no more events after {}", n("after")),
+        "reattached" => format!(
+            "reattached to the restarted producer after waiting {} s: epoch {}, from row {}",
+            n("waited_secs"),
+            n("epoch"),
+            n("row")
+        ),
+        "dropped" => format!("no more events were written after {}", n("after")),
         other => format!(
             "an event of the producer of unknown kind {:?}",
             other.chars().take(40).collect::<String>()
@@ -188,7 +207,7 @@ mod tests {
     #[test]
     fn whole_lines_are_read_once_as_they_come() {
         let slot = FiguresSlot::new().unwrap();
-        let mut events = ServeEvents::new(&slot);
+        let mut events = ServeEvents::new(&slot, SERVE);
         assert!(events.read_new().is_empty());
         append(
             &events,
@@ -211,9 +230,23 @@ mod tests {
     }
 
     #[test]
+    fn a_consumers_reattachment_is_read_as_its_event() {
+        let slot = FiguresSlot::new().unwrap();
+        let mut events = ServeEvents::new(&slot, CONSUMER);
+        assert_eq!(events.source(), "consumer");
+        // As `batchcast::RunEvents` writes it for a consumer that reattached.
+        let mut writer = batchcast::RunEvents::open(events.path(), batchcast::Warn::default());
+        writer.record("{\"event\":\"reattached\",\"epoch\":1,\"row\":64,\"waited_secs\":0.250}");
+        assert_eq!(
+            events.read_new(),
+            vec!["reattached to the restarted producer after waiting 0.25 s: epoch 1, from row 64"]
+        );
+    }
+
+    #[test]
     fn bad_lines_are_named_and_reading_is_bounded() {
         let slot = FiguresSlot::new().unwrap();
-        let mut events = ServeEvents::new(&slot);
+        let mut events = ServeEvents::new(&slot, SERVE);
         append(
             &events,
             "not json\n{\"event\":\"resumed\",\"epoch\":1,\"row\":64,\"consumers\":2}\n",

@@ -10,6 +10,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use super::job::{stop_all, Job};
+use super::serve_events::{ServeEvents, CONSUMER, EVENTS_ENV};
 use super::started::{end_of, Started};
 use super::tracking::Tracking;
 use super::{command_line, data, figures_slot, placement, RunError, RunOptions};
@@ -211,9 +212,14 @@ impl Driver<'_, '_> {
                 cmd.env("BATCHCAST_NAME", name);
             }
             let figures = figures_slot(&mut cmd, *id, &self.rec.handle());
+            let events = figures.as_ref().map(|f| ServeEvents::new(f, CONSUMER));
+            if let Some(e) = &events {
+                cmd.env(EVENTS_ENV, e.path());
+            }
             match Job::start(*id, &row.name, cmd, &self.rec.handle()) {
                 Ok(mut job) => {
                     job.figures = figures;
+                    job.serve_events = events;
                     let pid = job.pid();
                     let job_start = job.start;
                     self.started.jobs.push(job);
@@ -248,6 +254,9 @@ impl Driver<'_, '_> {
         loop {
             if let Some(p) = self.started.producer.as_mut() {
                 p.record_serve_events();
+            }
+            for j in self.started.jobs.iter_mut() {
+                j.record_serve_events();
             }
             let alive = self
                 .started

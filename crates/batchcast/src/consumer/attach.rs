@@ -1,6 +1,7 @@
 //! Attaching to a producer: connect to its socket (same uid), say hello,
 //! receive the welcome and its descriptors, and map and validate every
-//! region they name. [`Consumer::connect`](super::Consumer::connect) does
+//! region they name; a consumer attached `deferred` joins the stream at
+//! its `Start` ([`Consumer::start_at`]). [`Consumer::connect`](super::Consumer::connect) does
 //! it once; a consumer that lost a producer that resumes its stream does it
 //! again with the restarted one (`super::reattach`).
 
@@ -12,7 +13,7 @@ use rustix::event::{PollFd, PollFlags, Timespec};
 
 use super::link::Link;
 use super::watch::ProducerWatch;
-use super::{ConsumerOptions, TICK};
+use super::{Consumer, ConsumerOptions, TICK};
 use crate::arena::ArenaView;
 use crate::board::BoardView;
 use crate::endpoint::Endpoint;
@@ -20,8 +21,8 @@ use crate::error::{Error, Result};
 use crate::holds::HoldsView;
 use crate::ledger::Ledger;
 use crate::wire::{
-    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Role, ToConsumer, ToProducer,
-    Welcome, MAGIC, PROTOCOL_VERSION,
+    self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Position, Role, ToConsumer,
+    ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
 };
 
 /// What attaching to a producer yields.
@@ -42,6 +43,42 @@ pub(super) struct Attach {
     /// Remove a killed producer's files if found (not while waiting for
     /// its restart: the restarted producer replaces them).
     pub clear: bool,
+    /// Say hello `deferred`: placed only at the consumer's `Start`.
+    pub deferred: bool,
+}
+
+impl Consumer {
+    /// Where a deferred consumer ([`ConsumerOptions::deferred`]) starts:
+    /// at `start` (a saved position, as [`ConsumerOptions::start`]), or
+    /// per its join policy with None. Sent to the producer now; a deferred
+    /// consumer that reads first starts per its join policy.
+    ///
+    /// A producer that cannot be told has died: the next read says so (or
+    /// waits for its restart, and asks it for `start`).
+    ///
+    /// # Errors
+    /// [`Error::InvalidArgument`] when the consumer was not deferred or
+    /// has started.
+    pub fn start_at(&mut self, start: Option<Position>) -> Result<()> {
+        if !self.parked {
+            return Err(Error::InvalidArgument(format!(
+                "the consumer of {:?} has already joined the stream: give its start before                  its first read (connect it with `deferred`)",
+                self.name
+            )));
+        }
+        self.opts.start = start;
+        self.pos = start;
+        self.restore = start;
+        self.parked = false;
+        match self.link.send(&ToProducer::Start(start)) {
+            Ok(()) => {
+                self.awaiting_start = true;
+                Ok(())
+            }
+            Err(Error::Io { .. }) => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
 }
 
 /// Attaches to the producer at `endpoint` as `how` says.
@@ -71,6 +108,7 @@ pub(super) fn attach(
             label: opts.label.clone(),
             on_evict: opts.on_evict,
             start: opts.start,
+            deferred: how.deferred,
         }),
     });
     wire::send_frame(&sock, &wire::encode(&hello)?)?;
@@ -121,6 +159,16 @@ pub(super) fn attach(
             ours: PROTOCOL_VERSION,
             theirs: welcome.version,
         });
+    }
+    if welcome
+        .identity
+        .as_ref()
+        .is_some_and(|i| i.len() > crate::MAX_IDENTITY)
+    {
+        return Err(Error::Protocol(format!(
+            "the welcome's stream identity is longer than {} bytes",
+            crate::MAX_IDENTITY
+        )));
     }
     if welcome.batch_size == Some(0) {
         return Err(Error::Protocol(

@@ -121,6 +121,14 @@ pub struct ConsumerOptions {
     /// not begun its epoch); else the consumer says so in a warning, with
     /// the rows it cannot have, and starts at the next epoch.
     pub start: Option<Position>,
+    /// Connect held back: the consumer is welcomed and placed per its join
+    /// policy, but the producer sends it nothing until its first read or
+    /// [`Consumer::start_at`], which may place it at a saved position
+    /// instead (placed at the next epoch, it holds the current epoch's
+    /// retained batches meanwhile, so that the position is still there).
+    /// For a consumer that learns its saved position after connecting (a
+    /// trainer that loads its checkpoint after building its loader).
+    pub deferred: bool,
 }
 
 impl Default for ConsumerOptions {
@@ -137,6 +145,7 @@ impl Default for ConsumerOptions {
             warn: Warn::default(),
             reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
             start: None,
+            deferred: false,
         }
     }
 }
@@ -242,6 +251,15 @@ pub struct Consumer {
     /// The position this consumer was restored at, until the epoch that
     /// holds it (or a later one) begins.
     restore: Option<Position>,
+    /// Connected `deferred` and not started yet: the first read starts it.
+    parked: bool,
+    /// Where reattachments are recorded for `batchcast run`, opened at the
+    /// first (see `crate::run_events`).
+    run_events: Option<crate::RunEvents>,
+    /// Started, and the producer's `Started` not seen yet: until then
+    /// the board is not read (the epoch ends held back while this consumer
+    /// was parked may still be on their way).
+    awaiting_start: bool,
 }
 
 impl Consumer {
@@ -271,9 +289,11 @@ impl Consumer {
             join: opts.join,
             timeout: opts.connect_timeout,
             clear: true,
+            deferred: opts.deferred,
         };
         let attached = attach(&endpoint, &opts, how, interrupt)?;
         let start = opts.start;
+        let parked = opts.deferred;
         Ok(Consumer {
             name: name.to_owned(),
             link: Arc::new(attached.link),
@@ -299,6 +319,9 @@ impl Consumer {
             lost: None,
             reattached: false,
             triggers: Vec::new(),
+            parked,
+            awaiting_start: false,
+            run_events: None,
         })
     }
 
@@ -390,6 +413,9 @@ impl Consumer {
     pub fn try_next_event(&mut self) -> Result<Option<Event>> {
         if self.gone {
             return Err(self.gone_error());
+        }
+        if self.parked {
+            self.start_at(self.opts.start)?;
         }
         loop {
             if let Some((epoch, behind, budget)) = self.fell_behind {
@@ -517,7 +543,20 @@ impl Consumer {
                 }
             }
         }
-        self.advance(published)?;
+        // The answer to this consumer's `Start`, or, to a parked one, the
+        // producer's own at its shutdown.
+        let started = self
+            .control
+            .iter()
+            .position(|m| matches!(m, ToConsumer::Started));
+        if let Some(i) = started {
+            self.control.remove(i);
+            self.awaiting_start = false;
+            self.parked = false;
+        }
+        if !self.awaiting_start {
+            self.advance(published)?;
+        }
         // A clean shutdown may still wait in the queue behind batches not
         // taken yet (they are taken lazily).
         let shutdown = self

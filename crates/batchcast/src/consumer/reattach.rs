@@ -8,6 +8,9 @@
 //! batches it holds from the dead producer's arena stay valid: their
 //! leases keep the old mapping until they drop.
 //!
+//! A reattachment is recorded as an event of the consumer's run when
+//! `batchcast run` started it (`crate::run_events`).
+//!
 //! The wait is one warning line, then attempts to attach, each woken by a
 //! change in the socket directory (inotify) or a tick; a producer that
 //! refused to resume the stream (another dataset or seed, a damaged state
@@ -40,6 +43,22 @@ impl Consumer {
         ));
     }
 
+    /// Records the reattachment as an event of this process's run, when
+    /// `batchcast run` started it (`crate::run_events`): how long it
+    /// waited, and where it stands.
+    fn record_reattached(&mut self, waited_secs: f64) {
+        let at = |v: Option<u64>| v.map_or("null".to_owned(), |n| n.to_string());
+        let line = format!(
+            "{{\"event\":\"reattached\",\"epoch\":{},\"row\":{},\"waited_secs\":{waited_secs:.3}}}",
+            at(self.pos.map(|p| p.epoch)),
+            at(self.pos.map(|p| p.row)),
+        );
+        let warn = self.opts.warn.clone();
+        self.run_events
+            .get_or_insert_with(|| crate::RunEvents::from_env(warn))
+            .record(&line);
+    }
+
     /// Waits for a restarted producer and reattaches to it; after the
     /// reconnect timeout, fails with [`Error::ProducerGone`] (and so does
     /// every later call).
@@ -63,6 +82,7 @@ impl Consumer {
                 join: JoinPolicy::CatchUp,
                 timeout: Some(left.min(TICK)),
                 clear: false,
+                deferred: false,
             };
             let attempt = attach(&endpoint, &self.opts, how, interrupt);
             match attempt {
@@ -84,6 +104,9 @@ impl Consumer {
                     self.cut_off = false;
                     self.lost = None;
                     self.reattached = true;
+                    self.parked = false;
+                    self.awaiting_start = false;
+                    self.record_reattached(since.elapsed().as_secs_f64());
                     return Ok(());
                 }
                 // Not there yet, or a restart that died while welcoming.

@@ -364,6 +364,15 @@ fn serve(shared: &Shared, conn: &mut Conn, reader: &mut FrameReader) -> bool {
                 state.leave(id);
                 shared.notify(state);
             }
+            (Conn::Consumer { id, .. }, ToProducer::Start(start)) => {
+                let id = *id;
+                let mut state = shared.lock();
+                let placed = state.start(id, start);
+                shared.notify(state);
+                if !placed {
+                    return false;
+                }
+            }
             _ => return false, // a message out of place
         }
     }

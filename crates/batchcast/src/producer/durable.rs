@@ -434,7 +434,7 @@ fn parse(text: &str) -> std::result::Result<(String, Saved), String> {
 
 /// The keys whose values differ between two identities, as
 /// `key: then A, now B`, joined by "; " (empty when they are the same).
-fn differences(then: &str, now: &str) -> String {
+pub fn differences(then: &str, now: &str) -> String {
     let pairs = |text: &str| -> Vec<(String, String)> {
         text.lines()
             .map(|l| {

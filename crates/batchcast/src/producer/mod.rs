@@ -24,7 +24,7 @@ mod slots;
 mod state;
 
 pub(crate) use durable::read_refusal;
-pub use durable::{Durability, ResumePoint, MAX_IDENTITY};
+pub use durable::{differences as identity_differences, Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
 pub use payload::MAX_PAYLOAD;
 pub use slot::SlotMut;
@@ -255,8 +255,8 @@ impl Producer {
             opts.samples_per_epoch,
             opts.lag_policy,
         );
-        if state_file.is_some() {
-            state.set_resumable();
+        if let Some(d) = opts.durable.as_ref().filter(|_| state_file.is_some()) {
+            state.set_resumable(d.identity.clone());
         }
         if let Some(r) = resumed {
             state.resume_at(r.epoch, r.row);

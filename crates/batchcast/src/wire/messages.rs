@@ -81,6 +81,12 @@ pub struct ConsumerHello {
     /// position lies in its current epoch, else at the next epoch. Last, so
     /// that a hello without it still decodes where it is ignored.
     pub start: Option<Position>,
+    /// Place this consumer per its join policy but send it nothing until
+    /// its [`ToProducer::Start`], which may place it again at a saved
+    /// position; placed at the next epoch, it holds the current epoch's
+    /// retained batches meanwhile (a consumer whose saved position is not
+    /// known yet when it connects).
+    pub deferred: bool,
 }
 
 /// A position in the stream: a row of an epoch, rows counted from the
@@ -129,6 +135,10 @@ pub enum ToProducer {
     /// send it nothing more and count it gone; it keeps the slots of those
     /// batches until it releases them or its connection closes.
     Leaving,
+    /// A deferred consumer (`ConsumerHello::deferred`) starts: at this
+    /// position if given (as `ConsumerHello::start`), else per its join
+    /// policy. Sent once, before it reads anything.
+    Start(Option<Position>),
 }
 
 /// Messages a producer sends.
@@ -166,6 +176,10 @@ pub enum ToConsumer {
     Shutdown(ShutdownReason),
     /// Reply to a status query.
     Status(StatusReport),
+    /// Answers a deferred consumer's `Start`: what the producer held back
+    /// for it while it was parked comes before this, and what follows is
+    /// sent as it happens.
+    Started,
     /// An epoch boundary: the size of the epochs to come and the trigger
     /// that fired there, if any. Sent after the ending epoch's last batch
     /// (before its `EpochEnd`) or between epochs; the consumer hands the
@@ -235,6 +249,11 @@ pub struct Welcome {
     /// for the restart (`ConsumerOptions::reconnect_timeout`) instead of
     /// failing at once.
     pub resumable: bool,
+    /// What identifies the stream of such a producer (its dataset, seed
+    /// and the options that change the samples, as `key=value` lines, at
+    /// most `MAX_IDENTITY` bytes): a consumer's saved state carries it, and
+    /// one loaded into a consumer of another stream is refused.
+    pub identity: Option<String>,
 }
 
 /// An epoch begins.

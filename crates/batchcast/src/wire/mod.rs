@@ -28,7 +28,7 @@ pub use messages::{
 
 /// Version of this protocol and of the shared-memory regions it hands over
 /// (`crate::region`); both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 6;
+pub const PROTOCOL_VERSION: u32 = 7;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.

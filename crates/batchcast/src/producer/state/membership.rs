@@ -28,7 +28,6 @@ impl State {
             ConsumerEntry {
                 sock,
                 pid,
-                hello,
                 phase: Phase::Pending,
                 started: None,
                 joined_at: None,
@@ -36,6 +35,8 @@ impl State {
                 ledger: None,
                 last_sent: None,
                 evictions: 0,
+                parked: hello.deferred.then(Default::default),
+                hello,
             },
         );
         if self.shm.is_some() {
@@ -65,7 +66,8 @@ impl State {
             } else {
                 None
             },
-            resumable: self.resumable,
+            resumable: self.identity.is_some(),
+            identity: self.identity.clone(),
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
@@ -85,13 +87,14 @@ impl State {
                     c.ledger = Some(ledger);
                 }
                 self.join(id);
+                self.pin_current_epoch(id);
             }
             Err(_) => self.remove_consumer(id),
         }
     }
 
     /// Places a welcomed consumer per its join policy.
-    fn join(&mut self, id: u64) {
+    pub(super) fn join(&mut self, id: u64) {
         let Some((policy, start)) = self
             .consumers
             .get(&id)

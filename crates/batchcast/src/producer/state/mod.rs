@@ -40,6 +40,7 @@ use crate::wire::{self, ConsumerHello};
 mod epochs;
 mod evict;
 mod membership;
+mod parked;
 mod publish;
 mod report;
 mod resume;
@@ -84,6 +85,8 @@ struct ConsumerEntry {
     last_sent: Option<u64>,
     /// Times it was evicted.
     evictions: u64,
+    /// Connected `deferred` and not started yet (see `parked`).
+    parked: Option<parked::Parked>,
 }
 
 /// The current epoch, as the publisher drives it.
@@ -164,9 +167,9 @@ pub(crate) struct State {
     stream: StreamSpec,
     /// Threads waiting on the condition variable.
     waiters: usize,
-    /// A producer restarted under this name resumes the stream (it keeps a
-    /// state file), told in welcomes.
-    resumable: bool,
+    /// The stream's identity, when a producer restarted under this name
+    /// resumes it (it keeps a state file): told in welcomes.
+    identity: Option<String>,
     /// The first row of the next epoch to begin (a resumed epoch's
     /// position; 0 otherwise).
     next_start_row: u64,
@@ -210,7 +213,7 @@ impl State {
             blocked: Duration::ZERO,
             recent: VecDeque::new(),
             waiters: 0,
-            resumable: false,
+            identity: None,
             next_start_row: 0,
             marks: VecDeque::new(),
         }
@@ -272,7 +275,9 @@ impl State {
     /// Sends `frame` to consumer `id` and bumps the board so that it looks;
     /// on failure removes the consumer.
     fn send_or_drop(&mut self, id: u64, frame: &[u8]) -> bool {
+        let queued = self.queue_if_parked(id, frame);
         let ok = match self.consumers.get(&id) {
+            Some(_) if queued.is_some() => queued == Some(true),
             Some(c) => wire::send_frame(&*c.sock, frame).is_ok(),
             None => return false,
         };
@@ -301,10 +306,18 @@ impl State {
         let _ = entry.sock.shutdown(std::net::Shutdown::Both);
     }
 
-    /// Tells every consumer the stream is over (`frame`, a `Shutdown`).
+    /// Tells every consumer the stream is over (`frame`, a `Shutdown`),
+    /// after what a parked one was not sent yet.
     pub fn shutdown(&mut self, frame: &[u8]) {
         let ids: Vec<u64> = self.consumers.keys().copied().collect();
         for id in ids {
+            match self.consumers.get_mut(&id) {
+                // Not welcomed: nothing was held back for it.
+                Some(c) if c.phase == Phase::Pending => c.parked = None,
+                _ => {
+                    self.start(id, None);
+                }
+            }
             self.send_or_drop(id, frame);
         }
     }

@@ -12,9 +12,9 @@ impl State {
     }
 
     /// Welcomes say that a producer restarted under this name resumes the
-    /// stream.
-    pub fn set_resumable(&mut self) {
-        self.resumable = true;
+    /// stream, identified by `identity`.
+    pub fn set_resumable(&mut self, identity: String) {
+        self.identity = Some(identity);
     }
 
     /// The position (epoch, row) of the next row to publish: inside an

@@ -36,6 +36,7 @@ fn attach_at(s: &mut State, on_evict: OnEvict, start: Option<Position>) -> (u64,
         label: String::new(),
         on_evict,
         start,
+        deferred: false,
     };
     let id = s.add_consumer(Arc::new(ours), 1, hello).unwrap();
     (id, theirs)

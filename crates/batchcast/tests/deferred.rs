@@ -1,0 +1,109 @@
+//! A consumer connected `deferred` (a trainer that loads its checkpoint
+//! after building its loader) is welcomed but wants no batches until it
+//! starts: the producer does not run ahead for it, so the position it
+//! then asks for is still retained, and it starts exactly there.
+
+use std::time::Duration;
+
+mod common;
+
+use common::publish;
+
+use batchcast::{Consumer, ConsumerOptions, Error, Event, Position, Producer, ProducerOptions};
+
+const WINDOW: usize = 2;
+/// Batches (of one row) per epoch.
+const EPOCH: u64 = 8;
+
+fn producer(dir: &std::path::Path) -> Producer {
+    Producer::create(
+        "deferred",
+        ProducerOptions {
+            window: WINDOW,
+            samples_per_epoch: Some(EPOCH),
+            batch_size: Some(1),
+            // The arena exists at once: consumers are welcomed at connection.
+            slot_size: Some(4096),
+            dir: Some(dir.to_owned()),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
+
+fn connect(dir: &std::path::Path, deferred: bool) -> Consumer {
+    let opts = ConsumerOptions {
+        connect_timeout: Some(Duration::from_secs(60)),
+        dir: Some(dir.to_owned()),
+        deferred,
+        ..Default::default()
+    };
+    Consumer::connect("deferred", opts, &mut || false).unwrap()
+}
+
+/// The next event, which must already be there.
+fn next(consumer: &mut Consumer) -> Event {
+    consumer
+        .try_next_event()
+        .unwrap()
+        .expect("an event the producer has sent")
+}
+
+fn row_of(event: Event) -> i64 {
+    match event {
+        Event::Batch(b) => {
+            let bytes: [u8; 8] = b.leaves()[0].bytes().try_into().unwrap();
+            i64::from_le_bytes(bytes)
+        }
+        _ => panic!("expected a batch"),
+    }
+}
+
+#[test]
+fn a_deferred_consumer_built_before_the_epoch_reads_it_from_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut producer = producer(dir.path());
+    let mut consumer = connect(dir.path(), true);
+    producer.begin_epoch().unwrap();
+    for seq in 0..WINDOW as u64 {
+        assert!(publish(&mut producer, seq, false));
+    }
+    assert!(
+        !publish(&mut producer, 2, true),
+        "a parked consumer paces the producer as a placed one does"
+    );
+    let Event::EpochStart(info) = consumer.next_event(&mut || false).unwrap() else {
+        panic!("expected the epoch's start");
+    };
+    assert_eq!((info.epoch, info.first_row), (0, 0));
+    assert_eq!(row_of(next(&mut consumer)), 0);
+    let again = consumer.start_at(None).unwrap_err();
+    assert!(matches!(again, Error::InvalidArgument(_)), "{again}");
+}
+
+#[test]
+fn a_deferred_consumer_placed_at_the_next_epoch_keeps_the_current_one_for_its_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut producer = producer(dir.path());
+    let mut reader = connect(dir.path(), false);
+    producer.begin_epoch().unwrap();
+    for seq in 0..4 {
+        assert!(publish(&mut producer, seq, false));
+        while !matches!(reader.next_event(&mut || false).unwrap(), Event::Batch(_)) {}
+    }
+    // Batches 0 and 1 are gone: a catch-up joiner waits for epoch 1, and
+    // holds batches 2 and 3 meanwhile, so the producer waits.
+    let mut restored = connect(dir.path(), true);
+    assert!(!publish(&mut producer, 4, true));
+    restored
+        .start_at(Some(Position { epoch: 0, row: 3 }))
+        .unwrap();
+    // Placed at batch 3, it lets batch 2 go.
+    assert!(publish(&mut producer, 4, false));
+    let Event::EpochStart(info) = restored.next_event(&mut || false).unwrap() else {
+        panic!("expected the epoch's start");
+    };
+    assert_eq!((info.epoch, info.first_row), (0, 3));
+    assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 3);
+    assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 4);
+}
