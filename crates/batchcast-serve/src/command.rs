@@ -109,8 +109,8 @@ pub struct ServeArgs {
 }
 
 /// `--trigger` as clap reads it.
-fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, String> {
-    text.parse().map_err(|e: ServeError| e.to_string())
+fn parse_trigger(text: &str) -> std::result::Result<TriggerSpec, ServeError> {
+    text.parse()
 }
 
 /// How long to wait for the trainers that `batchcast run` announced, when

@@ -107,9 +107,8 @@ pub struct ImageArgs {
 }
 
 /// `--select` as clap reads it.
-fn parse_select(text: &str) -> std::result::Result<SelectSpec, String> {
+fn parse_select(text: &str) -> std::result::Result<SelectSpec, batchcast_pipeline::PipelineError> {
     text.parse()
-        .map_err(|e: batchcast_pipeline::PipelineError| e.to_string())
 }
 
 impl Default for ImageArgs {
