@@ -238,3 +238,6 @@ pub(crate) fn all_ranked(s: &Sched<'_>, key: impl Fn(u32) -> (f64, f64)) -> Vec<
     rank_by(&mut all, key);
     all
 }
+
+#[cfg(test)]
+mod ranked_tests;
