@@ -98,6 +98,8 @@ pub(crate) struct Core {
     pub stale: usize,
     /// Per machine: (dataset, jobs of it there).
     pub datasets: Vec<Vec<(u32, u32)>>,
+    /// Waiting jobs ranked by a ranking policy, once it has run a round.
+    pub ranked: Option<crate::policy::Ranked>,
 }
 
 impl Core {
@@ -276,6 +278,7 @@ pub fn simulate(
         demands: std::collections::BTreeMap::new(),
         stale: 0,
         datasets: vec![Vec::new(); spec.machines()],
+        ranked: None,
     };
     // Lease rounds are armed only while a job waits: a round with nothing
     // pending preempts nothing and starts nothing, so idle or uncontended
@@ -311,6 +314,9 @@ pub fn simulate(
             j.wait_since = j.spec.arrival;
             core.pending.push_back(i);
             core.add_demand(i);
+            if let Some(r) = core.ranked.as_mut() {
+                r.arrived(i);
+            }
             policy.arrived(i, &core.jobs[i as usize]);
             next += 1;
             events += 1;

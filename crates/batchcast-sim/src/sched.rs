@@ -111,6 +111,12 @@ impl<'a> Sched<'a> {
         }
     }
 
+    /// The ranked waiting jobs of `policy::ranked_round` (`None` until its
+    /// first round).
+    pub(crate) fn ranked_mut(&mut self) -> &mut Option<crate::policy::Ranked> {
+        &mut self.core.ranked
+    }
+
     /// Asks for another decision instant at `t` (a timer expiring).
     pub fn wake_at(&mut self, t: f64) {
         self.core.wake_at(t);

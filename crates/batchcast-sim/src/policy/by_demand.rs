@@ -3,9 +3,11 @@
 //! and again, the best head among the demands no wider than the free GPUs:
 //! the same jobs in the same order as walking one queue and skipping what
 //! does not fit, without walking past the jobs that cannot fit (which made
-//! a long queue cost quadratic time).
+//! a long queue cost quadratic time). The preemptive ranking policies keep
+//! their waiting jobs here too (see `Ranked`): a job queued again under a
+//! new key leaves its old entry stale, skipped when it comes first.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use crate::job::Locality;
 use crate::sched::Sched;
@@ -20,15 +22,28 @@ pub(crate) fn bits(x: f64) -> u64 {
     (x + 0.0).to_bits()
 }
 
+/// Any `x` as bits that sort as `f64::total_cmp` sorts the values.
+pub(crate) fn total_bits(x: f64) -> u64 {
+    let b = x.to_bits();
+    if b >> 63 == 1 {
+        !b
+    } else {
+        b | 1 << 63
+    }
+}
+
 /// Waiting jobs by GPU demand, each queue ordered by `Key`.
 #[derive(Default)]
 pub(crate) struct ByDemand {
     queues: BTreeMap<u32, BTreeSet<Key>>,
+    /// Each queued job's newest key; entries under another key are stale.
+    current: HashMap<u32, Key>,
 }
 
 impl ByDemand {
     /// Queues job `key.2`, which needs `gpus` GPUs.
     pub(crate) fn insert(&mut self, gpus: u32, key: Key) {
+        self.current.insert(key.2, key);
         self.queues.entry(gpus).or_default().insert(key);
     }
 
@@ -48,11 +63,18 @@ impl ByDemand {
                 .min();
             let Some((k, g)) = best else { return };
             let i = k.2;
+            let newest = self.current.get(&i) == Some(&k);
             // A pending job no wider than the free GPUs always fits
             // somewhere at cluster level; should placement ever refuse it,
             // the pass ends rather than spin.
-            if s.job(i).status == Status::Pending && s.try_start(i, Locality::Cluster).is_none() {
+            if newest
+                && s.job(i).status == Status::Pending
+                && s.try_start(i, Locality::Cluster).is_none()
+            {
                 return;
+            }
+            if newest {
+                self.current.remove(&i);
             }
             if let Some(q) = self.queues.get_mut(&g) {
                 q.remove(&k);

@@ -7,8 +7,7 @@
 //! simulator, GPUs are given to a job all at once (gang scheduling), not
 //! one by one through per-GPU bids.
 
-use super::{preemptive_round, Policy};
-use crate::job::Locality;
+use super::{ranked_round, Policy};
 use crate::sched::Sched;
 
 /// Least attained service (the published simulator's "SRSF").
@@ -29,8 +28,6 @@ impl Policy for Las {
             let done = j.spec.ideal_duration() - s.remaining_now(i);
             (done * j.spec.gpus as f64, j.spec.arrival)
         };
-        preemptive_round(s, key, |s, i| {
-            s.try_start(i, Locality::Cluster);
-        });
+        ranked_round(s, key);
     }
 }

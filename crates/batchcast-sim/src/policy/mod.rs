@@ -24,9 +24,14 @@ pub use srsf::Srsf;
 pub use tiresias::Tiresias;
 pub use tuner::Tuner;
 
+use std::collections::HashSet;
+
+use by_demand::{total_bits, ByDemand};
+
 use crate::error::SimError;
 use crate::job::Locality;
 use crate::sched::Sched;
+use crate::state::Status;
 
 /// A scheduling policy.
 pub trait Policy {
@@ -132,9 +137,68 @@ pub(crate) fn preemptive_round(
         let ranked = all_ranked(s, |i| key(s, i));
         out = preempt_outside(s, &ranked);
     }
+    let out: HashSet<u32> = out.into_iter().collect();
     let mut order = s.pending_fitting();
     order.retain(|i| !out.contains(i));
     walk_ranked(s, order, key, visit);
+}
+
+/// The waiting jobs of a preemptive ranking policy that starts the best
+/// that fit at cluster level (SRSF, LAS, Tiresias), kept ranked between
+/// lease boundaries (the simulation holds them; see [`ranked_round`]).
+#[derive(Default)]
+pub(crate) struct Ranked {
+    queues: ByDemand,
+    /// Arrived since the last pass, not yet keyed.
+    arrived: Vec<u32>,
+}
+
+impl Ranked {
+    /// Job `i` was submitted.
+    pub(crate) fn arrived(&mut self, i: u32) {
+        self.arrived.push(i);
+    }
+}
+
+/// One round of a preemptive ranking policy that starts the best waiting
+/// jobs that fit at cluster level: at a lease boundary
+/// [`preemptive_round`]; between boundaries the best heads of the ranked
+/// waiting jobs ([`ByDemand::start_best`]), the same jobs in the same order
+/// as ranking the whole queue, at a cost that does not grow with the queue.
+/// A waiting job holds no GPUs, so its key does not change while it waits;
+/// the jobs a boundary preempts are queued again under their new keys.
+pub(crate) fn ranked_round(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
+    let queue = |r: &mut Ranked, s: &Sched<'_>, i: u32| {
+        let (a, b) = key(s, i);
+        r.queues
+            .insert(s.job(i).spec.gpus, (total_bits(a), total_bits(b), i));
+    };
+    let mut r = match s.ranked_mut().take() {
+        Some(r) => r,
+        None => Ranked {
+            arrived: s.pending(),
+            ..Ranked::default()
+        },
+    };
+    for i in std::mem::take(&mut r.arrived) {
+        if s.job(i).status == Status::Pending {
+            queue(&mut r, s, i);
+        }
+    }
+    if s.lease_boundary() {
+        let was_running = s.running();
+        preemptive_round(s, &key, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
+        for i in was_running {
+            if s.job(i).status == Status::Pending {
+                queue(&mut r, s, i);
+            }
+        }
+    } else {
+        r.queues.start_best(s);
+    }
+    *s.ranked_mut() = Some(r);
 }
 
 /// Walks `jobs` best-first by `key`, calling `visit` on each until the free
@@ -174,3 +238,6 @@ pub(crate) fn all_ranked(s: &Sched<'_>, key: impl Fn(u32) -> (f64, f64)) -> Vec<
     rank_by(&mut all, key);
     all
 }
+
+#[cfg(test)]
+mod ranked_tests;

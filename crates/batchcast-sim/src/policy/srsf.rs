@@ -2,8 +2,7 @@
 //! preempting at lease boundaries. The published delay-scheduling
 //! simulator's "SRSF" ranks by service received instead: that is `las`.
 
-use super::{preemptive_round, Policy};
-use crate::job::Locality;
+use super::{ranked_round, Policy};
 use crate::sched::Sched;
 
 /// Shortest remaining service first.
@@ -25,8 +24,6 @@ impl Policy for Srsf {
                 s.job(i).spec.arrival,
             )
         };
-        preemptive_round(s, key, |s, i| {
-            s.try_start(i, Locality::Cluster);
-        });
+        ranked_round(s, key);
     }
 }

@@ -5,8 +5,7 @@
 //! outside the set the queues admit. Placement takes whatever is free,
 //! tightest first, without waiting.
 
-use super::{preemptive_round, Policy};
-use crate::job::Locality;
+use super::{ranked_round, Policy};
 use crate::sched::Sched;
 
 /// 2D-LAS with discretised queues.
@@ -40,8 +39,6 @@ impl Policy for Tiresias {
     fn schedule(&mut self, s: &mut Sched<'_>) {
         let th = &self.thresholds;
         let key = |s: &Sched<'_>, i: u32| (queue(th, s.attained_now(i)), s.job(i).spec.arrival);
-        preemptive_round(s, key, |s, i| {
-            s.try_start(i, Locality::Cluster);
-        });
+        ranked_round(s, key);
     }
 }
