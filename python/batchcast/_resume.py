@@ -27,6 +27,7 @@ import base64
 import itertools
 import json
 import logging
+import math
 import warnings
 from collections.abc import Iterator
 from typing import Any
@@ -144,7 +145,15 @@ class Resume:
             return None
         epoch, row, consumers, payload = resumed
         if self.kind == STATEFUL and payload is not None:
-            self._loader.load_state_dict(decode_state(payload))
+            try:
+                state = decode_state(payload)
+            except ValueError as e:
+                raise _native.InvalidArgument(
+                    f"cannot resume producer {name!r}: the loader state in its state file is "
+                    f"not one batchcast writes ({e}); nothing was reset. To start the stream "
+                    "afresh pass fresh=True, or remove the file"
+                ) from e
+            self._loader.load_state_dict(state)
         if self.kind == EPOCH:
             message = (
                 f"producer {name!r} cannot resume epoch {epoch} where it stopped (at or after "
@@ -252,7 +261,12 @@ def encode_state(state: Any, what: str) -> str:
 
 
 def decode_state(text: str) -> Any:
-    """The state :func:`encode_state` wrote."""
+    """The state :func:`encode_state` wrote.
+
+    Raises:
+        ValueError: text that is not such a state (not JSON, a tensor whose
+            dtype is not a torch dtype, whose shape does not fit its data).
+    """
 
     def dec(x: Any) -> Any:
         if isinstance(x, list):
@@ -261,12 +275,24 @@ def decode_state(text: str) -> Any:
             return x
         t = x.get("__tensor__")
         if len(x) == 1 and isinstance(t, dict):
-            import torch
-
-            dtype = getattr(torch, str(t["dtype"]))
-            raw = bytearray(base64.b64decode(t["data"]))
-            flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
-            return flat.reshape([int(n) for n in t["shape"]]).clone()
+            return tensor(t)
         return {k: dec(v) for k, v in x.items()}
+
+    def tensor(t: dict[str, Any]) -> Any:
+        import torch
+
+        dtype = getattr(torch, str(t.get("dtype")), None)
+        shape, data = t.get("shape"), t.get("data")
+        if not isinstance(dtype, torch.dtype) or not isinstance(data, str):
+            raise ValueError(f"a tensor of dtype {t.get('dtype')!r} is not a torch tensor")
+        if not isinstance(shape, list) or not all(
+            isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in shape
+        ):
+            raise ValueError(f"a tensor's shape {shape!r} is not a list of sizes")
+        raw = bytearray(base64.b64decode(data, validate=True))
+        flat = torch.frombuffer(raw, dtype=dtype) if raw else torch.empty(0, dtype=dtype)
+        if flat.numel() != math.prod(shape):
+            raise ValueError(f"a tensor of {flat.numel()} values has the shape {shape}")
+        return flat.reshape(shape).clone()
 
     return dec(json.loads(text))

@@ -10,6 +10,7 @@ every consumer.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -44,7 +45,9 @@ class SelectSampler(_Base):
 
     Each ``iter()`` is one epoch: the epoch given to :meth:`set_epoch`, else
     the one after the last (from 0), so a :class:`batchcast.Producer`, which
-    iterates its loader once per epoch, gets a fresh epoch each time::
+    iterates its loader once per epoch, gets a fresh epoch each time.
+    ``iter()`` and :meth:`set_epoch` may be called from several threads: each
+    ``iter()`` takes its own epoch under a lock::
 
         sampler = batchcast.SelectSampler("label-balanced:20", labels=ds.targets)
         loader = DataLoader(ds, batch_size=64, sampler=sampler)
@@ -77,6 +80,7 @@ class SelectSampler(_Base):
         self._selection = _native.Selection(
             spec, labels=_as_list(labels), n=n, seed=seed, shuffle=shuffle, scores=_as_list(scores)
         )
+        self._lock = threading.Lock()
         self._next = 0
         self._asked: int | None = None
         #: The epoch of the last ``iter()`` (None before the first).
@@ -86,13 +90,15 @@ class SelectSampler(_Base):
         """Makes the next ``iter()`` serve ``epoch``."""
         if not isinstance(epoch, int) or isinstance(epoch, bool) or epoch < 0:
             raise _native.InvalidArgument(f"epoch must be a non-negative int, not {epoch!r}")
-        self._asked = epoch
+        with self._lock:
+            self._asked = epoch
 
     def __iter__(self) -> Iterator[int]:
-        epoch = self._next if self._asked is None else self._asked
-        self._asked = None
-        self._next = epoch + 1
-        self.epoch = epoch
+        with self._lock:
+            epoch = self._next if self._asked is None else self._asked
+            self._asked = None
+            self._next = epoch + 1
+            self.epoch = epoch
         return iter(self._selection.order(epoch))
 
     def __len__(self) -> int:

@@ -159,6 +159,39 @@ def test_a_loaders_state_is_kept_as_json_with_tensors_and_nothing_else():
         encode_state({3: 1}, "s")
 
 
+def test_a_corrupt_or_hostile_loader_state_is_refused_with_a_message():
+    from batchcast._resume import Resume, decode_state
+
+    tensor = '{"__tensor__":{"dtype":%s,"shape":%s,"data":"AAEC"}}'
+    for text, why in [
+        ("{not json", "Expecting"),
+        (tensor % ('"load"', "[3]"), "not a torch tensor"),
+        (tensor % ('"uint8"', "[2]"), "3 values has the shape"),
+        (tensor % ('"uint8"', "[-3]"), "not a list of sizes"),
+        (tensor % ('"uint8"', '"3"'), "not a list of sizes"),
+        ('{"__tensor__":{"dtype":"uint8","shape":[3],"data":"!!"}}', "base64"),
+    ]:
+        with pytest.raises(ValueError, match=why):
+            decode_state(text)
+
+    class Stateful:
+        loaded = None
+
+        def state_dict(self) -> dict:
+            return {}
+
+        def load_state_dict(self, state: dict) -> None:
+            self.loaded = state
+
+    class Native:
+        resumed = (3, 40, 2, tensor % ('"load"', "[3]"))
+
+    loader = Stateful()
+    with pytest.raises(batchcast.InvalidArgument, match=r"'p'.*nothing was reset.*fresh=True"):
+        Resume(loader, None, None).restore(Native(), "p")
+    assert loader.loaded is None
+
+
 def test_how_each_loader_resumes_and_what_identifies_its_stream():
     import torch
     from torch.utils.data import DataLoader

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from collections import Counter
 
 import numpy as np
@@ -76,6 +77,39 @@ def test_epochs_advance_by_themselves_unless_set_epoch_says_which():
     b.set_epoch(0)
     assert list(b) == first
     assert list(batchcast.SelectSampler("random:10", n=500, seed=3)) != first
+
+
+def test_iter_from_several_threads_gives_each_call_its_own_epoch():
+    sampler = batchcast.SelectSampler("random:10", n=200, seed=4)
+    threads, calls = 8, 40
+    start = threading.Barrier(threads)
+    got: list[tuple[int, ...]] = []
+    lock = threading.Lock()
+
+    def work() -> None:
+        start.wait()
+        for _ in range(calls):
+            order = tuple(iter(sampler))
+            with lock:
+                got.append(order)
+
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        pool = [threading.Thread(target=work) for _ in range(threads)]
+        for t in pool:
+            t.start()
+        for t in pool:
+            t.join()
+    finally:
+        sys.setswitchinterval(old)
+    ref = batchcast.SelectSampler("random:10", n=200, seed=4)
+    want = []
+    for epoch in range(threads * calls):
+        ref.set_epoch(epoch)
+        want.append(tuple(ref))
+    assert Counter(got) == Counter(want), "each epoch served exactly once"
+    assert sampler.epoch is not None and list(sampler) == list(ref)
 
 
 def test_specs_are_refused_with_the_clis_messages():

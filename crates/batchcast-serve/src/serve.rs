@@ -150,6 +150,12 @@ pub fn serve(
 /// trigger (or `time=D` on the trace's clock) to the same count of
 /// arrivals and firings; what depends on wall time (a `--replay-speedup`
 /// clock, `time=D` on wall time) counts from the restart.
+///
+/// A source on wall time (a watched folder: no [`BatchSource::clock`])
+/// takes in what is on disk at the first of these boundaries and is not
+/// looked at again at the others (they would find nothing new), so the
+/// cost of a late restart is one rescan plus `epoch` trigger steps (none
+/// without a trigger).
 pub fn fast_forward(
     source: &mut dyn BatchSource,
     mut trigger: Option<&mut Trigger>,
@@ -158,8 +164,20 @@ pub fn fast_forward(
     if let Some(t) = trigger.as_deref_mut() {
         t.start_clock(source.clock());
     }
+    // Once set: what a look at a source on wall time finds from then on.
+    let mut nothing_new: Option<Option<Arrived>> = None;
     for next in 1..=epoch {
-        step(source, trigger.as_deref_mut(), next)?;
+        let arrived = match &nothing_new {
+            Some(arrived) => arrived.clone(),
+            None => source.grow()?,
+        };
+        if nothing_new.is_none() && source.clock().is_none() {
+            nothing_new = Some(arrived.as_ref().map(|_| Arrived::default()));
+        }
+        settle(source, trigger.as_deref_mut(), next, arrived)?;
+        if nothing_new.is_some() && trigger.is_none() {
+            break; // the other boundaries would change nothing
+        }
     }
     Ok(())
 }
@@ -172,6 +190,17 @@ fn step(
     epoch: u64,
 ) -> Result<(Option<Arrived>, Option<TriggerFired>)> {
     let arrived = source.grow()?;
+    settle(source, trigger, epoch, arrived)
+}
+
+/// The trigger's step at the boundary before `epoch`, given what the
+/// source took in there.
+fn settle(
+    source: &mut dyn BatchSource,
+    trigger: Option<&mut Trigger>,
+    epoch: u64,
+    arrived: Option<Arrived>,
+) -> Result<(Option<Arrived>, Option<TriggerFired>)> {
     let fired = trigger.and_then(|t| {
         if let Some(a) = &arrived {
             t.arrived(a.added, a.arrivals);
@@ -216,5 +245,78 @@ pub fn shutdown_reason(result: &Result<ServeSummary>) -> ShutdownReason {
         Ok(s) if s.interrupted => ShutdownReason::Interrupted,
         Ok(_) => ShutdownReason::Finished,
         Err(e) => ShutdownReason::Failed(e.chain()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use batchcast::{LeafSpec, Node};
+
+    /// A source that counts its looks, on its own clock or on wall time.
+    struct Looked {
+        looks: u64,
+        clock: Option<f64>,
+    }
+
+    impl BatchSource for Looked {
+        fn samples_per_epoch(&self) -> u64 {
+            1
+        }
+        fn batches(&self, _epoch: u64) -> Vec<Vec<u64>> {
+            vec![vec![0]]
+        }
+        fn spec(&self, rows: u64) -> (Node, Vec<LeafSpec>) {
+            (
+                Node::Leaf(0),
+                vec![LeafSpec::array(batchcast::DType::U8, vec![rows])],
+            )
+        }
+        fn fill(&self, _: u64, indices: &[u64], _: Vec<&mut [u8]>) -> Result<u64> {
+            Ok(indices.len() as u64)
+        }
+        fn grow(&mut self) -> Result<Option<Arrived>> {
+            self.looks += 1;
+            self.clock = self.clock.map(|t| t + 1.0);
+            Ok(Some(Arrived {
+                added: u64::from(self.looks == 1),
+                ..Arrived::default()
+            }))
+        }
+        fn clock(&self) -> Option<f64> {
+            self.clock
+        }
+    }
+
+    #[test]
+    fn a_late_restart_on_wall_time_looks_at_the_source_once_and_counts_every_firing() {
+        let mut source = Looked {
+            looks: 0,
+            clock: None,
+        };
+        let mut trigger = Trigger::new("every-epoch".parse().unwrap());
+        let t0 = Instant::now();
+        fast_forward(&mut source, Some(&mut trigger), 10_000).unwrap();
+        assert!(t0.elapsed().as_secs() < 5, "{:?}", t0.elapsed());
+        assert_eq!(source.looks, 1);
+        let next = trigger.at_boundary(10_001, None).unwrap();
+        assert_eq!((next.seq, next.samples), (10_001, 0));
+
+        let mut traced = Looked {
+            looks: 0,
+            clock: Some(0.0),
+        };
+        fast_forward(&mut traced, None, 50).unwrap();
+        assert_eq!(traced.looks, 50, "a trace's clock moves at every boundary");
+
+        let mut untriggered = Looked {
+            looks: 0,
+            clock: None,
+        };
+        fast_forward(&mut untriggered, None, u64::MAX).unwrap();
+        assert_eq!(
+            untriggered.looks, 1,
+            "any epoch, from a state file, at once"
+        );
     }
 }

@@ -9,14 +9,16 @@
 //!   row of a path counts.
 //! - Bounded before anything is kept: the file's size
 //!   ([`MAX_ARRIVALS_BYTES`]), its rows (the watch's file limit), a path's
-//!   length. A bad row is refused with its line number.
+//!   length. A bad row is refused with its line number; so is a path that
+//!   is absolute or holds `..` (it would name a file outside the folder).
+//! - Fields are not quoted: a path is taken as written, quotes included.
 //! - Read again when its mtime or size moves, before a rescan looks at
 //!   new files: append the rows of new files before (or as) they are
 //!   renamed in.
 
 use std::collections::HashMap;
 use std::fs;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 use std::time::SystemTime;
 
 use crate::PipelineError;
@@ -117,8 +119,13 @@ impl Arrivals {
             let why = format!("the path is empty or longer than {MAX_PATH} bytes");
             return Err(bad(csv, line, why));
         }
-        if Path::new(path).is_absolute() {
+        let relative = Path::new(path);
+        if relative.is_absolute() || relative.has_root() {
             let why = format!("{path:?} is absolute; write it relative to the dataset's folder");
+            return Err(bad(csv, line, why));
+        }
+        if relative.components().any(|c| c == Component::ParentDir) {
+            let why = format!("{path:?} leaves the dataset's folder (`..`); name a file inside it");
             return Err(bad(csv, line, why));
         }
         match time.trim().parse::<f64>() {
@@ -161,6 +168,16 @@ mod tests {
             ("path,time\n", 1, "the first line must be path,timestamp"),
             ("path,timestamp\na.jpg,1\nb.jpg\n", 3, "2 fields"),
             ("path,timestamp\n/abs.jpg,1\n", 2, "is absolute"),
+            (
+                "path,timestamp\n../out.jpg,1\n",
+                2,
+                "leaves the dataset's folder",
+            ),
+            (
+                "path,timestamp\na/../../out.jpg,1\n",
+                2,
+                "leaves the dataset's folder",
+            ),
             ("path,timestamp\na.jpg,soon\n", 2, "not seconds"),
             ("path,timestamp\na.jpg,-1\n", 2, "not seconds"),
         ] {

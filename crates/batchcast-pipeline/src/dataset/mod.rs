@@ -249,7 +249,6 @@ impl Dataset {
 /// pipeline would decode, or one that never ends (a FIFO).
 pub const MAX_SAMPLE_BYTES: u64 = 512 << 20;
 
-/// True when `path`'s extension is `ext`, ignoring letter case.
 /// The text of the CSV `csv`, at most `max_bytes` long, whose first line
 /// is `header`; `bad(line, reason)` is the error for a file that is not
 /// (line 0: the whole file).
@@ -291,6 +290,7 @@ fn csv_rows(text: &str) -> impl Iterator<Item = (usize, &str)> {
         .filter(|(_, line)| !line.trim().is_empty())
 }
 
+/// True when `path`'s extension is `ext`, ignoring letter case.
 fn has_extension(path: &Path, ext: &str) -> bool {
     path.extension()
         .and_then(|e| e.to_str())

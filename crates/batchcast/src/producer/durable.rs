@@ -43,6 +43,8 @@ const FORMAT: u32 = 1;
 const MAGIC: &str = "batchcast-state";
 /// Largest identity accepted, in bytes.
 pub const MAX_IDENTITY: usize = 4096;
+/// Largest slot size a state file may give, in bytes (1 TiB).
+const MAX_SLOT_SIZE: u64 = 1 << 40;
 /// Largest state (or refusal) file read, in bytes: a payload and 16 KiB.
 const MAX_FILE: u64 = MAX_PAYLOAD as u64 + 16 * 1024;
 
@@ -407,7 +409,16 @@ fn parse(text: &str) -> std::result::Result<(String, Saved), String> {
             "row" => row = Some(number()?),
             "consumers" => consumers = Some(number()?.min(u64::from(u32::MAX)) as u32),
             "payload" => payload = Some(value.to_owned()),
-            "slot_size" => slot_size = Some(number()?),
+            "slot_size" => {
+                let n = number()?;
+                if n == 0 || n % 4096 != 0 || n > MAX_SLOT_SIZE {
+                    return Err(format!(
+                        "its slot size {n} is not whole 4 KiB pages of at most {MAX_SLOT_SIZE} \
+                         bytes, as a producer writes it"
+                    ));
+                }
+                slot_size = Some(n);
+            }
             "identity" => {
                 identity.push_str(value);
                 identity.push('\n');
@@ -554,6 +565,15 @@ mod tests {
             ),
             ("x".repeat(MAX_FILE as usize + 1), "larger than"),
         ];
+        for (size, why) in [(1, "slot size 1 "), (u64::MAX, "at most")] {
+            f.write(&Saved {
+                slot_size: Some(size),
+                ..saved(None)
+            })
+            .unwrap();
+            let err = StateFile::open(&ep, &d).unwrap_err().to_string();
+            assert!(err.contains(why) && err.contains("--fresh"), "{err}");
+        }
         for (text, why) in cases {
             fs::write(&path, &text).unwrap();
             let err = StateFile::open(&ep, &d).unwrap_err().to_string();
