@@ -69,7 +69,15 @@ impl PySelection {
                         "--select {spec:?} balances classes: pass labels=, one per sample"
                     )));
                 }
-                vec![-1; n]
+                let mut unlabelled = Vec::new();
+                unlabelled.try_reserve_exact(n).map_err(|_| {
+                    invalid(format!(
+                        "n={n}: not enough memory for a selection over that many samples; \
+                         give the dataset's real length"
+                    ))
+                })?;
+                unlabelled.resize(n, -1);
+                unlabelled
             }
             (None, Some(n)) => {
                 return Err(invalid(format!(
