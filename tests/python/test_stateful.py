@@ -15,6 +15,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, Dict, List
 
@@ -43,16 +44,48 @@ def role(bc_dir: Path, which: str, **options: Any) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
+#: What expect_line read past a line, by process id.
+_read_ahead: Dict[int, bytes] = {}
+
+
 def expect_line(p: subprocess.Popen, word: str, producer: Any = None, timeout: float = 60) -> None:
-    """Waits for `p` to print the line `word`."""
+    """Waits for `p` to print the line `word`. Reads the pipe's descriptor
+    itself and keeps what comes after the line: two lines that arrive in
+    one read ("started", then "saved" at once on a loaded machine) are
+    both seen, where a select() on the pipe would wait for the second one
+    already sitting in a file object's buffer."""
     assert p.stdout is not None
-    ready, _, _ = select.select([p.stdout], [], [], timeout)
-    assert ready, f"no {word!r} from the process within {timeout} s"
-    line = p.stdout.readline()
+    fd = p.stdout.fileno()
+    got = _read_ahead.pop(p.pid, b"")
+    deadline = time.monotonic() + timeout
+    while b"\n" not in got:
+        ready, _, _ = select.select([fd], [], [], max(deadline - time.monotonic(), 0))
+        assert ready, f"no {word!r} from the process within {timeout} s"
+        chunk = os.read(fd, 4096)
+        if not chunk:
+            break  # it exited: the assertion below shows its stderr
+        got += chunk
+    raw, _, _read_ahead[p.pid] = got.partition(b"\n")
+    line = raw.decode(errors="replace")
     if line.strip() != word and producer is not None:
         producer.kill()
         print(producer.communicate())
     assert line.strip() == word, (line, p.stderr.read() if p.poll() is not None else "")
+
+
+def test_expect_line_sees_two_lines_that_arrive_at_once() -> None:
+    """The lines are written in one write, so they arrive in one read."""
+    p = subprocess.Popen([sys.executable, "-c",
+                          "import sys; sys.stdout.write('started\\nsaved\\n'); sys.stdout.flush();"
+                          " sys.stdin.read()"],
+                         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         text=True)
+    try:
+        expect_line(p, "started", timeout=30)
+        expect_line(p, "saved", timeout=5)
+    finally:
+        p.kill()
+        p.communicate()
 
 
 def saving_trainer(bc_dir: Path, name: str, state_file: str, tmp_path: Path,
