@@ -33,6 +33,6 @@ mod tree;
 mod usage;
 
 pub use rustix::process::Signal;
-pub use supervise::{stop_all, Options, Output, Process, Sink};
+pub use supervise::{stop_all, Options, Output, Process, Sink, OUTPUT_AFTER_EXIT};
 pub use tree::{descendants, snapshot, ticks_per_second, ProcessTree, Rates, TreeSample};
 pub use usage::{cpu_secs, machine_busy_seconds, tree_cpu_seconds, usage, Usage, Who};

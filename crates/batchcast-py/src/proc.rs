@@ -14,7 +14,7 @@ use std::process::{Command, ExitStatus};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use batchcast_proc::{Options, Output, Process, Signal};
+use batchcast_proc::{Options, Output, Process, Signal, OUTPUT_AFTER_EXIT};
 use pyo3::prelude::*;
 
 use crate::errors::Exc;
@@ -113,6 +113,19 @@ impl PyProcess {
     fn take_fd(&self, f: impl FnOnce(&mut Process) -> Option<OwnedFd>) -> Option<i32> {
         self.with(f).flatten().map(IntoRawFd::into_raw_fd)
     }
+
+    /// Once it has ended: lets its output readers reach the pipes' end, so
+    /// that `tail` holds all it wrote (at most [`OUTPUT_AFTER_EXIT`]; a
+    /// second call returns at once).
+    fn finish_output(&self, py: Python<'_>) {
+        py.detach(|| {
+            self.with(|p| {
+                if p.poll() {
+                    p.finish_output(OUTPUT_AFTER_EXIT);
+                }
+            })
+        });
+    }
 }
 
 #[pymethods]
@@ -209,6 +222,7 @@ impl PyProcess {
             let until = deadline.map_or(step, |d| d.min(step));
             let ended = py.detach(|| self.with(|p| p.wait_until(Some(until))).unwrap_or(true));
             if ended {
+                self.finish_output(py);
                 return Ok(self.returncode());
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -225,12 +239,15 @@ impl PyProcess {
             return Err(invalid(py, format!("grace={grace}: give seconds >= 0")));
         }
         let grace = Duration::from_secs_f64(grace);
-        Ok(py.detach(|| self.with(|p| p.stop(grace)).unwrap_or(false)))
+        let running = py.detach(|| self.with(|p| p.stop(grace)).unwrap_or(false));
+        self.finish_output(py);
+        Ok(running)
     }
 
     /// SIGKILL to its group; waits for it.
     fn kill(&self, py: Python<'_>) {
         py.detach(|| self.with(Process::kill));
+        self.finish_output(py);
     }
 
     /// Sends signal number `signum` to its group.
@@ -259,7 +276,9 @@ impl PyProcess {
         self.take_fd(|p| p.take_stderr().map(OwnedFd::from))
     }
 
-    /// The last `lines` lines of its captured output (`"capture"`).
+    /// The last `lines` lines of its captured output (`"capture"`): all of
+    /// it once `wait`, `stop` or `kill` has returned (its readers get
+    /// [`OUTPUT_AFTER_EXIT`] after the exit to reach the pipes' end).
     #[pyo3(signature = (lines=15))]
     fn tail(&self, lines: usize) -> String {
         self.with(|p| p.tail(lines)).unwrap_or_default()

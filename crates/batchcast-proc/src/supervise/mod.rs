@@ -24,6 +24,14 @@ use rustix::process::{kill_process_group, Pid, Signal};
 
 use crate::usage::Usage;
 pub use output::Sink;
+
+/// How long the output readers may go on after the process ended (for
+/// what it wrote last to reach the pipe's end): what
+/// [`Process::finish_output`] is given by the runner and the Python
+/// binding. Past that, a process it left behind outside its group
+/// (`setsid`, a daemon) holds the pipe, and what it writes later is not
+/// kept.
+pub const OUTPUT_AFTER_EXIT: Duration = Duration::from_secs(2);
 use output::{Reader, Tail};
 use watcher::Watcher;
 

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use batchcast_proc::{Options, Output, Process};
+use batchcast_proc::{Options, Output, Process, OUTPUT_AFTER_EXIT};
 
 use super::figures::FiguresSlot;
 use super::serve_events::ServeEvents;
@@ -17,11 +17,6 @@ use crate::{keys, now_ms, LogStream, MetricPoint, RecorderHandle, RunId};
 
 /// Longest last line kept for progress.
 const LAST_LINE: usize = 200;
-/// How long the output readers may go on after the job's process ended
-/// (for what it wrote last to reach the pipe's end). Past that, a process it
-/// left behind outside its group (`setsid`, a daemon) holds the pipe: the
-/// run ends anyway, and what that process writes later is not recorded.
-const OUTPUT_AFTER_EXIT: Duration = Duration::from_secs(2);
 
 /// A started process and where its output goes.
 pub(crate) struct Job {
