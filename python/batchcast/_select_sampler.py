@@ -47,7 +47,9 @@ class SelectSampler(_Base):
     the one after the last (from 0), so a :class:`batchcast.Producer`, which
     iterates its loader once per epoch, gets a fresh epoch each time.
     ``iter()`` and :meth:`set_epoch` may be called from several threads: each
-    ``iter()`` takes its own epoch under a lock::
+    ``iter()`` takes its own epoch under a lock. The sampler (and
+    :class:`Weighted` over it) can be pickled, so DataLoader workers started
+    with ``spawn`` or ``forkserver`` can use it::
 
         sampler = batchcast.SelectSampler("label-balanced:20", labels=ds.targets)
         loader = DataLoader(ds, batch_size=64, sampler=sampler)
@@ -77,14 +79,41 @@ class SelectSampler(_Base):
         shuffle: bool = True,
         scores: Sequence[float] | Any | None = None,
     ) -> None:
-        self._selection = _native.Selection(
-            spec, labels=_as_list(labels), n=n, seed=seed, shuffle=shuffle, scores=_as_list(scores)
-        )
+        self._args: dict[str, Any] = {
+            "spec": spec,
+            "labels": _as_list(labels),
+            "n": n,
+            "seed": seed,
+            "shuffle": shuffle,
+            "scores": _as_list(scores),
+        }
+        self._selection = _native.Selection(**self._args)
         self._lock = threading.Lock()
         self._next = 0
         self._asked: int | None = None
         #: The epoch of the last ``iter()`` (None before the first).
         self.epoch: int | None = None
+
+    def __getstate__(self) -> dict[str, Any]:
+        """The constructor's arguments and the epoch counters: a copy sent
+        to a DataLoader worker started with ``spawn`` or ``forkserver``
+        draws its selection again from them (a ``scores=FILE`` is read
+        again there)."""
+        with self._lock:
+            return {
+                "args": self._args,
+                "next": self._next,
+                "asked": self._asked,
+                "epoch": self.epoch,
+            }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._args = state["args"]
+        self._selection = _native.Selection(**self._args)
+        self._lock = threading.Lock()
+        self._next = state["next"]
+        self._asked = state["asked"]
+        self.epoch = state["epoch"]
 
     def set_epoch(self, epoch: int) -> None:
         """Makes the next ``iter()`` serve ``epoch``."""

@@ -138,6 +138,36 @@ def test_weighted_adds_each_samples_weight_as_one_more_leaf():
         assert wi == pytest.approx((30 / 40) / (10 / 20) if labels[i] == 0 else (10 / 40) / (10 / 20))
 
 
+def test_a_pickled_sampler_draws_the_same_epochs_and_weights():
+    import pickle
+
+    s = batchcast.SelectSampler("label-balanced:20", labels=LABELS, seed=3)
+    first = list(s)
+    copy = pickle.loads(pickle.dumps(s))
+    assert copy.epoch == 0 and len(copy) == len(s)
+    assert list(copy) == list(s)  # both draw epoch 1 next
+    assert copy.weight(0) == s.weight(0) and copy.weight(4999) == s.weight(4999)
+    copy.set_epoch(0)
+    assert list(copy) == first
+
+
+def test_weighted_works_in_spawned_dataloader_workers():
+    labels = [0] * 30 + [1] * 10
+    s = batchcast.SelectSampler("label-balanced:50", labels=labels, seed=1)
+    ds = [torch.tensor([float(i)]) for i in range(40)]
+    loader = DataLoader(
+        batchcast.Weighted(ds, s),
+        batch_size=20,
+        sampler=s,
+        num_workers=1,
+        multiprocessing_context="spawn",
+    )
+    x, w = next(iter(loader))
+    assert w.shape == (20,)
+    for i, wi in zip(x[:, 0].long().tolist(), w.tolist()):
+        assert wi == pytest.approx(s.weight(i))
+
+
 def test_the_same_sequence_as_batchcast_serve_select_for_the_same_seed(tmp_path, bc_dir):
     Image = pytest.importorskip("PIL.Image")
     from test_serve_module import start
