@@ -94,66 +94,118 @@ pub(crate) fn run(shared: Arc<Shared>, listener: UnixListener, wake: OwnedFd) {
         // A consumer the publisher removed (a failed send) had its socket
         // shut down, so poll reports it and it is dropped below like any
         // closed connection.
-        let rest = admission.resting_for();
-        let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(conns.len() + 2);
-        fds.push(PollFd::new(&wake, PollFlags::IN));
-        let listening = match admission.listener() {
-            Some(l) => {
-                fds.push(PollFd::new(l, PollFlags::IN));
-                true
-            }
-            None => false,
+        let polled = match poll_all(&wake, &mut admission, &conns) {
+            Round::Polled(polled) => polled,
+            Round::Interrupted => continue,
+            Round::Failed => return,
         };
-        let first = fds.len();
-        for (c, _) in &conns {
-            fds.push(PollFd::new(c.sock().as_ref(), PollFlags::IN));
-        }
-        // Then the processes of the consumers watched, in order.
-        let watched: Vec<usize> = (0..conns.len())
-            .filter(|&i| conns[i].0.process().is_some())
-            .collect();
-        for &i in &watched {
-            if let Some(pidfd) = conns[i].0.process() {
-                fds.push(PollFd::new(pidfd, PollFlags::IN));
-            }
-        }
-        let wait = rest
-            .unwrap_or(Duration::from_secs(1))
-            .min(Duration::from_secs(1));
-        let timeout = Timespec {
-            tv_sec: wait.as_secs() as i64,
-            tv_nsec: wait.subsec_nanos() as i64,
-        };
-        if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
-            if e == rustix::io::Errno::INTR {
-                continue;
-            }
-            return;
-        }
-        let ready: Vec<bool> = fds.iter().map(|f| !f.revents().is_empty()).collect();
-        drop(fds);
-        if ready[0] {
+        if polled.ready[0] {
             return; // shutdown
         }
-        let mut exited = vec![false; conns.len()];
-        for (k, &i) in watched.iter().enumerate() {
-            exited[i] = ready[first + conns.len() + k];
-        }
-        let mut dead = Vec::new();
-        for (i, (conn, reader)) in conns.iter_mut().enumerate() {
-            let timed_out =
-                matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
-            // An exited consumer's last releases are read before it goes.
-            let closed = ready[first + i] && !serve(&shared, conn, reader);
-            if timed_out || closed || exited[i] {
-                dead.push(i);
-            }
-        }
+        let dead = serve_ready(&shared, &mut conns, &polled);
         close_all(&shared, &mut conns, dead);
-        if listening && ready[1] {
+        if polled.listening && polled.ready[1] {
             accept_all(&shared, &mut admission, uid, &mut conns);
         }
     }
+}
+
+/// What one poll of the control thread's descriptors saw.
+struct Polled {
+    /// Whether each descriptor polled is ready: the wake pipe, the
+    /// listener while it listens, every connection, then the processes of
+    /// the consumers watched.
+    ready: Vec<bool>,
+    /// The listener was polled (second).
+    listening: bool,
+    /// Where the connections begin in `ready`.
+    first: usize,
+    /// The connections whose processes were polled, in order.
+    watched: Vec<usize>,
+}
+
+/// How a poll ended.
+enum Round {
+    Polled(Polled),
+    /// A signal came first: poll again.
+    Interrupted,
+    /// Polling failed: the control thread stops.
+    Failed,
+}
+
+/// Polls the wake pipe, the listener (unless it rests), every connection
+/// and the processes of the consumers watched, for at most a second.
+fn poll_all(wake: &OwnedFd, admission: &mut Admission, conns: &[(Conn, FrameReader)]) -> Round {
+    let rest = admission.resting_for();
+    let mut fds: Vec<PollFd<'_>> = Vec::with_capacity(conns.len() + 2);
+    fds.push(PollFd::new(wake, PollFlags::IN));
+    let listening = match admission.listener() {
+        Some(l) => {
+            fds.push(PollFd::new(l, PollFlags::IN));
+            true
+        }
+        None => false,
+    };
+    let first = fds.len();
+    for (c, _) in conns {
+        fds.push(PollFd::new(c.sock().as_ref(), PollFlags::IN));
+    }
+    // Then the processes of the consumers watched, in order.
+    let watched: Vec<usize> = (0..conns.len())
+        .filter(|&i| conns[i].0.process().is_some())
+        .collect();
+    for &i in &watched {
+        if let Some(pidfd) = conns[i].0.process() {
+            fds.push(PollFd::new(pidfd, PollFlags::IN));
+        }
+    }
+    let wait = rest
+        .unwrap_or(Duration::from_secs(1))
+        .min(Duration::from_secs(1));
+    let timeout = Timespec {
+        tv_sec: wait.as_secs() as i64,
+        tv_nsec: wait.subsec_nanos() as i64,
+    };
+    if let Err(e) = rustix::event::poll(&mut fds, Some(&timeout)) {
+        if e == rustix::io::Errno::INTR {
+            return Round::Interrupted;
+        }
+        return Round::Failed;
+    }
+    let ready = fds.iter().map(|f| !f.revents().is_empty()).collect();
+    Round::Polled(Polled {
+        ready,
+        listening,
+        first,
+        watched,
+    })
+}
+
+/// Serves the connections the poll found ready; returns those to close
+/// (ascending): closed or failed, silent past [`HELLO_TIMEOUT`], or whose
+/// consumer's process exited.
+fn serve_ready(shared: &Shared, conns: &mut [(Conn, FrameReader)], polled: &Polled) -> Vec<usize> {
+    let Polled {
+        ready,
+        first,
+        watched,
+        ..
+    } = polled;
+    let mut exited = vec![false; conns.len()];
+    for (k, &i) in watched.iter().enumerate() {
+        exited[i] = ready[first + conns.len() + k];
+    }
+    let mut dead = Vec::new();
+    for (i, (conn, reader)) in conns.iter_mut().enumerate() {
+        let timed_out =
+            matches!(conn, Conn::Handshake { since, .. } if since.elapsed() > HELLO_TIMEOUT);
+        // An exited consumer's last releases are read before it goes.
+        let closed = ready[first + i] && !serve(shared, conn, reader);
+        if timed_out || closed || exited[i] {
+            dead.push(i);
+        }
+    }
+    dead
 }
 
 /// Closes the connections at `indices` (ascending), giving back the leases

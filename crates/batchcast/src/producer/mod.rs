@@ -328,22 +328,7 @@ impl Producer {
             return Err(Error::Usage("no arena to loan a slot from".into()));
         };
         let name = endpoint.name();
-        let mut reserve = |i: usize| match arena.reserve(i) {
-            Ok(()) => true,
-            Err(e) => {
-                if !*lag_refused {
-                    *lag_refused = true;
-                    opts.warn.emit(&format!(
-                        "producer {name:?}: the kernel refused memory for \
-                         another lag slot ({e}); the lag budget ends here, {} slots short of \
-                         max_lag: a consumer further behind now holds the others back (or is \
-                         evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
-                        arena.slots() - i
-                    ));
-                }
-                false
-            }
-        };
+        let mut reserve = |i: usize| reserve_lag_slot(arena, i, lag_refused, opts, name);
         let mut state = shared.lock();
         loop {
             let idle = state.consumer_count() == 0;
@@ -483,6 +468,33 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
+    }
+}
+
+/// Reserves lag slot `i`'s memory; false when the kernel refuses it,
+/// which is said once (`refused`) in a warning.
+fn reserve_lag_slot(
+    arena: &Arena,
+    i: usize,
+    refused: &mut bool,
+    opts: &ProducerOptions,
+    name: &str,
+) -> bool {
+    match arena.reserve(i) {
+        Ok(()) => true,
+        Err(e) => {
+            if !*refused {
+                *refused = true;
+                opts.warn.emit(&format!(
+                    "producer {name:?}: the kernel refused memory for \
+                     another lag slot ({e}); the lag budget ends here, {} slots short of \
+                     max_lag: a consumer further behind now holds the others back (or is \
+                     evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
+                    arena.slots() - i
+                ));
+            }
+            false
+        }
     }
 }
 
