@@ -228,7 +228,8 @@ impl StateFile {
 
 impl Producer {
     /// Where this producer resumed the stream of a predecessor under its
-    /// name (from its state file; see [`ProducerOptions::durable`]): its
+    /// name (from its state file; see
+    /// [`ProducerOptions::durable`](super::ProducerOptions::durable)): its
     /// first epoch is `epoch`, and begins with the row at position `row`,
     /// which the caller publishes first. None when it starts afresh.
     pub fn resumed(&self) -> Option<ResumePoint> {
