@@ -11,10 +11,7 @@ use std::time::{Duration, Instant};
 
 use batchcast::Producer;
 
-/// The number of trainers `batchcast run` gave a workload, in the
-/// environment of its data command (`batchcast_runs::CONSUMERS_ENV` is the
-/// runner's side of this name).
-pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+pub use batchcast::CONSUMERS_ENV;
 
 /// [`CONSUMERS_ENV`] holds something other than a number of consumers.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]

@@ -85,7 +85,7 @@ pub use producer::{
     SLOT_HEADROOM,
 };
 pub use region::RegionOpenError;
-pub use run_events::{RunEvents, EVENTS_ENV, MAX_EVENTS};
+pub use run_events::{RunEvents, CONSUMERS_ENV, EVENTS_ENV, MAX_EVENTS};
 pub use serving::{AfterLoanError, ServeUntil};
 pub use status::{query as query_status, ConsumerStatus, StatusReport};
 pub use stream::{dtype_name, BatchShape, LeafShape, StreamSpec, MAX_METADATA};

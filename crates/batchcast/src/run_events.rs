@@ -6,6 +6,8 @@
 //! as one JSON line, the file 0600. At most [`MAX_EVENTS`] lines are
 //! written by one writer, then one `dropped` line; the runner reads the
 //! file bounded too. Failing to write is a warning, never the writer's end.
+//! The other way, [`CONSUMERS_ENV`] is what the runner tells a workload's
+//! Data command: how many trainers to wait for.
 
 use std::fs::File;
 use std::io::Write;
@@ -16,6 +18,10 @@ use crate::warn::Warn;
 /// The variable that names the file (`batchcast_runs::EVENTS_ENV` is the
 /// runner's side).
 pub const EVENTS_ENV: &str = "BATCHCAST_EVENTS";
+/// The variable in which `batchcast run` gives a workload's Data command
+/// the number of the workload's trainers (consumers to wait for before the
+/// first epoch); the runner sets it and `batchcast serve` reads it.
+pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
 /// Most event lines one writer writes before its `dropped` line.
 pub const MAX_EVENTS: usize = 200;
 

@@ -23,9 +23,7 @@ use crate::{NewRun, RecorderHandle, Store, StoreError};
 /// How long a producer may take to answer its first status query.
 const READY_WITHIN: Duration = Duration::from_secs(60);
 
-/// The variable that gives the Data command the number of the workload's
-/// trainers (consumers to wait for before the first epoch).
-pub const CONSUMERS_ENV: &str = "BATCHCAST_CONSUMERS";
+pub use batchcast::CONSUMERS_ENV;
 
 /// Why the Data command is not serving; the workload's rows fail with it.
 #[derive(Debug, thiserror::Error)]

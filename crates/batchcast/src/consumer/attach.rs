@@ -90,91 +90,10 @@ pub(super) fn attach(
 ) -> Result<Attached> {
     let name = endpoint.name();
     let sock = connect_socket(endpoint, how.timeout, how.clear, interrupt)?;
-    let cred = crate::peer::peer_cred(&sock)?;
-    let ours = rustix::process::getuid().as_raw();
-    if cred.uid != ours {
-        return Err(Error::ForeignPeer {
-            peer: cred.uid,
-            ours,
-        });
-    }
-    let hello = ToProducer::Hello(Hello {
-        magic: MAGIC,
-        version: PROTOCOL_VERSION,
-        role: Role::Consumer(ConsumerHello {
-            batch_size: opts.batch_size,
-            drop_last: opts.drop_last,
-            join: how.join,
-            label: opts.label.clone(),
-            on_evict: opts.on_evict,
-            start: opts.start,
-            deferred: how.deferred,
-        }),
-    });
-    wire::send_frame(&sock, &wire::encode(&hello)?)?;
-    let mut reader = FrameReader::new();
-    let mut fds: Vec<OwnedFd> = Vec::new();
-    // Frames read with the end of the stream (a shutdown just before
-    // the producer exits) are decoded before the end counts.
-    let mut eof = false;
-    let welcome = loop {
-        if let Some(msg) = reader.next_frame::<ToConsumer>()? {
-            match msg {
-                ToConsumer::Welcome(w) => break w,
-                ToConsumer::Refused(reason) => {
-                    return Err(Error::JoinRefused {
-                        name: name.to_owned(),
-                        reason,
-                    })
-                }
-                ToConsumer::Shutdown(reason) => {
-                    return Err(Error::ProducerStopped {
-                        name: name.to_owned(),
-                        reason,
-                    })
-                }
-                other => {
-                    return Err(Error::Protocol(format!(
-                        "expected a welcome, got {other:?}"
-                    )))
-                }
-            }
-        }
-        if eof {
-            return Err(Error::ProducerGone {
-                name: name.to_owned(),
-                waited_secs: None,
-            });
-        }
-        if !wait_readable(&sock, TICK)? {
-            if interrupt() {
-                return Err(Error::Interrupted);
-            }
-            continue;
-        }
-        eof = reader.fill(&sock, false, Some(&mut fds))? == Fill::Eof;
-    };
-    if welcome.version != PROTOCOL_VERSION {
-        return Err(Error::VersionMismatch {
-            ours: PROTOCOL_VERSION,
-            theirs: welcome.version,
-        });
-    }
-    if welcome
-        .identity
-        .as_ref()
-        .is_some_and(|i| i.len() > crate::MAX_IDENTITY)
-    {
-        return Err(Error::Protocol(format!(
-            "the welcome's stream identity is longer than {} bytes",
-            crate::MAX_IDENTITY
-        )));
-    }
-    if welcome.batch_size == Some(0) {
-        return Err(Error::Protocol(
-            "the welcome announced a batch size of 0".into(),
-        ));
-    }
+    check_peer(&sock)?;
+    say_hello(&sock, opts, &how)?;
+    let (reader, welcome, fds) = await_welcome(&sock, name, interrupt)?;
+    check_welcome(&welcome)?;
     let mut fds = fds.into_iter();
     let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
         (fds.next(), fds.next(), fds.next(), fds.next())
@@ -199,6 +118,109 @@ pub(super) fn attach(
         welcome,
         watch,
     })
+}
+
+/// Refuses a producer that runs as another user.
+fn check_peer(sock: &UnixStream) -> Result<()> {
+    let cred = crate::peer::peer_cred(sock)?;
+    let ours = rustix::process::getuid().as_raw();
+    if cred.uid != ours {
+        return Err(Error::ForeignPeer {
+            peer: cred.uid,
+            ours,
+        });
+    }
+    Ok(())
+}
+
+/// Sends the consumer's hello: its options, and how it joins.
+fn say_hello(sock: &UnixStream, opts: &ConsumerOptions, how: &Attach) -> Result<()> {
+    let hello = ToProducer::Hello(Hello {
+        magic: MAGIC,
+        version: PROTOCOL_VERSION,
+        role: Role::Consumer(ConsumerHello {
+            batch_size: opts.batch_size,
+            drop_last: opts.drop_last,
+            join: how.join,
+            label: opts.label.clone(),
+            on_evict: opts.on_evict,
+            start: opts.start,
+            deferred: how.deferred,
+        }),
+    });
+    wire::send_frame(sock, &wire::encode(&hello)?)
+}
+
+/// Waits for the producer's welcome, and the descriptors that came with
+/// it; a refusal or a shutdown instead fails with its reason.
+fn await_welcome(
+    sock: &UnixStream,
+    name: &str,
+    interrupt: &mut dyn FnMut() -> bool,
+) -> Result<(FrameReader, Welcome, Vec<OwnedFd>)> {
+    let mut reader = FrameReader::new();
+    let mut fds: Vec<OwnedFd> = Vec::new();
+    // Frames read with the end of the stream (a shutdown just before
+    // the producer exits) are decoded before the end counts.
+    let mut eof = false;
+    loop {
+        if let Some(msg) = reader.next_frame::<ToConsumer>()? {
+            return match msg {
+                ToConsumer::Welcome(w) => Ok((reader, w, fds)),
+                ToConsumer::Refused(reason) => Err(Error::JoinRefused {
+                    name: name.to_owned(),
+                    reason,
+                }),
+                ToConsumer::Shutdown(reason) => Err(Error::ProducerStopped {
+                    name: name.to_owned(),
+                    reason,
+                }),
+                other => Err(Error::Protocol(format!(
+                    "expected a welcome, got {other:?}"
+                ))),
+            };
+        }
+        if eof {
+            return Err(Error::ProducerGone {
+                name: name.to_owned(),
+                waited_secs: None,
+            });
+        }
+        if !wait_readable(sock, TICK)? {
+            if interrupt() {
+                return Err(Error::Interrupted);
+            }
+            continue;
+        }
+        eof = reader.fill(sock, false, Some(&mut fds))? == Fill::Eof;
+    }
+}
+
+/// Refuses a welcome this consumer cannot follow: another protocol
+/// version, an oversized stream identity, a batch size of 0.
+fn check_welcome(welcome: &Welcome) -> Result<()> {
+    if welcome.version != PROTOCOL_VERSION {
+        return Err(Error::VersionMismatch {
+            ours: PROTOCOL_VERSION,
+            theirs: welcome.version,
+        });
+    }
+    if welcome
+        .identity
+        .as_ref()
+        .is_some_and(|i| i.len() > crate::MAX_IDENTITY)
+    {
+        return Err(Error::Protocol(format!(
+            "the welcome's stream identity is longer than {} bytes",
+            crate::MAX_IDENTITY
+        )));
+    }
+    if welcome.batch_size == Some(0) {
+        return Err(Error::Protocol(
+            "the welcome announced a batch size of 0".into(),
+        ));
+    }
+    Ok(())
 }
 
 fn connect_socket(

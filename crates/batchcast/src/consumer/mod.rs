@@ -42,7 +42,10 @@
 mod assemble;
 mod attach;
 mod batch;
+mod drain;
+mod event;
 mod link;
+mod options;
 mod reading;
 mod reattach;
 pub mod rebatch;
@@ -50,7 +53,6 @@ mod waiter;
 mod watch;
 
 use std::collections::VecDeque;
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -58,7 +60,9 @@ use std::time::{Duration, Instant};
 use assemble::Assembler;
 use attach::{attach, Attach};
 pub use batch::{Batch, Keepalive, Leaf};
+pub use event::{ConsumerStats, EpochInfo, Event};
 use link::Link;
+pub use options::{ConsumerOptions, DEFAULT_RECONNECT_TIMEOUT};
 use reading::Cursor;
 use rebatch::batches_in;
 pub use waiter::Waiter;
@@ -68,10 +72,8 @@ use crate::arena::ArenaView;
 use crate::board::Woken;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
-use crate::warn::Warn;
 use crate::wire::{
-    self, Fill, FrameReader, JoinPolicy, OnEvict, Position, ShutdownReason, ToConsumer, ToProducer,
-    TriggerFired, Welcome,
+    self, FrameReader, Position, ShutdownReason, ToConsumer, ToProducer, TriggerFired, Welcome,
 };
 
 /// Most triggers held back inside one epoch (a producer announces one per
@@ -80,129 +82,6 @@ const MAX_HELD_TRIGGERS: usize = 64;
 
 /// How often blocking calls wake to run the interrupt hook.
 const TICK: Duration = Duration::from_millis(100);
-
-/// How long a consumer waits by default for a lost producer that resumes
-/// its stream to be restarted.
-pub const DEFAULT_RECONNECT_TIMEOUT: Duration = Duration::from_secs(300);
-
-/// Consumer settings.
-#[derive(Debug, Clone)]
-pub struct ConsumerOptions {
-    /// Rows per batch; `None`: the producer's batch size.
-    pub batch_size: Option<u64>,
-    /// Drop each epoch's last, smaller batch.
-    pub drop_last: bool,
-    /// How to join a producer that is already running.
-    pub join: JoinPolicy,
-    /// How long to wait for the producer's socket to appear; `None`: fail at
-    /// once if it is not there.
-    pub connect_timeout: Option<Duration>,
-    /// Shown by `batchcast status`.
-    pub label: String,
-    /// Socket directory; `None`: the default.
-    pub dir: Option<PathBuf>,
-    /// Give a writer a private copy of each page it writes in place instead of
-    /// SIGSEGV (for languages that can write through a view: Python).
-    pub copy_on_write: bool,
-    /// What to do if the producer evicts this consumer for falling behind.
-    pub on_evict: OnEvict,
-    /// Where warnings go (evicted, rejoining at the next epoch, waiting for
-    /// a restarted producer); stderr by default.
-    pub warn: Warn,
-    /// How long to wait for a lost producer to be restarted under its name,
-    /// when it resumes its stream (its welcome says so: `batchcast serve`
-    /// keeps a state file); [`DEFAULT_RECONNECT_TIMEOUT`] by default. The
-    /// consumer then reattaches and continues with exactly the rows it has
-    /// not received. Zero: fail at once with [`Error::ProducerGone`].
-    pub reconnect_timeout: Duration,
-    /// Where to start: a position a consumer had reached (its saved
-    /// state), so that it receives the rows after it and nothing before.
-    /// Exact where the producer still retains the batch holding it (or has
-    /// not begun its epoch); else the consumer says so in a warning, with
-    /// the rows it cannot have, and starts at the next epoch.
-    pub start: Option<Position>,
-    /// Connect held back: the consumer is welcomed and placed per its join
-    /// policy, but the producer sends it nothing until its first read or
-    /// [`Consumer::start_at`], which may place it at a saved position
-    /// instead (placed at the next epoch, it holds the current epoch's
-    /// retained batches meanwhile, so that the position is still there).
-    /// For a consumer that learns its saved position after connecting (a
-    /// trainer that loads its checkpoint after building its loader).
-    pub deferred: bool,
-}
-
-impl Default for ConsumerOptions {
-    fn default() -> Self {
-        ConsumerOptions {
-            batch_size: None,
-            drop_last: false,
-            join: JoinPolicy::default(),
-            connect_timeout: None,
-            label: String::new(),
-            dir: None,
-            copy_on_write: false,
-            on_evict: OnEvict::default(),
-            warn: Warn::default(),
-            reconnect_timeout: DEFAULT_RECONNECT_TIMEOUT,
-            start: None,
-            deferred: false,
-        }
-    }
-}
-
-/// An epoch as this consumer will see it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EpochInfo {
-    /// The epoch number.
-    pub epoch: u64,
-    /// Rows this consumer will receive, when the producer knows.
-    pub samples: Option<u64>,
-    /// Batches this consumer will receive, when the producer knows.
-    pub batches: Option<u64>,
-    /// This consumer's batch size.
-    pub batch_size: u64,
-    /// True when joined mid-epoch.
-    pub partial: bool,
-    /// The position in the epoch of the first row this consumer receives
-    /// (more than 0 when it joined mid-epoch or was restored there).
-    pub first_row: u64,
-}
-
-/// What [`Consumer::next_event`] returns.
-pub enum Event {
-    /// An epoch begins.
-    EpochStart(EpochInfo),
-    /// A batch.
-    Batch(Batch),
-    /// The epoch ended after its last batch.
-    EpochEnd {
-        /// The epoch.
-        epoch: u64,
-        /// Rows received in it.
-        samples: u64,
-    },
-    /// The producer shut down cleanly; repeated on every later call.
-    Finished(ShutdownReason),
-    /// A trigger fired at an epoch boundary: after the ending epoch's last
-    /// batch, before its [`Event::EpochEnd`] (so a loop over the epoch
-    /// sees it), or between epochs when none was being read.
-    Trigger(TriggerFired),
-}
-
-/// A consumer's own figures.
-#[derive(Debug, Clone, PartialEq)]
-pub struct ConsumerStats {
-    /// Batches handed out.
-    pub batches: u64,
-    /// Seconds spent waiting for data.
-    pub wait_secs: f64,
-    /// Batches received and ready but not yet handed out.
-    pub lag: u64,
-    /// Batches of the epoch being read that the producer has published and
-    /// this consumer has not read yet: how far the producer is ahead (at
-    /// most its window; 0 between epochs).
-    pub behind: u64,
-}
 
 /// A consumer attached to one producer.
 pub struct Consumer {
@@ -516,249 +395,5 @@ impl Consumer {
     /// consumer (see [`Waiter`]).
     pub fn waiter(&self) -> Waiter {
         Waiter::new(Arc::clone(&self.link))
-    }
-
-    /// Reads everything the producer has sent and published so far, and
-    /// turns it into events.
-    fn drain(&mut self) -> Result<()> {
-        if self.finished.is_some() {
-            return Ok(());
-        }
-        // Before the socket: see the module's documentation.
-        let published = self.link.board.published();
-        let mut eof = false;
-        loop {
-            // Decode after every read: the reader holds at most one largest
-            // frame and reads nothing more until it is decoded.
-            let fill = self.reader.fill(&self.link.sock, false, None)?;
-            while let Some(msg) = self.reader.next_frame::<ToConsumer>()? {
-                self.control.push_back(msg);
-            }
-            match fill {
-                Fill::Data => continue,
-                Fill::WouldBlock => break,
-                Fill::Eof => {
-                    eof = true;
-                    break;
-                }
-            }
-        }
-        // The answer to this consumer's `Start`, or, to a parked one, the
-        // producer's own at its shutdown.
-        let started = self
-            .control
-            .iter()
-            .position(|m| matches!(m, ToConsumer::Started));
-        if let Some(i) = started {
-            self.control.remove(i);
-            self.awaiting_start = false;
-            self.parked = false;
-        }
-        if !self.awaiting_start {
-            self.advance(published)?;
-        }
-        // A clean shutdown may still wait in the queue behind batches not
-        // taken yet (they are taken lazily).
-        let shutdown = self
-            .control
-            .iter()
-            .any(|m| matches!(m, ToConsumer::Shutdown(_)));
-        if eof && self.finished.is_none() && !shutdown {
-            self.lose_producer();
-            if self.gone {
-                return Err(self.gone_error());
-            }
-        }
-        Ok(())
-    }
-
-    /// Reads the board up to `published` and acts on control messages, in
-    /// the order the producer meant them.
-    fn advance(&mut self, mut published: u64) -> Result<()> {
-        loop {
-            // An epoch's end bounds what is read of the board for it (a
-            // boundary announced before it does not hide it).
-            let next = self
-                .control
-                .iter()
-                .find(|m| !matches!(m, ToConsumer::Boundary(_)));
-            if let (Some(c), Some(ToConsumer::EpochEnd { end_seq, .. })) =
-                (self.cursor.as_mut(), next)
-            {
-                c.end = Some(*end_seq);
-            }
-            // Lazily: one consumer batch at a time; the rest waits.
-            if self.holds_batches() {
-                return Ok(());
-            }
-            if let Some(cursor) = self.cursor.filter(|_| !self.cut_off) {
-                let limit = cursor.end.map_or(published, |end| end.min(published));
-                for seq in cursor.next..limit {
-                    let taken = self.take_batch(seq);
-                    if let Some(c) = self.cursor.as_mut() {
-                        c.next = seq + 1;
-                    }
-                    if !taken || self.holds_batches() {
-                        return Ok(());
-                    }
-                }
-            }
-            let Some(msg) = self.control.pop_front() else {
-                return Ok(());
-            };
-            match msg {
-                ToConsumer::EpochStart(es) if self.cursor.is_none() => self.epoch_started(es)?,
-                ToConsumer::EpochEnd {
-                    epoch,
-                    samples,
-                    end_seq,
-                } => {
-                    let Some(cursor) = self.cursor.as_mut() else {
-                        return Err(Error::Protocol("an epoch ended that never began".into()));
-                    };
-                    if cursor.next < end_seq {
-                        // Its batches were published before it was sent:
-                        // read them first.
-                        cursor.end = Some(end_seq);
-                        published = published.max(self.link.board.published());
-                        if published < end_seq {
-                            return Err(Error::Protocol(format!(
-                                "the epoch ended at batch {end_seq}, but only {published} were published"
-                            )));
-                        }
-                        self.control.push_front(ToConsumer::EpochEnd {
-                            epoch,
-                            samples,
-                            end_seq,
-                        });
-                        continue;
-                    }
-                    if self.cursor.take().is_some_and(|c| c.behind) {
-                        // An epoch this consumer had already, its triggers
-                        // with it.
-                        self.triggers.clear();
-                        continue;
-                    }
-                    if let Some(tail) = self.assembler.as_mut().and_then(|a| a.finish()) {
-                        self.rows += tail.as_ref().map_or(0, |b| b.rows());
-                        self.events.push_back(tail.map(Event::Batch));
-                    }
-                    self.assembler = None;
-                    // Resumed, the producer counts only what it published.
-                    let samples = if self.resumed {
-                        self.epoch_taken
-                    } else {
-                        samples
-                    };
-                    self.epoch_ended(epoch);
-                    let fired = std::mem::take(&mut self.triggers);
-                    self.events
-                        .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
-                    self.events
-                        .push_back(Ok(Event::EpochEnd { epoch, samples }));
-                }
-                ToConsumer::Boundary(b) => self.boundary(b)?,
-                ToConsumer::Shutdown(reason) => {
-                    // What was published before the shutdown is still read;
-                    // an unfinished epoch's last partial batch is dropped.
-                    if let Some(cursor) = self.cursor {
-                        // At most a ring's worth: the board (shared memory)
-                        // says how far, and no more can still be there.
-                        let ring = self.link.board.ring_len() as u64;
-                        let limit = cursor
-                            .end
-                            .unwrap_or(u64::MAX)
-                            .min(self.link.board.published())
-                            .min(cursor.next.saturating_add(ring));
-                        for seq in cursor.next..limit {
-                            if self.cut_off || !self.take_batch(seq) {
-                                break;
-                            }
-                        }
-                    }
-                    self.assembler = None;
-                    self.cursor = None;
-                    self.control.clear();
-                    self.finished = Some(reason);
-                    return Ok(());
-                }
-                ToConsumer::Evicted {
-                    epoch,
-                    behind,
-                    budget,
-                    generation,
-                } => self.evicted(epoch, behind, budget, generation),
-                other => {
-                    return Err(Error::Protocol(format!(
-                        "unexpected message from the producer: {other:?}"
-                    )))
-                }
-            }
-        }
-    }
-
-    /// An epoch boundary: the size of the coming epochs from now on, and
-    /// its trigger after the last batch of the epoch being read, if any,
-    /// else at once.
-    fn boundary(&mut self, b: wire::Boundary) -> Result<()> {
-        if let Some(n) = b.next_samples {
-            self.welcome.samples_per_epoch = Some(n);
-        }
-        let Some(t) = b.trigger else {
-            return Ok(());
-        };
-        if t.id.len() > wire::MAX_TRIGGER_ID || self.triggers.len() >= MAX_HELD_TRIGGERS {
-            return Err(Error::Protocol(format!(
-                "a trigger id of {} bytes, or more than {MAX_HELD_TRIGGERS} triggers in one epoch",
-                t.id.len()
-            )));
-        }
-        if self.cursor.is_some() {
-            self.triggers.push(t);
-        } else {
-            self.events.push_back(Ok(Event::Trigger(t)));
-        }
-        Ok(())
-    }
-
-    /// True when a batch (or an error in a batch's place) waits to be
-    /// handed out: batches are taken from the board one at a time.
-    fn holds_batches(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| matches!(e, Ok(Event::Batch(_)) | Err(_)))
-    }
-
-    /// The producer evicted this consumer: drops what the epoch still had
-    /// pending (views already handed out stay valid: the producer keeps
-    /// their slots), then fails the next read or ends the epoch short.
-    fn evicted(&mut self, epoch: u64, behind: u64, budget: u64, generation: u64) {
-        self.link.evicted(generation);
-        self.cut_off = false;
-        self.assembler = None;
-        self.events
-            .retain(|e| !matches!(e, Ok(Event::Batch(_)) | Err(_)));
-        let in_epoch = self.cursor.take().is_some();
-        self.epoch_ended(epoch);
-        match self.opts.on_evict {
-            OnEvict::Error => self.fell_behind = Some((epoch, behind, budget)),
-            OnEvict::Rejoin => {
-                self.opts.warn.emit(&format!(
-                    "consumer of {:?} fell {behind} batches behind (budget \
-                     {budget}) and was evicted from epoch {epoch}; the epoch ends short after \
-                     {} samples and it rejoins at the next epoch",
-                    self.name, self.rows
-                ));
-                let fired = std::mem::take(&mut self.triggers);
-                self.events
-                    .extend(fired.into_iter().map(|t| Ok(Event::Trigger(t))));
-                if in_epoch {
-                    self.events.push_back(Ok(Event::EpochEnd {
-                        epoch,
-                        samples: self.rows,
-                    }));
-                }
-            }
-        }
     }
 }

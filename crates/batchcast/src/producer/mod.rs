@@ -18,6 +18,7 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod options;
 mod payload;
 mod slot;
 mod slots;
@@ -26,6 +27,7 @@ mod state;
 pub(crate) use durable::read_refusal;
 pub use durable::{differences as identity_differences, Durability, ResumePoint, MAX_IDENTITY};
 pub use lag::{LagBudget, LagPolicy, DEFAULT_LAG_BYTES};
+pub use options::{IdlePolicy, ProducerOptions, SLOT_HEADROOM};
 pub use payload::MAX_PAYLOAD;
 pub use slot::SlotMut;
 
@@ -42,73 +44,11 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
 use crate::status::StatusReport;
-use crate::warn::Warn;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
 use payload::Payloads;
 use slot::encode_layout;
 use state::State;
-
-/// What the producer does while no consumer is attached.
-#[derive(Debug, Clone, Copy, PartialEq)]
-pub enum IdlePolicy {
-    /// Wait for a consumer before publishing (optionally only this long,
-    /// then fail with [`Error::NoConsumers`]).
-    Wait(Option<Duration>),
-    /// Publish anyway; batches nobody reads are overwritten.
-    Run,
-}
-
-/// Producer settings.
-#[derive(Debug, Clone)]
-pub struct ProducerOptions {
-    /// Slots retained: how far the slowest consumer may fall behind.
-    pub window: usize,
-    /// Bytes per slot; `None` sizes slots from the first batch with
-    /// `SLOT_HEADROOM` headroom.
-    pub slot_size: Option<usize>,
-    /// Rows per epoch, when known: lets consumers know `len()` up front.
-    pub samples_per_epoch: Option<u64>,
-    /// The nominal batch size; `None`: the first batch's rows.
-    pub batch_size: Option<u64>,
-    /// What to do with no consumer attached.
-    pub idle: IdlePolicy,
-    /// Socket directory; `None`: the default (see `crate::endpoint`).
-    pub dir: Option<PathBuf>,
-    /// How far a consumer may fall behind the others before it holds them
-    /// back (or is evicted); `None`: the smaller of [`DEFAULT_LAG_BYTES`]
-    /// and an eighth of the memory available, in whole slots. Its memory
-    /// is reserved only when used.
-    pub max_lag: Option<LagBudget>,
-    /// What to do past the lag budget.
-    pub lag_policy: LagPolicy,
-    /// Where warnings go (lag memory the kernel refused); stderr by default.
-    pub warn: Warn,
-    /// Keep a state file so that a producer restarted under this name
-    /// resumes the stream where this one stopped (see [`Durability`]);
-    /// `None`: a restart starts afresh.
-    pub durable: Option<Durability>,
-}
-
-/// Headroom of auto-sized slots over the first batch (25 %).
-pub const SLOT_HEADROOM: f64 = 1.25;
-
-impl Default for ProducerOptions {
-    fn default() -> Self {
-        ProducerOptions {
-            window: 8,
-            slot_size: None,
-            samples_per_epoch: None,
-            batch_size: None,
-            idle: IdlePolicy::Wait(None),
-            dir: None,
-            max_lag: None,
-            lag_policy: LagPolicy::Wait,
-            warn: Warn::default(),
-            durable: None,
-        }
-    }
-}
 
 /// State shared with the control thread.
 pub(crate) struct Shared {
@@ -196,16 +136,7 @@ pub struct Producer {
 impl Producer {
     /// Claims `name` and starts listening for consumers.
     pub fn create(name: &str, opts: ProducerOptions) -> Result<Producer> {
-        if opts.window == 0 {
-            return Err(Error::InvalidArgument(
-                "window must be at least 1 slot (2 or more lets consumers run apart)".into(),
-            ));
-        }
-        if opts.batch_size == Some(0) {
-            return Err(Error::InvalidArgument(
-                "batch_size must be at least 1".into(),
-            ));
-        }
+        check_options(&opts)?;
         let endpoint = Endpoint::resolve(name, opts.dir.as_deref())?;
         endpoint.ensure_dir()?;
         let lock = lock::NameLock::acquire(&endpoint)?;
@@ -225,62 +156,26 @@ impl Producer {
             .slot_size
             .or(found.as_ref().and_then(|s| s.slot_size()));
         let (payloads, resumed_payload) = Payloads::resumed(found);
-        let sock_path = endpoint.socket_path();
-        match std::fs::remove_file(&sock_path) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => {
-                return Err(Error::io(
-                    format!("cannot remove the stale socket {}", sock_path.display()),
-                    e,
-                ))
-            }
-        }
-        let listener = UnixListener::bind(&sock_path)
-            .map_err(|e| Error::io(format!("cannot listen on {}", sock_path.display()), e))?;
-        set_mode(&sock_path, 0o600)?;
-        listener
-            .set_nonblocking(true)
-            .map_err(|e| Error::io("cannot configure the listening socket", e))?;
+        let listener = listen(&endpoint)?;
         if opts.window > MAX_SLOTS {
             return Err(Error::InvalidArgument(format!(
                 "window must be at most {MAX_SLOTS} slots, not {}",
                 opts.window
             )));
         }
-        let mut state = State::new(
-            name,
-            opts.window,
-            opts.batch_size,
-            opts.samples_per_epoch,
-            opts.lag_policy,
-        );
-        if let Some(d) = opts.durable.as_ref().filter(|_| state_file.is_some()) {
-            state.set_resumable(d.identity.clone());
-        }
-        if let Some(r) = resumed {
-            state.resume_at(r.epoch, r.row);
-        }
+        let state = initial_state(name, &opts, state_file.is_some(), resumed);
         let shared = Arc::new(Shared {
             state: Mutex::new(state),
             cond: Condvar::new(),
         });
-        let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
-            .map_err(|e| Error::io("cannot create a pipe", e))?;
-        let control = {
-            let shared = Arc::clone(&shared);
-            std::thread::Builder::new()
-                .name(format!("batchcast-{name}"))
-                .spawn(move || control::run(shared, listener, wake_read))
-                .map_err(|e| Error::io("cannot start the control thread", e))?
-        };
+        let (control, wake) = start_control(name, &shared, listener)?;
         let mut producer = Producer {
             endpoint,
             opts,
             shared,
             arena: None,
             control: Some(control),
-            wake: Some(wake_write),
+            wake: Some(wake),
             lock: Some(lock),
             epoch_batches: 0,
             lag_refused: false,
@@ -433,22 +328,7 @@ impl Producer {
             return Err(Error::Usage("no arena to loan a slot from".into()));
         };
         let name = endpoint.name();
-        let mut reserve = |i: usize| match arena.reserve(i) {
-            Ok(()) => true,
-            Err(e) => {
-                if !*lag_refused {
-                    *lag_refused = true;
-                    opts.warn.emit(&format!(
-                        "producer {name:?}: the kernel refused memory for \
-                         another lag slot ({e}); the lag budget ends here, {} slots short of \
-                         max_lag: a consumer further behind now holds the others back (or is \
-                         evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
-                        arena.slots() - i
-                    ));
-                }
-                false
-            }
-        };
+        let mut reserve = |i: usize| reserve_lag_slot(arena, i, lag_refused, opts, name);
         let mut state = shared.lock();
         loop {
             let idle = state.consumer_count() == 0;
@@ -589,6 +469,113 @@ impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
     }
+}
+
+/// Reserves lag slot `i`'s memory; false when the kernel refuses it,
+/// which is said once (`refused`) in a warning.
+fn reserve_lag_slot(
+    arena: &Arena,
+    i: usize,
+    refused: &mut bool,
+    opts: &ProducerOptions,
+    name: &str,
+) -> bool {
+    match arena.reserve(i) {
+        Ok(()) => true,
+        Err(e) => {
+            if !*refused {
+                *refused = true;
+                opts.warn.emit(&format!(
+                    "producer {name:?}: the kernel refused memory for \
+                     another lag slot ({e}); the lag budget ends here, {} slots short of \
+                     max_lag: a consumer further behind now holds the others back (or is \
+                     evicted under lag_policy=\"evict\"). Free memory or lower max_lag.",
+                    arena.slots() - i
+                ));
+            }
+            false
+        }
+    }
+}
+
+/// Refuses options no producer can follow (a window of 0 slots, a batch
+/// size of 0), before anything is claimed.
+fn check_options(opts: &ProducerOptions) -> Result<()> {
+    if opts.window == 0 {
+        return Err(Error::InvalidArgument(
+            "window must be at least 1 slot (2 or more lets consumers run apart)".into(),
+        ));
+    }
+    if opts.batch_size == Some(0) {
+        return Err(Error::InvalidArgument(
+            "batch_size must be at least 1".into(),
+        ));
+    }
+    Ok(())
+}
+
+/// Listens on `endpoint`'s socket (mode 0600, non-blocking), in place of
+/// a stale one.
+fn listen(endpoint: &Endpoint) -> Result<UnixListener> {
+    let sock_path = endpoint.socket_path();
+    match std::fs::remove_file(&sock_path) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => {
+            return Err(Error::io(
+                format!("cannot remove the stale socket {}", sock_path.display()),
+                e,
+            ))
+        }
+    }
+    let listener = UnixListener::bind(&sock_path)
+        .map_err(|e| Error::io(format!("cannot listen on {}", sock_path.display()), e))?;
+    set_mode(&sock_path, 0o600)?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| Error::io("cannot configure the listening socket", e))?;
+    Ok(listener)
+}
+
+/// The bookkeeping of a new producer: resumable when it keeps a state
+/// file, and placed at the point it resumes, if it does.
+fn initial_state(
+    name: &str,
+    opts: &ProducerOptions,
+    keeps_state: bool,
+    resumed: Option<ResumePoint>,
+) -> State {
+    let mut state = State::new(
+        name,
+        opts.window,
+        opts.batch_size,
+        opts.samples_per_epoch,
+        opts.lag_policy,
+    );
+    if let Some(d) = opts.durable.as_ref().filter(|_| keeps_state) {
+        state.set_resumable(d.identity.clone());
+    }
+    if let Some(r) = resumed {
+        state.resume_at(r.epoch, r.row);
+    }
+    state
+}
+
+/// Starts the control thread on `listener`; returns it and the write end
+/// of the pipe that stops it.
+fn start_control(
+    name: &str,
+    shared: &Arc<Shared>,
+    listener: UnixListener,
+) -> Result<(JoinHandle<()>, OwnedFd)> {
+    let (wake_read, wake_write) = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC)
+        .map_err(|e| Error::io("cannot create a pipe", e))?;
+    let shared = Arc::clone(shared);
+    let control = std::thread::Builder::new()
+        .name(format!("batchcast-{name}"))
+        .spawn(move || control::run(shared, listener, wake_read))
+        .map_err(|e| Error::io("cannot start the control thread", e))?;
+    Ok((control, wake_write))
 }
 
 fn set_mode(path: &std::path::Path, mode: u32) -> Result<()> {

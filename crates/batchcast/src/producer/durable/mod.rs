@@ -32,19 +32,16 @@ use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+mod format;
+
 use super::payload::MAX_PAYLOAD;
 use super::Producer;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use format::{parse, render};
 
-/// The format version written on the first line.
-const FORMAT: u32 = 1;
-/// The first line's word.
-const MAGIC: &str = "batchcast-state";
 /// Largest identity accepted, in bytes.
 pub const MAX_IDENTITY: usize = 4096;
-/// Largest slot size a state file may give, in bytes (1 TiB).
-const MAX_SLOT_SIZE: u64 = 1 << 40;
 /// Largest state (or refusal) file read, in bytes: a payload and 16 KiB.
 const MAX_FILE: u64 = MAX_PAYLOAD as u64 + 16 * 1024;
 
@@ -161,7 +158,7 @@ impl StateFile {
                     refuse(Error::StateFile {
                         name: name.to_owned(),
                         path: path.clone(),
-                        why,
+                        why: why.to_string(),
                     })
                 })?;
                 let differences = differences(&identity, &durability.identity);
@@ -231,7 +228,8 @@ impl StateFile {
 
 impl Producer {
     /// Where this producer resumed the stream of a predecessor under its
-    /// name (from its state file; see [`ProducerOptions::durable`]): its
+    /// name (from its state file; see
+    /// [`ProducerOptions::durable`](super::ProducerOptions::durable)): its
     /// first epoch is `epoch`, and begins with the row at position `row`,
     /// which the caller publishes first. None when it starts afresh.
     pub fn resumed(&self) -> Option<ResumePoint> {
@@ -333,114 +331,6 @@ fn read_bounded(path: &Path) -> Result<Option<String>> {
         .map_err(|e| Error::io(format!("cannot read {}", path.display()), e))?;
     // An oversized or non-UTF-8 file fails the parse with a message.
     Ok(Some(String::from_utf8_lossy(&bytes).into_owned()))
-}
-
-/// FNV-1a, 64 bits: enough to tell a damaged file from a whole one.
-fn checksum(text: &str) -> u64 {
-    text.bytes().fold(0xcbf2_9ce4_8422_2325, |h, b| {
-        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
-    })
-}
-
-fn render(identity: &str, saved: &Saved) -> String {
-    let p = &saved.point;
-    let mut body = format!(
-        "{MAGIC} {FORMAT}\nepoch {}\nrow {}\nconsumers {}\n",
-        p.epoch, p.row, p.consumers
-    );
-    if let Some(size) = saved.slot_size {
-        body.push_str(&format!("slot_size {size}\n"));
-    }
-    if let Some(payload) = &saved.payload {
-        body.push_str("payload ");
-        body.push_str(payload);
-        body.push('\n');
-    }
-    for line in identity.lines() {
-        body.push_str("identity ");
-        body.push_str(line);
-        body.push('\n');
-    }
-    let sum = checksum(&body);
-    format!("{body}check {sum:016x}\n")
-}
-
-/// The identity and the rest of a state file's text, or why not.
-fn parse(text: &str) -> std::result::Result<(String, Saved), String> {
-    if text.len() as u64 > MAX_FILE {
-        return Err(format!("it is larger than {MAX_FILE} bytes"));
-    }
-    let first = text.lines().next().unwrap_or("");
-    match first.strip_prefix(MAGIC).map(str::trim) {
-        Some(v) if v == FORMAT.to_string() => {}
-        Some(v) => {
-            return Err(format!(
-                "it is of format version {v:?}, this batchcast reads version {FORMAT}"
-            ))
-        }
-        None => return Err("it is not a batchcast state file".into()),
-    }
-    let body_end = text
-        .trim_end_matches('\n')
-        .rfind('\n')
-        .map(|i| i + 1)
-        .ok_or("it is truncated")?;
-    let (body, last) = text.split_at(body_end);
-    let sum = last
-        .trim_end()
-        .strip_prefix("check ")
-        .and_then(|h| u64::from_str_radix(h, 16).ok())
-        .ok_or("it is truncated (no checksum line)")?;
-    if sum != checksum(body) {
-        return Err("it is corrupt (its checksum does not match its content)".into());
-    }
-    let (mut epoch, mut row, mut consumers) = (None, None, None);
-    let mut identity = String::new();
-    let (mut payload, mut slot_size) = (None, None);
-    for line in body.lines().skip(1) {
-        let (key, value) = line.split_once(' ').unwrap_or((line, ""));
-        let number = || {
-            value
-                .parse::<u64>()
-                .map_err(|_| format!("bad line {line:?}"))
-        };
-        match key {
-            "epoch" => epoch = Some(number()?),
-            "row" => row = Some(number()?),
-            "consumers" => consumers = Some(number()?.min(u64::from(u32::MAX)) as u32),
-            "payload" => payload = Some(value.to_owned()),
-            "slot_size" => {
-                let n = number()?;
-                if n == 0 || n % 4096 != 0 || n > MAX_SLOT_SIZE {
-                    return Err(format!(
-                        "its slot size {n} is not whole 4 KiB pages of at most {MAX_SLOT_SIZE} \
-                         bytes, as a producer writes it"
-                    ));
-                }
-                slot_size = Some(n);
-            }
-            "identity" => {
-                identity.push_str(value);
-                identity.push('\n');
-            }
-            _ => return Err(format!("unknown line {line:?}")),
-        }
-    }
-    match (epoch, row, consumers) {
-        (Some(epoch), Some(row), Some(consumers)) => Ok((
-            identity,
-            Saved {
-                point: ResumePoint {
-                    epoch,
-                    row,
-                    consumers,
-                },
-                payload,
-                slot_size,
-            },
-        )),
-        _ => Err("it lacks the epoch, row or consumers line".into()),
-    }
 }
 
 /// The keys whose values differ between two identities, as
