@@ -3,11 +3,9 @@
 //! starts: the producer does not run ahead for it, so the position it
 //! then asks for is still retained, and it starts exactly there.
 
-use std::time::Duration;
-
 mod common;
 
-use common::publish;
+use common::{consumer_options, ids, producer_options, publish};
 
 use batchcast::{Consumer, ConsumerOptions, Error, Event, Position, Producer, ProducerOptions};
 
@@ -16,29 +14,20 @@ const WINDOW: usize = 2;
 const EPOCH: u64 = 8;
 
 fn producer(dir: &std::path::Path) -> Producer {
-    Producer::create(
-        "deferred",
-        ProducerOptions {
-            window: WINDOW,
-            samples_per_epoch: Some(EPOCH),
-            batch_size: Some(1),
-            // The arena exists at once: consumers are welcomed at connection.
-            slot_size: Some(4096),
-            dir: Some(dir.to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap()
+    let options = ProducerOptions {
+        // The arena exists at once: consumers are welcomed at connection.
+        slot_size: Some(4096),
+        ..producer_options(dir, WINDOW, EPOCH, 1)
+    };
+    Producer::create("deferred", options).unwrap()
 }
 
 fn connect(dir: &std::path::Path, deferred: bool) -> Consumer {
     let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir.to_owned()),
         deferred,
-        ..Default::default()
+        ..consumer_options(dir)
     };
-    Consumer::connect("deferred", opts, &mut || false).unwrap()
+    common::connect("deferred", opts)
 }
 
 /// The next event, which must already be there.
@@ -51,10 +40,7 @@ fn next(consumer: &mut Consumer) -> Event {
 
 fn row_of(event: Event) -> i64 {
     match event {
-        Event::Batch(b) => {
-            let bytes: [u8; 8] = b.leaves()[0].bytes().try_into().unwrap();
-            i64::from_le_bytes(bytes)
-        }
+        Event::Batch(b) => ids(&b)[0],
         _ => panic!("expected a batch"),
     }
 }
