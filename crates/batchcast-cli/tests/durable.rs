@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{jpeg_dataset, Env, Proc};
+use common::{jpeg_dataset, Env, Proc, UNTIL_KILLED};
 use serde_json::Value;
 
 /// Consumers' per-batch delays in ms and batch sizes: a fast, a middling
@@ -242,17 +242,7 @@ fn a_damaged_state_file_is_refused_and_kept() {
 #[test]
 fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "late",
-        &[
-            "--samples",
-            "100000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "100",
-        ],
-    );
+    let mut producer = env.producer("late", &UNTIL_KILLED);
     let mut c = env.spawn(&["consume", "late", "--each", "--reconnect-timeout", "1"]);
     c.expect("batch");
     producer.kill9();

@@ -16,6 +16,17 @@ use serde_json::Value;
 /// Generous bound for anything that should happen "at once".
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Arguments of a synthetic producer that outlasts any test unless killed:
+/// 100 epochs of 100,000 samples in batches of 10.
+pub const UNTIL_KILLED: [&str; 6] = [
+    "--samples",
+    "100000",
+    "--batch-size",
+    "10",
+    "--epochs",
+    "100",
+];
+
 /// The `batchcast` binary under test, as a command to add arguments to.
 pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
