@@ -10,10 +10,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
-use std::time::Duration;
 
-use batchcast::{Consumer, ConsumerOptions, Event};
-use common::{jpeg_dataset, Env, Fail, Proc};
+use batchcast::Event;
+use common::{connect, jpeg_dataset, Env, Fail, Proc};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
@@ -28,13 +27,8 @@ struct Seen {
 }
 
 fn consume(dir: PathBuf, barrier: &Barrier) -> Seen {
-    let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = Consumer::connect("grow", opts, &mut never).unwrap();
+    let mut consumer = connect("grow", dir);
     let mut seen = Seen {
         events: Vec::new(),
         labels: Vec::new(),

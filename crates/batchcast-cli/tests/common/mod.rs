@@ -27,6 +27,17 @@ pub const UNTIL_KILLED: [&str; 6] = [
     "100",
 ];
 
+/// A consumer in this process of producer `name` in `dir`, which waits
+/// [`DEADLINE`] for it.
+pub fn connect(name: &str, dir: PathBuf) -> batchcast::Consumer {
+    let opts = batchcast::ConsumerOptions {
+        connect_timeout: Some(DEADLINE),
+        dir: Some(dir),
+        ..Default::default()
+    };
+    batchcast::Consumer::connect(name, opts, &mut || false).unwrap()
+}
+
 /// The `batchcast` binary under test, as a command to add arguments to.
 pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
