@@ -38,6 +38,14 @@ fn next(consumer: &mut Consumer) -> Event {
         .expect("an event the producer has sent")
 }
 
+/// The next event, which must be an epoch's start: its epoch and first row.
+fn start_of(consumer: &mut Consumer) -> (u64, u64) {
+    let Event::EpochStart(info) = consumer.next_event(&mut || false).unwrap() else {
+        panic!("expected the epoch's start");
+    };
+    (info.epoch, info.first_row)
+}
+
 fn row_of(event: Event) -> i64 {
     match event {
         Event::Batch(b) => ids(&b)[0],
@@ -58,10 +66,7 @@ fn a_deferred_consumer_built_before_the_epoch_reads_it_from_its_start() {
         !publish(&mut producer, 2, true),
         "a parked consumer paces the producer as a placed one does"
     );
-    let Event::EpochStart(info) = consumer.next_event(&mut || false).unwrap() else {
-        panic!("expected the epoch's start");
-    };
-    assert_eq!((info.epoch, info.first_row), (0, 0));
+    assert_eq!(start_of(&mut consumer), (0, 0));
     assert_eq!(row_of(next(&mut consumer)), 0);
     let again = consumer.start_at(None).unwrap_err();
     assert!(matches!(again, Error::InvalidArgument(_)), "{again}");
@@ -86,10 +91,7 @@ fn a_deferred_consumer_placed_at_the_next_epoch_keeps_the_current_one_for_its_st
         .unwrap();
     // Placed at batch 3, it lets batch 2 go.
     assert!(publish(&mut producer, 4, false));
-    let Event::EpochStart(info) = restored.next_event(&mut || false).unwrap() else {
-        panic!("expected the epoch's start");
-    };
-    assert_eq!((info.epoch, info.first_row), (0, 3));
+    assert_eq!(start_of(&mut restored), (0, 3));
     assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 3);
     assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 4);
 }
