@@ -7,9 +7,9 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{connect, consumer_options, producer_options, publish_ids, CONNECT};
+use common::{connect_in_batches, producer_options, publish_ids, CONNECT};
 
-use batchcast::{Boundary, ConsumerOptions, Event, Producer, ShutdownReason, TriggerFired};
+use batchcast::{Boundary, Event, Producer, ShutdownReason, TriggerFired};
 
 const PRODUCER_BS: u64 = 16;
 
@@ -26,12 +26,8 @@ fn trigger(seq: u64) -> TriggerFired {
 /// What a consumer saw, as short strings; and `batches_per_epoch()` when
 /// each epoch ended.
 fn read(dir: std::path::PathBuf, bs: u64) -> (Vec<String>, Vec<Option<u64>>) {
-    let opts = ConsumerOptions {
-        batch_size: Some(bs),
-        ..consumer_options(&dir)
-    };
     let mut never = || false;
-    let mut consumer = connect("bound", opts);
+    let mut consumer = connect_in_batches("bound", &dir, bs);
     let mut seen = Vec::new();
     let mut lens = Vec::new();
     loop {

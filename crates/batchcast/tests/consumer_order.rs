@@ -6,9 +6,9 @@
 
 mod common;
 
-use common::{connect, consumer_options, ids, producer_options, publish_ids, CONNECT};
+use common::{connect_in_batches, ids, producer_options, publish_ids, CONNECT};
 
-use batchcast::{ConsumerOptions, DType, Error, Event, LeafSpec, Producer, ShutdownReason};
+use batchcast::{DType, Error, Event, LeafSpec, Producer, ShutdownReason};
 
 const SAMPLES: u64 = 1000;
 const PRODUCER_BS: u64 = 64;
@@ -61,12 +61,8 @@ fn fault7_invalid_batch_keeps_its_place() {
 /// Reads one epoch of batches of 7 from producer "order"; an
 /// `InvalidBatch` is recorded and reading goes on.
 fn read_epoch(dir: std::path::PathBuf) -> Vec<Seen> {
-    let opts = ConsumerOptions {
-        batch_size: Some(CONSUMER_BS),
-        ..consumer_options(&dir)
-    };
     let mut never = || false;
-    let mut consumer = connect("order", opts);
+    let mut consumer = connect_in_batches("order", &dir, CONSUMER_BS);
     let mut seen = Vec::new();
     loop {
         match consumer.next_event(&mut never) {

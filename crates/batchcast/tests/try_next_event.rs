@@ -6,9 +6,9 @@ use std::sync::mpsc;
 
 mod common;
 
-use common::{connect, consumer_options, ids, producer_options, publish_ids, CONNECT};
+use common::{connect_in_batches, ids, producer_options, publish_ids, CONNECT};
 
-use batchcast::{ConsumerOptions, Event, Producer, ShutdownReason};
+use batchcast::{Event, Producer, ShutdownReason};
 
 const SAMPLES: u64 = 100;
 const PRODUCER_BS: u64 = 16;
@@ -22,12 +22,8 @@ fn try_next_event_returns_none_when_nothing_is_there_and_keeps_the_order() {
     let (polled_tx, polled_rx) = mpsc::channel();
     let consumer_dir = dir.path().to_owned();
     let reader = std::thread::spawn(move || {
-        let opts = ConsumerOptions {
-            batch_size: Some(CONSUMER_BS),
-            ..consumer_options(&consumer_dir)
-        };
         let mut never = || false;
-        let mut consumer = connect("poll", opts);
+        let mut consumer = connect_in_batches("poll", &consumer_dir, CONSUMER_BS);
         // The welcome comes with the first producer batch (16 rows: the
         // consumer's batches 0 and 1); the next waits for this thread.
         let mut seen = Vec::new();

@@ -46,6 +46,15 @@ pub fn connect(name: &str, options: ConsumerOptions) -> Consumer {
     Consumer::connect(name, options, &mut || false).unwrap()
 }
 
+/// Connects to producer `name` in `dir` for batches of `batch_size` rows.
+pub fn connect_in_batches(name: &str, dir: &Path, batch_size: u64) -> Consumer {
+    let options = ConsumerOptions {
+        batch_size: Some(batch_size),
+        ..consumer_options(dir)
+    };
+    connect(name, options)
+}
+
 /// Publishes batch `seq` (one row holding `seq`); false when the producer
 /// blocked (the hook is called only while it waits).
 pub fn publish(producer: &mut Producer, seq: u64, stop_when_blocked: bool) -> bool {
