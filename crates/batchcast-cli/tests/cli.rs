@@ -222,8 +222,7 @@ fn serve_data_delivers_every_image_once_per_epoch() {
     let data = data.to_str().unwrap();
     let mut args = serve_data("img", data, "2");
     args.extend(["--epochs", "2", "--workers", "2"]);
-    let mut producer = env.spawn(&args);
-    producer.expect("listening");
+    let (mut producer, _) = env.listening(&args);
     let mut consumers: Vec<_> = ["5", "4"]
         .iter()
         .map(|bs| env.spawn(&["consume", "img", "--batch-size", bs]))

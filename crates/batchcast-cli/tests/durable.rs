@@ -23,9 +23,7 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
     let mut args = common::serve_data(name, data, "4");
     args.extend(["--seed", seed, "--epochs", "2", "--window", "4"]);
     args.extend(["--workers", "1", "--state-interval", "0.02"]);
-    let mut p = env.spawn(&args);
-    p.expect("listening");
-    p
+    env.listening(&args).0
 }
 
 /// The four consumers; with `events`, each appends its run events to
@@ -211,8 +209,7 @@ fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
     // --fresh starts afresh.
     args.push("--fresh");
     args.push("--no-wait");
-    let mut p = env.spawn(&args);
-    let listening = p.expect("listening");
+    let (mut p, listening) = env.listening(&args);
     assert!(listening.get("resumed").is_none(), "{listening}");
     p.signal(libc::SIGINT);
     p.finish();

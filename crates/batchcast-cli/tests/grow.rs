@@ -134,8 +134,7 @@ fn run_growing(select: &[&str]) -> (Seen, Proc) {
         "--json",
     ];
     args.extend_from_slice(select);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
     assert_eq!(listening["trigger"], "amount=400", "{listening}");
     let barrier = Barrier::new(4);
@@ -276,8 +275,7 @@ fn serve_watch_takes_arrival_times_from_the_sidecar() {
     let mut args = common::serve_data("side", data, "1");
     args.extend(["--watch", "--trigger", "every-epoch", "--epochs", "3"]);
     args.extend(["--window", "2", "--max-lag", "1batches", "--workers", "1"]);
-    let mut producer = env.spawn(&args);
-    producer.expect("listening");
+    let (mut producer, _) = env.listening(&args);
     let mut consumer = env.spawn(&[
         "consume",
         "side",

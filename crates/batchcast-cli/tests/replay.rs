@@ -105,8 +105,7 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
         "--json",
     ];
     args.extend_from_slice(clock);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
     let seen: Vec<Seen> = std::thread::scope(|s| {

@@ -132,8 +132,7 @@ fn serve(
         "--json",
     ];
     args.extend_from_slice(select);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     let seen: Vec<Seen> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..3)
             .map(|_| s.spawn(|| consume(env.path().to_owned(), name, ids)))

@@ -152,6 +152,14 @@ impl Env {
         Proc::start(self.cmd(args))
     }
 
+    /// Starts producer `batchcast ARGS` (a `serve ... --json`) and waits
+    /// until it listens: the process and its `listening` line.
+    pub fn listening(&self, args: &[&str]) -> (Proc, Value) {
+        let mut p = self.spawn(args);
+        let line = p.expect("listening");
+        (p, line)
+    }
+
     /// `consume NAME --each --hash` in batches of `batch_size` rows, each
     /// held `delay_ms` ms, waiting up to 60 s for the producer (and for
     /// its restart).
@@ -179,9 +187,7 @@ impl Env {
     pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
         let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];
         args.extend_from_slice(extra);
-        let mut p = self.spawn(&args);
-        p.expect("listening");
-        p
+        self.listening(&args).0
     }
 
     /// Files left in the socket directory.
