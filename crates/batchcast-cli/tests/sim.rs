@@ -7,6 +7,13 @@ use std::path::{Path, PathBuf};
 
 use common::{batchcast, Fail, Succeed};
 
+/// What `batchcast sim FLAG PATH` says as it fails, `path` rewritten to
+/// hold `text`.
+fn refusal(flag: &str, path: &Path, text: &str) -> String {
+    std::fs::write(path, text).unwrap();
+    batchcast().args(["sim", flag]).arg(path).fail()
+}
+
 /// Writes `text` to file `name` in `dir`; returns its path.
 fn written(dir: &Path, name: &str, text: &str) -> PathBuf {
     let path = dir.join(name);
@@ -67,8 +74,11 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
         "{csv}"
     );
 
-    std::fs::write(&trace, r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#).unwrap();
-    let err = batchcast().args(["sim", "--trace"]).arg(&trace).fail();
+    let err = refusal(
+        "--trace",
+        &trace,
+        r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#,
+    );
     assert!(
         err.contains("jobs.json: record 1: field `arrival_time`"),
         "{err}"
@@ -102,9 +112,11 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         "{stdout}"
     );
 
-    std::fs::write(&cluster, r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#)
-        .unwrap();
-    let err = batchcast().args(["sim", "--cluster"]).arg(&cluster).fail();
+    let err = refusal(
+        "--cluster",
+        &cluster,
+        r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#,
+    );
     assert!(err.contains("do not divide"), "{err}");
     let err = batchcast().args(["sim", "--policy", "lottery"]).fail();
     assert!(err.contains("pick from"), "{err}");
