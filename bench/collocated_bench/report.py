@@ -10,6 +10,8 @@ import sys
 import time
 from typing import Any
 
+from batchcast._files import write_whole
+
 from .options import SHARED_MODES, TENSORSOCKET_MODES
 from .plan import Run, usable_cores
 from .summary import summarize
@@ -233,7 +235,5 @@ def write_json(path: str, args, dataset: dict[str, Any], versions: dict[str, Any
         "targets": evaluate_targets(cells, args),
         "store": getattr(args, "store_path", None), "experiment": getattr(args, "experiment", None),
     }
-    tmp = f"{path}.tmp"
-    with open(tmp, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
-    os.replace(tmp, path)
+    # Readable as any file this user writes (0666 less the umask): results to share.
+    write_whole(path, json.dumps(doc, indent=1, default=str), mode=0o666)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, Dict, Iterator, List, Optional
 
@@ -164,6 +165,15 @@ def spawn(bc_dir: Path) -> Iterator[Any]:
             except OSError:
                 pass
         p.reap()
+
+
+def kill_all(procs: Iterable[subprocess.Popen]) -> None:
+    """SIGKILLs each process still running and waits for it (its pipes
+    drained and closed)."""
+    for p in procs:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
 
 
 def shm_entries() -> set:

@@ -25,6 +25,17 @@ def say(*parts: Any) -> None:
 # -- data ----------------------------------------------------------------
 
 
+def run_to_the_end(p: Any, epochs: int) -> None:
+    """Runs producer `p` for `epochs`; says ``done``, or ``interrupted`` on
+    SIGINT."""
+    try:
+        p.run(epochs=epochs)
+    except KeyboardInterrupt:
+        say("interrupted")
+        return
+    say("done")
+
+
 class IdDataset:
     """Sample i is i (and a name "s{i}")."""
 
@@ -177,12 +188,7 @@ def produce_ids(o: Dict[str, Any]) -> None:
         if os.fork() == 0:
             signal.pause()
             os._exit(0)
-    try:
-        p.run(epochs=o.get("epochs", 1))
-    except KeyboardInterrupt:
-        say("interrupted")
-        return
-    say("done")
+    run_to_the_end(p, o.get("epochs", 1))
 
 
 class ShapeChangeLoader(IdLoader):
@@ -455,12 +461,7 @@ def produce_training(o: Dict[str, Any]) -> None:
     p = batchcast.Producer(loader, o["name"], window=o.get("window", 4),
                            wait_for_consumers=o.get("consumers", 1))
     say("ready", p.samples_per_epoch, p.batch_size)
-    try:
-        p.run(epochs=o.get("epochs", 2))
-    except KeyboardInterrupt:
-        say("interrupted")
-        return
-    say("done")
+    run_to_the_end(p, o.get("epochs", 2))
 
 
 def consume_training(o: Dict[str, Any]) -> None:

@@ -95,23 +95,32 @@ GEOMETRIC = {
 }
 
 
+def outputs(name, values):
+    """Op `name` at each of `values` on each test image: the value,
+    torchvision's image and ours."""
+    for img in images():
+        for value in values:
+            yield value, torchvision_op(name, img, value), native_op(name, img, value)
+
+
+def diffs(name, values):
+    """Each of `values` and how far op `name` at it is from torchvision's,
+    per channel value, on each test image."""
+    for value, want, got in outputs(name, values):
+        yield value, np.abs(want.astype(int) - got.astype(int))
+
+
 @pytest.mark.parametrize("name", sorted(EXACT))
 def test_colour_ops_are_torchvisions_to_the_level(name):
-    for img in images():
-        for value in EXACT[name]:
-            want, got = torchvision_op(name, img, value), native_op(name, img, value)
-            diff = np.abs(want.astype(int) - got.astype(int))
-            assert diff.max() == 0, f"{name}({value}): {np.count_nonzero(diff)} values differ"
+    for value, diff in diffs(name, EXACT[name]):
+        assert diff.max() == 0, f"{name}({value}): {np.count_nonzero(diff)} values differ"
 
 
 @pytest.mark.parametrize("name", sorted(CLOSE))
 def test_sharpness_is_within_one_level(name):
-    for img in images():
-        for value in CLOSE[name]:
-            want, got = torchvision_op(name, img, value), native_op(name, img, value)
-            diff = np.abs(want.astype(int) - got.astype(int))
-            assert diff.max() <= 1, f"{name}({value}): max diff {diff.max()}"
-            assert (diff == 0).mean() >= 0.999, f"{name}({value}): {(diff == 0).mean():.4f} exact"
+    for value, diff in diffs(name, CLOSE[name]):
+        assert diff.max() <= 1, f"{name}({value}): max diff {diff.max()}"
+        assert (diff == 0).mean() >= 0.999, f"{name}({value}): {(diff == 0).mean():.4f} exact"
 
 
 # Shears of +-1 put the source of most pixels exactly halfway between two
@@ -128,11 +137,9 @@ TIES = {
 @pytest.mark.parametrize("cases", [GEOMETRIC, TIES], ids=["general", "ties"])
 @pytest.mark.parametrize("name", sorted(GEOMETRIC))
 def test_geometric_ops_are_torchvisions_pixel_for_pixel(name, cases):
-    for img in images():
-        for value in cases.get(name, []):
-            want, got = torchvision_op(name, img, value), native_op(name, img, value)
-            same = (want == got).all(axis=-1).mean()
-            assert same >= 0.999, f"{name}({value}): {same:.4f} of pixels identical"
+    for value, want, got in outputs(name, cases.get(name, [])):
+        same = (want == got).all(axis=-1).mean()
+        assert same >= 0.999, f"{name}({value}): {same:.4f} of pixels identical"
 
 
 def jitter_augmenter(side, jitter, seed=0, **kw):

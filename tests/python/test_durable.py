@@ -14,6 +14,7 @@ import subprocess
 import numpy as np
 
 import batchcast
+from conftest import kill_all
 
 SAMPLES = 2000
 BATCH = 10
@@ -50,10 +51,7 @@ def test_a_python_consumer_waits_for_a_restarted_producer_and_misses_nothing(
         out, err = procs[-1].communicate(timeout=60)
         assert procs[-1].returncode == 0, err
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_all(procs)
     for epoch in (0, 1):
         assert ids[epoch] == list(range(SAMPLES)), f"epoch {epoch}: {len(ids[epoch])} ids"
     assert np.asarray(held).tolist() == list(range(700, 710)), "the held batch stayed valid"
@@ -88,10 +86,7 @@ def test_a_prefetch_threads_wait_sees_the_restart_too(batchcast_bin, bc_dir):
         procs[-1].communicate(timeout=60)
         assert procs[-1].returncode == 0
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_all(procs)
     for epoch in (0, 1):
         assert indices[epoch] == list(range(SAMPLES // BATCH)), f"epoch {epoch}"
     assert ends == [(0, SAMPLES), (1, SAMPLES)]

@@ -19,6 +19,7 @@ from typing import Any, Dict, List
 import pytest
 
 import batchcast
+from conftest import kill_all
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = 2000
@@ -62,10 +63,7 @@ def run(bc_dir: Path, tmp: Path, tag: str, kind: str, kills: List[int], seed: in
             out, err = c.communicate(timeout=60)
             assert c.returncode == 0 and out.strip() == "done", err
     finally:
-        for p in [*procs, *consumers]:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_all([*procs, *consumers])
     logs = [json.loads((tmp / f"{tag}-{ms}.json").read_text()) for ms in STEPS_MS]
     return {"logs": logs, "stderr": errs}
 

@@ -53,10 +53,18 @@ JOB = textwrap.dedent(
 )
 
 
-def run_plan(batchcast_bin: str, work: Path, plan: str) -> subprocess.CompletedProcess:
+def run_quick_and_late(batchcast_bin: str, work: Path, data: str, trainer: str) -> None:
+    """Runs, and insists that it succeeds, a plan of one workload: Data
+    command `data` and two trainers of `trainer`, `quick` starting at once
+    and `late` 3 s after it."""
+    plan = (
+        "Experiment,Workload,Name,Data,File,Params\n"
+        f"e,w,quick,{data},{trainer},quick 0\n"
+        f"e,w,late,{data},{trainer},late 3\n"
+    )
     (work / "plan.csv").write_text(plan)
     env = dict(os.environ, BATCHCAST_PYTHON=sys.executable, BATCHCAST_BIN=batchcast_bin, BATCHCAST_DIR=str(work))
-    return subprocess.run(
+    out = subprocess.run(
         [batchcast_bin, "run", "--store", str(work / "runs.sqlite"), "--interval", "0.2", "plan.csv"],
         cwd=work,
         env=env,
@@ -64,6 +72,7 @@ def run_plan(batchcast_bin: str, work: Path, plan: str) -> subprocess.CompletedP
         text=True,
         timeout=300,
     )
+    assert out.returncode == 0, out.stderr + stdout_of(work, "late")
 
 
 def stdout_of(work: Path, name: str) -> str:
@@ -77,14 +86,7 @@ def stdout_of(work: Path, name: str) -> str:
 def test_a_plain_python_producer_serves_both_epochs_to_every_trainer(tmp_path, batchcast_bin):
     (tmp_path / "producer.py").write_text(PRODUCER)
     (tmp_path / "train.py").write_text(TRAINER)
-    out = run_plan(
-        batchcast_bin,
-        tmp_path,
-        "Experiment,Workload,Name,Data,File,Params\n"
-        "e,w,quick,producer.py,train.py,quick 0\n"
-        "e,w,late,producer.py,train.py,late 3\n",
-    )
-    assert out.returncode == 0, out.stderr + stdout_of(tmp_path, "late")
+    run_quick_and_late(batchcast_bin, tmp_path, "producer.py", "train.py")
     for name in ("quick", "late"):
         assert f"SEEN {name} [96, 96]" in stdout_of(tmp_path, name)
 
@@ -92,14 +94,7 @@ def test_a_plain_python_producer_serves_both_epochs_to_every_trainer(tmp_path, b
 def test_batchcast_serve_waits_for_the_workloads_trainers(tmp_path, batchcast_bin):
     (tmp_path / "job.sh").write_text(JOB)
     (tmp_path / "job.sh").chmod(0o755)
-    out = run_plan(
-        batchcast_bin,
-        tmp_path,
-        "Experiment,Workload,Name,Data,File,Params\n"
-        "e,w,quick,batchcast serve --synthetic --samples 640 --epochs 2,job.sh,quick 0\n"
-        "e,w,late,batchcast serve --synthetic --samples 640 --epochs 2,job.sh,late 3\n",
-    )
-    assert out.returncode == 0, out.stderr + stdout_of(tmp_path, "late")
+    run_quick_and_late(batchcast_bin, tmp_path, "batchcast serve --synthetic --samples 640 --epochs 2", "job.sh")
     for name in ("quick", "late"):
         events = [json.loads(line) for line in stdout_of(tmp_path, name).splitlines() if line.startswith("{")]
         starts = [e for e in events if e["event"] == "epoch_start"]

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import batchcast
+from conftest import kill_all
 
 HERE = Path(__file__).resolve().parent
 SAMPLES = 400
@@ -98,13 +99,6 @@ def saving_trainer(bc_dir: Path, name: str, state_file: str, tmp_path: Path,
     expect_line(first, "started")
     expect_line(first, "saved")
     return first
-
-
-def kill_all(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-            p.communicate()
 
 
 def assert_covered_once(state_file: str, ids_file: str) -> None:

@@ -14,7 +14,7 @@ import sys
 
 import pytest
 
-from conftest import HERE
+from conftest import HERE, kill_all
 from trainers import dataloader_epochs
 
 pytest.importorskip("torch")
@@ -76,10 +76,7 @@ def test_a_tensorsocket_readme_pair_runs_with_only_the_import_changed(bc_dir):
         # The argument with no meaning here was noted, once.
         assert perr.count("rubber_band_pct is accepted and ignored") == 1
     finally:
-        for p in (consumer, producer):
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_all((consumer, producer))
 
 
 def test_a_port_names_the_stream():

@@ -15,6 +15,8 @@ from typing import List
 
 import pytest
 
+from conftest import kill_all
+
 ROOT = Path(__file__).resolve().parents[2]
 TIMM = ROOT / "examples" / "timm"
 
@@ -114,10 +116,7 @@ class Example:
             assert "producer: served" in out
 
     def kill(self) -> None:
-        for p in self.producers:
-            if p.poll() is None:
-                p.kill()
-                p.communicate()
+        kill_all(self.producers)
 
 
 @pytest.fixture

@@ -1,12 +1,42 @@
 //! The main job and the image path, end to end, at a tiny size.
 
 mod common;
+#[path = "../../batchcast-pipeline/tests/integration/forge.rs"]
+mod forge;
 
 use batchcast_serve::TooFewConsumers;
 use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
+use forge::set_jpeg_size;
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
     jpeg_dataset(&dir.join("data"), classes, per_class, (64, 96))
+}
+
+/// `batchcast demo` with two trainers of 1 ms steps on `images` generated
+/// images of 32 px in batches of `batch_size`, the dataset cached in
+/// `cache`, the runs recorded in `store`.
+fn demo(
+    env: &Env,
+    images: &str,
+    batch_size: &str,
+    cache: &std::path::Path,
+    store: &std::path::Path,
+) -> std::process::Command {
+    let mut cmd = env.cmd(&[
+        "demo",
+        "--trainers",
+        "2",
+        "--images",
+        images,
+        "--batch-size",
+        batch_size,
+        "--image-size",
+        "32",
+        "--step-ms",
+        "1",
+    ]);
+    cmd.arg("--cache-dir").arg(cache).arg("--store").arg(store);
+    cmd
 }
 
 /// `batchcast demo --json` runs both modes on a dataset it generates and
@@ -19,25 +49,8 @@ fn demo_runs_both_modes_and_reports_every_figure() {
     let store = cache_root
         .path()
         .join(<std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(b"runs-\xff.db"));
-    let out = env
-        .cmd(&[
-            "demo",
-            "--trainers",
-            "2",
-            "--images",
-            "40",
-            "--batch-size",
-            "8",
-            "--image-size",
-            "32",
-            "--step-ms",
-            "1",
-            "--json",
-            "--cache-dir",
-        ])
-        .arg(&cache)
-        .arg("--store")
-        .arg(&store)
+    let out = demo(&env, "40", "8", &cache, &store)
+        .arg("--json")
         .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     // A store path that is not UTF-8 is reported lossily.
@@ -73,25 +86,7 @@ fn demo_records_both_workloads_in_the_store_it_names() {
     let files = tempfile::tempdir().unwrap();
     let cache = files.path().join("cache");
     let store = files.path().join("demo runs.db");
-    let out = env
-        .cmd(&[
-            "demo",
-            "--trainers",
-            "2",
-            "--images",
-            "60",
-            "--batch-size",
-            "16",
-            "--image-size",
-            "32",
-            "--step-ms",
-            "1",
-            "--store",
-        ])
-        .arg(&store)
-        .arg("--cache-dir")
-        .arg(&cache)
-        .succeed();
+    let out = demo(&env, "60", "16", &cache, &store).succeed();
     let text = String::from_utf8_lossy(&out.stdout);
     let last = text.lines().last().unwrap();
     assert_eq!(
@@ -227,8 +222,7 @@ fn serve_data_delivers_every_image_once_per_epoch() {
     let data = data.to_str().unwrap();
     let mut args = serve_data("img", data, "2");
     args.extend(["--epochs", "2", "--workers", "2"]);
-    let mut producer = env.spawn(&args);
-    producer.expect("listening");
+    let (mut producer, _) = env.listening(&args);
     let mut consumers: Vec<_> = ["5", "4"]
         .iter()
         .map(|bs| env.spawn(&["consume", "img", "--batch-size", bs]))
@@ -275,21 +269,6 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
         .cmd(&["serve", "--name", "x", "--data", "/nonexistent/imagenet"])
         .fail();
     assert!(err.contains("/nonexistent/imagenet"), "{err}");
-}
-
-/// Sets the size in the first frame header (SOFn) of a JPEG.
-fn set_jpeg_size(jpeg: &mut [u8], w: u16, h: u16) {
-    let mut pos = 2;
-    loop {
-        let marker = jpeg[pos + 1];
-        let len = usize::from(u16::from_be_bytes([jpeg[pos + 2], jpeg[pos + 3]]));
-        if matches!(marker, 0xc0..=0xc2) {
-            jpeg[pos + 5..pos + 7].copy_from_slice(&h.to_be_bytes());
-            jpeg[pos + 7..pos + 9].copy_from_slice(&w.to_be_bytes());
-            return;
-        }
-        pos += 2 + len;
-    }
 }
 
 /// What a finished `serve` process cost, from wait4(2).

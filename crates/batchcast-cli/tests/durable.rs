@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{jpeg_dataset, Env, Proc};
+use common::{jpeg_dataset, Env, Proc, UNTIL_KILLED};
 use serde_json::Value;
 
 /// Consumers' per-batch delays in ms and batch sizes: a fast, a middling
@@ -23,9 +23,7 @@ fn serve(env: &Env, name: &str, data: &Path, seed: &str) -> Proc {
     let mut args = common::serve_data(name, data, "4");
     args.extend(["--seed", seed, "--epochs", "2", "--window", "4"]);
     args.extend(["--workers", "1", "--state-interval", "0.02"]);
-    let mut p = env.spawn(&args);
-    p.expect("listening");
-    p
+    env.listening(&args).0
 }
 
 /// The four consumers; with `events`, each appends its run events to
@@ -211,8 +209,7 @@ fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
     // --fresh starts afresh.
     args.push("--fresh");
     args.push("--no-wait");
-    let mut p = env.spawn(&args);
-    let listening = p.expect("listening");
+    let (mut p, listening) = env.listening(&args);
     assert!(listening.get("resumed").is_none(), "{listening}");
     p.signal(libc::SIGINT);
     p.finish();
@@ -242,17 +239,7 @@ fn a_damaged_state_file_is_refused_and_kept() {
 #[test]
 fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "late",
-        &[
-            "--samples",
-            "100000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "100",
-        ],
-    );
+    let mut producer = env.producer("late", &UNTIL_KILLED);
     let mut c = env.spawn(&["consume", "late", "--each", "--reconnect-timeout", "1"]);
     c.expect("batch");
     producer.kill9();

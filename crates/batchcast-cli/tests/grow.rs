@@ -10,10 +10,9 @@ mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Barrier;
-use std::time::Duration;
 
-use batchcast::{Consumer, ConsumerOptions, Event};
-use common::{jpeg_dataset, Env, Fail, Proc};
+use batchcast::Event;
+use common::{connect, jpeg_dataset, Env, Fail, Proc};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
@@ -28,13 +27,8 @@ struct Seen {
 }
 
 fn consume(dir: PathBuf, barrier: &Barrier) -> Seen {
-    let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = Consumer::connect("grow", opts, &mut never).unwrap();
+    let mut consumer = connect("grow", dir);
     let mut seen = Seen {
         events: Vec::new(),
         labels: Vec::new(),
@@ -140,8 +134,7 @@ fn run_growing(select: &[&str]) -> (Seen, Proc) {
         "--json",
     ];
     args.extend_from_slice(select);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
     assert_eq!(listening["trigger"], "amount=400", "{listening}");
     let barrier = Barrier::new(4);
@@ -282,8 +275,7 @@ fn serve_watch_takes_arrival_times_from_the_sidecar() {
     let mut args = common::serve_data("side", data, "1");
     args.extend(["--watch", "--trigger", "every-epoch", "--epochs", "3"]);
     args.extend(["--window", "2", "--max-lag", "1batches", "--workers", "1"]);
-    let mut producer = env.spawn(&args);
-    producer.expect("listening");
+    let (mut producer, _) = env.listening(&args);
     let mut consumer = env.spawn(&[
         "consume",
         "side",

@@ -9,10 +9,9 @@ mod common;
 
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use batchcast::{Consumer, ConsumerOptions, Event};
-use common::{jpeg_dataset, Env, Fail};
+use batchcast::Event;
+use common::{connect, jpeg_dataset, Env, Fail};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: &str = "8";
@@ -26,13 +25,8 @@ struct Seen {
 }
 
 fn consume(dir: PathBuf) -> Seen {
-    let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = Consumer::connect("replay", opts, &mut never).unwrap();
+    let mut consumer = connect("replay", dir);
     let mut seen = Seen {
         events: Vec::new(),
         per_label: Vec::new(),
@@ -111,8 +105,7 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
         "--json",
     ];
     args.extend_from_slice(clock);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
     let seen: Vec<Seen> = std::thread::scope(|s| {

@@ -7,14 +7,13 @@ mod common;
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-use batchcast::{Consumer, ConsumerOptions, Event};
+use batchcast::Event;
 use batchcast_pipeline::{
     write_scores, DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Selection,
     Transform,
 };
-use common::{jpeg_dataset, Env, Fail};
+use common::{connect, jpeg_dataset, Env, Fail};
 use serde_json::Value;
 
 /// Classes of 1,000, 900, ..., 100 images: 5,500.
@@ -73,12 +72,7 @@ fn identities(root: &Path) -> (HashMap<Vec<u8>, usize>, Vec<i64>) {
 type Seen = Vec<(Vec<usize>, Vec<f32>)>;
 
 fn consume(dir: PathBuf, name: &str, ids: &HashMap<Vec<u8>, usize>) -> Seen {
-    let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
-    let mut consumer = Consumer::connect(name, opts, &mut || false).unwrap();
+    let mut consumer = connect(name, dir);
     let mut seen: Seen = Vec::new();
     let mut epoch = (Vec::new(), Vec::new());
     loop {
@@ -138,8 +132,7 @@ fn serve(
         "--json",
     ];
     args.extend_from_slice(select);
-    let mut producer = env.spawn(&args);
-    let listening = producer.expect("listening");
+    let (mut producer, listening) = env.listening(&args);
     let seen: Vec<Seen> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..3)
             .map(|_| s.spawn(|| consume(env.path().to_owned(), name, ids)))

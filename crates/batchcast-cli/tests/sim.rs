@@ -3,18 +3,33 @@
 
 mod common;
 
+use std::path::{Path, PathBuf};
+
 use common::{batchcast, Fail, Succeed};
+
+/// What `batchcast sim FLAG PATH` says as it fails, `path` rewritten to
+/// hold `text`.
+fn refusal(flag: &str, path: &Path, text: &str) -> String {
+    std::fs::write(path, text).unwrap();
+    batchcast().args(["sim", flag]).arg(path).fail()
+}
+
+/// Writes `text` to file `name` in `dir`; returns its path.
+fn written(dir: &Path, name: &str, text: &str) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, text).unwrap();
+    path
+}
 
 #[test]
 fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("jobs.json");
-    std::fs::write(
-        &trace,
+    let trace = written(
+        dir.path(),
+        "jobs.json",
         r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 100, "time_per_iteration": 1, "max_parallelism": 4},
             {"job_id": 2, "arrival_time": 10, "total_iterations": 50, "time_per_iteration": 1, "max_parallelism": 4}]"#,
-    )
-    .unwrap();
+    );
     let out = dir.path().join("out");
     let o = batchcast()
         .args([
@@ -59,8 +74,11 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
         "{csv}"
     );
 
-    std::fs::write(&trace, r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#).unwrap();
-    let err = batchcast().args(["sim", "--trace"]).arg(&trace).fail();
+    let err = refusal(
+        "--trace",
+        &trace,
+        r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#,
+    );
     assert!(
         err.contains("jobs.json: record 1: field `arrival_time`"),
         "{err}"
@@ -70,12 +88,11 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
 #[test]
 fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
     let dir = tempfile::tempdir().unwrap();
-    let cluster = dir.path().join("cluster.json");
-    std::fs::write(
-        &cluster,
+    let cluster = written(
+        dir.path(),
+        "cluster.json",
         r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 2, "cpu_cores": 16}"#,
-    )
-    .unwrap();
+    );
     let o = batchcast()
         .args([
             "sim",
@@ -95,9 +112,11 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         "{stdout}"
     );
 
-    std::fs::write(&cluster, r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#)
-        .unwrap();
-    let err = batchcast().args(["sim", "--cluster"]).arg(&cluster).fail();
+    let err = refusal(
+        "--cluster",
+        &cluster,
+        r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#,
+    );
     assert!(err.contains("do not divide"), "{err}");
     let err = batchcast().args(["sim", "--policy", "lottery"]).fail();
     assert!(err.contains("pick from"), "{err}");
@@ -112,7 +131,6 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
     // 2 arrives at 10 (arrival_time, not its start_time), 200 (500)
     // iterations x 2 s, runs 125-375: FIFO mean JCT (125 + 365) / 2 = 245 s.
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("small.json");
     let rec = |id: u32, when: &str, iters: u32, tpi: &str| {
         format!(
             r#"{{"time_per_iteration": "{tpi}", "job_id": "{id}", "max_parallelism": "4", {when},
@@ -120,24 +138,23 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
             "total_iterations": "{iters}", "cross_slot_slowdown": "0.8"}}"#
         )
     };
-    std::fs::write(
-        &trace,
-        format!(
+    let trace = written(
+        dir.path(),
+        "small.json",
+        &format!(
             "[{}, {}, {}]",
             rec(1, r#""start_time": "0""#, 400, "1"),
             rec(3, r#""start_time": "0""#, 0, "1"),
             rec(2, r#""arrival_time": "10", "start_time": "0""#, 200, "2"),
         ),
-    )
-    .unwrap();
-    let cluster = dir.path().join("cluster.json");
-    std::fs::write(
-        &cluster,
+    );
+    let cluster = written(
+        dir.path(),
+        "cluster.json",
         r#"{"lease_time": "20.0", "racks_in_cluster": "1", "machines_per_rack": "1", "epsilon": "1.0",
             "gpus_per_slot": "4", "fairness_threshold": "0.0", "slots_per_machine": "1",
             "cluster_policy": "Tiresias", "iteration_granularity": "500"}"#,
-    )
-    .unwrap();
+    );
     let o = batchcast()
         .args(["sim", "--policy", "fifo", "--json", "--trace"])
         .arg(&trace)
@@ -179,7 +196,6 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     // published simulator's numbers), mean 95. Gang-scheduled FIFO-like
     // packing would give 50 and 100.
     let dir = tempfile::tempdir().unwrap();
-    let trace = dir.path().join("two.json");
     let rec = |id: u32| {
         format!(
             r#"{{"time_per_iteration": "1", "job_id": "{id}", "max_parallelism": "2",
@@ -187,15 +203,14 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
             "job_group_id": "{id}", "total_iterations": "100", "cross_slot_slowdown": "0.8"}}"#
         )
     };
-    std::fs::write(&trace, format!("[{}, {}]", rec(1), rec(2))).unwrap();
-    let cluster = dir.path().join("cluster.json");
-    std::fs::write(
-        &cluster,
+    let trace = written(dir.path(), "two.json", &format!("[{}, {}]", rec(1), rec(2)));
+    let cluster = written(
+        dir.path(),
+        "cluster.json",
         r#"{"lease_time": "20.0", "racks_in_cluster": "1", "machines_per_rack": "1",
             "gpus_per_slot": "2", "slots_per_machine": "1", "cluster_policy": "Gandiva",
             "iteration_granularity": "1", "should_use_config": "true"}"#,
-    )
-    .unwrap();
+    );
     let sim = |policy: &str| {
         let mut c = batchcast();
         c.args(["sim", "--model", "bidding", "--json", "--policy", policy])

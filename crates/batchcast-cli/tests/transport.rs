@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_full_epoch, Env, Fail};
+use common::{assert_full_epoch, Env, Fail, UNTIL_KILLED};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -163,20 +163,8 @@ fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
 #[test]
 fn producer_sigkilled_every_consumer_errors_promptly() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "kill-producer",
-        &[
-            "--no-state",
-            "--samples",
-            "100000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "100",
-            "--window",
-            "4",
-        ],
-    );
+    let args = [&UNTIL_KILLED[..], &["--no-state", "--window", "4"]].concat();
+    let mut producer = env.producer("kill-producer", &args);
     let mut consumers: Vec<_> = (0..3)
         .map(|_| env.spawn(&["consume", "kill-producer", "--each", "--delay-ms", "5"]))
         .collect();

@@ -3,9 +3,7 @@
 
 mod common;
 
-use batchcast_store::{
-    keys, LogStream, MetricPoint, Recorder, RunFilter, RunStatus, Store, StoreError,
-};
+use batchcast_store::{keys, LogStream, MetricPoint, RunFilter, RunStatus, Store, StoreError};
 use common::{found, log_param, new_run, point, Fixture};
 
 #[test]
@@ -214,8 +212,7 @@ fn logs_keep_order_and_tails_are_cut_at_the_end() {
 fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     let mut f = Fixture::new();
     let r = f.run("r");
-    let Fixture { path, .. } = f;
-    let rec = Recorder::start(&path).unwrap();
+    let rec = f.recorder();
     let h = rec.handle();
     const N: i64 = 10_007;
     for step in 0..N {
@@ -223,7 +220,7 @@ fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     }
     drop(h);
     rec.finish().unwrap();
-    let ro = Store::open_read_only(&path).unwrap();
+    let ro = Store::open_read_only(&f.path).unwrap();
     assert_eq!(ro.metric_len(r, "loss", None).unwrap(), N as usize);
     assert_eq!(ro.metric_len(r, "loss", Some(1000 + N - 11)).unwrap(), 10);
     assert_eq!(ro.metric_len(r, "nothing", None).unwrap(), 0);

@@ -80,13 +80,12 @@ fn writers_and_readers_share_one_file_from_several_threads() {
 fn recorded_points_are_committed_within_the_flush_period() {
     let mut f = Fixture::new();
     let r = f.run("r");
-    let Fixture { path, .. } = f;
-    let rec = Recorder::start(&path).unwrap();
+    let rec = f.recorder();
     let h = rec.handle();
     h.metric(point(r, "loss", 1, 1, 0.5));
     h.log(r, LogStream::Stdout, 1, b"epoch 1\n".to_vec());
     let deadline = std::time::Instant::now() + batchcast_store::FLUSH_EVERY * 10;
-    let ro = Store::open_read_only(&path).unwrap();
+    let ro = Store::open_read_only(&f.path).unwrap();
     loop {
         let n = ro.metric(r, "loss", None, 10).unwrap().len();
         let (log, _) = ro.log(r, LogStream::Stdout, None).unwrap();
@@ -107,8 +106,7 @@ fn recorded_points_are_committed_within_the_flush_period() {
 fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
     let mut f = Fixture::new();
     let r = f.run("r");
-    let Fixture { path, .. } = f;
-    let rec = Recorder::start(&path).unwrap();
+    let rec = f.recorder();
     let h = rec.handle();
     for step in 0..10 {
         let loss = if step % 3 == 1 { f64::NAN } else { 1.0 };
@@ -118,7 +116,7 @@ fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
     h.metric(point(r, "grad", 11, 11, f64::INFINITY));
     drop(h);
     rec.finish().unwrap();
-    let ro = Store::open_read_only(&path).unwrap();
+    let ro = Store::open_read_only(&f.path).unwrap();
     assert_eq!(ro.metric(r, "acc", None, 100).unwrap().len(), 10);
     let loss: Vec<i64> = ro
         .metric(r, "loss", None, 100)
@@ -224,8 +222,7 @@ fn writers_that_read_first_never_find_the_store_locked() {
 fn a_refused_point_never_costs_the_points_committed_with_it() {
     let mut f = Fixture::new();
     let good = f.run("good");
-    let Fixture { path, .. } = f;
-    let rec = Recorder::start(&path).unwrap();
+    let rec = f.recorder();
     let h = rec.handle();
     for step in 0..30 {
         h.metric(point(good, "loss", step, step, 1.0));
@@ -235,7 +232,7 @@ fn a_refused_point_never_costs_the_points_committed_with_it() {
     }
     drop(h);
     let finished = rec.finish();
-    let ro = Store::open_read_only(&path).unwrap();
+    let ro = Store::open_read_only(&f.path).unwrap();
     assert_eq!(ro.metric(good, "loss", None, 100).unwrap().len(), 30);
     let err = finished
         .expect_err("the refused point is reported")

@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_store::{keys, Store};
-use common::{get, make_store, serve, served};
+use common::{filled, get, serve, served, xs};
 
 #[test]
 fn series_are_the_stores_points_on_elapsed_time_or_step() {
@@ -47,13 +47,7 @@ fn series_are_the_stores_points_on_elapsed_time_or_step() {
     )
     .json();
     assert_eq!(j["x"], "step");
-    let steps: Vec<f64> = j["series"][0]["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p[0].as_f64().unwrap())
-        .collect();
-    assert_eq!(steps, vec![15.0, 16.0, 17.0, 18.0, 19.0]);
+    assert_eq!(xs(&j["series"][0]), vec![15.0, 16.0, 17.0, 18.0, 19.0]);
 }
 
 #[test]
@@ -114,9 +108,7 @@ fn run_states_are_served_for_live_tables() {
 
 #[test]
 fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
+    let (_dir, path, m) = filled();
     {
         let mut s = Store::open(&path).unwrap();
         let run = m.runs[0];
@@ -157,9 +149,7 @@ fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
 
 #[test]
 fn the_chart_is_thinned_but_the_csv_has_every_point() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.db");
-    let made = make_store(&path);
+    let (_dir, path, made) = filled();
     let run = made.runs[0];
     let mut s = Store::open(&path).unwrap();
     let points: Vec<batchcast_store::MetricPoint> = (0..6_000i64)

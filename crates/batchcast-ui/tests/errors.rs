@@ -6,7 +6,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 
 use batchcast_ui::UiConfig;
-use common::{get, make_store, request, serve, serve_with, served};
+use common::{filled, get, make_store, request, serve, serve_with, served};
 
 #[test]
 fn malformed_requests_get_4xx_with_a_reason_and_the_server_goes_on() {
@@ -160,10 +160,7 @@ fn a_foreign_sqlite_file_or_a_text_file_is_not_a_store() {
 
 #[test]
 fn a_request_naming_another_host_is_refused_when_local() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _path, _made, addr) = served();
     let r = request(addr, "/", &[("Host", "attacker.example:8470")]);
     assert_eq!(r.status, 421);
     assert!(r.text().contains("not this machine"));
@@ -176,9 +173,7 @@ fn a_request_naming_another_host_is_refused_when_local() {
 
 #[test]
 fn another_address_needs_the_token_on_every_request() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
+    let (_dir, path, _made) = filled();
     let config = UiConfig {
         host: IpAddr::V4(Ipv4Addr::UNSPECIFIED),
         ..UiConfig::local(path, 0)
@@ -215,9 +210,7 @@ fn another_address_needs_the_token_on_every_request() {
 /// an HttpOnly SameSite cookie that the later requests carry.
 #[test]
 fn a_local_dashboard_needs_its_token_by_default() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
+    let (_dir, path, _made) = filled();
     let (addr, token) = serve_with(UiConfig::local(&path, 0));
     let token = token.expect("a token on loopback too");
     let host = addr.to_string();
@@ -252,10 +245,7 @@ fn a_local_dashboard_needs_its_token_by_default() {
 /// page of another site (DNS rebinding), and so is a foreign `Origin`.
 #[test]
 fn a_host_or_origin_that_only_looks_local_is_refused() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _path, _made, addr) = served();
     let port = addr.port();
     for host in [
         format!("127.0.0.1:{port}@evil.com"),
@@ -317,9 +307,7 @@ fn a_port_in_use_is_a_clear_error() {
 fn clients_that_never_finish_their_headers_are_cut_off_and_capped() {
     use std::io::{Read, Write};
     use std::time::{Duration, Instant};
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
+    let (_dir, path, _made) = filled();
     let (addr, token) = serve_with(UiConfig {
         header_timeout: Duration::from_secs(1),
         max_connections: 8,

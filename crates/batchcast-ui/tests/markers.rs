@@ -4,7 +4,7 @@
 mod common;
 
 use batchcast_store::{MetricPoint, RunId, Store};
-use common::{get, served, Made};
+use common::{get, served, xs, Made};
 
 const TRIGGER: &str =
     "trigger amount=300 fired (#1) before epoch 2: 310 samples arrived since the last";
@@ -110,13 +110,7 @@ fn a_trainers_chart_marks_its_own_events_and_its_producers() {
     assert_eq!(series[1]["workload"], "independent");
     assert_eq!(series[0]["workload_id"], m.shared);
     assert_eq!(series[1]["workload_id"], m.independent);
-    let steps: Vec<f64> = series[0]["points"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .map(|p| p[0].as_f64().unwrap())
-        .collect();
-    assert_eq!(steps, vec![400.0, 800.0, 1200.0, 1600.0, 2000.0]);
+    assert_eq!(xs(&series[0]), vec![400.0, 800.0, 1200.0, 1600.0, 2000.0]);
     // the producer's own chart marks its events once, as its own
     let j = get(
         addr,

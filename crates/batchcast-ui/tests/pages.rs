@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{get, make_store, serve, served};
+use common::{filled, get, serve, served};
 
 #[test]
 fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
@@ -139,9 +139,7 @@ fn a_run_page_shows_facts_parameters_environment_events_and_output() {
 /// listed in order, each with its time since the run started.
 #[test]
 fn a_run_page_shows_a_producers_events_with_their_time_in_the_run() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
+    let (_dir, path, m) = filled();
     let id = m.runs[0];
     let fired = [
         "trigger every-epoch fired (#1) before epoch 1: 0 samples arrived since the last",
@@ -170,9 +168,7 @@ fn a_run_page_shows_a_producers_events_with_their_time_in_the_run() {
 
 #[test]
 fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
+    let (_dir, path, m) = filled();
     let id = m.runs[0];
     let big: String = (0..5000).map(|i| format!("line {i}\n")).collect();
     {
@@ -234,10 +230,7 @@ fn chosen_runs_of_different_workloads_are_charted_together() {
 
 #[test]
 fn the_pages_own_script_and_style_are_served() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    make_store(&path);
-    let addr = serve(&path);
+    let (_dir, _path, _made, addr) = served();
     for (name, ty) in [
         ("app.js", "text/javascript"),
         ("chart.js", "text/javascript"),
@@ -252,9 +245,7 @@ fn the_pages_own_script_and_style_are_served() {
 
 #[test]
 fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("runs.sqlite");
-    let m = make_store(&path);
+    let (_dir, path, m) = filled();
     let report = serde_json::json!({
         "command": ["python", "train.py", "--prep", "4"],
         "regime": "prep-bound",

@@ -5,10 +5,11 @@
 
 use std::time::{Duration, Instant};
 
-use batchcast::{
-    Boundary, Consumer, ConsumerOptions, DType, Event, LeafSpec, Node, Producer, ProducerOptions,
-    ShutdownReason, TriggerFired,
-};
+mod common;
+
+use common::{connect_in_batches, producer_options, publish_ids, CONNECT};
+
+use batchcast::{Boundary, Event, Producer, ShutdownReason, TriggerFired};
 
 const PRODUCER_BS: u64 = 16;
 
@@ -25,14 +26,8 @@ fn trigger(seq: u64) -> TriggerFired {
 /// What a consumer saw, as short strings; and `batches_per_epoch()` when
 /// each epoch ended.
 fn read(dir: std::path::PathBuf, bs: u64) -> (Vec<String>, Vec<Option<u64>>) {
-    let opts = ConsumerOptions {
-        batch_size: Some(bs),
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = Consumer::connect("bound", opts, &mut never).unwrap();
+    let mut consumer = connect_in_batches("bound", &dir, bs);
     let mut seen = Vec::new();
     let mut lens = Vec::new();
     loop {
@@ -52,17 +47,8 @@ fn read(dir: std::path::PathBuf, bs: u64) -> (Vec<String>, Vec<Option<u64>>) {
 #[test]
 fn a_trigger_comes_after_the_epochs_last_batch_and_before_its_end() {
     let dir = tempfile::tempdir().unwrap();
-    let mut producer = Producer::create(
-        "bound",
-        ProducerOptions {
-            window: 4,
-            samples_per_epoch: Some(100),
-            batch_size: Some(PRODUCER_BS),
-            dir: Some(dir.path().to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let options = producer_options(dir.path(), 4, 100, PRODUCER_BS);
+    let mut producer = Producer::create("bound", options).unwrap();
     // Three readers at batch sizes that cut the producer's batches
     // differently, each from its own thread.
     let readers: Vec<_> = [16u64, 6, 64]
@@ -72,7 +58,7 @@ fn a_trigger_comes_after_the_epochs_last_batch_and_before_its_end() {
             std::thread::spawn(move || read(d, bs))
         })
         .collect();
-    assert!(producer.wait_for_consumers(3, Some(Duration::from_secs(60))));
+    assert!(producer.wait_for_consumers(3, Some(CONNECT)));
     // A reader that fails stops the producer's waits rather than hang.
     let deadline = Instant::now() + Duration::from_secs(60);
     let mut never = || Instant::now() > deadline;
@@ -80,10 +66,7 @@ fn a_trigger_comes_after_the_epochs_last_batch_and_before_its_end() {
         producer.begin_epoch().unwrap();
         for first in (0..samples).step_by(PRODUCER_BS as usize) {
             let rows = PRODUCER_BS.min(samples - first);
-            let tree = Node::Tuple(vec![Node::Leaf(0)]);
-            let leaves = [LeafSpec::array(DType::I64, vec![rows])];
-            let slot = producer.loan(tree, &leaves, &mut never).unwrap();
-            slot.publish().unwrap();
+            publish_ids(&mut producer, first, rows, &[], &mut never);
         }
         if epoch == 0 {
             producer

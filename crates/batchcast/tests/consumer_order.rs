@@ -4,12 +4,11 @@
 //! one process: the order is the consumer's own logic (the transport
 //! between processes is tested in batchcast-cli's tests/transport.rs).
 
-use std::time::Duration;
+mod common;
 
-use batchcast::{
-    Consumer, ConsumerOptions, DType, Error, Event, LeafSpec, Node, Producer, ProducerOptions,
-    ShutdownReason,
-};
+use common::{connect_in_batches, ids, producer_options, publish_ids, CONNECT};
+
+use batchcast::{DType, Error, Event, LeafSpec, Producer, ShutdownReason};
 
 const SAMPLES: u64 = 1000;
 const PRODUCER_BS: u64 = 64;
@@ -24,37 +23,19 @@ type Seen = Result<(u64, Vec<i64>), String>;
 #[test]
 fn fault7_invalid_batch_keeps_its_place() {
     let dir = tempfile::tempdir().unwrap();
-    let mut producer = Producer::create(
-        "order",
-        ProducerOptions {
-            window: 8,
-            samples_per_epoch: Some(SAMPLES),
-            batch_size: Some(PRODUCER_BS),
-            dir: Some(dir.path().to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let options = producer_options(dir.path(), 8, SAMPLES, PRODUCER_BS);
+    let mut producer = Producer::create("order", options).unwrap();
     let consumer_dir = dir.path().to_owned();
     let reader = std::thread::spawn(move || read_epoch(consumer_dir));
-    assert!(producer.wait_for_consumers(1, Some(Duration::from_secs(60))));
+    assert!(producer.wait_for_consumers(1, Some(CONNECT)));
     producer.begin_epoch().unwrap();
     let mut never = || false;
     for i in 0..SAMPLES.div_ceil(PRODUCER_BS) {
         let first = i * PRODUCER_BS;
         let rows = PRODUCER_BS.min(SAMPLES - first);
         let width = if (10..12).contains(&i) { 2 } else { 4 };
-        let tree = Node::Tuple(vec![Node::Leaf(0), Node::Leaf(1)]);
-        let leaves = [
-            LeafSpec::array(DType::I64, vec![rows]),
-            LeafSpec::array(DType::F32, vec![rows, width]),
-        ];
-        let mut slot = producer.loan(tree, &leaves, &mut never).unwrap();
-        let ids = slot.leaf_mut(0);
-        for (k, chunk) in ids.chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&((first + k as u64) as i64).to_le_bytes());
-        }
-        slot.publish().unwrap();
+        let x = LeafSpec::array(DType::F32, vec![rows, width]);
+        publish_ids(&mut producer, first, rows, &[x], &mut never);
     }
     producer.end_epoch().unwrap();
     producer.finish(ShutdownReason::Finished);
@@ -80,25 +61,12 @@ fn fault7_invalid_batch_keeps_its_place() {
 /// Reads one epoch of batches of 7 from producer "order"; an
 /// `InvalidBatch` is recorded and reading goes on.
 fn read_epoch(dir: std::path::PathBuf) -> Vec<Seen> {
-    let opts = ConsumerOptions {
-        batch_size: Some(CONSUMER_BS),
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir),
-        ..Default::default()
-    };
     let mut never = || false;
-    let mut consumer = Consumer::connect("order", opts, &mut never).unwrap();
+    let mut consumer = connect_in_batches("order", &dir, CONSUMER_BS);
     let mut seen = Vec::new();
     loop {
         match consumer.next_event(&mut never) {
-            Ok(Event::Batch(b)) => {
-                let ids = b.leaves()[0]
-                    .bytes()
-                    .chunks_exact(8)
-                    .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                    .collect();
-                seen.push(Ok((b.index, ids)));
-            }
+            Ok(Event::Batch(b)) => seen.push(Ok((b.index, ids(&b)))),
             Ok(Event::EpochEnd { .. }) => return seen,
             Ok(_) => {}
             Err(Error::InvalidBatch(why)) => {

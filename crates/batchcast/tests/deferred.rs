@@ -3,11 +3,9 @@
 //! starts: the producer does not run ahead for it, so the position it
 //! then asks for is still retained, and it starts exactly there.
 
-use std::time::Duration;
-
 mod common;
 
-use common::publish;
+use common::{consumer_options, ids, producer_options, publish};
 
 use batchcast::{Consumer, ConsumerOptions, Error, Event, Position, Producer, ProducerOptions};
 
@@ -16,29 +14,20 @@ const WINDOW: usize = 2;
 const EPOCH: u64 = 8;
 
 fn producer(dir: &std::path::Path) -> Producer {
-    Producer::create(
-        "deferred",
-        ProducerOptions {
-            window: WINDOW,
-            samples_per_epoch: Some(EPOCH),
-            batch_size: Some(1),
-            // The arena exists at once: consumers are welcomed at connection.
-            slot_size: Some(4096),
-            dir: Some(dir.to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap()
+    let options = ProducerOptions {
+        // The arena exists at once: consumers are welcomed at connection.
+        slot_size: Some(4096),
+        ..producer_options(dir, WINDOW, EPOCH, 1)
+    };
+    Producer::create("deferred", options).unwrap()
 }
 
 fn connect(dir: &std::path::Path, deferred: bool) -> Consumer {
     let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir.to_owned()),
         deferred,
-        ..Default::default()
+        ..consumer_options(dir)
     };
-    Consumer::connect("deferred", opts, &mut || false).unwrap()
+    common::connect("deferred", opts)
 }
 
 /// The next event, which must already be there.
@@ -49,12 +38,17 @@ fn next(consumer: &mut Consumer) -> Event {
         .expect("an event the producer has sent")
 }
 
+/// The next event, which must be an epoch's start: its epoch and first row.
+fn start_of(consumer: &mut Consumer) -> (u64, u64) {
+    let Event::EpochStart(info) = consumer.next_event(&mut || false).unwrap() else {
+        panic!("expected the epoch's start");
+    };
+    (info.epoch, info.first_row)
+}
+
 fn row_of(event: Event) -> i64 {
     match event {
-        Event::Batch(b) => {
-            let bytes: [u8; 8] = b.leaves()[0].bytes().try_into().unwrap();
-            i64::from_le_bytes(bytes)
-        }
+        Event::Batch(b) => ids(&b)[0],
         _ => panic!("expected a batch"),
     }
 }
@@ -72,10 +66,7 @@ fn a_deferred_consumer_built_before_the_epoch_reads_it_from_its_start() {
         !publish(&mut producer, 2, true),
         "a parked consumer paces the producer as a placed one does"
     );
-    let Event::EpochStart(info) = consumer.next_event(&mut || false).unwrap() else {
-        panic!("expected the epoch's start");
-    };
-    assert_eq!((info.epoch, info.first_row), (0, 0));
+    assert_eq!(start_of(&mut consumer), (0, 0));
     assert_eq!(row_of(next(&mut consumer)), 0);
     let again = consumer.start_at(None).unwrap_err();
     assert!(matches!(again, Error::InvalidArgument(_)), "{again}");
@@ -100,10 +91,7 @@ fn a_deferred_consumer_placed_at_the_next_epoch_keeps_the_current_one_for_its_st
         .unwrap();
     // Placed at batch 3, it lets batch 2 go.
     assert!(publish(&mut producer, 4, false));
-    let Event::EpochStart(info) = restored.next_event(&mut || false).unwrap() else {
-        panic!("expected the epoch's start");
-    };
-    assert_eq!((info.epoch, info.first_row), (0, 3));
+    assert_eq!(start_of(&mut restored), (0, 3));
     assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 3);
     assert_eq!(row_of(restored.next_event(&mut || false).unwrap()), 4);
 }

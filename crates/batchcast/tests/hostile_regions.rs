@@ -96,10 +96,16 @@ fn region_error(err: Error) -> RegionOpenError {
     }
 }
 
+/// Why a consumer refuses `arena`, sent (with a placeholder board) by a
+/// producer that announces `slots` slots.
+fn arena_refusal(slots: u32, arena: OwnedFd) -> RegionOpenError {
+    region_error(connect_to(slots, welcome_fds(arena, memfd(8, b"", false))))
+}
+
 #[test]
 fn an_unsealed_arena_is_refused() {
     let arena = memfd(2 * SLOT as u64, b"", false);
-    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    let err = arena_refusal(2, arena);
     assert!(matches!(err, RegionOpenError::NotSealed { .. }), "{err}");
     assert!(err.to_string().contains("not sealed"), "{err}");
 }
@@ -108,7 +114,7 @@ fn an_unsealed_arena_is_refused() {
 fn a_file_that_is_not_an_arena_is_refused() {
     // A sealed file of the size the welcome announces, in another layout.
     let arena = memfd(3 * SLOT as u64, b"BCSLOT02", true);
-    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    let err = arena_refusal(2, arena);
     assert!(matches!(err, RegionOpenError::WrongKind { .. }), "{err}");
     assert!(err.to_string().contains("not a batchcast arena"), "{err}");
 }
@@ -119,7 +125,7 @@ fn an_arena_of_another_layout_version_is_refused_naming_both() {
     let mut head = b"BCARENA2".to_vec();
     head.extend(99u32.to_le_bytes());
     let arena = memfd(3 * SLOT as u64, &head, true);
-    let err = region_error(connect_to(2, welcome_fds(arena, memfd(8, b"", false))));
+    let err = arena_refusal(2, arena);
     assert!(
         matches!(err, RegionOpenError::VersionMismatch { .. }),
         "{err}"
@@ -142,8 +148,7 @@ fn an_arena_sent_as_the_board_is_refused() {
 #[test]
 fn an_arena_smaller_than_the_welcome_says_is_refused() {
     let arena = Arena::create("hostile", 2, SLOT).unwrap();
-    let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
-    let err = region_error(connect_to(3, fds));
+    let err = arena_refusal(3, arena.readonly_fd().unwrap());
     assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
     assert!(err.to_string().contains("announced 3"), "{err}");
 }

@@ -10,23 +10,16 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::publish;
+use common::{consumer_options, producer_options, publish, CONNECT};
 
-use batchcast::{
-    Consumer, ConsumerOptions, Event, LagBudget, Producer, ProducerOptions, ShutdownReason,
-};
+use batchcast::{Consumer, Event, LagBudget, Producer, ProducerOptions, ShutdownReason};
 
 const WINDOW: usize = 2;
 /// Batches (of one row) per epoch; the lag budget holds two epochs.
 const EPOCH: u64 = 400;
 
 fn connect(dir: &std::path::Path) -> Consumer {
-    let opts = ConsumerOptions {
-        connect_timeout: Some(Duration::from_secs(60)),
-        dir: Some(dir.to_owned()),
-        ..Default::default()
-    };
-    Consumer::connect("paced", opts, &mut || false).unwrap()
+    common::connect("paced", consumer_options(dir))
 }
 
 /// Reads events until one `stop` accepts; returns the batches seen.
@@ -44,18 +37,11 @@ fn read_until(consumer: &mut Consumer, stop: impl Fn(&Event) -> bool) -> u64 {
 #[test]
 fn the_producer_stays_a_window_ahead_of_the_fastest_consumer_which_wakes_it() {
     let dir = tempfile::tempdir().unwrap();
-    let mut producer = Producer::create(
-        "paced",
-        ProducerOptions {
-            window: WINDOW,
-            samples_per_epoch: Some(EPOCH),
-            batch_size: Some(1),
-            max_lag: Some(LagBudget::Batches(2 * EPOCH)),
-            dir: Some(dir.path().to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let options = ProducerOptions {
+        max_lag: Some(LagBudget::Batches(2 * EPOCH)),
+        ..producer_options(dir.path(), WINDOW, EPOCH, 1)
+    };
+    let mut producer = Producer::create("paced", options).unwrap();
     let (held_tx, held_rx) = mpsc::channel();
     let (go_tx, go_rx) = mpsc::channel::<()>();
     let holder = {
@@ -87,7 +73,7 @@ fn the_producer_stays_a_window_ahead_of_the_fastest_consumer_which_wakes_it() {
             read_until(&mut consumer, |e| matches!(e, Event::Finished(_)))
         })
     };
-    assert!(producer.wait_for_consumers(2, Some(Duration::from_secs(60))));
+    assert!(producer.wait_for_consumers(2, Some(CONNECT)));
     producer.begin_epoch().unwrap();
     for seq in 0..EPOCH {
         assert!(publish(&mut producer, seq, false));

@@ -3,12 +3,12 @@
 //! events in the same order as one that only waits.
 
 use std::sync::mpsc;
-use std::time::Duration;
 
-use batchcast::{
-    Consumer, ConsumerOptions, DType, Event, LeafSpec, Node, Producer, ProducerOptions,
-    ShutdownReason,
-};
+mod common;
+
+use common::{connect_in_batches, ids, producer_options, publish_ids, CONNECT};
+
+use batchcast::{Event, Producer, ShutdownReason};
 
 const SAMPLES: u64 = 100;
 const PRODUCER_BS: u64 = 16;
@@ -17,28 +17,13 @@ const CONSUMER_BS: u64 = 6;
 #[test]
 fn try_next_event_returns_none_when_nothing_is_there_and_keeps_the_order() {
     let dir = tempfile::tempdir().unwrap();
-    let mut producer = Producer::create(
-        "poll",
-        ProducerOptions {
-            window: 8,
-            samples_per_epoch: Some(SAMPLES),
-            batch_size: Some(PRODUCER_BS),
-            dir: Some(dir.path().to_owned()),
-            ..Default::default()
-        },
-    )
-    .unwrap();
+    let options = producer_options(dir.path(), 8, SAMPLES, PRODUCER_BS);
+    let mut producer = Producer::create("poll", options).unwrap();
     let (polled_tx, polled_rx) = mpsc::channel();
     let consumer_dir = dir.path().to_owned();
     let reader = std::thread::spawn(move || {
-        let opts = ConsumerOptions {
-            batch_size: Some(CONSUMER_BS),
-            connect_timeout: Some(Duration::from_secs(60)),
-            dir: Some(consumer_dir),
-            ..Default::default()
-        };
         let mut never = || false;
-        let mut consumer = Consumer::connect("poll", opts, &mut never).unwrap();
+        let mut consumer = connect_in_batches("poll", &consumer_dir, CONSUMER_BS);
         // The welcome comes with the first producer batch (16 rows: the
         // consumer's batches 0 and 1); the next waits for this thread.
         let mut seen = Vec::new();
@@ -63,7 +48,7 @@ fn try_next_event_returns_none_when_nothing_is_there_and_keeps_the_order() {
             }
         }
     });
-    assert!(producer.wait_for_consumers(1, Some(Duration::from_secs(60))));
+    assert!(producer.wait_for_consumers(1, Some(CONNECT)));
     producer.begin_epoch().unwrap();
     let mut never = || false;
     for i in 0..SAMPLES.div_ceil(PRODUCER_BS) {
@@ -72,13 +57,7 @@ fn try_next_event_returns_none_when_nothing_is_there_and_keeps_the_order() {
         }
         let first = i * PRODUCER_BS;
         let rows = PRODUCER_BS.min(SAMPLES - first);
-        let tree = Node::Tuple(vec![Node::Leaf(0)]);
-        let leaves = [LeafSpec::array(DType::I64, vec![rows])];
-        let mut slot = producer.loan(tree, &leaves, &mut never).unwrap();
-        for (k, chunk) in slot.leaf_mut(0).chunks_exact_mut(8).enumerate() {
-            chunk.copy_from_slice(&((first + k as u64) as i64).to_le_bytes());
-        }
-        slot.publish().unwrap();
+        publish_ids(&mut producer, first, rows, &[], &mut never);
     }
     producer.end_epoch().unwrap();
     producer.finish(ShutdownReason::Finished);
@@ -98,15 +77,7 @@ fn try_next_event_returns_none_when_nothing_is_there_and_keeps_the_order() {
 fn describe(event: Event) -> String {
     match event {
         Event::EpochStart(info) => format!("start {}", info.epoch),
-        Event::Batch(b) => {
-            let first = b.leaves()[0]
-                .bytes()
-                .chunks_exact(8)
-                .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-                .next()
-                .unwrap();
-            format!("batch {} from {first}", b.index)
-        }
+        Event::Batch(b) => format!("batch {} from {}", b.index, ids(&b)[0]),
         Event::EpochEnd { epoch, samples } => format!("end {epoch} {samples}"),
         Event::Finished(_) => "finished".into(),
         Event::Trigger(t) => format!("trigger {}", t.seq),

@@ -16,6 +16,28 @@ use serde_json::Value;
 /// Generous bound for anything that should happen "at once".
 pub const DEADLINE: Duration = Duration::from_secs(60);
 
+/// Arguments of a synthetic producer that outlasts any test unless killed:
+/// 100 epochs of 100,000 samples in batches of 10.
+pub const UNTIL_KILLED: [&str; 6] = [
+    "--samples",
+    "100000",
+    "--batch-size",
+    "10",
+    "--epochs",
+    "100",
+];
+
+/// A consumer in this process of producer `name` in `dir`, which waits
+/// [`DEADLINE`] for it.
+pub fn connect(name: &str, dir: PathBuf) -> batchcast::Consumer {
+    let opts = batchcast::ConsumerOptions {
+        connect_timeout: Some(DEADLINE),
+        dir: Some(dir),
+        ..Default::default()
+    };
+    batchcast::Consumer::connect(name, opts, &mut || false).unwrap()
+}
+
 /// The `batchcast` binary under test, as a command to add arguments to.
 pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
@@ -130,6 +152,14 @@ impl Env {
         Proc::start(self.cmd(args))
     }
 
+    /// Starts producer `batchcast ARGS` (a `serve ... --json`) and waits
+    /// until it listens: the process and its `listening` line.
+    pub fn listening(&self, args: &[&str]) -> (Proc, Value) {
+        let mut p = self.spawn(args);
+        let line = p.expect("listening");
+        (p, line)
+    }
+
     /// `consume NAME --each --hash` in batches of `batch_size` rows, each
     /// held `delay_ms` ms, waiting up to 60 s for the producer (and for
     /// its restart).
@@ -157,9 +187,7 @@ impl Env {
     pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
         let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];
         args.extend_from_slice(extra);
-        let mut p = self.spawn(&args);
-        p.expect("listening");
-        p
+        self.listening(&args).0
     }
 
     /// Files left in the socket directory.

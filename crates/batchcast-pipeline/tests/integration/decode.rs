@@ -240,38 +240,46 @@ fn png_decodes_exactly() {
 fn png_colour_types_convert_like_pil_convert_rgb() {
     use png::{BitDepth, ColorType};
     let (w, h) = (3, 2);
-    // RGBA: alpha dropped, not composited.
     let rgba: Vec<u8> = (0..w * h * 4).map(|i| (i * 10) as u8).collect();
-    let expect: Vec<u8> = rgba.chunks(4).flat_map(|p| [p[0], p[1], p[2]]).collect();
-    let img = decode_rgb(&encode_png(&rgba, w, h, ColorType::Rgba, BitDepth::Eight)).unwrap();
-    assert_eq!(img.data, expect);
-    // Gray and gray+alpha: replicated.
     let gray: Vec<u8> = (0..w * h).map(|i| (i * 40) as u8).collect();
-    let expect: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
-    let img = decode_rgb(&encode_png(
-        &gray,
-        w,
-        h,
-        ColorType::Grayscale,
-        BitDepth::Eight,
-    ))
-    .unwrap();
-    assert_eq!(img.data, expect);
-    let ga: Vec<u8> = gray.iter().flat_map(|&g| [g, 9]).collect();
-    let img = decode_rgb(&encode_png(
-        &ga,
-        w,
-        h,
-        ColorType::GrayscaleAlpha,
-        BitDepth::Eight,
-    ))
-    .unwrap();
-    assert_eq!(img.data, expect);
-    // 16-bit: the high byte.
-    let rgb16: Vec<u8> = (0..w * h * 3).flat_map(|i| [(i * 7) as u8, 0xee]).collect();
-    let expect: Vec<u8> = (0..w * h * 3).map(|i| (i * 7) as u8).collect();
-    let img = decode_rgb(&encode_png(&rgb16, w, h, ColorType::Rgb, BitDepth::Sixteen)).unwrap();
-    assert_eq!(img.data, expect);
+    let gray_rgb: Vec<u8> = gray.iter().flat_map(|&g| [g, g, g]).collect();
+    let cases = [
+        // RGBA: alpha dropped, not composited.
+        (
+            "rgba",
+            rgba.clone(),
+            ColorType::Rgba,
+            BitDepth::Eight,
+            rgba.chunks(4).flat_map(|p| [p[0], p[1], p[2]]).collect(),
+        ),
+        // Gray and gray+alpha: replicated.
+        (
+            "gray",
+            gray.clone(),
+            ColorType::Grayscale,
+            BitDepth::Eight,
+            gray_rgb.clone(),
+        ),
+        (
+            "gray+alpha",
+            gray.iter().flat_map(|&g| [g, 9]).collect(),
+            ColorType::GrayscaleAlpha,
+            BitDepth::Eight,
+            gray_rgb,
+        ),
+        // 16-bit: the high byte.
+        (
+            "rgb16",
+            (0..w * h * 3).flat_map(|i| [(i * 7) as u8, 0xee]).collect(),
+            ColorType::Rgb,
+            BitDepth::Sixteen,
+            (0..w * h * 3).map(|i| (i * 7) as u8).collect::<Vec<u8>>(),
+        ),
+    ];
+    for (what, pixels, colour, depth, expect) in cases {
+        let img = decode_rgb(&encode_png(&pixels, w, h, colour, depth)).unwrap();
+        assert_eq!(img.data, expect, "{what}");
+    }
     // Palette: expanded.
     let palette = [10, 20, 30, 200, 100, 50];
     let idx = vec![0u8, 1, 1, 0, 1, 0];

@@ -6,5 +6,6 @@ mod bad_input;
 mod common;
 mod dataset;
 mod decode;
+mod forge;
 mod limits;
 mod transforms;

@@ -5,7 +5,9 @@
 
 use std::path::PathBuf;
 
-use batchcast_store::{MetricPoint, NewRun, ParamSource, RunFilter, RunId, Store, WorkloadId};
+use batchcast_store::{
+    MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, Store, WorkloadId,
+};
 
 /// A new store in a temporary directory, with experiment "exp" and its
 /// workload "w".
@@ -29,6 +31,11 @@ impl Fixture {
             store,
             w,
         }
+    }
+
+    /// A recorder writing to this store.
+    pub fn recorder(&self) -> Recorder {
+        Recorder::start(&self.path).unwrap()
     }
 
     /// Adds run `name` to "w".

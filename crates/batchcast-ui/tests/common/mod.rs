@@ -134,19 +134,26 @@ pub fn make_store(path: &Path) -> Made {
     }
 }
 
-/// A dashboard on a free loopback port without a token (`--no-token`),
-/// serving until the test ends.
-/// A store filled by [`make_store`] in a new temporary directory, and a
-/// dashboard serving it: the directory (the store lives as long as it
-/// does), the store's path, what was written and the dashboard's address.
-pub fn served() -> (tempfile::TempDir, PathBuf, Made, SocketAddr) {
+/// A store filled by [`make_store`] in a new temporary directory: the
+/// directory (the store lives as long as it does), the store's path and
+/// what was written.
+pub fn filled() -> (tempfile::TempDir, PathBuf, Made) {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("runs.sqlite");
     let made = make_store(&path);
+    (dir, path, made)
+}
+
+/// A store made by [`filled`] and a dashboard serving it: also the
+/// dashboard's address.
+pub fn served() -> (tempfile::TempDir, PathBuf, Made, SocketAddr) {
+    let (dir, path, made) = filled();
     let addr = serve(&path);
     (dir, path, made, addr)
 }
 
+/// A dashboard on a free loopback port without a token (`--no-token`),
+/// serving until the test ends.
 pub fn serve(store: &Path) -> SocketAddr {
     serve_with(UiConfig {
         token: false,
@@ -183,6 +190,16 @@ impl Resp {
             .find(|(k, _)| k.eq_ignore_ascii_case(name))
             .map(|(_, v)| v.as_str())
     }
+}
+
+/// The x of each point of one series of an `/api/series` answer.
+pub fn xs(series: &serde_json::Value) -> Vec<f64> {
+    series["points"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p[0].as_f64().unwrap())
+        .collect()
 }
 
 /// `GET path` with `Host: 127.0.0.1:port`.
