@@ -18,7 +18,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::dlpack::{import, ArrayView, Imported, LeaseTracker};
-use crate::errors::Exc;
+use crate::errors::invalid;
 use crate::outpool::OutPool;
 
 /// Output buffers an augmenter keeps for reuse (a loop holds one or two
@@ -35,10 +35,6 @@ pub(crate) struct PyAugmenter {
     /// Counts nothing (pooled batches are no lease on shared memory); the
     /// array views want one.
     untracked: Arc<LeaseTracker>,
-}
-
-fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    Exc::InvalidArgument.err(py, msg, &[])
 }
 
 #[pymethods]

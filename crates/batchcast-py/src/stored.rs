@@ -18,7 +18,7 @@ use batchcast_pipeline::{
 use pyo3::prelude::*;
 
 use crate::dlpack::import;
-use crate::errors::Exc;
+use crate::errors::invalid;
 
 /// The largest stored side (as `RandomResizedCrop`'s largest output).
 const MAX_SIZE: u32 = 16384;
@@ -54,10 +54,6 @@ impl std::fmt::Display for StoreImageError {
             StoreImageError::Pipeline(e) => e.fmt(f),
         }
     }
-}
-
-fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    Exc::InvalidArgument.err(py, msg, &[])
 }
 
 /// Runs `f` with this thread's augmenter for side `size`, made if needed.
