@@ -101,12 +101,32 @@ fn run(a: &Args) -> anyhow::Result<()> {
         OnError::Fail,
     )?
     .with_dct_scaling(a.dct_scale);
-    let row = producer.image_bytes();
-    let mut stored = vec![0u8; n * row];
     let batches: Vec<Vec<usize>> = Sampler::new(n, BATCH)?
         .with_shuffle(false)
         .batches(0)
         .collect();
+    let (trainers, pipelines) = trainers_of(&producer)?;
+    let profile = Profile {
+        row: producer.image_bytes(),
+        files,
+        producer,
+        batches,
+        trainers,
+        pipelines,
+        side,
+    };
+    let mut stored = vec![0u8; n * profile.row];
+    let mut labels = vec![0i64; BATCH];
+    // Stored images are needed by the trainers whatever the stage.
+    profile.fill(&mut stored, &mut labels)?;
+    let times = profile.time(a, &mut stored, &mut labels)?;
+    print_times(n, side, a.runs, times);
+    Ok(())
+}
+
+/// Variant (c)'s four trainers (augmenting the stored images) and
+/// variant (b)'s four pipelines (reading the files `producer` reads).
+fn trainers_of(producer: &Pipeline) -> anyhow::Result<(Vec<Augmenter>, Vec<Pipeline>)> {
     let f32_nchw = OutputFormat {
         layout: Layout::Nchw,
         dtype: DType::to_tensor(),
@@ -118,11 +138,6 @@ fn run(a: &Args) -> anyhow::Result<()> {
             Augmenter::new(train_crop(size, scale), f32_nchw, 1).map(|g| g.with_seed(i as u64 + 1))
         })
         .collect::<Result<_, _>>()?;
-    let mut labels = vec![0i64; BATCH];
-    let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
-    let (mut dec, mut prod) = (Vec::new(), Vec::new());
-    let mut train = vec![Vec::new(); TRAINERS.len()];
-    let mut native = vec![Vec::new(); TRAINERS.len()];
     let pipelines: Vec<Pipeline> = TRAINERS
         .iter()
         .enumerate()
@@ -137,66 +152,129 @@ fn run(a: &Args) -> anyhow::Result<()> {
             .map(|p| p.with_seed(i as u64 + 1))
         })
         .collect::<Result<_, _>>()?;
-    let stage = a.stage.as_str();
-    // Stored images are needed by the trainers whatever the stage.
-    let fill = |stored: &mut [u8], labels: &mut [i64]| -> anyhow::Result<()> {
-        for (b, batch) in batches.iter().enumerate() {
+    Ok((trainers, pipelines))
+}
+
+/// What is timed: the files in memory, the producer that stores them as
+/// `side` x `side` squares of `row` bytes, and the trainers and pipelines.
+struct Profile {
+    files: Vec<Vec<u8>>,
+    producer: Pipeline,
+    batches: Vec<Vec<usize>>,
+    row: usize,
+    side: u32,
+    trainers: Vec<Augmenter>,
+    pipelines: Vec<Pipeline>,
+}
+
+/// Microseconds per image of each run of each stage (empty: not run).
+struct Times {
+    decode: Vec<f64>,
+    producer: Vec<f64>,
+    trainers: Vec<Vec<f64>>,
+    native: Vec<Vec<f64>>,
+}
+
+impl Profile {
+    /// The producer's pass: every image decoded and stored in `stored`.
+    fn fill(&self, stored: &mut [u8], labels: &mut [i64]) -> anyhow::Result<()> {
+        let row = self.row;
+        for (b, batch) in self.batches.iter().enumerate() {
             let dst = &mut stored[b * BATCH * row..(b * BATCH + batch.len()) * row];
-            producer.fill_batch(0, batch, dst, &mut labels[..batch.len()])?;
+            self.producer
+                .fill_batch(0, batch, dst, &mut labels[..batch.len()])?;
         }
         Ok(())
-    };
-    fill(&mut stored, &mut labels)?;
-    for _ in 0..a.runs {
-        if stage == "all" || stage == "decode" {
-            let mut img = RgbImage::default();
-            let t = Instant::now();
-            for f in &files {
-                decode_rgb_into(f, &mut img, producer.limits())?;
-            }
-            dec.push(us(t));
-        }
-        if stage == "all" || stage == "producer" {
-            let t = Instant::now();
-            fill(&mut stored, &mut labels)?;
-            prod.push(us(t));
-        }
-        if stage == "all" || stage == "trainers" {
-            for (g, times) in trainers.iter().zip(&mut train) {
-                let mut out = vec![0u8; BATCH * g.image_bytes()];
-                let keys: Vec<u64> = (0..BATCH as u64).collect();
-                let t = Instant::now();
-                for chunk in stored.chunks(BATCH * row) {
-                    let k = chunk.len() / row;
-                    g.augment(0, chunk, side, side, &keys[..k], &mut out)?;
-                }
-                times.push(us(t));
-            }
-        }
-        if stage == "all" || stage == "native" {
-            for (p, times) in pipelines.iter().zip(&mut native) {
-                let mut out = vec![0u8; BATCH * p.image_bytes()];
-                let t = Instant::now();
-                for batch in &batches {
-                    p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])?;
-                }
-                times.push(us(t));
-            }
-        }
     }
-    println!(
-        "{n} images, stored {side}x{side}, median of {} runs, us/image:",
-        a.runs
-    );
-    if !dec.is_empty() {
-        println!("  decode only            {:8.1}", median(dec));
+
+    /// Times `a.runs` runs of the stages `a.stage` names.
+    fn time(&self, a: &Args, stored: &mut [u8], labels: &mut [i64]) -> anyhow::Result<Times> {
+        let n = self.files.len();
+        let us = |t: Instant| t.elapsed().as_secs_f64() * 1e6 / n as f64;
+        let mut times = Times {
+            decode: Vec::new(),
+            producer: Vec::new(),
+            trainers: vec![Vec::new(); TRAINERS.len()],
+            native: vec![Vec::new(); TRAINERS.len()],
+        };
+        let stage = a.stage.as_str();
+        for _ in 0..a.runs {
+            if stage == "all" || stage == "decode" {
+                let mut img = RgbImage::default();
+                let t = Instant::now();
+                for f in &self.files {
+                    decode_rgb_into(f, &mut img, self.producer.limits())?;
+                }
+                times.decode.push(us(t));
+            }
+            if stage == "all" || stage == "producer" {
+                let t = Instant::now();
+                self.fill(stored, labels)?;
+                times.producer.push(us(t));
+            }
+            if stage == "all" || stage == "trainers" {
+                self.time_trainers(stored, &us, &mut times.trainers)?;
+            }
+            if stage == "all" || stage == "native" {
+                self.time_native(labels, &us, &mut times.native)?;
+            }
+        }
+        Ok(times)
     }
-    let producer_us = (!prod.is_empty()).then(|| median(prod));
+
+    /// One run of each trainer over the stored images.
+    fn time_trainers(
+        &self,
+        stored: &[u8],
+        us: &dyn Fn(Instant) -> f64,
+        train: &mut [Vec<f64>],
+    ) -> anyhow::Result<()> {
+        let (row, side) = (self.row, self.side);
+        for (g, times) in self.trainers.iter().zip(train) {
+            let mut out = vec![0u8; BATCH * g.image_bytes()];
+            let keys: Vec<u64> = (0..BATCH as u64).collect();
+            let t = Instant::now();
+            for chunk in stored.chunks(BATCH * row) {
+                let k = chunk.len() / row;
+                g.augment(0, chunk, side, side, &keys[..k], &mut out)?;
+            }
+            times.push(us(t));
+        }
+        Ok(())
+    }
+
+    /// One epoch of each native pipeline from the files.
+    fn time_native(
+        &self,
+        labels: &mut [i64],
+        us: &dyn Fn(Instant) -> f64,
+        native: &mut [Vec<f64>],
+    ) -> anyhow::Result<()> {
+        for (p, times) in self.pipelines.iter().zip(native) {
+            let mut out = vec![0u8; BATCH * p.image_bytes()];
+            let t = Instant::now();
+            for batch in &self.batches {
+                p.fill_batch(0, batch, &mut out, &mut labels[..batch.len()])?;
+            }
+            times.push(us(t));
+        }
+        Ok(())
+    }
+}
+
+/// Prints the median of each stage, and the CPU per sample of variant (b)
+/// against (c) when every stage was timed.
+fn print_times(n: usize, side: u32, runs: usize, times: Times) {
+    println!("{n} images, stored {side}x{side}, median of {runs} runs, us/image:");
+    if !times.decode.is_empty() {
+        println!("  decode only            {:8.1}", median(times.decode));
+    }
+    let producer_us = (!times.producer.is_empty()).then(|| median(times.producer));
     if let Some(m) = producer_us {
         println!("  producer (read+decode+resize) {m:8.1}");
     }
-    let trainers_us = per_trainer(train, "trainer", "trainers, all four");
-    let native_us = per_trainer(native, "native pipeline", "native, all four");
+    let trainers_us = per_trainer(times.trainers, "trainer", "trainers, all four");
+    let native_us = per_trainer(times.native, "native pipeline", "native, all four");
     if let (Some(p), Some(t), Some(b)) = (producer_us, trainers_us, native_us) {
         // Per sample: (c) one decode for four trainers, (b) one each.
         let (c, b) = ((p + t) / 4.0, b / 4.0);
@@ -205,7 +283,6 @@ fn run(a: &Args) -> anyhow::Result<()> {
             b / c
         );
     }
-    Ok(())
 }
 
 /// A trainer's RandomResizedCrop + flip, with torchvision's default ratios.

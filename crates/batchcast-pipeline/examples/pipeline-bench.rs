@@ -16,8 +16,8 @@ use std::time::Instant;
 use anyhow::{anyhow, bail};
 
 use batchcast_pipeline::{
-    generate_jpeg_dataset, DType, Dataset, GenerateConfig, Layout, OnError, OutputFormat, Pipeline,
-    Sampler, Transform,
+    generate_jpeg_dataset, DType, Dataset, GenerateConfig, GeneratedDataset, Layout, OnError,
+    OutputFormat, Pipeline, Sampler, Transform,
 };
 
 const USAGE: &str = "\
@@ -195,24 +195,7 @@ fn main() -> ExitCode {
 fn run(args: &Args) -> anyhow::Result<()> {
     let output = output_format(&args.output)?;
     let transform = transform(&args.transform, args.size)?;
-    let classes = args.images.min(10);
-    let config = GenerateConfig {
-        classes,
-        images_per_class: args.images.div_ceil(classes),
-        seed: args.seed,
-        ..GenerateConfig::default()
-    };
-    let dir = args.dir.clone().unwrap_or_else(|| {
-        std::env::temp_dir().join(format!("batchcast-bench-{}-{}", config.total(), args.seed))
-    });
-    let step = (config.total() / 10).max(1);
-    let progress = |done: usize, total: usize| {
-        if done.is_multiple_of(step) || done == total {
-            eprintln!("generating {}: {done}/{total}", dir.display());
-        }
-    };
-    let generated = generate_jpeg_dataset(&dir, &config, &progress)?;
-    let dataset = Dataset::open(&generated.path)?;
+    let (generated, dataset) = open_dataset(args)?;
     let mut bytes = Vec::new();
     let mut total_bytes = 0u64;
     for i in 0..dataset.len() {
@@ -232,94 +215,165 @@ fn run(args: &Args) -> anyhow::Result<()> {
             OnError::Fail,
         )?
         .with_seed(args.seed);
-        let mut images = vec![0u8; args.batch * pipeline.image_bytes()];
-        let mut labels = vec![0i64; args.batch];
-        // Warm-up: start the threads, size their scratch buffers.
-        for batch in sampler.batches(0).take(2) {
-            pipeline.fill_batch(0, &batch, &mut images, &mut labels)?;
-        }
-        let (mut runs, mut per_cpu) = (Vec::new(), Vec::new());
-        for r in 0..args.runs {
-            let epoch = r as u64 + 1;
-            let cpu_start = process_cpu_seconds();
-            let start = Instant::now();
-            let mut rows = 0;
-            for batch in sampler.batches(epoch) {
-                let report = pipeline.fill_batch(epoch, &batch, &mut images, &mut labels)?;
-                rows += report.rows_written;
-            }
-            runs.push(rows as f64 / start.elapsed().as_secs_f64());
-            per_cpu.push(rows as f64 / (process_cpu_seconds() - cpu_start));
-            if !args.json {
-                eprintln!(
-                    "threads {threads} run {}: {:.1} images/s, {:.1} images/CPU-s",
-                    r + 1,
-                    runs[r],
-                    per_cpu[r]
-                );
-            }
-        }
-        results.push(Result1 {
-            threads,
-            runs,
-            per_cpu,
-        });
+        results.push(measure(args, &pipeline, &sampler, threads)?);
     }
     let image_bytes = {
         let (h, w) = transform.output_size();
         output.image_bytes(h, w)
     };
+    let report = Report {
+        dataset: &generated,
+        images: n,
+        mean_file_bytes: total_bytes / n.max(1) as u64,
+        image_bytes,
+        results: &results,
+    };
     if args.json {
-        let rows: Vec<String> = results
-            .iter()
-            .map(|r| {
-                let m = median(&r.runs);
-                let list = |v: &[f64]| {
-                    let s: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
-                    s.join(", ")
-                };
-                format!(
-                    "{{\"threads\": {}, \"images_per_s\": {m:.2}, \"images_per_s_per_thread\": \
-                     {:.2}, \"images_per_cpu_s\": {:.2}, \"runs\": [{}], \"runs_per_cpu_s\": \
-                     [{}]}}",
-                    r.threads,
-                    m / r.threads as f64,
-                    median(&r.per_cpu),
-                    list(&r.runs),
-                    list(&r.per_cpu)
-                )
-            })
-            .collect();
-        println!(
-            "{{\"dataset\": {}, \"images\": {n}, \"mean_file_bytes\": {}, \"transform\": {}, \
-             \"size\": {}, \"output\": {}, \"image_bytes\": {image_bytes}, \"batch\": {}, \
-             \"runs\": {}, \"results\": [{}]}}",
-            json_string(&generated.path.display().to_string()),
-            total_bytes / n.max(1) as u64,
-            json_string(&args.transform),
-            args.size,
-            json_string(&args.output),
-            args.batch,
-            args.runs,
-            rows.join(", ")
-        );
-        return Ok(());
+        print_json(args, &report);
+    } else {
+        print_table(args, &report);
     }
+    Ok(())
+}
+
+/// The synthetic dataset `args` asks for, generated (or reused from its
+/// cache directory) and opened.
+fn open_dataset(args: &Args) -> anyhow::Result<(GeneratedDataset, Dataset)> {
+    let classes = args.images.min(10);
+    let config = GenerateConfig {
+        classes,
+        images_per_class: args.images.div_ceil(classes),
+        seed: args.seed,
+        ..GenerateConfig::default()
+    };
+    let dir = args.dir.clone().unwrap_or_else(|| {
+        std::env::temp_dir().join(format!("batchcast-bench-{}-{}", config.total(), args.seed))
+    });
+    let step = (config.total() / 10).max(1);
+    let progress = |done: usize, total: usize| {
+        if done.is_multiple_of(step) || done == total {
+            eprintln!("generating {}: {done}/{total}", dir.display());
+        }
+    };
+    let generated = generate_jpeg_dataset(&dir, &config, &progress)?;
+    let dataset = Dataset::open(&generated.path)?;
+    Ok((generated, dataset))
+}
+
+/// Times `args.runs` epochs through `pipeline` (after a warm-up of two
+/// batches), in images per second and per CPU-second.
+fn measure(
+    args: &Args,
+    pipeline: &Pipeline,
+    sampler: &Sampler,
+    threads: usize,
+) -> anyhow::Result<Result1> {
+    let mut images = vec![0u8; args.batch * pipeline.image_bytes()];
+    let mut labels = vec![0i64; args.batch];
+    // Warm-up: start the threads, size their scratch buffers.
+    for batch in sampler.batches(0).take(2) {
+        pipeline.fill_batch(0, &batch, &mut images, &mut labels)?;
+    }
+    let (mut runs, mut per_cpu) = (Vec::new(), Vec::new());
+    for r in 0..args.runs {
+        let epoch = r as u64 + 1;
+        let cpu_start = process_cpu_seconds();
+        let start = Instant::now();
+        let mut rows = 0;
+        for batch in sampler.batches(epoch) {
+            let report = pipeline.fill_batch(epoch, &batch, &mut images, &mut labels)?;
+            rows += report.rows_written;
+        }
+        runs.push(rows as f64 / start.elapsed().as_secs_f64());
+        per_cpu.push(rows as f64 / (process_cpu_seconds() - cpu_start));
+        if !args.json {
+            eprintln!(
+                "threads {threads} run {}: {:.1} images/s, {:.1} images/CPU-s",
+                r + 1,
+                runs[r],
+                per_cpu[r]
+            );
+        }
+    }
+    Ok(Result1 {
+        threads,
+        runs,
+        per_cpu,
+    })
+}
+
+/// What the bench measured, for printing.
+struct Report<'a> {
+    dataset: &'a GeneratedDataset,
+    images: usize,
+    mean_file_bytes: u64,
+    /// Bytes of one output image.
+    image_bytes: usize,
+    results: &'a [Result1],
+}
+
+/// Prints the report as one JSON object.
+fn print_json(args: &Args, report: &Report<'_>) {
+    let rows: Vec<String> = report
+        .results
+        .iter()
+        .map(|r| {
+            let m = median(&r.runs);
+            let list = |v: &[f64]| {
+                let s: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+                s.join(", ")
+            };
+            format!(
+                "{{\"threads\": {}, \"images_per_s\": {m:.2}, \"images_per_s_per_thread\": \
+                 {:.2}, \"images_per_cpu_s\": {:.2}, \"runs\": [{}], \"runs_per_cpu_s\": \
+                 [{}]}}",
+                r.threads,
+                m / r.threads as f64,
+                median(&r.per_cpu),
+                list(&r.runs),
+                list(&r.per_cpu)
+            )
+        })
+        .collect();
     println!(
-        "dataset    {} ({n} JPEGs, mean {} KiB{})",
-        generated.path.display(),
-        total_bytes / n.max(1) as u64 / 1024,
-        if generated.reused { ", reused" } else { "" }
+        "{{\"dataset\": {}, \"images\": {}, \"mean_file_bytes\": {}, \"transform\": {}, \
+         \"size\": {}, \"output\": {}, \"image_bytes\": {}, \"batch\": {}, \
+         \"runs\": {}, \"results\": [{}]}}",
+        json_string(&report.dataset.path.display().to_string()),
+        report.images,
+        report.mean_file_bytes,
+        json_string(&args.transform),
+        args.size,
+        json_string(&args.output),
+        report.image_bytes,
+        args.batch,
+        args.runs,
+        rows.join(", ")
+    );
+}
+
+/// Prints the report as a table, one row per thread count.
+fn print_table(args: &Args, report: &Report<'_>) {
+    println!(
+        "dataset    {} ({} JPEGs, mean {} KiB{})",
+        report.dataset.path.display(),
+        report.images,
+        report.mean_file_bytes / 1024,
+        if report.dataset.reused {
+            ", reused"
+        } else {
+            ""
+        }
     );
     println!(
-        "transform  {} {}, output {} ({image_bytes} B/image), batch {}, median of {} epochs",
-        args.transform, args.size, args.output, args.batch, args.runs
+        "transform  {} {}, output {} ({} B/image), batch {}, median of {} epochs",
+        args.transform, args.size, args.output, report.image_bytes, args.batch, args.runs
     );
     println!(
         "{:>7}  {:>10}  {:>17}  {:>14}",
         "threads", "images/s", "images/s/thread", "images/CPU-s"
     );
-    for r in &results {
+    for r in report.results {
         let m = median(&r.runs);
         println!(
             "{:>7}  {:>10.1}  {:>17.1}  {:>14.1}",
@@ -329,5 +383,4 @@ fn run(args: &Args) -> anyhow::Result<()> {
             median(&r.per_cpu)
         );
     }
-    Ok(())
 }

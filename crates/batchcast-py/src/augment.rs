@@ -18,7 +18,7 @@ use std::sync::Arc;
 use pyo3::prelude::*;
 
 use crate::dlpack::{import, ArrayView, Imported, LeaseTracker};
-use crate::errors::Exc;
+use crate::errors::invalid;
 use crate::outpool::OutPool;
 
 /// Output buffers an augmenter keeps for reuse (a loop holds one or two
@@ -35,10 +35,6 @@ pub(crate) struct PyAugmenter {
     /// Counts nothing (pooled batches are no lease on shared memory); the
     /// array views want one.
     untracked: Arc<LeaseTracker>,
-}
-
-fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    Exc::InvalidArgument.err(py, msg, &[])
 }
 
 #[pymethods]
@@ -76,64 +72,13 @@ impl PyAugmenter {
         num_magnitude_bins: u32,
         resize: Option<u32>,
     ) -> PyResult<PyAugmenter> {
-        let layout = match layout {
-            "nchw" => Layout::Nchw,
-            "nhwc" => Layout::Nhwc,
-            other => {
-                return Err(invalid(
-                    py,
-                    format!("layout {other:?}: use \"nchw\" or \"nhwc\""),
-                ))
-            }
-        };
-        let dtype = match (mean, std) {
-            (None, None) => DType::U8,
-            (Some(mean), Some(std)) => DType::F32Normalized { mean, std },
-            _ => {
-                return Err(invalid(
-                    py,
-                    "give both mean and std to normalise, or neither".into(),
-                ))
-            }
-        };
-        let float = !matches!(dtype, DType::U8);
-        let transform = match resize {
-            None => Transform::Train {
-                size,
-                scale,
-                ratio,
-                hflip_p,
-            },
-            Some(_) if hflip_p > 0.0 => {
-                return Err(invalid(
-                    py,
-                    "Resize + CenterCrop takes no flip (hflip_p must be 0); use \
-                     RandomResizedCrop for random crops and flips"
-                        .into(),
-                ))
-            }
-            Some(resize) => Transform::Eval { resize, crop: size },
-        };
-        let mut inner = Augmenter::new(transform, OutputFormat { layout, dtype }, threads)
+        let output = output_format(py, layout, mean, std)?;
+        let float = !matches!(output.dtype, DType::U8);
+        let transform = geometry(py, size, scale, ratio, hflip_p, resize)?;
+        let mut inner = Augmenter::new(transform, output, threads)
             .map_err(|e| invalid(py, e.to_string()))?
             .with_seed(seed);
-        let policy = match auto {
-            None => None,
-            Some("trivialaugmentwide") => {
-                Some(AutoAugment::TrivialAugmentWide { num_magnitude_bins })
-            }
-            Some("randaugment") => Some(AutoAugment::RandAugment {
-                num_ops,
-                magnitude,
-                num_magnitude_bins,
-            }),
-            Some(other) => {
-                return Err(invalid(
-                    py,
-                    format!("auto {other:?}: use \"trivialaugmentwide\" or \"randaugment\""),
-                ))
-            }
-        };
+        let policy = auto_policy(py, auto, num_ops, magnitude, num_magnitude_bins)?;
         if let Some(policy) = policy {
             inner = inner
                 .with_auto(policy)
@@ -365,5 +310,89 @@ impl PyAugmenter {
         });
         drop(src);
         result.map_err(|e| invalid(py, e.to_string()))
+    }
+}
+
+/// `layout` (`"nchw"`/`"nhwc"`), `uint8`, or `float32` normalised with
+/// `mean` and `std` when both are given.
+fn output_format(
+    py: Python<'_>,
+    layout: &str,
+    mean: Option<[f32; 3]>,
+    std: Option<[f32; 3]>,
+) -> PyResult<OutputFormat> {
+    let layout = match layout {
+        "nchw" => Layout::Nchw,
+        "nhwc" => Layout::Nhwc,
+        other => {
+            return Err(invalid(
+                py,
+                format!("layout {other:?}: use \"nchw\" or \"nhwc\""),
+            ))
+        }
+    };
+    let dtype = match (mean, std) {
+        (None, None) => DType::U8,
+        (Some(mean), Some(std)) => DType::F32Normalized { mean, std },
+        _ => {
+            return Err(invalid(
+                py,
+                "give both mean and std to normalise, or neither".into(),
+            ))
+        }
+    };
+    Ok(OutputFormat { layout, dtype })
+}
+
+/// `RandomResizedCrop(size, scale, ratio)` + a flip with `hflip_p`, or
+/// with `resize`, `Resize(resize)` + `CenterCrop(size)` (which takes no
+/// flip).
+fn geometry(
+    py: Python<'_>,
+    size: u32,
+    scale: (f32, f32),
+    ratio: (f32, f32),
+    hflip_p: f32,
+    resize: Option<u32>,
+) -> PyResult<Transform> {
+    match resize {
+        None => Ok(Transform::Train {
+            size,
+            scale,
+            ratio,
+            hflip_p,
+        }),
+        Some(_) if hflip_p > 0.0 => Err(invalid(
+            py,
+            "Resize + CenterCrop takes no flip (hflip_p must be 0); use \
+             RandomResizedCrop for random crops and flips"
+                .into(),
+        )),
+        Some(resize) => Ok(Transform::Eval { resize, crop: size }),
+    }
+}
+
+/// The automatic augmentation `auto` names (None: none).
+fn auto_policy(
+    py: Python<'_>,
+    auto: Option<&str>,
+    num_ops: u32,
+    magnitude: u32,
+    num_magnitude_bins: u32,
+) -> PyResult<Option<AutoAugment>> {
+    match auto {
+        None => Ok(None),
+        Some("trivialaugmentwide") => {
+            Ok(Some(AutoAugment::TrivialAugmentWide { num_magnitude_bins }))
+        }
+        Some("randaugment") => Ok(Some(AutoAugment::RandAugment {
+            num_ops,
+            magnitude,
+            num_magnitude_bins,
+        })),
+        Some(other) => Err(invalid(
+            py,
+            format!("auto {other:?}: use \"trivialaugmentwide\" or \"randaugment\""),
+        )),
     }
 }

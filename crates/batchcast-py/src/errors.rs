@@ -211,6 +211,11 @@ impl Exc {
     }
 }
 
+/// An `InvalidArgument` (a `ValueError`) with `msg`.
+pub(crate) fn invalid(py: Python<'_>, msg: String) -> PyErr {
+    Exc::InvalidArgument.err(py, msg, &[])
+}
+
 /// Registers every class in the module.
 pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     for exc in Exc::ALL {
@@ -219,128 +224,137 @@ pub(crate) fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     Ok(())
 }
 
-fn attrs<'py>(
-    pairs: Vec<(&'static str, Option<Bound<'py, PyAny>>)>,
-) -> Vec<(&'static str, Bound<'py, PyAny>)> {
+/// The attributes that are set.
+fn attrs(pairs: Attrs<'_>) -> Vec<(&'static str, Bound<'_, PyAny>)> {
     pairs
         .into_iter()
         .filter_map(|(k, v)| v.map(|v| (k, v)))
         .collect()
 }
 
+/// An exception's extra attributes; those that are None are not set.
+type Attrs<'py> = Vec<(&'static str, Option<Bound<'py, PyAny>>)>;
+
 /// Maps a core error to its Python exception. `pending` is the exception a
 /// signal handler raised while a blocking call waited (it ended the call with
 /// [`Error::Interrupted`]); it is re-raised as is.
 pub(crate) fn to_py<'py>(py: Python<'py>, err: Error, pending: Option<PyErr>) -> PyErr {
     let msg = err.to_string();
-    let s = |v: &str| v.into_pyobject(py).map(|o| o.into_any()).ok();
-    let n = |v: u64| v.into_pyobject(py).map(|o| o.into_any()).ok();
     match err {
-        Error::InvalidName { ref name, .. } => {
-            Exc::InvalidArgument.err(py, msg, &attrs(vec![("name", s(name))]))
-        }
-        Error::InvalidArgument(_) => Exc::InvalidArgument.err(py, msg, &[]),
-        Error::ProducerNotFound {
-            ref name,
-            ref socket,
-            ..
-        } => Exc::ProducerNotFound.err(
-            py,
-            msg,
-            &attrs(vec![
-                ("name", s(name)),
-                ("socket", s(&socket.display().to_string())),
-            ]),
-        ),
-        Error::NameInUse { ref name, pid } => {
-            let pid = match pid {
-                Some(p) => n(u64::from(p)),
-                None => Some(py.None().into_bound(py)),
-            };
-            Exc::NameInUse.err(py, msg, &attrs(vec![("name", s(name)), ("pid", pid)]))
-        }
-        Error::ProducerGone { ref name, .. } => {
-            Exc::ProducerGone.err(py, msg, &attrs(vec![("name", s(name))]))
-        }
-        Error::StateFile { ref name, .. } | Error::StreamMismatch { ref name, .. } => {
-            Exc::InvalidArgument.err(py, msg, &attrs(vec![("name", s(name))]))
-        }
-        Error::ProducerStopped {
-            ref name,
-            ref reason,
-        } => {
-            let reason = match reason {
-                ShutdownReason::Finished => "finished",
-                ShutdownReason::Interrupted => "interrupted",
-                ShutdownReason::Failed(_) => "failed",
-            };
-            Exc::ProducerFinished.err(
-                py,
-                msg,
-                &attrs(vec![("name", s(name)), ("reason", s(reason))]),
-            )
-        }
-        Error::JoinRefused {
-            ref name,
-            ref reason,
-        } => Exc::JoinRefused.err(
-            py,
-            msg,
-            &attrs(vec![("name", s(name)), ("reason", s(reason))]),
-        ),
-        Error::BatchTooLarge { needed, slot_size } => Exc::BatchTooLarge.err(
-            py,
-            msg,
-            &attrs(vec![
-                ("needed", n(needed as u64)),
-                ("slot_size", n(slot_size as u64)),
-            ]),
-        ),
-        Error::OutOfSharedMemory { needed, .. } => {
-            Exc::OutOfSharedMemory.err(py, msg, &attrs(vec![("needed", n(needed))]))
-        }
-        Error::InvalidBatch(_) => Exc::InvalidBatch.err(py, msg, &[]),
-        Error::Protocol(_) | Error::VersionMismatch { .. } => Exc::ProtocolError.err(py, msg, &[]),
-        Error::ForeignPeer { .. } => Exc::PermissionDenied.err(
-            py,
-            msg,
-            &attrs(vec![("path", Some(py.None().into_bound(py)))]),
-        ),
-        Error::PermissionDenied { ref path } | Error::UnsafeDirectory { ref path, .. } => {
-            Exc::PermissionDenied.err(
-                py,
-                msg,
-                &attrs(vec![("path", s(&path.display().to_string()))]),
-            )
-        }
-        Error::NoConsumers { .. } => Exc::NoConsumers.err(py, msg, &[]),
         Error::Interrupted => {
             pending.unwrap_or_else(|| PyKeyboardInterrupt::new_err("interrupted"))
         }
-        Error::Usage(_) => Exc::UsageError.err(py, msg, &[]),
-        Error::FellBehind {
-            ref name,
-            epoch,
-            behind,
-            budget,
-        } => Exc::FellBehind.err(
-            py,
-            msg,
-            &attrs(vec![
-                ("name", s(name)),
-                ("epoch", n(epoch)),
-                ("behind", n(behind)),
-                ("budget", n(budget)),
-            ]),
-        ),
         Error::Io { ref source, .. } => io_error(py, msg, source),
         Error::Region(ref e) => match e.io_error() {
             Some(source) => io_error(py, msg, source),
             None => Exc::ProtocolError.err(py, msg, &[]),
         },
-        // The enum is #[non_exhaustive]: a variant added to the core after
-        // this mapping was written is still a BatchcastError.
-        _ => Exc::Base.err(py, msg, &[]),
+        ref other => {
+            let (exc, pairs) = about_producer(py, other).unwrap_or_else(|| about_call(py, other));
+            exc.err(py, msg, &attrs(pairs))
+        }
+    }
+}
+
+/// `v` as a Python `str`.
+fn text<'py>(py: Python<'py>, v: &str) -> Option<Bound<'py, PyAny>> {
+    v.into_pyobject(py).map(|o| o.into_any()).ok()
+}
+
+/// `v` as a Python `int`.
+fn number(py: Python<'_>, v: u64) -> Option<Bound<'_, PyAny>> {
+    v.into_pyobject(py).map(|o| o.into_any()).ok()
+}
+
+/// The class and attributes of an error about a producer of a name
+/// (`.name` among them); None for the other errors.
+fn about_producer<'py>(py: Python<'py>, err: &Error) -> Option<(Exc, Attrs<'py>)> {
+    let s = |v: &str| text(py, v);
+    let n = |v: u64| number(py, v);
+    Some(match err {
+        Error::InvalidName { name, .. } => (Exc::InvalidArgument, vec![("name", s(name))]),
+        Error::ProducerNotFound { name, socket, .. } => (
+            Exc::ProducerNotFound,
+            vec![
+                ("name", s(name)),
+                ("socket", s(&socket.display().to_string())),
+            ],
+        ),
+        Error::NameInUse { name, pid } => {
+            let pid = match pid {
+                Some(p) => n(u64::from(*p)),
+                None => Some(py.None().into_bound(py)),
+            };
+            (Exc::NameInUse, vec![("name", s(name)), ("pid", pid)])
+        }
+        Error::ProducerGone { name, .. } => (Exc::ProducerGone, vec![("name", s(name))]),
+        Error::StateFile { name, .. } | Error::StreamMismatch { name, .. } => {
+            (Exc::InvalidArgument, vec![("name", s(name))])
+        }
+        Error::ProducerStopped { name, reason } => {
+            let reason = match reason {
+                ShutdownReason::Finished => "finished",
+                ShutdownReason::Interrupted => "interrupted",
+                ShutdownReason::Failed(_) => "failed",
+            };
+            (
+                Exc::ProducerFinished,
+                vec![("name", s(name)), ("reason", s(reason))],
+            )
+        }
+        Error::JoinRefused { name, reason } => (
+            Exc::JoinRefused,
+            vec![("name", s(name)), ("reason", s(reason))],
+        ),
+        Error::FellBehind {
+            name,
+            epoch,
+            behind,
+            budget,
+        } => (
+            Exc::FellBehind,
+            vec![
+                ("name", s(name)),
+                ("epoch", n(*epoch)),
+                ("behind", n(*behind)),
+                ("budget", n(*budget)),
+            ],
+        ),
+        _ => return None,
+    })
+}
+
+/// The class and attributes of an error that is not about a producer of a
+/// name: arguments, batches, the protocol, permissions, usage. The enum is
+/// #[non_exhaustive]: a variant added to the core after this mapping was
+/// written is still a BatchcastError.
+fn about_call<'py>(py: Python<'py>, err: &Error) -> (Exc, Attrs<'py>) {
+    let n = |v: u64| number(py, v);
+    match err {
+        Error::InvalidArgument(_) => (Exc::InvalidArgument, vec![]),
+        Error::BatchTooLarge { needed, slot_size } => (
+            Exc::BatchTooLarge,
+            vec![
+                ("needed", n(*needed as u64)),
+                ("slot_size", n(*slot_size as u64)),
+            ],
+        ),
+        Error::OutOfSharedMemory { needed, .. } => {
+            (Exc::OutOfSharedMemory, vec![("needed", n(*needed))])
+        }
+        Error::InvalidBatch(_) => (Exc::InvalidBatch, vec![]),
+        Error::Protocol(_) | Error::VersionMismatch { .. } => (Exc::ProtocolError, vec![]),
+        Error::ForeignPeer { .. } => (
+            Exc::PermissionDenied,
+            vec![("path", Some(py.None().into_bound(py)))],
+        ),
+        Error::PermissionDenied { path } | Error::UnsafeDirectory { path, .. } => (
+            Exc::PermissionDenied,
+            vec![("path", text(py, &path.display().to_string()))],
+        ),
+        Error::NoConsumers { .. } => (Exc::NoConsumers, vec![]),
+        Error::Usage(_) => (Exc::UsageError, vec![]),
+        _ => (Exc::Base, vec![]),
     }
 }
 

@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use batchcast_proc::{Options, Output, Process, Signal, OUTPUT_AFTER_EXIT};
 use pyo3::prelude::*;
 
-use crate::errors::Exc;
+use crate::errors::{invalid, Exc};
 
 /// How long a wait holds the GIL released before it runs Python's signal
 /// handlers.
@@ -48,10 +48,6 @@ fn io_error(py: Python<'_>, what: String, e: &std::io::Error, filename: &str) ->
     .filter_map(|(k, v)| Some((k, v?)))
     .collect();
     Exc::IoError.err(py, format!("{what} {filename_text}: {e}"), &attrs)
-}
-
-fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    Exc::InvalidArgument.err(py, msg, &[])
 }
 
 /// Python's `returncode`: the exit code, or minus the signal that ended it.

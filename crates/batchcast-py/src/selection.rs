@@ -9,7 +9,7 @@
 use batchcast_pipeline::{Sampler, SelectSpec, Selection};
 use pyo3::prelude::*;
 
-use crate::errors::Exc;
+use crate::errors::{invalid, Exc};
 use crate::serve::pipeline_to_py;
 
 /// The most samples a dataset of unknown labels may have (`n=`).
@@ -40,7 +40,6 @@ impl PySelection {
         shuffle: bool,
         scores: Option<Vec<f64>>,
     ) -> PyResult<Self> {
-        let invalid = |msg: String| Exc::InvalidArgument.err(py, msg, &[]);
         let parsed: SelectSpec = spec
             .parse()
             .map_err(|e: batchcast_pipeline::PipelineError| {
@@ -48,75 +47,18 @@ impl PySelection {
                 pipeline_to_py(py, &e, msg)
             })?;
         if matches!(parsed, SelectSpec::NewData | SelectSpec::Freshness { .. }) {
-            return Err(invalid(format!(
-                "--select {spec:?} needs each sample's arrival, which a map-style dataset does \
-                 not have; serve a growing folder with batchcast.serve.serve_folder(select=...) \
-                 (or `batchcast serve --watch --select`)"
-            )));
+            return Err(invalid(
+                py,
+                format!(
+                    "--select {spec:?} needs each sample's arrival, which a map-style dataset does \
+                     not have; serve a growing folder with batchcast.serve.serve_folder(select=...) \
+                     (or `batchcast serve --watch --select`)"
+                ),
+            ));
         }
-        let labels = match (labels, n) {
-            (Some(l), None) => l,
-            (Some(l), Some(n)) if l.len() == n => l,
-            (Some(l), Some(n)) => {
-                return Err(invalid(format!(
-                    "labels has {} entries but n={n}; give one label per sample, or only n",
-                    l.len()
-                )))
-            }
-            (None, Some(n)) if n <= MAX_SAMPLES => {
-                if matches!(parsed, SelectSpec::LabelBalanced { .. }) {
-                    return Err(invalid(format!(
-                        "--select {spec:?} balances classes: pass labels=, one per sample"
-                    )));
-                }
-                let mut unlabelled = Vec::new();
-                unlabelled.try_reserve_exact(n).map_err(|_| {
-                    invalid(format!(
-                        "n={n}: not enough memory for a selection over that many samples; \
-                         give the dataset's real length"
-                    ))
-                })?;
-                unlabelled.resize(n, -1);
-                unlabelled
-            }
-            (None, Some(n)) => {
-                return Err(invalid(format!(
-                    "n={n} is more than the {MAX_SAMPLES} samples a selection may cover"
-                )))
-            }
-            (None, None) => {
-                return Err(invalid(
-                    "give labels= (one per sample) or n= (the dataset's length)".into(),
-                ))
-            }
-        };
+        let labels = labels_of(py, spec, &parsed, labels, n)?;
         let len = labels.len();
-        let given = matches!(&parsed, SelectSpec::Scores { file, .. } if file.as_os_str() == "-");
-        if let Some(scores) = &scores {
-            if !given {
-                return Err(invalid(format!(
-                    "scores= is given, so the spec must be scores=-,keep=P, not {spec:?}"
-                )));
-            }
-            if scores.len() != len {
-                return Err(invalid(format!(
-                    "scores= has {} entries but the dataset has {len} samples; give one score \
-                     per sample",
-                    scores.len()
-                )));
-            }
-            if let Some(i) = scores.iter().position(|v| !v.is_finite()) {
-                return Err(invalid(format!(
-                    "scores[{i}] is {}; every score must be a finite number",
-                    scores[i]
-                )));
-            }
-        } else if given {
-            return Err(invalid(format!(
-                "--select {spec:?}: the file \"-\" means scores given in memory: pass \
-                 scores= (one per sample), or name a .npy file"
-            )));
-        }
+        check_scores(py, spec, &parsed, scores.as_deref(), len)?;
         let selection = py
             .detach(|| match &scores {
                 Some(scores) => Selection::with_scores(&parsed, scores, seed),
@@ -128,7 +70,7 @@ impl PySelection {
             })?;
         // Batches of one: only the order is used, never the batch cut.
         let sampler = Sampler::new(selection.count(), 1)
-            .map_err(|e| invalid(e.to_string()))?
+            .map_err(|e| invalid(py, e.to_string()))?
             .with_seed(seed)
             .with_shuffle(shuffle);
         Ok(PySelection {
@@ -196,4 +138,104 @@ impl PySelection {
             self.len
         )
     }
+}
+
+/// One label per sample: `labels` as given (of length `n` when both are
+/// given), or `n` unlabelled samples (-1) for a spec that needs no labels.
+fn labels_of(
+    py: Python<'_>,
+    spec: &str,
+    parsed: &SelectSpec,
+    labels: Option<Vec<i64>>,
+    n: Option<usize>,
+) -> PyResult<Vec<i64>> {
+    match (labels, n) {
+        (Some(l), None) => Ok(l),
+        (Some(l), Some(n)) if l.len() == n => Ok(l),
+        (Some(l), Some(n)) => Err(invalid(
+            py,
+            format!(
+                "labels has {} entries but n={n}; give one label per sample, or only n",
+                l.len()
+            ),
+        )),
+        (None, Some(n)) if n <= MAX_SAMPLES => {
+            if matches!(parsed, SelectSpec::LabelBalanced { .. }) {
+                return Err(invalid(
+                    py,
+                    format!("--select {spec:?} balances classes: pass labels=, one per sample"),
+                ));
+            }
+            let mut unlabelled = Vec::new();
+            unlabelled.try_reserve_exact(n).map_err(|_| {
+                invalid(
+                    py,
+                    format!(
+                        "n={n}: not enough memory for a selection over that many samples; \
+                         give the dataset's real length"
+                    ),
+                )
+            })?;
+            unlabelled.resize(n, -1);
+            Ok(unlabelled)
+        }
+        (None, Some(n)) => Err(invalid(
+            py,
+            format!("n={n} is more than the {MAX_SAMPLES} samples a selection may cover"),
+        )),
+        (None, None) => Err(invalid(
+            py,
+            "give labels= (one per sample) or n= (the dataset's length)".into(),
+        )),
+    }
+}
+
+/// `scores` are given exactly when the spec is `scores=-,...`, one finite
+/// score per sample of the `len`.
+fn check_scores(
+    py: Python<'_>,
+    spec: &str,
+    parsed: &SelectSpec,
+    scores: Option<&[f64]>,
+    len: usize,
+) -> PyResult<()> {
+    let given = matches!(parsed, SelectSpec::Scores { file, .. } if file.as_os_str() == "-");
+    let Some(scores) = scores else {
+        if given {
+            return Err(invalid(
+                py,
+                format!(
+                    "--select {spec:?}: the file \"-\" means scores given in memory: pass \
+                     scores= (one per sample), or name a .npy file"
+                ),
+            ));
+        }
+        return Ok(());
+    };
+    if !given {
+        return Err(invalid(
+            py,
+            format!("scores= is given, so the spec must be scores=-,keep=P, not {spec:?}"),
+        ));
+    }
+    if scores.len() != len {
+        return Err(invalid(
+            py,
+            format!(
+                "scores= has {} entries but the dataset has {len} samples; give one score \
+                 per sample",
+                scores.len()
+            ),
+        ));
+    }
+    if let Some(i) = scores.iter().position(|v| !v.is_finite()) {
+        return Err(invalid(
+            py,
+            format!(
+                "scores[{i}] is {}; every score must be a finite number",
+                scores[i]
+            ),
+        ));
+    }
+    Ok(())
 }

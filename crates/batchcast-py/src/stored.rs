@@ -17,8 +17,8 @@ use batchcast_pipeline::{
 };
 use pyo3::prelude::*;
 
-use crate::dlpack::import;
-use crate::errors::Exc;
+use crate::dlpack::{import, Imported};
+use crate::errors::invalid;
 
 /// The largest stored side (as `RandomResizedCrop`'s largest output).
 const MAX_SIZE: u32 = 16384;
@@ -54,10 +54,6 @@ impl std::fmt::Display for StoreImageError {
             StoreImageError::Pipeline(e) => e.fmt(f),
         }
     }
-}
-
-fn invalid(py: Python<'_>, msg: String) -> PyErr {
-    Exc::InvalidArgument.err(py, msg, &[])
 }
 
 /// Runs `f` with this thread's augmenter for side `size`, made if needed.
@@ -115,6 +111,30 @@ pub(crate) fn store_image(
     }
     let src = import(image, "image")?;
     let dst = import(out, "out")?;
+    let (w, h) = image_size(py, &src)?;
+    check_out(py, &src, &dst, size)?;
+    let (src_addr, src_len, dst_addr, dst_len) = (src.addr, src.nbytes, dst.addr, dst.nbytes);
+    let result = py.detach(move || {
+        // SAFETY: both capsules (held in `src` and `dst` for this whole
+        // call) keep their arrays alive and unmoved; `import` checked that
+        // each is a C-contiguous CPU array of exactly these many bytes, and
+        // they do not overlap. `out` is the array the Python side made for
+        // this call, so nothing else writes it meanwhile.
+        let (pixels, out) = unsafe {
+            (
+                std::slice::from_raw_parts(src_addr as *const u8, src_len),
+                std::slice::from_raw_parts_mut(dst_addr as *mut u8, dst_len),
+            )
+        };
+        with_augmenter(size, |a| a.augment(0, pixels, w, h, &[0], out))
+    });
+    drop((src, dst));
+    result.map_err(|e| invalid(py, e.to_string()))
+}
+
+/// The width and height of `src`, once it is a `uint8` RGB image
+/// `(height, width, 3)` within the pixel budget.
+fn image_size(py: Python<'_>, src: &Imported<'_>) -> PyResult<(u32, u32)> {
     if src.dtype != batchcast::DType::U8 {
         return Err(invalid(
             py,
@@ -156,10 +176,14 @@ pub(crate) fn store_image(
         ));
     }
     // Within the budget, each side fits a u32.
-    let (w, h) = (
+    Ok((
         u32::try_from(w).map_err(|_| invalid(py, "image too wide".into()))?,
         u32::try_from(h).map_err(|_| invalid(py, "image too tall".into()))?,
-    );
+    ))
+}
+
+/// `dst` is a `uint8` `(size, size, 3)` array that does not overlap `src`.
+fn check_out(py: Python<'_>, src: &Imported<'_>, dst: &Imported<'_>, size: u32) -> PyResult<()> {
     let side = size as u64;
     if dst.dtype != batchcast::DType::U8 || dst.shape != [side, side, 3] {
         return Err(invalid(
@@ -176,21 +200,5 @@ pub(crate) fn store_image(
     {
         return Err(invalid(py, "out overlaps image; give a new array".into()));
     }
-    let (src_addr, src_len, dst_addr, dst_len) = (src.addr, src.nbytes, dst.addr, dst.nbytes);
-    let result = py.detach(move || {
-        // SAFETY: both capsules (held in `src` and `dst` for this whole
-        // call) keep their arrays alive and unmoved; `import` checked that
-        // each is a C-contiguous CPU array of exactly these many bytes, and
-        // they do not overlap. `out` is the array the Python side made for
-        // this call, so nothing else writes it meanwhile.
-        let (pixels, out) = unsafe {
-            (
-                std::slice::from_raw_parts(src_addr as *const u8, src_len),
-                std::slice::from_raw_parts_mut(dst_addr as *mut u8, dst_len),
-            )
-        };
-        with_augmenter(size, |a| a.augment(0, pixels, w, h, &[0], out))
-    });
-    drop((src, dst));
-    result.map_err(|e| invalid(py, e.to_string()))
+    Ok(())
 }

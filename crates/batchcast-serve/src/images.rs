@@ -220,6 +220,8 @@ pub(crate) fn open_replay(
     build(dataset, growing, batch_size, workers, args)
 }
 
+/// The source over `dataset` that the flags describe (`growing` when it
+/// takes in new samples at boundaries).
 fn build(
     dataset: Dataset,
     growing: Option<Growing>,
@@ -227,62 +229,9 @@ fn build(
     workers: usize,
     args: &ImageArgs,
 ) -> Result<Images> {
-    let size = args.image_size;
-    let transform = match args.transform.as_str() {
-        // Decode once: the stored square, augmented by each consumer.
-        _ if args.decode_only => {
-            let side = args.store_size.unwrap_or(size);
-            Transform::Eval {
-                resize: side,
-                crop: side,
-            }
-        }
-        "train" => Transform::train(size),
-        "eval" => Transform::Eval {
-            resize: (size as u64 * 256 / 224) as u32,
-            crop: size,
-        },
-        other => {
-            return Err(ServeError::invalid(format!(
-                "unknown --transform {other:?}; use train or eval"
-            )))
-        }
-    };
-    let layout = match args.layout.as_str() {
-        _ if args.decode_only => Layout::Nhwc,
-        "nchw" => Layout::Nchw,
-        "nhwc" => Layout::Nhwc,
-        other => {
-            return Err(ServeError::invalid(format!(
-                "unknown --layout {other:?}; use nchw or nhwc"
-            )))
-        }
-    };
-    let (pixel, dtype) = match args.dtype.as_str() {
-        _ if args.decode_only => (PixelType::U8, DType::U8),
-        "u8" => (PixelType::U8, DType::U8),
-        "f32" => (PixelType::imagenet(), DType::F32),
-        other => {
-            return Err(ServeError::invalid(format!(
-                "unknown --dtype {other:?}; use u8 or f32"
-            )))
-        }
-    };
-    let on_error = match args.on_error.as_str() {
-        "skip" => OnError::Skip,
-        "fail" => OnError::Fail,
-        other => {
-            return Err(ServeError::invalid(format!(
-                "unknown --on-error {other:?}; use skip or fail"
-            )))
-        }
-    };
-    if growing.is_some() && matches!(args.select, Some(SelectSpec::Scores { .. })) {
-        return Err(ServeError::invalid(
-            "--select scores=FILE has one score per sample of the dataset as it is, which a \
-             growing dataset outgrows: drop --watch or --replay, or select another way",
-        ));
-    }
+    let transform = transform(args)?;
+    let (output, dtype) = output_format(args)?;
+    let on_error = on_error(args)?;
     let plan = Plan {
         select: args.select.clone(),
         mark: 0,
@@ -291,21 +240,7 @@ fn build(
         shuffle: !args.no_shuffle,
         drop_last: args.drop_last,
     };
-    let (selection, sampler) = plan.make(&dataset)?;
-    if args.select_weights && !selection.as_ref().is_some_and(Selection::has_weights) {
-        return Err(ServeError::invalid(format!(
-            "--select-weights: --select {} defines no per-sample weights (label-balanced does); \
-             drop --select-weights",
-            args.select
-                .as_ref()
-                .map(ToString::to_string)
-                .unwrap_or_default()
-        )));
-    }
-    let output = OutputFormat {
-        layout,
-        dtype: pixel,
-    };
+    let (selection, sampler) = select(&plan, &dataset, growing.is_some(), args)?;
     if args.dct_scale && !matches!(transform, Transform::Eval { .. }) {
         return Err(ServeError::invalid(
             "--dct-scale applies to a resize (--decode-only, or --transform eval); \
@@ -331,6 +266,102 @@ fn build(
         growing,
         plan,
     })
+}
+
+/// `--transform` (with `--image-size`; with `--decode-only`, the stored
+/// square of `--store-size`).
+fn transform(args: &ImageArgs) -> Result<Transform> {
+    let size = args.image_size;
+    Ok(match args.transform.as_str() {
+        // Decode once: the stored square, augmented by each consumer.
+        _ if args.decode_only => {
+            let side = args.store_size.unwrap_or(size);
+            Transform::Eval {
+                resize: side,
+                crop: side,
+            }
+        }
+        "train" => Transform::train(size),
+        "eval" => Transform::Eval {
+            resize: (size as u64 * 256 / 224) as u32,
+            crop: size,
+        },
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --transform {other:?}; use train or eval"
+            )))
+        }
+    })
+}
+
+/// `--layout` and `--dtype` (with `--decode-only`: NHWC `u8`), and the
+/// dtype of the images' leaf.
+fn output_format(args: &ImageArgs) -> Result<(OutputFormat, DType)> {
+    let layout = match args.layout.as_str() {
+        _ if args.decode_only => Layout::Nhwc,
+        "nchw" => Layout::Nchw,
+        "nhwc" => Layout::Nhwc,
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --layout {other:?}; use nchw or nhwc"
+            )))
+        }
+    };
+    let (pixel, dtype) = match args.dtype.as_str() {
+        _ if args.decode_only => (PixelType::U8, DType::U8),
+        "u8" => (PixelType::U8, DType::U8),
+        "f32" => (PixelType::imagenet(), DType::F32),
+        other => {
+            return Err(ServeError::invalid(format!(
+                "unknown --dtype {other:?}; use u8 or f32"
+            )))
+        }
+    };
+    let output = OutputFormat {
+        layout,
+        dtype: pixel,
+    };
+    Ok((output, dtype))
+}
+
+/// `--on-error`.
+fn on_error(args: &ImageArgs) -> Result<OnError> {
+    match args.on_error.as_str() {
+        "skip" => Ok(OnError::Skip),
+        "fail" => Ok(OnError::Fail),
+        other => Err(ServeError::invalid(format!(
+            "unknown --on-error {other:?}; use skip or fail"
+        ))),
+    }
+}
+
+/// The first epoch's selection and sampler, once `--select` and
+/// `--select-weights` are checked against each other and against a
+/// `growing` dataset.
+fn select(
+    plan: &Plan,
+    dataset: &Dataset,
+    growing: bool,
+    args: &ImageArgs,
+) -> Result<(Option<Selection>, Sampler)> {
+    if growing && matches!(args.select, Some(SelectSpec::Scores { .. })) {
+        return Err(ServeError::invalid(
+            "--select scores=FILE has one score per sample of the dataset as it is, which a \
+             growing dataset outgrows: drop --watch or --replay, or select another way",
+        ));
+    }
+    let (selection, sampler) = plan.make(dataset)?;
+    if args.select_weights && !selection.as_ref().is_some_and(Selection::has_weights) {
+        return Err(ServeError::invalid(format!(
+            "--select-weights: --select {} defines no per-sample weights (label-balanced does); \
+             drop --select-weights",
+            args.select
+                .as_ref()
+                .map(ToString::to_string)
+                .unwrap_or_default()
+        )));
+    }
+    Ok((selection, sampler))
 }
 
 impl BatchSource for Images {

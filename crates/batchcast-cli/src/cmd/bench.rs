@@ -268,11 +268,31 @@ fn run_cell(
     n: usize,
     mode: Mode,
 ) -> Result<(f64, f64)> {
-    let write = mode == Mode::Written;
-    let source = if write { vec![7u8; bytes] } else { Vec::new() };
     let name = format!("bench-{}", std::process::id());
-    let mut producer = Producer::create(
-        &name,
+    let mut producer = bench_producer(&name, args, bytes, mode)?;
+    let (children, stopped) = start_consumers(exe, args, &name, n)?;
+    let attached = n + usize::from(stopped.is_some());
+    if !producer.wait_for_consumers(attached, Some(Duration::from_secs(60))) {
+        bail!("the bench consumers did not attach within 60 s");
+    }
+    if let Some(child) = &stopped {
+        child.signal(Signal::STOP);
+    }
+    let cpu = publish_epoch(&mut producer, args, bytes, mode == Mode::Written)?;
+    if let Some(mut child) = stopped {
+        child.kill();
+    }
+    producer.finish(batchcast::ShutdownReason::Finished);
+    let rate = median_rate(children, n)?;
+    Ok((rate, cpu * 1e6 / args.batches as f64))
+}
+
+/// The producer of one cell: `args.batches` one-row batches of `bytes`
+/// each per epoch, with the lag budget and policy `args` gives (and a
+/// state file in `Mode::Durable`).
+fn bench_producer(name: &str, args: &BenchArgs, bytes: usize, mode: Mode) -> Result<Producer> {
+    Ok(Producer::create(
+        name,
         ProducerOptions {
             window: args.window,
             slot_size: Some(bytes + 4096),
@@ -289,31 +309,46 @@ fn run_cell(
             durable: (mode == Mode::Durable).then(|| batchcast::Durability::new("bench")),
             ..Default::default()
         },
-    )?;
+    )?)
+}
+
+/// Starts `n` bench consumers of `name` (their stdout piped), and with
+/// `--stopped` one more that is stopped once attached.
+fn start_consumers(
+    exe: &std::path::Path,
+    args: &BenchArgs,
+    name: &str,
+    n: usize,
+) -> Result<(Vec<Process>, Option<Process>)> {
     let mut children = Vec::new();
     let mapping = args.copy_on_write.then_some("--copy-on-write");
     for _ in 0..n {
         let mut cmd = Command::new(exe);
-        cmd.args(["bench-consumer", &name]).args(mapping);
+        cmd.args(["bench-consumer", name]).args(mapping);
         let child = supervised(cmd, Output::Pipe).context("cannot start a bench consumer")?;
         children.push(child);
     }
     let stopped = if args.stopped {
         let mut cmd = Command::new(exe);
-        cmd.args(["bench-consumer", &name]);
+        cmd.args(["bench-consumer", name]);
         let child =
             supervised(cmd, Output::Null).context("cannot start the stopped bench consumer")?;
         Some(child)
     } else {
         None
     };
-    let attached = n + usize::from(stopped.is_some());
-    if !producer.wait_for_consumers(attached, Some(Duration::from_secs(60))) {
-        bail!("the bench consumers did not attach within 60 s");
-    }
-    if let Some(child) = &stopped {
-        child.signal(Signal::STOP);
-    }
+    Ok((children, stopped))
+}
+
+/// Publishes one epoch (each batch written whole with `write`, else one
+/// byte of it); returns the CPU seconds this process spent.
+fn publish_epoch(
+    producer: &mut Producer,
+    args: &BenchArgs,
+    bytes: usize,
+    write: bool,
+) -> Result<f64> {
+    let source = if write { vec![7u8; bytes] } else { Vec::new() };
     let cpu0 = cpu_secs(Who::SelfProcess);
     let mut never = || false;
     producer.begin_epoch()?;
@@ -328,11 +363,12 @@ fn run_cell(
         slot.publish()?;
     }
     producer.end_epoch()?;
-    let cpu = cpu_secs(Who::SelfProcess) - cpu0;
-    if let Some(mut child) = stopped {
-        child.kill();
-    }
-    producer.finish(batchcast::ShutdownReason::Finished);
+    Ok(cpu_secs(Who::SelfProcess) - cpu0)
+}
+
+/// The median of the batches/s the `n` consumers report, once each has
+/// exited successfully.
+fn median_rate(children: Vec<Process>, n: usize) -> Result<f64> {
     let mut rates = Vec::new();
     for mut child in children {
         let out = child.take_stdout().context("bench consumer stdout")?;
@@ -352,7 +388,7 @@ fn run_cell(
         bail!("only {} of {n} bench consumers reported", rates.len());
     }
     rates.sort_by(|a, b| a.total_cmp(b));
-    Ok((rates[n / 2], cpu * 1e6 / args.batches as f64))
+    Ok(rates[n / 2])
 }
 
 /// Starts a bench consumer: its stdout to `stdout`, its stderr the

@@ -250,6 +250,31 @@ pub fn run(a: SimArgs) -> Result<()> {
     if standin {
         standin_notes(&apply_standin(&mut jobs));
     }
+    let names = policies(&a, bidding)?;
+    let outcomes = if bidding {
+        simulate_bids(&a, &cfile, &cfg, &jobs, origin, &names)?
+    } else {
+        simulate_gang(&spec, &cfg, &jobs, &names)?
+    };
+    let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
+    if a.json {
+        outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
+    } else {
+        outln!(
+            "{}",
+            heading(&cfile, bidding, jobs.len(), &outcomes, data_sharing_name)
+        )?;
+        out!("{}", comparison_table(&summaries))?;
+    }
+    if let Some(dir) = &a.out {
+        write_out(dir, &outcomes, &summaries)?;
+    }
+    Ok(())
+}
+
+/// The policies `--policy` names (by default, the model's usual ones);
+/// with the bidding model's Dally, a note on the published restart cost.
+fn policies(a: &SimArgs, bidding: bool) -> Result<Vec<&str>> {
     let policy = a.policy.as_deref().unwrap_or(if bidding {
         "sjf,las,tiresias,gandiva"
     } else {
@@ -270,63 +295,74 @@ pub fn run(a: SimArgs) -> Result<()> {
              per GPU later; give --restart-cost 1 to match it"
         );
     }
-    let outcomes = if bidding {
-        let run = BiddingRun {
-            origin,
-            granularity: cfile.iteration_granularity.unwrap_or(1),
-            published_default_cluster: cfile.published && !cfile.shape_used,
-            dally: dally_setup(
-                a.dally_delays.as_deref(),
-                cfile.consolidate.unwrap_or(false),
-            )?,
-        };
-        let mut outcomes = Vec::new();
-        for n in &names {
-            let bidder = Bidder::by_name(n)?;
-            outcomes.push(simulate_bidding(&spec, &cfg, &jobs, &run, bidder)?);
-        }
-        outcomes
-    } else {
-        simulate_gang(&spec, &cfg, &jobs, &names)?
+    Ok(names)
+}
+
+/// Runs each bidding-model policy of `names` over the trace whose clock
+/// starts at `origin`.
+fn simulate_bids(
+    a: &SimArgs,
+    cfile: &ClusterFile,
+    cfg: &SimConfig,
+    jobs: &[JobSpec],
+    origin: f64,
+    names: &[&str],
+) -> Result<Vec<Outcome>> {
+    let run = BiddingRun {
+        origin,
+        granularity: cfile.iteration_granularity.unwrap_or(1),
+        published_default_cluster: cfile.published && !cfile.shape_used,
+        dally: dally_setup(
+            a.dally_delays.as_deref(),
+            cfile.consolidate.unwrap_or(false),
+        )?,
     };
-    let summaries: Vec<Summary> = outcomes.iter().map(Summary::of).collect();
-    if a.json {
-        outln!("{}", serde_json::to_string_pretty(&summaries)?)?;
-    } else if bidding && cfile.published && !cfile.shape_used {
-        outln!(
+    let mut outcomes = Vec::new();
+    for n in names {
+        let bidder = Bidder::by_name(n)?;
+        outcomes.push(simulate_bidding(&cfile.spec, cfg, jobs, &run, bidder)?);
+    }
+    Ok(outcomes)
+}
+
+/// The line above the comparison table: the jobs and the cluster they ran
+/// on (and with the gang model, the data sharing).
+fn heading(
+    cfile: &ClusterFile,
+    bidding: bool,
+    jobs: usize,
+    outcomes: &[Outcome],
+    data_sharing: &str,
+) -> String {
+    let spec = &cfile.spec;
+    if bidding && cfile.published && !cfile.shape_used {
+        format!(
             "{} jobs on {} GPUs (the published simulator's fixed cluster: {} racks of 32 GPUs)",
-            jobs.len(),
+            jobs,
             outcomes.first().map_or(0, |o| o.total_gpus),
             spec.racks,
-        )?;
-        out!("{}", comparison_table(&summaries))?;
+        )
     } else if bidding {
-        outln!(
+        format!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs)",
-            jobs.len(),
+            jobs,
             spec.total_gpus(),
             spec.racks,
             spec.machines_per_rack,
             spec.gpus_per_machine,
-        )?;
-        out!("{}", comparison_table(&summaries))?;
+        )
     } else {
-        outln!(
+        format!(
             "{} jobs on {} GPUs ({} racks x {} machines x {} GPUs, {} cores each), data sharing {}",
-            jobs.len(),
+            jobs,
             spec.total_gpus(),
             spec.racks,
             spec.machines_per_rack,
             spec.gpus_per_machine,
             spec.cpu_cores,
-            data_sharing_name
-        )?;
-        out!("{}", comparison_table(&summaries))?;
+            data_sharing
+        )
     }
-    if let Some(dir) = &a.out {
-        write_out(dir, &outcomes, &summaries)?;
-    }
-    Ok(())
 }
 
 /// What a published cluster file sets, and what of it is not simulated, on

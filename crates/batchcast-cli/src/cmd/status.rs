@@ -57,6 +57,12 @@ pub fn run(args: StatusArgs) -> Result<()> {
 }
 
 fn print_report(r: &StatusReport) -> Result<()> {
+    print_producer(r)?;
+    print_consumers(r)
+}
+
+/// The producer's lines: its progress, lag budget and stream.
+fn print_producer(r: &StatusReport) -> Result<()> {
     outln!(
         "{} (pid {}): epoch {}, {} batches published, {:.1} batches/s, window {} x {:.1} MiB, \
          blocked {:.1} s, up {:.0} s",
@@ -92,6 +98,11 @@ fn print_report(r: &StatusReport) -> Result<()> {
     if !r.stream.metadata.is_empty() {
         outln!("  metadata: {}", r.stream.metadata)?;
     }
+    Ok(())
+}
+
+/// A table of the consumers attached (or a line saying there are none).
+fn print_consumers(r: &StatusReport) -> Result<()> {
     if r.consumers.is_empty() {
         outln!("  no consumers")?;
         return Ok(());

@@ -59,6 +59,17 @@ pub struct Growth {
     pub seconds: f64,
 }
 
+/// What a rescan found in the folders it listed, before it is indexed.
+#[derive(Debug, Default)]
+struct Found {
+    /// New image files, with their class.
+    files: Vec<(i64, PathBuf)>,
+    /// New ImageFolder class folders: their names in the root.
+    classes: Vec<OsString>,
+    /// New WebDataset shards.
+    shards: Vec<PathBuf>,
+}
+
 /// Watches a dataset's folder for new files; see the module's documentation.
 #[derive(Debug)]
 pub struct Watcher {
@@ -232,74 +243,131 @@ impl Watcher {
             folders_checked: self.folders.len(),
             ..Growth::default()
         };
+        let before = dataset.len();
+        let mut found = self.list_changed(&mut growth)?;
+        self.take_classes(dataset, &mut found, &mut growth)?;
+        found.files.sort();
+        found.shards.sort();
+        let (entries, times) = self.index(dataset, &found)?;
+        self.check_files(before + entries.len())?;
+        // Nothing fails from here: the dataset and the watch change together.
+        growth.added = entries.len();
+        self.append(dataset, found, entries, times);
+        growth.arrivals = self.arrivals_since(before);
+        growth.seconds = t0.elapsed().as_secs_f64();
+        Ok(growth)
+    }
+
+    /// Lists the known folders whose mtime moved, and sorts what is new in
+    /// them into `Found` (the trees of new folders of a class are taken in
+    /// at once).
+    fn list_changed(&mut self, growth: &mut Growth) -> Result<Found, PipelineError> {
         let changed: Vec<usize> = (0..self.folders.len())
             .filter(|&i| mtime(&self.folders[i].path) != self.folders[i].mtime)
             .collect();
-        let before = dataset.len();
-        let mut new_files: Vec<(i64, PathBuf)> = Vec::new();
-        let mut new_classes: Vec<OsString> = Vec::new();
-        let mut new_shards: Vec<PathBuf> = Vec::new();
+        let mut found = Found::default();
         for i in changed {
             let (path, label) = (self.folders[i].path.clone(), self.folders[i].label);
             self.folders[i].mtime = mtime(&path);
             growth.folders_listed += 1;
             for item in fs::read_dir(&path).map_err(|e| PipelineError::io(&path, e))? {
                 let item = item.map_err(|e| PipelineError::io(&path, e))?;
-                let p = item.path();
-                if self.known.contains(&p) {
-                    continue;
-                }
-                // The entry's type needs no stat; symlinks are followed.
-                let is_dir = match item.file_type() {
-                    Ok(t) if !t.is_symlink() => t.is_dir(),
-                    _ => fs::metadata(&p).is_ok_and(|m| m.is_dir()),
-                };
-                if is_dir && self.folders.iter().any(|f| f.path == p) {
-                    continue;
-                }
-                match (self.kind, label, is_dir) {
-                    (DatasetKind::WebDataset, _, false) if super::has_extension(&p, "tar") => {
-                        new_shards.push(p)
-                    }
-                    (DatasetKind::ImageFolder, None, true) => new_classes.push(item.file_name()),
-                    (DatasetKind::ImageFolder, Some(l), true) => {
-                        self.add_tree(&p, l)?;
-                        new_files.extend(self.files_below(&p)?.into_iter().map(|f| (l, f)));
-                    }
-                    (DatasetKind::ImageFolder, Some(l), false)
-                        if imagefolder::is_image_name(&item.file_name()) =>
-                    {
-                        new_files.push((l, p))
-                    }
-                    _ => {}
-                }
+                self.sort_item(&item, label, &mut found)?;
             }
         }
-        new_classes.sort();
-        for name in &new_classes {
+        Ok(found)
+    }
+
+    /// Puts `item`, an entry of a folder of class `label` (None: the
+    /// root), where it belongs in `found`, unless the watch knows it.
+    fn sort_item(
+        &mut self,
+        item: &fs::DirEntry,
+        label: Option<i64>,
+        found: &mut Found,
+    ) -> Result<(), PipelineError> {
+        let p = item.path();
+        if self.known.contains(&p) {
+            return Ok(());
+        }
+        // The entry's type needs no stat; symlinks are followed.
+        let is_dir = match item.file_type() {
+            Ok(t) if !t.is_symlink() => t.is_dir(),
+            _ => fs::metadata(&p).is_ok_and(|m| m.is_dir()),
+        };
+        if is_dir && self.folders.iter().any(|f| f.path == p) {
+            return Ok(());
+        }
+        match (self.kind, label, is_dir) {
+            (DatasetKind::WebDataset, _, false) if super::has_extension(&p, "tar") => {
+                found.shards.push(p)
+            }
+            (DatasetKind::ImageFolder, None, true) => found.classes.push(item.file_name()),
+            (DatasetKind::ImageFolder, Some(l), true) => {
+                self.add_tree(&p, l)?;
+                found
+                    .files
+                    .extend(self.files_below(&p)?.into_iter().map(|f| (l, f)));
+            }
+            (DatasetKind::ImageFolder, Some(l), false)
+                if imagefolder::is_image_name(&item.file_name()) =>
+            {
+                found.files.push((l, p))
+            }
+            _ => {}
+        }
+        Ok(())
+    }
+
+    /// Gives each new class folder, in name order, the next label, and
+    /// takes in its tree and files.
+    fn take_classes(
+        &mut self,
+        dataset: &Dataset,
+        found: &mut Found,
+        growth: &mut Growth,
+    ) -> Result<(), PipelineError> {
+        found.classes.sort();
+        for name in &found.classes {
             let label =
                 i64::try_from(dataset.class_names.len() + growth.new_classes).unwrap_or(i64::MAX);
             let dir = self.root.join(name);
             self.add_tree(&dir, label)?;
-            new_files.extend(self.files_below(&dir)?.into_iter().map(|f| (label, f)));
+            found
+                .files
+                .extend(self.files_below(&dir)?.into_iter().map(|f| (label, f)));
             growth.new_classes += 1;
         }
-        new_files.sort();
-        new_shards.sort();
-        let mut entries: Vec<Entry> = new_files
+        Ok(())
+    }
+
+    /// The entries of the new files and of the new shards' members (the
+    /// shards numbered after `dataset`'s), and each one's arrival time.
+    fn index(
+        &self,
+        dataset: &Dataset,
+        found: &Found,
+    ) -> Result<(Vec<Entry>, Vec<f64>), PipelineError> {
+        let mut entries: Vec<Entry> = found
+            .files
             .iter()
             .map(|(label, p)| Entry {
                 location: Location::File(p.clone()),
                 label: *label,
             })
             .collect();
-        let mut times: Vec<f64> = new_files.iter().map(|(_, p)| self.arrival_of(p)).collect();
-        if !new_shards.is_empty() {
+        let mut times: Vec<f64> = found
+            .files
+            .iter()
+            .map(|(_, p)| self.arrival_of(p))
+            .collect();
+        if !found.shards.is_empty() {
             let first = u32::try_from(dataset.shards.len()).unwrap_or(u32::MAX);
-            for mut e in webdataset::index(&self.root, &new_shards)? {
+            for mut e in webdataset::index(&self.root, &found.shards)? {
                 if let Location::Member { shard, .. } = &mut e.location {
                     times.push(
-                        new_shards
+                        found
+                            .shards
                             .get(*shard as usize)
                             .map_or(0.0, |s| self.arrival_of(s)),
                     );
@@ -308,14 +376,28 @@ impl Watcher {
                 entries.push(e);
             }
         }
-        self.check_files(before + entries.len())?;
-        // Nothing fails from here: the dataset and the watch change together.
-        self.known.extend(new_files.into_iter().map(|(_, p)| p));
-        self.known.extend(new_shards.iter().cloned());
-        dataset.shards.extend(new_shards);
-        dataset
-            .class_names
-            .extend(new_classes.iter().map(|c| c.to_string_lossy().into_owned()));
+        Ok((entries, times))
+    }
+
+    /// Appends what `found` indexed to `dataset` (and a WebDataset's labels
+    /// beyond its classes as classes named by number), and to what the
+    /// watch knows.
+    fn append(
+        &mut self,
+        dataset: &mut Dataset,
+        found: Found,
+        entries: Vec<Entry>,
+        times: Vec<f64>,
+    ) {
+        self.known.extend(found.files.into_iter().map(|(_, p)| p));
+        self.known.extend(found.shards.iter().cloned());
+        dataset.shards.extend(found.shards);
+        dataset.class_names.extend(
+            found
+                .classes
+                .iter()
+                .map(|c| c.to_string_lossy().into_owned()),
+        );
         if dataset.kind == DatasetKind::WebDataset {
             let max_label = entries.iter().map(|e| e.label).max().unwrap_or(-1);
             while (dataset.class_names.len() as i64) <= max_label {
@@ -324,12 +406,8 @@ impl Watcher {
                     .push(dataset.class_names.len().to_string());
             }
         }
-        growth.added = entries.len();
         dataset.entries.extend(entries);
         self.arrivals.extend(times);
-        growth.arrivals = self.arrivals_since(before);
-        growth.seconds = t0.elapsed().as_secs_f64();
-        Ok(growth)
     }
 
     /// Image files below `dir`, in ImageFolder's order.

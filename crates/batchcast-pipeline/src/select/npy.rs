@@ -44,6 +44,46 @@ pub(crate) fn read_scores(path: &Path, expect: usize) -> Result<Vec<f64>, Pipeli
         .metadata()
         .map_err(|e| PipelineError::io(path, e))?
         .len();
+    let (header, data_at) = read_header(&mut file, path)?;
+    let (width, n) = vector_of(&header, path)?;
+    if n != expect {
+        return Err(bad(
+            path,
+            format!("it holds {n} scores but the dataset has {expect} samples"),
+        ));
+    }
+    let data_len = n
+        .checked_mul(width)
+        .ok_or_else(|| bad(path, "a length that overflows"))?;
+    let want = data_at as u64 + data_len as u64;
+    if size != want {
+        return Err(bad(
+            path,
+            format!("the file has {size} bytes where its header says {want}"),
+        ));
+    }
+    let mut data = vec![0u8; data_len];
+    file.read_exact(&mut data)
+        .map_err(|e| PipelineError::io(path, e))?;
+    let scores: Vec<f64> = if width == 4 {
+        data.chunks_exact(4)
+            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
+            .collect()
+    } else {
+        data.chunks_exact(8)
+            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
+            .collect()
+    };
+    if let Some(i) = scores.iter().position(|s| s.is_nan()) {
+        return Err(bad(path, format!("score {i} is NaN")));
+    }
+    Ok(scores)
+}
+
+/// The header (a Python dict literal) of the `.npy` file `file`, read
+/// from its start (at most [`MAX_HEADER`] bytes), and where its data
+/// begins.
+fn read_header(file: &mut File, path: &Path) -> Result<(String, usize), PipelineError> {
     let mut head = [0u8; 10];
     file.read_exact(&mut head)
         .map_err(|_| bad(path, "too short for a .npy file"))?;
@@ -70,8 +110,14 @@ pub(crate) fn read_scores(path: &Path, expect: usize) -> Result<Vec<f64>, Pipeli
     let mut header = vec![0u8; header_len];
     file.read_exact(&mut header)
         .map_err(|_| bad(path, "truncated header"))?;
-    let header = String::from_utf8_lossy(&header);
-    let descr = field(&header, "descr").unwrap_or_default();
+    let header = String::from_utf8_lossy(&header).into_owned();
+    Ok((header, prefix + header_len))
+}
+
+/// The width in bytes of the header's dtype (little-endian float32 or
+/// float64) and the length of its 1-D shape.
+fn vector_of(header: &str, path: &Path) -> Result<(usize, usize), PipelineError> {
+    let descr = field(header, "descr").unwrap_or_default();
     let width = match descr.trim_matches(|c| c == '\'' || c == '"') {
         "<f4" => 4usize,
         "<f8" => 8usize,
@@ -82,7 +128,7 @@ pub(crate) fn read_scores(path: &Path, expect: usize) -> Result<Vec<f64>, Pipeli
             ))
         }
     };
-    let shape = field(&header, "shape").unwrap_or_default();
+    let shape = field(header, "shape").unwrap_or_default();
     let dims: Vec<&str> = shape
         .trim_start_matches('(')
         .trim_end_matches(')')
@@ -96,38 +142,7 @@ pub(crate) fn read_scores(path: &Path, expect: usize) -> Result<Vec<f64>, Pipeli
             .map_err(|_| bad(path, format!("shape {shape} is not a length")))?,
         _ => return Err(bad(path, format!("shape {shape} is not 1-D"))),
     };
-    if n != expect {
-        return Err(bad(
-            path,
-            format!("it holds {n} scores but the dataset has {expect} samples"),
-        ));
-    }
-    let data_len = n
-        .checked_mul(width)
-        .ok_or_else(|| bad(path, "a length that overflows"))?;
-    let want = (prefix + header_len) as u64 + data_len as u64;
-    if size != want {
-        return Err(bad(
-            path,
-            format!("the file has {size} bytes where its header says {want}"),
-        ));
-    }
-    let mut data = vec![0u8; data_len];
-    file.read_exact(&mut data)
-        .map_err(|e| PipelineError::io(path, e))?;
-    let scores: Vec<f64> = if width == 4 {
-        data.chunks_exact(4)
-            .map(|b| f64::from(f32::from_le_bytes([b[0], b[1], b[2], b[3]])))
-            .collect()
-    } else {
-        data.chunks_exact(8)
-            .map(|b| f64::from_le_bytes([b[0], b[1], b[2], b[3], b[4], b[5], b[6], b[7]]))
-            .collect()
-    };
-    if let Some(i) = scores.iter().position(|s| s.is_nan()) {
-        return Err(bad(path, format!("score {i} is NaN")));
-    }
-    Ok(scores)
+    Ok((width, n))
 }
 
 /// A version-1 `.npy` file of the vector `data` (`n` elements of type

@@ -38,75 +38,84 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
         .headers()
         .map_err(|e| err(None, format!("cannot read the header: {e}")))?
         .clone();
-    let mut index: HashMap<&'static str, usize> = HashMap::new();
-    for (i, name) in header.iter().enumerate() {
-        let Some(col) = COLUMNS.iter().find(|c| c.eq_ignore_ascii_case(name)) else {
-            return Err(err(
-                None,
-                format!(
-                    "unknown column {name:?}; the columns are {}",
-                    COLUMNS.join(", ")
-                ),
-            ));
-        };
-        if index.insert(col, i).is_some() {
-            return Err(err(None, format!("column {col} appears twice")));
-        }
-    }
-    if let Some(missing) = REQUIRED.iter().find(|c| !index.contains_key(*c)) {
-        return Err(err(
-            None,
-            format!(
-                "the column {missing} is missing; a plan needs {}",
-                REQUIRED.join(", ")
-            ),
-        ));
-    }
+    let index = columns(&header, &|p| err(None, p))?;
     let mut rows = Vec::new();
     for (n, record) in reader.records().enumerate() {
         let row = n + 1;
-        let record = record.map_err(|e| err(Some(row), format!("{e}")))?;
-        let cell = |c: &str| {
-            index
-                .get(c)
-                .and_then(|&i| record.get(i))
-                .unwrap_or("")
-                .to_string()
-        };
-        let params_cell = cell("Params");
-        let args = shlex::split(&params_cell).ok_or_else(|| {
-            err(
-                Some(row),
-                format!("Params {params_cell:?} has an unclosed quote"),
-            )
-        })?;
-        let status = match cell("Status").trim() {
-            "" | "-" => None,
-            s => Some(s.parse::<RunStatus>().map_err(|_| {
-                err(
-                    Some(row),
-                    format!("Status {s:?} is none of RUNNING, FINISHED, FAILED, KILLED (or empty)"),
-                )
-            })?),
-        };
-        let data = Some(cell("Data")).filter(|d| !d.trim().is_empty() && d.trim() != "-");
-        rows.push(PlanRow {
-            row,
-            experiment: cell("Experiment"),
-            workload: cell("Workload"),
-            name: cell("Name"),
-            status,
-            devices: list(&cell("Devices")),
-            collocation: Collocation::parse(&cell("Collocation"))
-                .map_err(|e| err(Some(row), e.to_string()))?,
-            listeners: list(&cell("Listeners")),
-            data,
-            file: cell("File"),
-            params: params_of(&args),
-            args,
-        });
+        let at = |p: String| err(Some(row), p);
+        let record = record.map_err(|e| at(format!("{e}")))?;
+        rows.push(plan_row(row, &record, &index, &at)?);
     }
     Ok(rows)
+}
+
+/// Each known column's position in `header` (names case-insensitive),
+/// once none is unknown or twice and the required ones are there.
+fn columns(
+    header: &::csv::StringRecord,
+    err: &impl Fn(String) -> PlanError,
+) -> Result<HashMap<&'static str, usize>, PlanError> {
+    let mut index: HashMap<&'static str, usize> = HashMap::new();
+    for (i, name) in header.iter().enumerate() {
+        let Some(col) = COLUMNS.iter().find(|c| c.eq_ignore_ascii_case(name)) else {
+            return Err(err(format!(
+                "unknown column {name:?}; the columns are {}",
+                COLUMNS.join(", ")
+            )));
+        };
+        if index.insert(col, i).is_some() {
+            return Err(err(format!("column {col} appears twice")));
+        }
+    }
+    if let Some(missing) = REQUIRED.iter().find(|c| !index.contains_key(*c)) {
+        return Err(err(format!(
+            "the column {missing} is missing; a plan needs {}",
+            REQUIRED.join(", ")
+        )));
+    }
+    Ok(index)
+}
+
+/// The run that `record`, the plan's `row`-th, describes.
+fn plan_row(
+    row: usize,
+    record: &::csv::StringRecord,
+    index: &HashMap<&'static str, usize>,
+    at: &impl Fn(String) -> PlanError,
+) -> Result<PlanRow, PlanError> {
+    let cell = |c: &str| {
+        index
+            .get(c)
+            .and_then(|&i| record.get(i))
+            .unwrap_or("")
+            .to_string()
+    };
+    let params_cell = cell("Params");
+    let args = shlex::split(&params_cell)
+        .ok_or_else(|| at(format!("Params {params_cell:?} has an unclosed quote")))?;
+    let status = match cell("Status").trim() {
+        "" | "-" => None,
+        s => Some(s.parse::<RunStatus>().map_err(|_| {
+            at(format!(
+                "Status {s:?} is none of RUNNING, FINISHED, FAILED, KILLED (or empty)"
+            ))
+        })?),
+    };
+    let data = Some(cell("Data")).filter(|d| !d.trim().is_empty() && d.trim() != "-");
+    Ok(PlanRow {
+        row,
+        experiment: cell("Experiment"),
+        workload: cell("Workload"),
+        name: cell("Name"),
+        status,
+        devices: list(&cell("Devices")),
+        collocation: Collocation::parse(&cell("Collocation")).map_err(|e| at(e.to_string()))?,
+        listeners: list(&cell("Listeners")),
+        data,
+        file: cell("File"),
+        params: params_of(&args),
+        args,
+    })
 }
 
 /// Writes the runs' statuses back into the plan's Status column (adding

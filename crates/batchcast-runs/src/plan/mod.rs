@@ -341,11 +341,6 @@ impl Plan {
     }
 
     fn check(&self) -> Result<(), PlanError> {
-        let at = |row: usize, problem: String| PlanError {
-            file: self.file.clone(),
-            row: Some(row),
-            problem,
-        };
         if self.rows.is_empty() {
             return Err(PlanError {
                 file: self.file.clone(),
@@ -365,60 +360,81 @@ impl Plan {
         }
         let mut seen = std::collections::HashSet::new();
         for r in &self.rows {
-            for (what, v) in [
-                ("Experiment", &r.experiment),
-                ("Workload", &r.workload),
-                ("Name", &r.name),
-                ("File", &r.file),
-            ] {
-                if v.trim().is_empty() {
-                    return Err(at(r.row, format!("{what} is empty")));
-                }
-            }
-            if r.name == crate::keys::DATA_RUN {
-                return Err(at(
-                    r.row,
-                    format!(
-                        "the run name {:?} is kept for the workload's shared producer",
-                        r.name
-                    ),
-                ));
-            }
-            if !seen.insert((&r.experiment, &r.workload, &r.name)) {
-                return Err(at(
-                    r.row,
-                    format!(
-                        "run {}/{}/{} appears twice",
-                        r.experiment, r.workload, r.name
-                    ),
-                ));
-            }
-            for l in &r.listeners {
-                check_listener_name(l).map_err(|e| at(r.row, e.to_string()))?;
-            }
-            self.find_command(&r.file, "File")
-                .map_err(|e| at(r.row, e.to_string()))?;
-            if let Some(d) = &r.data {
-                let first = shlex::split(d).and_then(|v| v.into_iter().next());
-                match first {
-                    None => return Err(at(r.row, format!("Data {d:?} is not a command line"))),
-                    // The runner runs its own binary for `batchcast`.
-                    Some(f) if f == "batchcast" => {}
-                    Some(f) => self
-                        .find_command(&f, "the Data command")
-                        .map_err(|e| at(r.row, e.to_string()))?,
-                }
-            }
+            self.check_row(r, &mut seen)?;
         }
         // One shared pipeline per workload.
         for (e, w, rows) in self.workloads() {
             if rows.iter().any(|r| r.data != rows[0].data) {
-                return Err(at(
+                return Err(self.at(
                     rows[0].row,
                     format!(
                         "the runs of workload {e}/{w} name different Data; a workload shares one"
                     ),
                 ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The error `problem` at `row` of the plan.
+    fn at(&self, row: usize, problem: String) -> PlanError {
+        PlanError {
+            file: self.file.clone(),
+            row: Some(row),
+            problem,
+        }
+    }
+
+    /// Checks one row: its required fields, its name (not the shared
+    /// producer's, not one `seen` before in its workload), its listeners,
+    /// and that its File and Data commands can be found.
+    fn check_row<'p>(
+        &self,
+        r: &'p PlanRow,
+        seen: &mut std::collections::HashSet<(&'p String, &'p String, &'p String)>,
+    ) -> Result<(), PlanError> {
+        for (what, v) in [
+            ("Experiment", &r.experiment),
+            ("Workload", &r.workload),
+            ("Name", &r.name),
+            ("File", &r.file),
+        ] {
+            if v.trim().is_empty() {
+                return Err(self.at(r.row, format!("{what} is empty")));
+            }
+        }
+        if r.name == crate::keys::DATA_RUN {
+            return Err(self.at(
+                r.row,
+                format!(
+                    "the run name {:?} is kept for the workload's shared producer",
+                    r.name
+                ),
+            ));
+        }
+        if !seen.insert((&r.experiment, &r.workload, &r.name)) {
+            return Err(self.at(
+                r.row,
+                format!(
+                    "run {}/{}/{} appears twice",
+                    r.experiment, r.workload, r.name
+                ),
+            ));
+        }
+        for l in &r.listeners {
+            check_listener_name(l).map_err(|e| self.at(r.row, e.to_string()))?;
+        }
+        self.find_command(&r.file, "File")
+            .map_err(|e| self.at(r.row, e.to_string()))?;
+        if let Some(d) = &r.data {
+            let first = shlex::split(d).and_then(|v| v.into_iter().next());
+            match first {
+                None => return Err(self.at(r.row, format!("Data {d:?} is not a command line"))),
+                // The runner runs its own binary for `batchcast`.
+                Some(f) if f == "batchcast" => {}
+                Some(f) => self
+                    .find_command(&f, "the Data command")
+                    .map_err(|e| self.at(r.row, e.to_string()))?,
             }
         }
         Ok(())

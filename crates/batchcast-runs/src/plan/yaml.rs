@@ -124,35 +124,11 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
         serde_norway::from_str(text).map_err(|e| err(None, format!("not a valid plan: {e}")))?;
     let mut rows = Vec::new();
     let mut expanded = 0usize; // bytes of the rows of sweeps so far
-    for (n, e) in file.runs.into_iter().enumerate() {
+    for (n, mut e) in file.runs.into_iter().enumerate() {
         let row = n + 1;
         let at = |p: String| err(Some(row), p);
-        let experiment = e
-            .experiment
-            .or_else(|| file.experiment.clone())
-            .unwrap_or_default();
-        let args = strings(&e.params, "params", shlex::split).map_err(|e| at(e.to_string()))?;
-        let devices =
-            strings(&e.devices, "devices", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
-        let listeners =
-            strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
-        let collocation = Collocation::parse(e.collocation.as_deref().unwrap_or("-"))
-            .map_err(|e| at(e.to_string()))?;
-        let base = PlanRow {
-            row,
-            experiment,
-            workload: e.workload,
-            name: e.name,
-            status: None,
-            devices,
-            collocation,
-            listeners,
-            data: e.data.filter(|d| !d.trim().is_empty()),
-            file: e.file,
-            params: params_of(&args),
-            args,
-        };
-        let Some(parameters) = e.parameters else {
+        let base = base_row(&e, row, file.experiment.as_deref(), &at)?;
+        let Some(parameters) = e.parameters.take() else {
             if e.method.is_some() || e.count.is_some() || e.seed.is_some() {
                 return Err(at(
                     "method, count and seed need `parameters` to sweep over".into()
@@ -161,56 +137,129 @@ pub(crate) fn parse(path: &Path, text: &str) -> Result<Vec<PlanRow>, PlanError> 
             rows.push(base);
             continue;
         };
-        let parameters: Vec<(String, Vec<String>)> = parameters
-            .into_iter()
-            .map(|(k, vs)| {
-                let vs = vs.iter().map(scalar).collect::<Option<Vec<_>>>();
-                vs.map(|v| (k.clone(), v)).ok_or_else(|| {
-                    at(format!(
-                        "sweep parameter {k:?} holds a value that is not a scalar"
-                    ))
-                })
+        let (parameters, method) = sweep_of(parameters, &e, &at)?;
+        let room = MAX_ROWS - rows.len().min(MAX_ROWS);
+        rows.extend(sweep_rows(
+            &base,
+            &parameters,
+            method,
+            room,
+            &mut expanded,
+            &at,
+        )?);
+    }
+    Ok(rows)
+}
+
+/// The run entry `e` (the plan's `row`-th) describes, before any sweep.
+fn base_row(
+    e: &Entry,
+    row: usize,
+    experiment: Option<&str>,
+    at: &impl Fn(String) -> PlanError,
+) -> Result<PlanRow, PlanError> {
+    let experiment = e
+        .experiment
+        .clone()
+        .or_else(|| experiment.map(String::from))
+        .unwrap_or_default();
+    let args = strings(&e.params, "params", shlex::split).map_err(|e| at(e.to_string()))?;
+    let devices =
+        strings(&e.devices, "devices", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
+    let listeners =
+        strings(&e.listeners, "listeners", |s| Some(list(s))).map_err(|e| at(e.to_string()))?;
+    let collocation = Collocation::parse(e.collocation.as_deref().unwrap_or("-"))
+        .map_err(|e| at(e.to_string()))?;
+    Ok(PlanRow {
+        row,
+        experiment,
+        workload: e.workload.clone(),
+        name: e.name.clone(),
+        status: None,
+        devices,
+        collocation,
+        listeners,
+        data: e.data.clone().filter(|d| !d.trim().is_empty()),
+        file: e.file.clone(),
+        params: params_of(&args),
+        args,
+    })
+}
+
+/// A sweep's parameters, each with its values as strings.
+type Parameters = Vec<(String, Vec<String>)>;
+
+/// An entry's sweep: its parameters' values as strings, and the method
+/// (`method`, with `count` and `seed`).
+fn sweep_of(
+    parameters: BTreeMap<String, Vec<Value>>,
+    e: &Entry,
+    at: &impl Fn(String) -> PlanError,
+) -> Result<(Parameters, Method), PlanError> {
+    let parameters: Parameters = parameters
+        .into_iter()
+        .map(|(k, vs)| {
+            let vs = vs.iter().map(scalar).collect::<Option<Vec<_>>>();
+            vs.map(|v| (k.clone(), v)).ok_or_else(|| {
+                at(format!(
+                    "sweep parameter {k:?} holds a value that is not a scalar"
+                ))
             })
-            .collect::<Result<_, _>>()?;
-        let method = match e.method.as_deref().unwrap_or("grid") {
-            "grid" => Method::Grid,
-            "random" => Method::Random {
-                count: e
-                    .count
-                    .ok_or_else(|| at("a random sweep needs `count`".into()))?,
-                seed: e.seed.unwrap_or(0),
-            },
-            other => return Err(at(format!("method {other:?} is neither grid nor random"))),
-        };
-        let combos = sweep::expand(&parameters, method, MAX_ROWS - rows.len().min(MAX_ROWS))
-            .map_err(|e| at(format!("{e} (a plan expands to at most {MAX_ROWS} runs)")))?;
-        // Each combination copies the entry: bounded before copying.
-        let copies = row_bytes(&base).saturating_mul(combos.len());
-        expanded = expanded.saturating_add(copies);
-        if expanded > MAX_EXPANDED_BYTES {
-            return Err(at(format!(
-                "the sweep copies this entry {} times, {} MiB in all; a plan expands to at most \
-                 {} MiB: shorten its strings or sweep fewer values",
-                combos.len(),
-                copies >> 20,
-                MAX_EXPANDED_BYTES >> 20
-            )));
+        })
+        .collect::<Result<_, _>>()?;
+    let method = match e.method.as_deref().unwrap_or("grid") {
+        "grid" => Method::Grid,
+        "random" => Method::Random {
+            count: e
+                .count
+                .ok_or_else(|| at("a random sweep needs `count`".into()))?,
+            seed: e.seed.unwrap_or(0),
+        },
+        other => return Err(at(format!("method {other:?} is neither grid nor random"))),
+    };
+    Ok((parameters, method))
+}
+
+/// The rows of a sweep of `base`: one per combination (at most `room`),
+/// named after it, its parameters appended to the arguments. `expanded`
+/// counts the bytes of all sweeps' rows, bounded by [`MAX_EXPANDED_BYTES`].
+fn sweep_rows(
+    base: &PlanRow,
+    parameters: &Parameters,
+    method: Method,
+    room: usize,
+    expanded: &mut usize,
+    at: &impl Fn(String) -> PlanError,
+) -> Result<Vec<PlanRow>, PlanError> {
+    let combos = sweep::expand(parameters, method, room)
+        .map_err(|e| at(format!("{e} (a plan expands to at most {MAX_ROWS} runs)")))?;
+    // Each combination copies the entry: bounded before copying.
+    let copies = row_bytes(base).saturating_mul(combos.len());
+    *expanded = expanded.saturating_add(copies);
+    if *expanded > MAX_EXPANDED_BYTES {
+        return Err(at(format!(
+            "the sweep copies this entry {} times, {} MiB in all; a plan expands to at most \
+             {} MiB: shorten its strings or sweep fewer values",
+            combos.len(),
+            copies >> 20,
+            MAX_EXPANDED_BYTES >> 20
+        )));
+    }
+    let mut rows = Vec::with_capacity(combos.len());
+    for (i, combo) in combos.into_iter().enumerate() {
+        let mut r = base.clone();
+        let suffix: Vec<String> = combo.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        r.name = format!("{}-{}", base.name, suffix.join("-"));
+        if matches!(method, Method::Random { .. }) {
+            r.name = format!("{}-{i}", r.name);
         }
-        for (i, combo) in combos.into_iter().enumerate() {
-            let mut r = base.clone();
-            let suffix: Vec<String> = combo.iter().map(|(k, v)| format!("{k}={v}")).collect();
-            r.name = format!("{}-{}", base.name, suffix.join("-"));
-            if matches!(method, Method::Random { .. }) {
-                r.name = format!("{}-{i}", r.name);
-            }
-            for (k, v) in combo {
-                r.args.push(format!("--{k}"));
-                r.args.push(v.clone());
-                r.params.retain(|(pk, _)| *pk != k);
-                r.params.push((k, v));
-            }
-            rows.push(r);
+        for (k, v) in combo {
+            r.args.push(format!("--{k}"));
+            r.args.push(v.clone());
+            r.params.retain(|(pk, _)| *pk != k);
+            r.params.push((k, v));
         }
+        rows.push(r);
     }
     Ok(rows)
 }

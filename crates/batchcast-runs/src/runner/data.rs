@@ -73,6 +73,58 @@ pub(crate) fn start(
     env: &serde_json::Value,
     trainers: usize,
 ) -> Result<Producer, DataError> {
+    let (argv, name) = command_line(plan, opts, workload, data)?;
+    let run = add_run(store, plan, workload, &argv, env)?;
+    let endpoint = match batchcast::Endpoint::new(&name) {
+        Ok(e) => e,
+        Err(source) => {
+            let name = name.clone();
+            return Err(failed(store, run, DataError::Endpoint { name, source }));
+        }
+    };
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .current_dir(&plan.dir)
+        .env("BATCHCAST_NAME", &name)
+        .env(CONSUMERS_ENV, trainers.to_string());
+    let figures = super::figures_slot(&mut cmd, run, rec);
+    let events = figures.as_ref().map(|f| ServeEvents::new(f, SERVE));
+    if let Some(e) = &events {
+        cmd.env(EVENTS_ENV, e.path());
+    }
+    let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
+        Ok(job) => job,
+        Err(source) => {
+            let program = argv[0].clone();
+            return Err(failed(store, run, DataError::Start { program, source }));
+        }
+    };
+    job.figures = figures;
+    job.serve_events = events;
+    let _ = store.set_pid(run, i64::from(job.pid()), job.start);
+    match ready(&endpoint, &mut job, opts) {
+        Ok(()) => Ok(Producer { name, job }),
+        Err(why) => {
+            let e = DataError::NotServing {
+                name,
+                why,
+                last: job.last_line(),
+            };
+            job.recorded = true;
+            Err(failed(store, run, e))
+        }
+    }
+}
+
+/// The Data cell `data` as a command line, and the producer's name: a
+/// `batchcast` command runs this binary (named for the workload unless it
+/// names itself), a `.py` script runs under the plan's Python.
+fn command_line(
+    plan: &Plan,
+    opts: &RunOptions,
+    workload: i64,
+    data: &str,
+) -> Result<(Vec<String>, String), DataError> {
     let name = format!("bc-run-{}-{workload}", std::process::id());
     let mut argv = shlex::split(data)
         .filter(|v| !v.is_empty())
@@ -99,9 +151,20 @@ pub(crate) fn start(
                 .find_map(|a| a.strip_prefix("--name=").map(String::from))
         })
         .unwrap_or(name);
+    Ok((argv, name))
+}
+
+/// The Data run's row in the store, claimed by this runner.
+fn add_run(
+    store: &mut Store,
+    plan: &Plan,
+    workload: i64,
+    argv: &[String],
+    env: &serde_json::Value,
+) -> Result<crate::RunId, DataError> {
     let new = NewRun {
         name: keys::DATA_RUN.into(),
-        command: argv.clone(),
+        command: argv.to_vec(),
         collocation: "-".into(),
         host: super::host_name(),
         plan_file: Some(plan.file.display().to_string()),
@@ -110,57 +173,36 @@ pub(crate) fn start(
     let (run, _) = store.add_run(workload, &new)?;
     let me = i64::from(std::process::id());
     store.claim_run(run, me, super::process_start(me).unwrap_or(0), env)?;
-    let failed = |store: &mut Store, e: DataError| {
-        let _ = store.finish_run(run, crate::RunStatus::Failed, None, Some(&e.to_string()));
-        e
-    };
-    let endpoint = match batchcast::Endpoint::new(&name) {
-        Ok(e) => e,
-        Err(source) => {
-            let name = name.clone();
-            return Err(failed(store, DataError::Endpoint { name, source }));
-        }
-    };
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .current_dir(&plan.dir)
-        .env("BATCHCAST_NAME", &name)
-        .env(CONSUMERS_ENV, trainers.to_string());
-    let figures = super::figures_slot(&mut cmd, run, rec);
-    let events = figures.as_ref().map(|f| ServeEvents::new(f, SERVE));
-    if let Some(e) = &events {
-        cmd.env(EVENTS_ENV, e.path());
-    }
-    let mut job = match Job::start(run, keys::DATA_RUN, cmd, rec) {
-        Ok(job) => job,
-        Err(source) => {
-            let program = argv[0].clone();
-            return Err(failed(store, DataError::Start { program, source }));
-        }
-    };
-    job.figures = figures;
-    job.serve_events = events;
-    let _ = store.set_pid(run, i64::from(job.pid()), job.start);
+    Ok(run)
+}
+
+/// Marks the Data run failed with `e`, and gives `e` back.
+fn failed(store: &mut Store, run: crate::RunId, e: DataError) -> DataError {
+    let _ = store.finish_run(run, crate::RunStatus::Failed, None, Some(&e.to_string()));
+    e
+}
+
+/// Waits until the producer answers a status query; Err(why) once it has
+/// exited or has not answered within [`READY_WITHIN`] (it is stopped then,
+/// and its output read to the end).
+fn ready(
+    endpoint: &batchcast::Endpoint,
+    job: &mut Job,
+    opts: &RunOptions,
+) -> Result<(), &'static str> {
     let deadline = Instant::now() + READY_WITHIN;
     loop {
-        if batchcast::query_status(&endpoint, Duration::from_millis(500)).is_ok() {
-            return Ok(Producer { name, job });
+        if batchcast::query_status(endpoint, Duration::from_millis(500)).is_ok() {
+            return Ok(());
         }
         if job.poll() || Instant::now() >= deadline {
             job.stop(opts.grace, "it did not answer within 60 s");
             job.join_output();
-            let why = if job.stopped.is_none() {
+            return Err(if job.stopped.is_none() {
                 "it exited"
             } else {
                 "it did not answer within 60 s"
-            };
-            let e = DataError::NotServing {
-                name,
-                why,
-                last: job.last_line(),
-            };
-            job.recorded = true;
-            return Err(failed(store, e));
+            });
         }
         std::thread::sleep(Duration::from_millis(50));
     }

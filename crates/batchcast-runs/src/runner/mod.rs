@@ -135,16 +135,17 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
     let host = host_name();
     let me = i64::from(std::process::id());
     let my_start = process_start(me).unwrap_or(0);
-    for line in orphans::stop_orphans(&store, &host, opts.grace)? {
-        (opts.progress)(&line);
-    }
     let mut outcome = Outcome {
-        repaired: store
-            .repair_orphans(&host, |pid, start| process_start(pid) == Some(start))?
-            .len(),
+        repaired: clean_up(&mut store, &host, opts)?,
         ..Outcome::default()
     };
     let env = environment(opts.gpus.as_ref(), &host);
+    let claimant = Claimant {
+        host: &host,
+        me,
+        start: my_start,
+        env: &env,
+    };
     let mut plan_status: HashMap<usize, RunStatus> = HashMap::new();
     for (position, (experiment, workload, rows)) in plan.workloads().into_iter().enumerate() {
         if opts.stop.load(Ordering::SeqCst) {
@@ -154,34 +155,8 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
         let data = rows[0].data.clone();
         let e = store.experiment(&experiment)?;
         let w = store.workload(e, &workload, data.as_deref(), position as i64)?;
-        let mut todo: Vec<(&PlanRow, RunId)> = Vec::new();
-        for row in &rows {
-            let new = NewRun {
-                name: row.name.clone(),
-                command: command_line(plan, row, &opts.python),
-                params: row.params.clone(),
-                devices: row.devices.clone(),
-                collocation: row.collocation.as_str().to_string(),
-                listeners: row.listeners.clone(),
-                host: host.clone(),
-                plan_file: Some(plan.file.display().to_string()),
-                plan_row: Some(row.row as i64),
-            };
-            let (id, status) = store.add_run(w, &new)?;
-            let skip = status == RunStatus::Finished
-                || row.status == Some(RunStatus::Finished)
-                || (status == RunStatus::Failed && !opts.rerun_failed)
-                || status == RunStatus::Running;
-            if skip {
-                outcome.skipped += 1;
-                continue;
-            }
-            if !store.claim_run(id, me, my_start, &env)? {
-                outcome.skipped += 1;
-                continue;
-            }
-            todo.push((row, id));
-        }
+        let (todo, skipped) = claim_rows(&mut store, plan, opts, w, &rows, &claimant)?;
+        outcome.skipped += skipped;
         if todo.is_empty() {
             (opts.progress)(&format!("{experiment}/{workload}: nothing to run (finished, or failed without --rerun-failed)"));
             continue;
@@ -195,15 +170,7 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
             env: &env,
         };
         let ended = run_workload(&mut store, opts, &this, &todo)?;
-        for (row, id) in &todo {
-            let status = ended.get(id).copied().unwrap_or(RunStatus::Killed);
-            plan_status.insert(row.row, status);
-            match status {
-                RunStatus::Finished => outcome.finished += 1,
-                RunStatus::Failed => outcome.failed += 1,
-                _ => outcome.killed += 1,
-            }
-        }
+        tally(&todo, &ended, &mut plan_status, &mut outcome);
         if let Err(e) = plan.record_status(&plan_status) {
             (opts.progress)(&format!(
                 "warning: cannot write statuses back into {}: {e}",
@@ -216,6 +183,88 @@ pub fn run_plan(plan: &Plan, opts: &mut RunOptions) -> Result<Outcome, RunError>
         }
     }
     Ok(outcome)
+}
+
+/// Stops the jobs a dead runner of this host left running, and marks
+/// their runs (and any other orphan) ended; returns how many runs were
+/// repaired.
+fn clean_up(store: &mut Store, host: &str, opts: &mut RunOptions) -> Result<usize, RunError> {
+    for line in orphans::stop_orphans(store, host, opts.grace)? {
+        (opts.progress)(&line);
+    }
+    Ok(store
+        .repair_orphans(host, |pid, start| process_start(pid) == Some(start))?
+        .len())
+}
+
+/// This runner, as it claims runs: its host, pid and start time, and the
+/// environment facts it records.
+struct Claimant<'a> {
+    host: &'a str,
+    me: i64,
+    start: i64,
+    env: &'a serde_json::Value,
+}
+
+/// The rows of a workload to run now, with their runs' ids.
+type Todo<'p> = Vec<(&'p PlanRow, RunId)>;
+
+/// Adds each row of workload `w` to the store and claims those to run now
+/// (not finished, not failed unless --rerun-failed, not running under
+/// another runner); returns them and how many were skipped.
+fn claim_rows<'p>(
+    store: &mut Store,
+    plan: &Plan,
+    opts: &RunOptions,
+    w: i64,
+    rows: &[&'p PlanRow],
+    claimant: &Claimant<'_>,
+) -> Result<(Todo<'p>, usize), RunError> {
+    let mut todo = Vec::new();
+    let mut skipped = 0;
+    for &row in rows {
+        let new = NewRun {
+            name: row.name.clone(),
+            command: command_line(plan, row, &opts.python),
+            params: row.params.clone(),
+            devices: row.devices.clone(),
+            collocation: row.collocation.as_str().to_string(),
+            listeners: row.listeners.clone(),
+            host: claimant.host.to_string(),
+            plan_file: Some(plan.file.display().to_string()),
+            plan_row: Some(row.row as i64),
+        };
+        let (id, status) = store.add_run(w, &new)?;
+        let skip = status == RunStatus::Finished
+            || row.status == Some(RunStatus::Finished)
+            || (status == RunStatus::Failed && !opts.rerun_failed)
+            || status == RunStatus::Running;
+        if skip || !store.claim_run(id, claimant.me, claimant.start, claimant.env)? {
+            skipped += 1;
+            continue;
+        }
+        todo.push((row, id));
+    }
+    Ok((todo, skipped))
+}
+
+/// Counts how the workload's runs ended (a run with no end recorded was
+/// killed), and notes each row's status for the plan file.
+fn tally(
+    todo: &[(&PlanRow, RunId)],
+    ended: &HashMap<RunId, RunStatus>,
+    plan_status: &mut HashMap<usize, RunStatus>,
+    outcome: &mut Outcome,
+) {
+    for (row, id) in todo {
+        let status = ended.get(id).copied().unwrap_or(RunStatus::Killed);
+        plan_status.insert(row.row, status);
+        match status {
+            RunStatus::Finished => outcome.finished += 1,
+            RunStatus::Failed => outcome.failed += 1,
+            _ => outcome.killed += 1,
+        }
+    }
 }
 
 /// The argv a row runs.

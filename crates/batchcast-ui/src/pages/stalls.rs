@@ -21,8 +21,29 @@ const MAX_KEYS: usize = 400;
 const MODES: [&str; 6] = ["synthetic", "cold", "warm", "ddp", "loader", "timeshared"];
 const STALLS: [&str; 4] = ["fetch", "prep", "fetch+prep", "communication"];
 
+/// The run's `stalls/` figures, by key less the prefix.
+type Figures = BTreeMap<String, f64>;
+
 /// The section's HTML, or an empty string for a run that is no analysis.
 pub(crate) fn section(store: &Store, id: RunId) -> Result<String, UiError> {
+    let figures = figures(store, id)?;
+    if figures.is_empty() {
+        return Ok(String::new());
+    }
+    let mut out = String::from("<section class=\"stalls\"><h2>Data stalls</h2>");
+    if let Some(p) = store.params(id)?.into_iter().find(|p| p.key == "verdict") {
+        let _ = write!(out, "<p class=\"verdict\">{}</p>", esc(&p.value));
+    }
+    modes_table(&figures, &mut out);
+    stalls_table(&figures, &mut out);
+    sharing_table(&figures, &mut out);
+    out.push_str("</section>");
+    Ok(out)
+}
+
+/// The last value of each of the run's `stalls/` metrics (at most
+/// [`MAX_KEYS`]).
+fn figures(store: &Store, id: RunId) -> Result<Figures, UiError> {
     let prefix = format!("{STALLS_PREFIX}/");
     let mut figures = BTreeMap::new();
     for key in store
@@ -35,15 +56,16 @@ pub(crate) fn section(store: &Store, id: RunId) -> Result<String, UiError> {
             figures.insert(key[prefix.len()..].to_string(), v);
         }
     }
-    if figures.is_empty() {
-        return Ok(String::new());
-    }
-    let get = |k: String| figures.get(&k).copied();
-    let mut out = String::from("<section class=\"stalls\"><h2>Data stalls</h2>");
-    if let Some(p) = store.params(id)?.into_iter().find(|p| p.key == "verdict") {
-        let _ = write!(out, "<p class=\"verdict\">{}</p>", esc(&p.value));
-    }
+    Ok(figures)
+}
 
+/// The figure named `key`, if recorded.
+fn get(figures: &Figures, key: String) -> Option<f64> {
+    figures.get(&key).copied()
+}
+
+/// One row per mode measured: its rate, waits and CPU.
+fn modes_table(figures: &Figures, out: &mut String) {
     out.push_str(
         "<table class=\"stall-modes\"><tr><th>mode</th><th>steps/s</th><th>samples/s</th>\
          <th>wait mean</th><th>wait p50</th><th>wait p95</th><th>CPU s/1000</th></tr>",
@@ -51,7 +73,7 @@ pub(crate) fn section(store: &Store, id: RunId) -> Result<String, UiError> {
     for mode in MODES {
         let f: Vec<Option<f64>> = STALLS_MODE_FIGURES
             .iter()
-            .map(|name| get(format!("{mode}/{name}")))
+            .map(|name| get(figures, format!("{mode}/{name}")))
             .collect();
         if f.iter().all(Option::is_none) {
             continue;
@@ -69,12 +91,16 @@ pub(crate) fn section(store: &Store, id: RunId) -> Result<String, UiError> {
         );
     }
     out.push_str("</table>");
+}
 
+/// One row per stall found: its time per step and share of the step
+/// (nothing when none was).
+fn stalls_table(figures: &Figures, out: &mut String) {
     let stall_rows: Vec<String> = STALLS
         .iter()
         .filter_map(|s| {
-            let step = get(format!("{s}/per_step_s"));
-            let share = get(format!("{s}/share"));
+            let step = get(figures, format!("{s}/per_step_s"));
+            let share = get(figures, format!("{s}/share"));
             (step.is_some() || share.is_some()).then(|| {
                 format!(
                     "<tr><th>{}</th><td>{}</td><td>{}</td></tr>",
@@ -92,34 +118,37 @@ pub(crate) fn section(store: &Store, id: RunId) -> Result<String, UiError> {
         out.extend(stall_rows);
         out.push_str("</table>");
     }
+}
 
+/// One row per number of jobs: own loaders against one producer,
+/// predicted and measured (nothing when no prediction was made).
+fn sharing_table(figures: &Figures, out: &mut String) {
     let mut jobs: Vec<u64> = figures
         .keys()
         .filter_map(|k| k.strip_prefix("jobs_")?.split('/').next()?.parse().ok())
         .collect();
     jobs.sort_unstable();
     jobs.dedup();
-    if !jobs.is_empty() {
-        out.push_str(
-            "<table class=\"stall-sharing\"><tr><th>jobs</th><th>own loaders</th><th>one producer</th>\
-             <th>speedup</th></tr><tr><td colspan=\"4\" class=\"note\">aggregate samples/s: predicted [measured]</td></tr>",
-        );
-        for n in jobs {
-            let v = |what: &str| get(format!("jobs_{n}/{what}_samples_per_s"));
-            let (pi, ps) = (v("predicted_independent"), v("predicted_shared"));
-            let (mi, ms_) = (v("measured_independent"), v("measured_shared"));
-            let _ = write!(
-                out,
-                "<tr><th>{n}</th><td>{}</td><td>{}</td><td>{}</td></tr>",
-                pair(pi, mi, |x| format!("{x:.0}")),
-                pair(ps, ms_, |x| format!("{x:.0}")),
-                pair(ratio(ps, pi), ratio(ms_, mi), |x| format!("{x:.2}x")),
-            );
-        }
-        out.push_str("</table>");
+    if jobs.is_empty() {
+        return;
     }
-    out.push_str("</section>");
-    Ok(out)
+    out.push_str(
+        "<table class=\"stall-sharing\"><tr><th>jobs</th><th>own loaders</th><th>one producer</th>\
+         <th>speedup</th></tr><tr><td colspan=\"4\" class=\"note\">aggregate samples/s: predicted [measured]</td></tr>",
+    );
+    for n in jobs {
+        let v = |what: &str| get(figures, format!("jobs_{n}/{what}_samples_per_s"));
+        let (pi, ps) = (v("predicted_independent"), v("predicted_shared"));
+        let (mi, ms_) = (v("measured_independent"), v("measured_shared"));
+        let _ = write!(
+            out,
+            "<tr><th>{n}</th><td>{}</td><td>{}</td><td>{}</td></tr>",
+            pair(pi, mi, |x| format!("{x:.0}")),
+            pair(ps, ms_, |x| format!("{x:.0}")),
+            pair(ratio(ps, pi), ratio(ms_, mi), |x| format!("{x:.2}x")),
+        );
+    }
+    out.push_str("</table>");
 }
 
 fn num(v: Option<f64>, digits: usize) -> String {

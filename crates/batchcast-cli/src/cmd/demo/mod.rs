@@ -80,33 +80,10 @@ pub struct RunFigures {
 
 /// Runs `batchcast demo`.
 pub fn run(mut args: DemoArgs) -> Result<()> {
-    if args.trainers == 0 {
-        bail!("--trainers must be at least 1");
-    }
-    if args.source.synthetic {
-        if args.source.synth.iters_per_us.is_none() {
-            // Measure once, before anything else runs, so every process does
-            // the same real work per sample.
-            args.source.synth.iters_per_us = Some(batchcast_serve::calibrate());
-        }
-    } else if args.source.data.is_none() {
-        args.source.data = Some(demo_dataset(&args)?);
-    }
+    prepare(&mut args)?;
     let samples = args.source.open()?.samples_per_epoch(); // validates, before spawning
     let s = &args.source;
-    let pipeline = if s.synthetic {
-        format!("synthetic, ~{} us of CPU per sample", s.synth.work_us)
-    } else {
-        format!(
-            "JPEG decode + {} transform to {}x{} from {}",
-            s.images.transform,
-            s.images.image_size,
-            s.images.image_size,
-            s.data
-                .as_ref()
-                .map_or(String::new(), |d| d.display().to_string())
-        )
-    };
+    let pipeline = pipeline_text(s);
     if !args.json {
         outln!(
             "batchcast demo: {} trainers x {} epoch(s) of {samples} samples, batch {}, emulated \
@@ -120,14 +97,7 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
             default_workers()
         )?;
     }
-    let store = match &args.store {
-        Some(path) => path.clone(),
-        None => match &args.cache_dir {
-            Some(d) => d.join("runs.db"),
-            None => default_cache_dir()?.join("runs.db"),
-        },
-    };
-    let engine = Engine::new(&args, store)?;
+    let engine = Engine::new(&args, store_path(&args)?)?;
     let total = args.trainers as u64 * samples * args.epochs;
     let independent = engine.run(INDEPENDENT, total, args.json)?;
     if !args.json {
@@ -143,18 +113,77 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
             &shared,
         )?;
     }
+    let config = json!({"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
+                        "samples": samples, "batch_size": s.batch_size, "workers": s.workers,
+                        "pipeline": pipeline});
+    print_comparison(args.json, config, &independent, &shared, engine.store())
+}
+
+/// Checks `--trainers`, and fills in what the demo measures or makes once:
+/// the synthetic source's calibration, or the demo's image dataset.
+fn prepare(args: &mut DemoArgs) -> Result<()> {
+    if args.trainers == 0 {
+        bail!("--trainers must be at least 1");
+    }
+    if args.source.synthetic {
+        if args.source.synth.iters_per_us.is_none() {
+            // Measure once, before anything else runs, so every process does
+            // the same real work per sample.
+            args.source.synth.iters_per_us = Some(batchcast_serve::calibrate());
+        }
+    } else if args.source.data.is_none() {
+        args.source.data = Some(demo_dataset(args)?);
+    }
+    Ok(())
+}
+
+/// The pipeline each trainer runs, in words.
+fn pipeline_text(s: &SourceArgs) -> String {
+    if s.synthetic {
+        format!("synthetic, ~{} us of CPU per sample", s.synth.work_us)
+    } else {
+        format!(
+            "JPEG decode + {} transform to {}x{} from {}",
+            s.images.transform,
+            s.images.image_size,
+            s.images.image_size,
+            s.data
+                .as_ref()
+                .map_or(String::new(), |d| d.display().to_string())
+        )
+    }
+}
+
+/// The run store: `--store`, else `runs.db` in the cache folder.
+fn store_path(args: &DemoArgs) -> Result<PathBuf> {
+    Ok(match &args.store {
+        Some(path) => path.clone(),
+        None => match &args.cache_dir {
+            Some(d) => d.join("runs.db"),
+            None => default_cache_dir()?.join("runs.db"),
+        },
+    })
+}
+
+/// Prints the speedup and CPU saving of sharing (with `--json`, the whole
+/// result as one JSON document), and where the runs were recorded.
+fn print_comparison(
+    json: bool,
+    config: serde_json::Value,
+    independent: &RunFigures,
+    shared: &RunFigures,
+    store: &std::path::Path,
+) -> Result<()> {
     let speedup =
         shared.aggregate_samples_per_sec / independent.aggregate_samples_per_sec.max(1e-9);
     let cpu_ratio =
         independent.cpu_secs_per_1000_samples / shared.cpu_secs_per_1000_samples.max(1e-9);
-    if args.json {
+    if json {
         let out = json!({
-            "config": {"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
-                        "samples": samples, "batch_size": s.batch_size, "workers": s.workers,
-                        "pipeline": pipeline},
+            "config": config,
             "independent": independent, "shared": shared,
             "speedup": speedup, "cpu_reduction": cpu_ratio,
-            "store": engine.store().to_string_lossy(),
+            "store": store.to_string_lossy(),
         });
         outln!("{}", serde_json::to_string_pretty(&out)?)?;
     } else {
@@ -164,8 +193,8 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
         )?;
         outln!(
             "recorded in {}; open it with: batchcast ui --store {}",
-            engine.store().display(),
-            shell_word(engine.store())
+            store.display(),
+            shell_word(store)
         )?;
     }
     Ok(())

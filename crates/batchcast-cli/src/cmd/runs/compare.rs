@@ -2,7 +2,9 @@
 //! the collocation summary of each workload.
 
 use anyhow::Result;
-use batchcast_runs::compare::{collocation, speedups, summarize_runs, WorkloadSummary};
+use batchcast_runs::compare::{
+    collocation, speedups, summarize_runs, RunSummary, Speedup, WorkloadSummary,
+};
 use batchcast_runs::keys;
 
 use super::StoreArg;
@@ -49,16 +51,23 @@ pub fn run(args: CompareArgs) -> Result<()> {
         return Ok(());
     }
 
+    print_runs(&metrics, &per_run)?;
+    outln!()?;
+    print_collocation(&workloads, &speed)
+}
+
+/// The table of runs: the mean, p50, p95 and max of each metric.
+fn print_runs(metrics: &[String], per_run: &[RunSummary]) -> Result<()> {
     outln!("Runs (mean / p50 / p95 / max of each metric)")?;
     let mut header = format!(
         "{:>5}  {:<28}  {:<9}",
         "run", "experiment/workload/name", "status"
     );
-    for m in &metrics {
+    for m in metrics {
         header.push_str(&format!("  {:>30}", m));
     }
     outln!("{header}")?;
-    for r in &per_run {
+    for r in per_run {
         let name = format!("{}/{}/{}", r.run.experiment, r.run.workload, r.run.run.name);
         let mut line = format!(
             "{:>5}  {:<28}  {:<9}",
@@ -81,7 +90,12 @@ pub fn run(args: CompareArgs) -> Result<()> {
         }
         outln!("{line}")?;
     }
-    outln!()?;
+    Ok(())
+}
+
+/// The table of workloads, then the speedup of each shared workload over
+/// its independent twin.
+fn print_collocation(workloads: &[WorkloadSummary], speed: &[Speedup]) -> Result<()> {
     outln!("Collocation per workload")?;
     outln!(
         "{:<24}  {:<6}  {:>4}  {:>8}  {:>10}  {:>10}  {:>12}  {:>9}  {:>10}",
@@ -95,10 +109,10 @@ pub fn run(args: CompareArgs) -> Result<()> {
         "GPU act.",
         "memory"
     )?;
-    for w in &workloads {
+    for w in workloads {
         print_workload(w)?;
     }
-    for s in &speed {
+    for s in speed {
         let cpu = s
             .cpu_saving
             .map(|c| format!(", {c:.2}x less CPU per sample"))

@@ -1,0 +1,128 @@
+//! DLPack in both directions, for CPU memory.
+//!
+//! Out (consumer): [`ArrayView`] is a small Python object with
+//! `__dlpack__` / `__dlpack_device__`, so `torch.from_dlpack(view)` and
+//! `numpy.from_dlpack(view)` build a tensor on the arena's memory without a
+//! copy. Each `__dlpack__` call makes a `DLManagedTensor` (or, when the
+//! caller asks for DLPack >= 1.0, a `DLManagedTensorVersioned` flagged
+//! read-only) whose `manager_ctx` owns a clone of the core's [`Keepalive`](batchcast::Keepalive);
+//! its deleter drops that clone, and dropping the last one releases the
+//! slot's lease. The capsule's own destructor calls the deleter only when
+//! nobody consumed the capsule (its name is still `dltensor`), as the DLPack
+//! rules say.
+//!
+//! In (producer): [`import`] calls an array's `__dlpack__`, checks the
+//! `DLTensor` (CPU, one lane, a supported dtype, C-contiguous) and returns
+//! where its bytes are. The capsule is kept alive, unconsumed, until the
+//! bytes are copied; its destructor then gives the tensor back to its owner.
+
+mod export;
+mod import;
+
+use std::ffi::{c_void, CStr};
+
+use batchcast::DType;
+
+pub use export::ArrayView;
+pub(crate) use export::LeaseTracker;
+pub(crate) use import::{import, Imported};
+
+const CAPSULE: &CStr = c"dltensor";
+const CAPSULE_VERSIONED: &CStr = c"dltensor_versioned";
+const DL_CPU: i32 = 1;
+const DL_CUDA_HOST: i32 = 3;
+const FLAG_READ_ONLY: u64 = 1 << 0;
+const FLAG_IS_COPIED: u64 = 1 << 1;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+#[repr(C)]
+struct DLPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: DLPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DLTensor,
+}
+
+fn dl_dtype(d: DType) -> DLDataType {
+    let (code, bits) = match d {
+        DType::Bool => (6, 8),
+        DType::U8 => (1, 8),
+        DType::I8 => (0, 8),
+        DType::U16 => (1, 16),
+        DType::I16 => (0, 16),
+        DType::U32 => (1, 32),
+        DType::I32 => (0, 32),
+        DType::U64 => (1, 64),
+        DType::I64 => (0, 64),
+        DType::F16 => (2, 16),
+        DType::BF16 => (4, 16),
+        DType::F32 => (2, 32),
+        DType::F64 => (2, 64),
+    };
+    DLDataType {
+        code,
+        bits,
+        lanes: 1,
+    }
+}
+
+fn from_dl_dtype(t: DLDataType) -> Option<DType> {
+    if t.lanes != 1 {
+        return None;
+    }
+    Some(match (t.code, t.bits) {
+        (6, 8) => DType::Bool,
+        (1, 8) => DType::U8,
+        (0, 8) => DType::I8,
+        (1, 16) => DType::U16,
+        (0, 16) => DType::I16,
+        (1, 32) => DType::U32,
+        (0, 32) => DType::I32,
+        (1, 64) => DType::U64,
+        (0, 64) => DType::I64,
+        (2, 16) => DType::F16,
+        (4, 16) => DType::BF16,
+        (2, 32) => DType::F32,
+        (2, 64) => DType::F64,
+        _ => return None,
+    })
+}
