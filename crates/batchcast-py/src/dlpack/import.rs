@@ -128,8 +128,12 @@ fn c_contiguous_shape(t: &DLTensor, what: &str) -> PyResult<Vec<u64>> {
         .ok_or_else(|| {
             PyTypeError::new_err(format!("{what}: bad number of dimensions {}", t.ndim))
         })?;
-    let dims: &[i64] = if ndim == 0 || t.shape.is_null() {
+    let dims: &[i64] = if ndim == 0 {
         &[]
+    } else if t.shape.is_null() {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: the exporter gave {ndim} dimensions but no shape (a broken __dlpack__)"
+        )));
     } else {
         // SAFETY: a DLTensor's shape holds ndim entries.
         unsafe { std::slice::from_raw_parts(t.shape, ndim) }
