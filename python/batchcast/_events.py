@@ -14,8 +14,8 @@ from ._tree import unflatten
 if TYPE_CHECKING:
     from . import _native
     from ._augment import Augment
-    from ._consumer import EpochInfo
     from ._device import Transfers
+    from ._epochs import EpochInfo
 
 
 class EventReader:

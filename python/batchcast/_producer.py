@@ -101,6 +101,29 @@ def _derive_samples(loader: Any, batch_size: int | None) -> tuple[int | None, st
     return None, "the loader has no len()"
 
 
+def _check_loader(loader: Any) -> None:
+    """Refuses a loader that cannot be iterated once per epoch."""
+    if not hasattr(loader, "__iter__"):
+        raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
+    if isinstance(loader, _IteratorABC):
+        raise TypeError(
+            f"loader is an iterator ({type(loader).__name__}), which can be iterated only "
+            "once; pass a re-iterable source (a DataLoader, a list, an object whose __iter__ "
+            "starts a new epoch)"
+        )
+
+
+def _min_consumers(wait_for_consumers: Any) -> int:
+    """The consumers to wait for before publishing (see ``wait_for_consumers``)."""
+    if isinstance(wait_for_consumers, bool):
+        return 1 if wait_for_consumers else 0
+    if isinstance(wait_for_consumers, int) and wait_for_consumers >= 0:
+        return wait_for_consumers
+    raise _native.InvalidArgument(
+        f"wait_for_consumers must be a bool or a non-negative int, not {wait_for_consumers!r}"
+    )
+
+
 class Producer:
     """Publishes the batches of ``loader`` under ``name`` to every
     :class:`batchcast.Consumer` of that name on this machine.
@@ -221,26 +244,48 @@ class Producer:
         rejoin_timeout: float = 30.0,
         identity: str = "",
     ) -> None:
-        if not hasattr(loader, "__iter__"):
-            raise TypeError(f"loader must be iterable, not {type(loader).__name__}")
-        if isinstance(loader, _IteratorABC):
-            raise TypeError(
-                f"loader is an iterator ({type(loader).__name__}), which can be iterated only "
-                "once; pass a re-iterable source (a DataLoader, a list, an object whose __iter__ "
-                "starts a new epoch)"
-            )
-        if isinstance(wait_for_consumers, bool):
-            self._min_consumers = 1 if wait_for_consumers else 0
-        elif isinstance(wait_for_consumers, int) and wait_for_consumers >= 0:
-            self._min_consumers = wait_for_consumers
-        else:
-            raise _native.InvalidArgument(
-                f"wait_for_consumers must be a bool or a non-negative int, not {wait_for_consumers!r}"
-            )
+        _check_loader(loader)
+        self._min_consumers = _min_consumers(wait_for_consumers)
         #: Trainers `batchcast run` announced (0: none): waited for before
         #: the first batch, with the script's own count.
         self._trainers = _native.trainers_from_env()
         self._loader = loader
+        self._size_epochs(loader, samples_per_epoch, batch_size)
+        if seed is not None:
+            seed = _check_count(seed, "seed", allow_zero=True)
+        self._resume = Resume(loader, seed, self._batch_size)
+        self._rejoin_timeout = rejoin_timeout
+        self._open(
+            name,
+            durable,
+            identity,
+            metadata,
+            window=window,
+            slot_size=slot_size,
+            samples_per_epoch=self._samples,
+            batch_size=self._batch_size,
+            wait_for_consumers=self._min_consumers > 0,
+            idle_timeout=idle_timeout,
+            dir=None if dir is None else os.fspath(dir),
+            max_lag=max_lag,
+            lag_policy=lag_policy,
+            stall_timeout=stall_timeout,
+            fresh=fresh,
+        )
+        self._idle_timeout = idle_timeout
+        self._epoch: int | None = None
+        self._waited = False
+        #: Batches published (so a consumer was attached at some point).
+        self._served = 0
+        #: The core's rule of when run() ends (None while iterated directly).
+        self._rule: Any | None = None
+        # A producer still open at interpreter exit tells its consumers the
+        # stream finished (rather than leaving them to see it vanish).
+        self._finalizer = weakref.finalize(self, self._native.close)
+
+    def _size_epochs(self, loader: Any, samples_per_epoch: Any, batch_size: Any) -> None:
+        """The batch size and samples per epoch announced to consumers:
+        those given, else derived from ``loader`` (see :func:`_derive_samples`)."""
         if batch_size is AUTO:
             batch_size = _loader_batch_size(loader)
         elif batch_size is not None:
@@ -258,26 +303,15 @@ class Producer:
             self.samples_unknown_reason = "samples_per_epoch=None was given"
         self._samples: int | None = samples_per_epoch
         self._batch_size: int | None = batch_size
-        if seed is not None:
-            seed = _check_count(seed, "seed", allow_zero=True)
-        self._resume = Resume(loader, seed, batch_size)
+
+    def _open(
+        self, name: str, durable: bool, identity: str, metadata: dict | None, **options: Any
+    ) -> None:
+        """Creates the native producer with ``options`` and gives it
+        ``metadata``; if ``durable``, resumes the stream its state file holds
+        under ``identity``, if any. Closes it again if that fails."""
         state_identity = self._resume.identity(identity) if durable else None
-        self._rejoin_timeout = rejoin_timeout
-        self._native = _native.Producer(
-            name,
-            window=window,
-            slot_size=slot_size,
-            samples_per_epoch=samples_per_epoch,
-            batch_size=batch_size,
-            wait_for_consumers=self._min_consumers > 0,
-            idle_timeout=idle_timeout,
-            dir=None if dir is None else os.fspath(dir),
-            max_lag=max_lag,
-            lag_policy=lag_policy,
-            stall_timeout=stall_timeout,
-            durable=state_identity,
-            fresh=fresh,
-        )
+        self._native = _native.Producer(name, **options, durable=state_identity)
         self._durable = durable
         #: (epoch, row, consumers) where this producer resumed its stream.
         self._resumed: tuple[int, int, int] | None = None
@@ -293,16 +327,6 @@ class Producer:
         except BaseException:
             self._native.close()
             raise
-        self._idle_timeout = idle_timeout
-        self._epoch: int | None = None
-        self._waited = False
-        #: Batches published (so a consumer was attached at some point).
-        self._served = 0
-        #: The core's rule of when run() ends (None while iterated directly).
-        self._rule: Any | None = None
-        # A producer still open at interpreter exit tells its consumers the
-        # stream finished (rather than leaving them to see it vanish).
-        self._finalizer = weakref.finalize(self, self._native.close)
 
     # -- properties -------------------------------------------------------
 

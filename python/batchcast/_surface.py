@@ -20,7 +20,15 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any, Callable
 
-__all__ = ["StreamDataset", "StreamSampler", "StreamBatchSampler", "SkipFirstBatches"]
+from ._position import Position
+
+__all__ = [
+    "LoaderSurface",
+    "StreamDataset",
+    "StreamSampler",
+    "StreamBatchSampler",
+    "SkipFirstBatches",
+]
 
 
 class _Described:
@@ -123,3 +131,86 @@ class SkipFirstBatches:
     def __getattr__(self, name: str) -> Any:
         # dataset, sampler, batch_size, ...: the consumer's.
         return getattr(self._consumer, name)
+
+
+class LoaderSurface(Position):
+    """The DataLoader half of :class:`batchcast.Consumer`: what scripts
+    written for a DataLoader read besides the batches. Each value is chosen
+    so that the common code paths of timm's train.py, Lightning, Accelerate
+    and torchvision's reference scripts do the right thing with a Consumer.
+    The Consumer sets ``_pinned``."""
+
+    #: Whether the arena is page-locked for copies to the GPU.
+    _pinned: bool
+
+    def _init_surface(self, name: str) -> None:
+        """Makes the stand-ins, whose lengths are read when asked."""
+        self._sampler = StreamSampler(name, self._samples_per_epoch)
+        self._dataset = StreamDataset(name, self._samples_per_epoch)
+        self._batch_sampler = StreamBatchSampler(
+            name, self._full_batches, lambda: self.batch_size, self._drop_last, self._sampler
+        )
+
+    @property
+    def dataset(self) -> StreamDataset:
+        """A stand-in whose ``len()`` is the samples of a full epoch (as
+        ``len(DataLoader.dataset)``); it cannot be indexed."""
+        return self._dataset
+
+    @property
+    def sampler(self) -> StreamSampler:
+        """A stand-in whose ``len()`` is the samples of a full epoch and
+        whose ``set_epoch`` does nothing (the producer's sampler shuffles)."""
+        return self._sampler
+
+    @property
+    def batch_sampler(self) -> StreamBatchSampler:
+        """A stand-in with this consumer's ``batch_size`` and ``drop_last``,
+        ``len()`` the batches of a full epoch, and a no-op ``set_epoch``."""
+        return self._batch_sampler
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each epoch's last, smaller batch is dropped."""
+        return self._drop_last
+
+    @property
+    def num_workers(self) -> int:
+        """0: this process starts no loader workers (the producer's loader
+        does the loading)."""
+        return 0
+
+    @property
+    def collate_fn(self) -> None:
+        """None: batches arrive collated by the producer's loader."""
+        return None
+
+    @property
+    def pin_memory(self) -> bool:
+        """True when batches are read from page-locked (pinned) memory, so
+        that copies to the GPU are asynchronous (see ``device``)."""
+        return self._pinned
+
+    def set_epoch(self, epoch: int) -> None:
+        """Accepted for scripts that call it; does nothing. Which samples
+        come in which order is the producer loader's choice; each ``for``
+        loop reads the next epoch in the stream."""
+        self._sampler.set_epoch(epoch)
+
+    def skip_first_batches(self, num_batches: int) -> SkipFirstBatches:
+        """The next epoch without its first ``num_batches`` batches, to
+        resume an epoch from a checkpoint: an iterable of that one epoch
+        whose ``len()`` is the batches left. The skipped batches are
+        released unread (the producer has loaded them for everyone)."""
+        return SkipFirstBatches(self, num_batches)
+
+    @property
+    def prefetch_factor(self) -> None:
+        """Raises: read by code that rebuilds a DataLoader from this one's
+        attributes (accelerate's ``skip_first_batches``), which cannot work
+        for a stream; :meth:`skip_first_batches` is the way to skip."""
+        raise TypeError(
+            f"batchcast.Consumer({self.name!r}) cannot be rebuilt as a torch DataLoader (as "
+            "accelerate's skip_first_batches does): its batches come from the producer, not "
+            f"from a dataset it can index; use consumer.skip_first_batches(n) instead"
+        )
