@@ -40,17 +40,20 @@ class Position(EpochLoop):
     def _samples_per_epoch(self) -> int:
         # The native consumer keeps the size last announced: at join, at a
         # full epoch's start, or at an epoch boundary (a dataset that grew).
-        n = self._native.welcome()["samples_per_epoch"]
-        if n is None and self._last_full is not None:
-            n = self._last_full.samples
-        if n is None:
-            raise self._unknown_len()
-        return n
+        last = self._last_full
+        return self._known(
+            self._native.welcome()["samples_per_epoch"], None if last is None else last.samples
+        )
 
     def _full_batches(self) -> int:
-        n = self._native.batches_per_epoch()
-        if n is None and self._last_full is not None:
-            n = self._last_full.batches
+        last = self._last_full
+        return self._known(self._native.batches_per_epoch(), None if last is None else last.batches)
+
+    def _known(self, n: int | None, last_full: int | None) -> int:
+        """``n``, else the last full epoch's figure, else raises the
+        TypeError of an unknown ``len()``."""
+        if n is None:
+            n = last_full
         if n is None:
             raise self._unknown_len()
         return n
