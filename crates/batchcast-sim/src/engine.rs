@@ -118,18 +118,21 @@ impl Core {
         }
     }
 
-    /// Re-queues `i` keeping `pending` in (arrival, index) order.
+    /// Re-queues `i` keeping `pending` in (arrival, index) order: its
+    /// entry from before it started is reused where still there (stale),
+    /// found by binary search like the place to insert it otherwise.
     pub(crate) fn enqueue(&mut self, i: u32) {
-        if let Some(p) = self.pending.iter().position(|&j| j == i) {
-            self.pending.remove(p);
-            self.stale -= 1;
-        }
-        let key = |j: u32| (self.jobs[j as usize].spec.arrival, j);
+        let jobs = &self.jobs;
+        let key = |j: u32| (jobs[j as usize].spec.arrival, j);
         let k = key(i);
         let pos = self
             .pending
             .partition_point(|&j| key(j).0.total_cmp(&k.0).then(j.cmp(&k.1)).is_lt());
-        self.pending.insert(pos, i);
+        if self.pending.get(pos) == Some(&i) {
+            self.stale -= 1;
+        } else {
+            self.pending.insert(pos, i);
+        }
         self.add_demand(i);
     }
 
