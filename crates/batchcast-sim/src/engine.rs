@@ -96,6 +96,9 @@ pub(crate) struct Core {
     pub demands: std::collections::BTreeMap<u32, u32>,
     /// Entries of `pending` that are no longer pending.
     pub stale: usize,
+    /// Whether the entries of running jobs stay in `pending` (under a
+    /// preemptive policy, where a preempted job takes its entry back).
+    keep_running: bool,
     /// Per machine: (dataset, jobs of it there).
     pub datasets: Vec<Vec<(u32, u32)>>,
     /// Waiting jobs ranked by a ranking policy, once it has run a round.
@@ -134,6 +137,31 @@ impl Core {
             self.pending.insert(pos, i);
         }
         self.add_demand(i);
+    }
+
+    /// Drops the entries of `pending` no longer wanted (those not pending;
+    /// under a preemptive policy those of finished jobs): at the front at
+    /// once, elsewhere once they are over a quarter of the queue.
+    fn compact_pending(&mut self) {
+        let jobs = &self.jobs;
+        let keep = |i: u32| match jobs[i as usize].status {
+            Status::Pending => true,
+            Status::Running => self.keep_running,
+            _ => false,
+        };
+        while self.pending.front().is_some_and(|&i| !keep(i)) {
+            self.pending.pop_front();
+            self.stale -= 1;
+        }
+        let parked = if self.keep_running {
+            self.running.len()
+        } else {
+            0
+        };
+        if self.stale.saturating_sub(parked) > 64 + self.pending.len() / 4 {
+            self.pending.retain(|&i| keep(i));
+            self.stale = parked;
+        }
     }
 
     pub(crate) fn add_demand(&mut self, i: u32) {
@@ -280,6 +308,7 @@ pub fn simulate(
         fresh: Vec::new(),
         demands: std::collections::BTreeMap::new(),
         stale: 0,
+        keep_running: policy.preemptive(),
         datasets: vec![Vec::new(); spec.machines()],
         ranked: None,
     };
@@ -359,20 +388,7 @@ pub fn simulate(
             let mut s = Sched::new(&mut core, lease);
             policy.schedule(&mut s);
         }
-        while core.stale > 0
-            && core
-                .pending
-                .front()
-                .is_some_and(|&i| core.jobs[i as usize].status != Status::Pending)
-        {
-            core.pending.pop_front();
-            core.stale -= 1;
-        }
-        if core.stale > 64 + core.pending.len() / 4 {
-            core.pending
-                .retain(|&i| core.jobs[i as usize].status == Status::Pending);
-            core.stale = 0;
-        }
+        core.compact_pending();
         if lease && finished < total && core.pending.len() > core.stale {
             core.push(now + cfg.lease, Kind::Lease);
             armed = true;

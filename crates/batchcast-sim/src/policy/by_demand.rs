@@ -103,13 +103,22 @@ impl ByDemand {
         let mut heads = Heads::new(&self.queues);
         let mut room = s.spec().total_gpus();
         let (mut dead, mut out) = (Vec::new(), Vec::new());
+        // The best waiting head that fits `room`; it stays the best while
+        // it still fits, as `room` only shrinks.
+        let mut head = None;
         for &(rk, g) in running {
-            while let Some((pos, pg, pk)) = heads.best(width(room), &self.current, s, &mut dead) {
-                if pk > rk {
-                    break;
+            loop {
+                if head.is_none_or(|(_, pg, _): (usize, u32, Key)| pg as u64 > room) {
+                    head = heads.best(width(room), &self.current, s, &mut dead);
                 }
-                room -= pg as u64;
-                heads.pop(pos);
+                match head {
+                    Some((pos, pg, pk)) if pk < rk => {
+                        room -= pg as u64;
+                        heads.pop(pos);
+                        head = None;
+                    }
+                    _ => break,
+                }
             }
             if g as u64 <= room {
                 room -= g as u64;
