@@ -57,7 +57,7 @@ impl ByDemand {
     /// Starts waiting jobs best key first, backfilling what fits, until the
     /// free GPUs cannot hold the smallest waiting job.
     pub(crate) fn start_best(&mut self, s: &mut Sched<'_>) {
-        self.walk(s, |s, i| {
+        self.walk(s, true, |s, i| {
             s.try_start(i, Locality::Cluster);
         });
     }
@@ -65,16 +65,26 @@ impl ByDemand {
     /// Visits the waiting jobs no wider than the free GPUs at the start,
     /// best key first, until the free GPUs cannot hold the smallest waiting
     /// job: the order of ranking all of them, at a cost of the jobs visited
-    /// (times the number of demands), however long the queue. The entries
-    /// of jobs that `visit` started, and stale ones met, are dropped.
-    pub(crate) fn walk(&mut self, s: &mut Sched<'_>, mut visit: impl FnMut(&mut Sched<'_>, u32)) {
+    /// (times the number of demands), however long the queue. With
+    /// `narrow`, jobs wider than the GPUs free now are passed over (for a
+    /// `visit` that does nothing to a job that cannot fit). The entries of
+    /// jobs that `visit` started, and stale ones met, are dropped.
+    pub(crate) fn walk(
+        &mut self,
+        s: &mut Sched<'_>,
+        narrow: bool,
+        mut visit: impl FnMut(&mut Sched<'_>, u32),
+    ) {
         let mut heads = Heads::new(&self.queues);
-        let widest = width(s.free_gpus());
+        let mut widest = width(s.free_gpus());
         let mut dead = Vec::new();
         loop {
             let free = s.free_gpus();
             if free == 0 || free < s.smallest_demand() {
                 break;
+            }
+            if narrow {
+                widest = width(free);
             }
             let Some((pos, g, k)) = heads.best(widest, &self.current, s, &mut dead) else {
                 break;
@@ -104,20 +114,18 @@ impl ByDemand {
         let mut room = s.spec().total_gpus();
         let (mut dead, mut out) = (Vec::new(), Vec::new());
         // The best waiting head that fits `room`; it stays the best while
-        // it still fits, as `room` only shrinks.
-        let mut head = None;
+        // it still fits, and none stays none, as `room` only shrinks.
+        let mut head = heads.best(width(room), &self.current, s, &mut dead);
         for &(rk, g) in running {
-            loop {
-                if head.is_none_or(|(_, pg, _): (usize, u32, Key)| pg as u64 > room) {
+            while let Some((pos, pg, pk)) = head {
+                if pg as u64 > room {
                     head = heads.best(width(room), &self.current, s, &mut dead);
-                }
-                match head {
-                    Some((pos, pg, pk)) if pk < rk => {
-                        room -= pg as u64;
-                        heads.pop(pos);
-                        head = None;
-                    }
-                    _ => break,
+                } else if pk < rk {
+                    room -= pg as u64;
+                    heads.pop(pos);
+                    head = heads.best(width(room), &self.current, s, &mut dead);
+                } else {
+                    break;
                 }
             }
             if g as u64 <= room {
@@ -154,14 +162,28 @@ fn width(n: u64) -> u32 {
 
 /// One cursor per demand queue (ascending demand), merged by key.
 struct Heads<'q> {
-    cursors: Vec<(u32, Peekable<btree_set::Iter<'q, Key>>)>,
+    cursors: Vec<Cursor<'q>>,
+}
+
+/// A demand queue read in key order.
+struct Cursor<'q> {
+    gpus: u32,
+    keys: Peekable<btree_set::Iter<'q, Key>>,
+    /// The head is known to be a waiting job's newest entry (it stays so
+    /// while the cursor lives: a pass starts or preempts only the jobs it
+    /// reads, and reads a waiting job once).
+    checked: bool,
 }
 
 impl<'q> Heads<'q> {
     fn new(queues: &'q BTreeMap<u32, BTreeSet<Key>>) -> Self {
         let cursors = queues
             .iter()
-            .map(|(&g, q)| (g, q.iter().peekable()))
+            .map(|(&gpus, q)| Cursor {
+                gpus,
+                keys: q.iter().peekable(),
+                checked: false,
+            })
             .collect();
         Heads { cursors }
     }
@@ -177,19 +199,22 @@ impl<'q> Heads<'q> {
         dead: &mut Vec<(u32, Key)>,
     ) -> Option<(usize, u32, Key)> {
         let mut best: Option<(usize, u32, Key)> = None;
-        for (pos, (g, it)) in self.cursors.iter_mut().enumerate() {
-            if *g > widest {
+        for (pos, c) in self.cursors.iter_mut().enumerate() {
+            if c.gpus > widest {
                 break;
             }
-            while let Some(&&k) = it.peek() {
-                if current.get(&k.2) == Some(&k) && s.job(k.2).status == Status::Pending {
+            while let Some(&&k) = c.keys.peek() {
+                if c.checked
+                    || current.get(&k.2) == Some(&k) && s.job(k.2).status == Status::Pending
+                {
+                    c.checked = true;
                     if best.is_none_or(|b| k < b.2) {
-                        best = Some((pos, *g, k));
+                        best = Some((pos, c.gpus, k));
                     }
                     break;
                 }
-                dead.push((*g, k));
-                it.next();
+                dead.push((c.gpus, k));
+                c.keys.next();
             }
         }
         best
@@ -198,7 +223,8 @@ impl<'q> Heads<'q> {
     /// Consumes the head of cursor `pos`.
     fn pop(&mut self, pos: usize) {
         if let Some(c) = self.cursors.get_mut(pos) {
-            c.1.next();
+            c.keys.next();
+            c.checked = false;
         }
     }
 }

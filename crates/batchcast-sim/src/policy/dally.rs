@@ -136,6 +136,7 @@ impl Policy for Dally {
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
         let key = self.key();
-        ranked_round(s, key, |s, i| self.visit(s, i));
+        // A job that cannot fit is still visited: it may ask for a wake-up.
+        ranked_round(s, key, false, |s, i| self.visit(s, i));
     }
 }

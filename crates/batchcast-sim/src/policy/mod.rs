@@ -111,10 +111,12 @@ impl Ranked {
 /// while it waits: waiting jobs stay ranked between rounds, keyed once when
 /// they arrive and again when a boundary preempts them, and a round reads
 /// only the few it may start or that rank ahead of a running job, in the
-/// order of ranking them all (a test holds it to that schedule).
+/// order of ranking them all (a test holds it to that schedule). `narrow`:
+/// see [`ByDemand::walk`].
 pub(crate) fn ranked_round(
     s: &mut Sched<'_>,
     key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
+    narrow: bool,
     visit: impl FnMut(&mut Sched<'_>, u32),
 ) {
     let keyed = |s: &Sched<'_>, i: u32| {
@@ -146,7 +148,7 @@ pub(crate) fn ranked_round(
             r.queues.forget(i);
         }
     }
-    r.queues.walk(s, visit);
+    r.queues.walk(s, narrow, visit);
     for i in out {
         if s.job(i).status == Status::Pending {
             r.queues.insert(s.job(i).spec.gpus, keyed(s, i));
@@ -157,7 +159,7 @@ pub(crate) fn ranked_round(
 
 /// [`ranked_round`] starting each visited job that fits at cluster level.
 pub(crate) fn ranked_start(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
-    ranked_round(s, key, |s, i| {
+    ranked_round(s, key, true, |s, i| {
         s.try_start(i, Locality::Cluster);
     });
 }
