@@ -96,6 +96,10 @@ pub(crate) struct Core {
     pub demands: std::collections::BTreeMap<u32, u32>,
     /// Entries of `pending` that are no longer pending.
     pub stale: usize,
+    /// Whether the policy preempts: lease rounds are armed, and the entries
+    /// of running jobs stay in `pending` (a preempted job takes its entry
+    /// back).
+    keep_running: bool,
     /// Per machine: (dataset, jobs of it there).
     pub datasets: Vec<Vec<(u32, u32)>>,
     /// Waiting jobs ranked by a ranking policy, once it has run a round.
@@ -103,6 +107,36 @@ pub(crate) struct Core {
 }
 
 impl Core {
+    fn new(spec: &ClusterSpec, cfg: &SimConfig, jobs: &[JobSpec], preemptive: bool) -> Self {
+        let mut names: HashMap<&str, u32> = HashMap::new();
+        let states: Vec<JobState> = jobs
+            .iter()
+            .map(|j| {
+                let n = names.len() as u32;
+                let id = *names.entry(j.dataset.as_str()).or_insert(n);
+                JobState::new(j.clone(), id)
+            })
+            .collect();
+        Core {
+            cfg: cfg.clone(),
+            cluster: Cluster::new(*spec),
+            jobs: states,
+            pending: std::collections::VecDeque::new(),
+            running: Vec::new(),
+            now: 0.0,
+            heap: BinaryHeap::new(),
+            seq: 0,
+            wakes: HashSet::new(),
+            dirty: false,
+            fresh: Vec::new(),
+            demands: std::collections::BTreeMap::new(),
+            stale: 0,
+            keep_running: preemptive,
+            datasets: vec![Vec::new(); spec.machines()],
+            ranked: None,
+        }
+    }
+
     pub(crate) fn push(&mut self, t: f64, kind: Kind) {
         self.seq += 1;
         self.heap.push(Event {
@@ -118,19 +152,47 @@ impl Core {
         }
     }
 
-    /// Re-queues `i` keeping `pending` in (arrival, index) order.
+    /// Re-queues `i` keeping `pending` in (arrival, index) order: its
+    /// entry from before it started is reused where still there (stale),
+    /// found by binary search like the place to insert it otherwise.
     pub(crate) fn enqueue(&mut self, i: u32) {
-        if let Some(p) = self.pending.iter().position(|&j| j == i) {
-            self.pending.remove(p);
-            self.stale -= 1;
-        }
-        let key = |j: u32| (self.jobs[j as usize].spec.arrival, j);
+        let jobs = &self.jobs;
+        let key = |j: u32| (jobs[j as usize].spec.arrival, j);
         let k = key(i);
         let pos = self
             .pending
             .partition_point(|&j| key(j).0.total_cmp(&k.0).then(j.cmp(&k.1)).is_lt());
-        self.pending.insert(pos, i);
+        if self.pending.get(pos) == Some(&i) {
+            self.stale -= 1;
+        } else {
+            self.pending.insert(pos, i);
+        }
         self.add_demand(i);
+    }
+
+    /// Drops the entries of `pending` no longer wanted (those not pending;
+    /// under a preemptive policy those of finished jobs): at the front at
+    /// once, elsewhere once they are over a quarter of the queue.
+    fn compact_pending(&mut self) {
+        let jobs = &self.jobs;
+        let keep = |i: u32| match jobs[i as usize].status {
+            Status::Pending => true,
+            Status::Running => self.keep_running,
+            _ => false,
+        };
+        while self.pending.front().is_some_and(|&i| !keep(i)) {
+            self.pending.pop_front();
+            self.stale -= 1;
+        }
+        let parked = if self.keep_running {
+            self.running.len()
+        } else {
+            0
+        };
+        if self.stale.saturating_sub(parked) > 64 + self.pending.len() / 4 {
+            self.pending.retain(|&i| keep(i));
+            self.stale = parked;
+        }
     }
 
     pub(crate) fn add_demand(&mut self, i: u32) {
@@ -179,6 +241,25 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Drops stale finish events once they dominate the heap.
+    fn prune_heap(&mut self) {
+        if self.heap.len() <= 64 + 8 * self.running.len() {
+            return;
+        }
+        let jobs = &self.jobs;
+        let live: Vec<Event> = std::mem::take(&mut self.heap)
+            .into_vec()
+            .into_iter()
+            .filter(|e| match e.kind {
+                Kind::Finish(i, v) => {
+                    jobs[i as usize].version == v && jobs[i as usize].status == Status::Running
+                }
+                _ => true,
+            })
+            .collect();
+        self.heap = BinaryHeap::from(live);
     }
 
     /// Recomputes multipliers after placements changed; reschedules the
@@ -247,68 +328,103 @@ pub fn simulate(
             "lease must be > 0 and restart cost >= 0 seconds".into(),
         ));
     }
-    let mut names: HashMap<&str, u32> = HashMap::new();
-    let states: Vec<JobState> = jobs
-        .iter()
-        .map(|j| {
-            let n = names.len() as u32;
-            let id = *names.entry(j.dataset.as_str()).or_insert(n);
-            JobState::new(j.clone(), id)
-        })
-        .collect();
-    let mut order: Vec<u32> = (0..jobs.len() as u32).collect();
-    order.sort_by(|&a, &b| {
-        jobs[a as usize]
-            .arrival
-            .total_cmp(&jobs[b as usize].arrival)
-            .then(a.cmp(&b))
-    });
-    let mut core = Core {
-        cfg: cfg.clone(),
-        cluster: Cluster::new(*spec),
-        jobs: states,
-        pending: std::collections::VecDeque::new(),
-        running: Vec::new(),
-        now: 0.0,
-        heap: BinaryHeap::new(),
-        seq: 0,
-        wakes: HashSet::new(),
-        dirty: false,
-        fresh: Vec::new(),
-        demands: std::collections::BTreeMap::new(),
-        stale: 0,
-        datasets: vec![Vec::new(); spec.machines()],
-        ranked: None,
-    };
-    // Lease rounds are armed only while a job waits: a round with nothing
-    // pending preempts nothing and starts nothing, so idle or uncontended
-    // stretches of simulated time cost no events. Boundaries stay at
-    // multiples of the lease.
-    let preemptive = policy.preemptive();
-    let mut armed = false;
-    let total = jobs.len();
-    let (mut next, mut finished, mut events) = (0usize, 0usize, 0u64);
-    let mut timeline: Vec<Sample> = Vec::new();
-    while finished < total {
-        let ta = order.get(next).map(|&i| jobs[i as usize].arrival);
-        let th = core.heap.peek().map(|e| e.t);
-        let now = match (ta, th) {
-            (Some(a), Some(h)) => a.min(h),
-            (Some(a), None) => a,
-            (None, Some(h)) => h,
-            (None, None) => {
-                return Err(SimError::Config(format!(
-                    "policy {} left {} jobs pending on an idle cluster at t={:.0}s (a policy bug)",
-                    policy.name(),
-                    core.pending.len() - core.stale,
-                    core.now
-                )))
-            }
+    let mut core = Core::new(spec, cfg, jobs, policy.preemptive());
+    let mut run = Run::new(jobs);
+    while run.finished < jobs.len() {
+        let Some(now) = run.next_instant(&core) else {
+            return Err(SimError::Config(format!(
+                "policy {} left {} jobs pending on an idle cluster at t={:.0}s (a policy bug)",
+                policy.name(),
+                core.pending.len() - core.stale,
+                core.now
+            )));
         };
         core.now = now;
-        let mut lease = false;
-        while next < order.len() && jobs[order[next] as usize].arrival <= now {
-            let i = order[next];
+        run.admit(&mut core, policy);
+        run.arm_lease(&mut core);
+        let lease = run.take_due(&mut core, progress);
+        // Outside lease rounds a pass can only start jobs: skip it when not
+        // even the smallest waiting job fits in the free GPUs.
+        let smallest = core.demands.keys().next().copied();
+        if lease || smallest.is_some_and(|g| g as u64 <= core.cluster.free_total()) {
+            let mut s = Sched::new(&mut core, lease);
+            policy.schedule(&mut s);
+        }
+        core.compact_pending();
+        if lease {
+            run.rearm_lease(&mut core);
+        }
+        if core.dirty {
+            core.refresh();
+        }
+        core.prune_heap();
+        run.sample(&core);
+    }
+    progress(run.finished, jobs.len());
+    Ok(Outcome {
+        policy: policy.name().to_string(),
+        jobs: core.jobs,
+        timeline: run.timeline,
+        total_gpus: spec.total_gpus(),
+        events: run.events,
+    })
+}
+
+/// The event loop's own state: the arrivals still to come, the counts, the
+/// lease timer and the occupancy timeline.
+struct Run<'j> {
+    jobs: &'j [JobSpec],
+    /// Job indices by (arrival, index); `next` is the first not yet
+    /// submitted.
+    order: Vec<u32>,
+    next: usize,
+    finished: usize,
+    events: u64,
+    /// Whether a lease round is in the heap.
+    armed: bool,
+    timeline: Vec<Sample>,
+}
+
+impl<'j> Run<'j> {
+    fn new(jobs: &'j [JobSpec]) -> Self {
+        let mut order: Vec<u32> = (0..jobs.len() as u32).collect();
+        order.sort_by(|&a, &b| {
+            jobs[a as usize]
+                .arrival
+                .total_cmp(&jobs[b as usize].arrival)
+                .then(a.cmp(&b))
+        });
+        Run {
+            jobs,
+            order,
+            next: 0,
+            finished: 0,
+            events: 0,
+            armed: false,
+            timeline: Vec::new(),
+        }
+    }
+
+    /// The next arrival or event time (`None`: nothing will ever happen).
+    fn next_instant(&self, core: &Core) -> Option<f64> {
+        let ta = self
+            .order
+            .get(self.next)
+            .map(|&i| self.jobs[i as usize].arrival);
+        let th = core.heap.peek().map(|e| e.t);
+        match (ta, th) {
+            (Some(a), Some(h)) => Some(a.min(h)),
+            (a, h) => a.or(h),
+        }
+    }
+
+    /// Submits the jobs arriving by now.
+    fn admit(&mut self, core: &mut Core, policy: &mut dyn Policy) {
+        let now = core.now;
+        while let Some(&i) = self.order.get(self.next) {
+            if self.jobs[i as usize].arrival > now {
+                break;
+            }
             let j = &mut core.jobs[i as usize];
             j.status = Status::Pending;
             j.wait_since = j.spec.arrival;
@@ -318,98 +434,74 @@ pub fn simulate(
                 r.arrived(i);
             }
             policy.arrived(i, &core.jobs[i as usize]);
-            next += 1;
-            events += 1;
+            self.next += 1;
+            self.events += 1;
         }
-        if preemptive && !armed && core.pending.len() > core.stale {
-            let k = (now / cfg.lease).ceil().max(1.0);
-            core.push(k * cfg.lease, Kind::Lease);
-            armed = true;
+    }
+
+    /// Lease rounds are armed only while a job waits: a round with nothing
+    /// pending preempts nothing and starts nothing, so idle or uncontended
+    /// stretches of simulated time cost no events. Boundaries stay at
+    /// multiples of the lease.
+    fn arm_lease(&mut self, core: &mut Core) {
+        if core.keep_running && !self.armed && core.pending.len() > core.stale {
+            let k = (core.now / core.cfg.lease).ceil().max(1.0);
+            core.push(k * core.cfg.lease, Kind::Lease);
+            self.armed = true;
         }
-        while core.heap.peek().is_some_and(|e| e.t <= now) {
+    }
+
+    /// After a lease round, the next one while jobs still wait.
+    fn rearm_lease(&mut self, core: &mut Core) {
+        if self.finished < self.jobs.len() && core.pending.len() > core.stale {
+            core.push(core.now + core.cfg.lease, Kind::Lease);
+            self.armed = true;
+        }
+    }
+
+    /// Handles the events due by now; returns whether one was a lease
+    /// boundary.
+    fn take_due(&mut self, core: &mut Core, progress: &mut dyn FnMut(usize, usize)) -> bool {
+        let mut lease = false;
+        while core.heap.peek().is_some_and(|e| e.t <= core.now) {
             let Some(e) = core.heap.pop() else { break };
-            events += 1;
+            self.events += 1;
             match e.kind {
                 Kind::Finish(i, v) => {
                     let j = &core.jobs[i as usize];
                     if j.version == v && j.status == Status::Running {
                         core.complete(i);
-                        finished += 1;
-                        if finished % 1000 == 0 {
-                            progress(finished, total);
+                        self.finished += 1;
+                        if self.finished.is_multiple_of(1000) {
+                            progress(self.finished, self.jobs.len());
                         }
                     }
                 }
                 Kind::Lease => {
                     lease = true;
-                    armed = false;
+                    self.armed = false;
                 }
                 Kind::Wake => {
                     core.wakes.remove(&e.t.to_bits());
                 }
             }
         }
-        // Outside lease rounds a pass can only start jobs: skip it when not
-        // even the smallest waiting job fits in the free GPUs.
-        let smallest = core.demands.keys().next().copied();
-        if lease || smallest.is_some_and(|g| g as u64 <= core.cluster.free_total()) {
-            let mut s = Sched::new(&mut core, lease);
-            policy.schedule(&mut s);
-        }
-        while core.stale > 0
-            && core
-                .pending
-                .front()
-                .is_some_and(|&i| core.jobs[i as usize].status != Status::Pending)
-        {
-            core.pending.pop_front();
-            core.stale -= 1;
-        }
-        if core.stale > 64 + core.pending.len() / 4 {
-            core.pending
-                .retain(|&i| core.jobs[i as usize].status == Status::Pending);
-            core.stale = 0;
-        }
-        if lease && finished < total && core.pending.len() > core.stale {
-            core.push(now + cfg.lease, Kind::Lease);
-            armed = true;
-        }
-        if core.dirty {
-            core.refresh();
-        }
-        // Drop stale finish events once they dominate the heap.
-        if core.heap.len() > 64 + 8 * core.running.len() {
-            let jobs = &core.jobs;
-            let live: Vec<Event> = std::mem::take(&mut core.heap)
-                .into_vec()
-                .into_iter()
-                .filter(|e| match e.kind {
-                    Kind::Finish(i, v) => {
-                        jobs[i as usize].version == v && jobs[i as usize].status == Status::Running
-                    }
-                    _ => true,
-                })
-                .collect();
-            core.heap = BinaryHeap::from(live);
-        }
+        lease
+    }
+
+    /// Records the occupancy now if it changed.
+    fn sample(&mut self, core: &Core) {
         let sample = Sample {
-            t: now,
-            busy: spec.total_gpus() - core.cluster.free_total(),
+            t: core.now,
+            busy: core.cluster.spec.total_gpus() - core.cluster.free_total(),
             pending: core.pending.len() - core.stale,
         };
-        if timeline
+        if self
+            .timeline
             .last()
             .is_none_or(|l| (l.busy, l.pending) != (sample.busy, sample.pending))
         {
-            timeline.push(sample);
+            self.timeline.push(sample);
         }
     }
-    progress(finished, total);
-    Ok(Outcome {
-        policy: policy.name().to_string(),
-        jobs: core.jobs,
-        timeline,
-        total_gpus: spec.total_gpus(),
-        events,
-    })
 }

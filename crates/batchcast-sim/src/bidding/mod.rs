@@ -28,17 +28,16 @@ mod sim;
 
 pub use bids::Bidder;
 pub use dally::DallySetup;
-use events::{Events, Kind};
+use events::Kind;
 use layout::Layout;
 use record::arrival_order;
-use sim::{Job, Sim};
+use sim::Sim;
 
 use crate::cluster::ClusterSpec;
 use crate::config::SimConfig;
 use crate::engine::Outcome;
 use crate::error::SimError;
 use crate::job::JobSpec;
-use crate::state::JobState;
 
 /// Most chunks one run may take (it costs a few events each).
 const MAX_CHUNKS: f64 = 1e8;
@@ -72,12 +71,62 @@ pub fn simulate_bidding(
     run: &BiddingRun,
     bidder: Bidder,
 ) -> Result<Outcome, SimError> {
-    let BiddingRun {
-        origin,
-        granularity,
-        published_default_cluster,
-        dally,
-    } = *run;
+    check(spec, cfg, jobs, run)?;
+    // Dally's commit builds the shape given whatever the file says.
+    let layout = if run.published_default_cluster && bidder != Bidder::Dally {
+        Layout::published_default(spec.racks)
+    } else {
+        Layout::of(spec)
+    };
+    if bidder == Bidder::Dally {
+        let (rack, network) = (run.dally.rack_wait, run.dally.network_wait);
+        let tuned = rack == -1.0 && network == -1.0;
+        if !(tuned || rack.is_finite() && network.is_finite()) {
+            return Err(SimError::Config(
+                "Dally's waits must be numbers of leases (both -1: tuned)".into(),
+            ));
+        }
+        return dally::simulate(&layout, spec, cfg, run, jobs);
+    }
+    let mut sim = Sim::new(layout, cfg, run, bidder, jobs);
+    for j in arrival_order(jobs) {
+        sim.push(jobs[j].arrival + run.origin, Kind::Arrive, j);
+    }
+    while let Some((t, kind, j)) = sim.ev.pop() {
+        sim.now = t;
+        match kind {
+            Kind::Arrive => sim.arrive(j),
+            Kind::End => sim.end(j),
+            Kind::Start => sim.start(j),
+            Kind::Auction => sim.auction(),
+        }
+        sim.sample();
+    }
+    if let Some(j) = sim.out.iter().find(|j| j.finish.is_none()) {
+        return Err(SimError::Config(format!(
+            "job {:?} never ran: no GPU was ever free for it",
+            j.spec.id
+        )));
+    }
+    Ok(Outcome {
+        policy: bidder.name().to_string(),
+        jobs: sim.out,
+        timeline: sim.timeline,
+        total_gpus: sim.gpus.len() as u64,
+        events: sim.ev.taken,
+    })
+}
+
+/// Refuses a run the published model cannot take: a bad origin, shape,
+/// lease or granularity, more than [`MAX_CHUNKS`] chunks, or a job without
+/// an arrival, iterations, a time per iteration or GPUs.
+fn check(
+    spec: &ClusterSpec,
+    cfg: &SimConfig,
+    jobs: &[JobSpec],
+    run: &BiddingRun,
+) -> Result<(), SimError> {
+    let (origin, granularity) = (run.origin, run.granularity);
     if !(origin.is_finite() && origin >= 0.0) {
         return Err(SimError::Config(format!(
             "origin {origin}: the trace's first arrival must be a time >= 0"
@@ -120,84 +169,5 @@ pub fn simulate_bidding(
             )));
         }
     }
-    // Dally's commit builds the shape given whatever the file says.
-    let layout = if published_default_cluster && bidder != Bidder::Dally {
-        Layout::published_default(spec.racks)
-    } else {
-        Layout::of(spec)
-    };
-    if bidder == Bidder::Dally {
-        let tuned = dally.rack_wait == -1.0 && dally.network_wait == -1.0;
-        if !(tuned || dally.rack_wait.is_finite() && dally.network_wait.is_finite()) {
-            return Err(SimError::Config(
-                "Dally's waits must be numbers of leases (both -1: tuned)".into(),
-            ));
-        }
-        return dally::simulate(&layout, spec, cfg, run, jobs);
-    }
-    let mut state = Vec::with_capacity(jobs.len());
-    let mut js = Vec::with_capacity(jobs.len());
-    for (k, j) in jobs.iter().enumerate() {
-        let total = j.iterations.ceil() as i64;
-        js.push(Job {
-            tpi: j.iter_time * j.gpus as f64,
-            s: [
-                1.0 / j.slowdown.cross_slot,
-                1.0 / j.slowdown.cross_machine,
-                1.0 / j.slowdown.cross_rack,
-            ],
-            remaining: total,
-            total,
-            service: 0.0,
-            current: Vec::new(),
-            next: Vec::new(),
-            expected: Vec::new(),
-            waiting: true,
-            last: j.arrival + origin - 1.0,
-            id: j.id.parse().unwrap_or(k as i64),
-        });
-        state.push(JobState::new(j.clone(), 0));
-    }
-    let mut sim = Sim {
-        layout,
-        origin,
-        lease: cfg.lease,
-        per_gpu: cfg.restart_cost,
-        chunk: granularity as i64,
-        bidder,
-        gpus: Vec::new(),
-        jobs: js,
-        out: state,
-        running: Vec::new(),
-        ev: Events::default(),
-        now: 0.0,
-        timeline: Vec::new(),
-    };
-    sim.gpus = vec![None; sim.layout.len()];
-    for j in arrival_order(jobs) {
-        sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
-    }
-    while let Some((t, kind, j)) = sim.ev.pop() {
-        sim.now = t;
-        match kind {
-            Kind::Arrive => sim.arrive(j),
-            Kind::End => sim.end(j),
-            Kind::Start => sim.start(j),
-            Kind::Auction => sim.auction(),
-        }
-        sim.sample();
-    }
-    if let Some(j) = sim.out.iter().find(|j| j.finish.is_none()) {
-        return Err(SimError::Config(format!(
-            "job {:?} never ran: no GPU was ever free for it",
-            j.spec.id
-        )));
-    }
-    Ok(Outcome {
-        policy: bidder.name().to_string(),
-        jobs: sim.out,
-        timeline: sim.timeline,
-        total_gpus: sim.gpus.len() as u64,
-        events: sim.ev.taken,
-    })
+    Ok(())
 }

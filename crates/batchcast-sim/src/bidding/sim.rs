@@ -5,8 +5,10 @@ use super::bids::{better, value, Asking, Bid, Bidder};
 use super::events::{Events, Kind, Lease};
 use super::layout::Layout;
 use super::record;
+use super::BiddingRun;
+use crate::config::SimConfig;
 use crate::engine::Sample;
-use crate::job::Locality;
+use crate::job::{JobSpec, Locality};
 use crate::state::{JobState, Status};
 
 /// A job as the published code keeps it.
@@ -57,6 +59,54 @@ pub(super) struct Sim {
 }
 
 impl Sim {
+    /// The published model at its start: every GPU free, no job arrived.
+    pub fn new(
+        layout: Layout,
+        cfg: &SimConfig,
+        run: &BiddingRun,
+        bidder: Bidder,
+        jobs: &[JobSpec],
+    ) -> Self {
+        let mut state = Vec::with_capacity(jobs.len());
+        let mut js = Vec::with_capacity(jobs.len());
+        for (k, j) in jobs.iter().enumerate() {
+            let total = j.iterations.ceil() as i64;
+            js.push(Job {
+                tpi: j.iter_time * j.gpus as f64,
+                s: [
+                    1.0 / j.slowdown.cross_slot,
+                    1.0 / j.slowdown.cross_machine,
+                    1.0 / j.slowdown.cross_rack,
+                ],
+                remaining: total,
+                total,
+                service: 0.0,
+                current: Vec::new(),
+                next: Vec::new(),
+                expected: Vec::new(),
+                waiting: true,
+                last: j.arrival + run.origin - 1.0,
+                id: j.id.parse().unwrap_or(k as i64),
+            });
+            state.push(JobState::new(j.clone(), 0));
+        }
+        Sim {
+            gpus: vec![None; layout.len()],
+            layout,
+            origin: run.origin,
+            lease: cfg.lease,
+            per_gpu: cfg.restart_cost,
+            chunk: run.granularity as i64,
+            bidder,
+            jobs: js,
+            out: state,
+            running: Vec::new(),
+            ev: Events::default(),
+            now: 0.0,
+            timeline: Vec::new(),
+        }
+    }
+
     pub fn push(&mut self, t: f64, kind: Kind, job: usize) {
         self.ev.push(t, kind, job);
     }

@@ -1,13 +1,15 @@
-//! Waiting jobs kept in one ordered queue per GPU demand, for the
-//! non-preemptive backfilling policies (SJF, Gandiva). A pass starts, again
-//! and again, the best head among the demands no wider than the free GPUs:
-//! the same jobs in the same order as walking one queue and skipping what
-//! does not fit, without walking past the jobs that cannot fit (which made
-//! a long queue cost quadratic time). The preemptive ranking policies keep
-//! their waiting jobs here too (see `Ranked`): a job queued again under a
-//! new key leaves its old entry stale, skipped when it comes first.
+//! Waiting jobs kept in one ordered queue per GPU demand. A pass visits
+//! the best head among the demands no wider than the free GPUs, again and
+//! again: the same jobs in the same order as ranking one queue and skipping
+//! what does not fit, without reading the jobs that cannot fit (which made
+//! a long queue cost quadratic time). SJF and Gandiva keep their queues
+//! here; so do the preemptive ranking policies (see `Ranked`), whose lease
+//! rounds read the waiting jobs only while they could take room ahead of a
+//! running one. A job queued again under a new key leaves its old entry
+//! stale, skipped and dropped when it comes first.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{btree_set, BTreeMap, BTreeSet, HashMap};
+use std::iter::Peekable;
 
 use crate::job::Locality;
 use crate::sched::Sched;
@@ -47,34 +49,101 @@ impl ByDemand {
         self.queues.entry(gpus).or_default().insert(key);
     }
 
+    /// Forgets job `i`'s entry (it stays queued as a stale entry).
+    pub(crate) fn forget(&mut self, i: u32) {
+        self.current.remove(&i);
+    }
+
     /// Starts waiting jobs best key first, backfilling what fits, until the
     /// free GPUs cannot hold the smallest waiting job.
     pub(crate) fn start_best(&mut self, s: &mut Sched<'_>) {
+        self.walk(s, true, |s, i| {
+            s.try_start(i, Locality::Cluster);
+        });
+    }
+
+    /// Visits the waiting jobs no wider than the free GPUs at the start,
+    /// best key first, until the free GPUs cannot hold the smallest waiting
+    /// job: the order of ranking all of them, at a cost of the jobs visited
+    /// (times the number of demands), however long the queue. With
+    /// `narrow`, jobs wider than the GPUs free now are passed over (for a
+    /// `visit` that does nothing to a job that cannot fit). The entries of
+    /// jobs that `visit` started, and stale ones met, are dropped.
+    pub(crate) fn walk(
+        &mut self,
+        s: &mut Sched<'_>,
+        narrow: bool,
+        mut visit: impl FnMut(&mut Sched<'_>, u32),
+    ) {
+        let mut heads = Heads::new(&self.queues);
+        let mut widest = width(s.free_gpus());
+        let mut dead = Vec::new();
         loop {
             let free = s.free_gpus();
             if free == 0 || free < s.smallest_demand() {
-                return;
+                break;
             }
-            let widest = free.min(u32::MAX as u64) as u32;
-            let best = self
-                .queues
-                .range(..=widest)
-                .filter_map(|(&g, q)| q.first().map(|&k| (k, g)))
-                .min();
-            let Some((k, g)) = best else { return };
-            let i = k.2;
-            let newest = self.current.get(&i) == Some(&k);
-            // A pending job no wider than the free GPUs always fits
-            // somewhere at cluster level; should placement ever refuse it,
-            // the pass ends rather than spin.
-            if newest
-                && s.job(i).status == Status::Pending
-                && s.try_start(i, Locality::Cluster).is_none()
-            {
-                return;
+            if narrow {
+                widest = width(free);
             }
-            if newest {
-                self.current.remove(&i);
+            let Some((pos, g, k)) = heads.best(widest, &self.current, s, &mut dead) else {
+                break;
+            };
+            heads.pop(pos);
+            visit(s, k.2);
+            if s.job(k.2).status != Status::Pending {
+                dead.push((g, k));
+            }
+        }
+        self.drop_entries(dead);
+    }
+
+    /// Lease-round preemption: keeps the best-ranked jobs, waiting (these
+    /// queues) and running (`running`, best first, with their GPUs), whose
+    /// GPU demands fit in the cluster together, and preempts the running
+    /// jobs outside that set. Waiting jobs are read only while they could
+    /// still take room ahead of a running one, so a lease round costs the
+    /// running jobs plus at most one waiting job per GPU. Returns the
+    /// preempted jobs.
+    pub(crate) fn preempt_outside(
+        &mut self,
+        s: &mut Sched<'_>,
+        running: &[(Key, u32)],
+    ) -> Vec<u32> {
+        let mut heads = Heads::new(&self.queues);
+        let mut room = s.spec().total_gpus();
+        let (mut dead, mut out) = (Vec::new(), Vec::new());
+        // The best waiting head that fits `room`; it stays the best while
+        // it still fits, and none stays none, as `room` only shrinks.
+        let mut head = heads.best(width(room), &self.current, s, &mut dead);
+        for &(rk, g) in running {
+            while let Some((pos, pg, pk)) = head {
+                if pg as u64 > room {
+                    head = heads.best(width(room), &self.current, s, &mut dead);
+                } else if pk < rk {
+                    room -= pg as u64;
+                    heads.pop(pos);
+                    head = heads.best(width(room), &self.current, s, &mut dead);
+                } else {
+                    break;
+                }
+            }
+            if g as u64 <= room {
+                room -= g as u64;
+            } else if s.preempt(rk.2) {
+                out.push(rk.2);
+            }
+        }
+        self.drop_entries(dead);
+        out
+    }
+
+    /// Removes entries `(gpus, key)` and, where one is its job's newest,
+    /// the job's record.
+    fn drop_entries(&mut self, dead: Vec<(u32, Key)>) {
+        for (g, k) in dead {
+            if self.current.get(&k.2) == Some(&k) {
+                self.current.remove(&k.2);
             }
             if let Some(q) = self.queues.get_mut(&g) {
                 q.remove(&k);
@@ -82,6 +151,80 @@ impl ByDemand {
                     self.queues.remove(&g);
                 }
             }
+        }
+    }
+}
+
+/// `n` GPUs as a demand bound.
+fn width(n: u64) -> u32 {
+    n.min(u32::MAX as u64) as u32
+}
+
+/// One cursor per demand queue (ascending demand), merged by key.
+struct Heads<'q> {
+    cursors: Vec<Cursor<'q>>,
+}
+
+/// A demand queue read in key order.
+struct Cursor<'q> {
+    gpus: u32,
+    keys: Peekable<btree_set::Iter<'q, Key>>,
+    /// The head is known to be a waiting job's newest entry (it stays so
+    /// while the cursor lives: a pass starts or preempts only the jobs it
+    /// reads, and reads a waiting job once).
+    checked: bool,
+}
+
+impl<'q> Heads<'q> {
+    fn new(queues: &'q BTreeMap<u32, BTreeSet<Key>>) -> Self {
+        let cursors = queues
+            .iter()
+            .map(|(&gpus, q)| Cursor {
+                gpus,
+                keys: q.iter().peekable(),
+                checked: false,
+            })
+            .collect();
+        Heads { cursors }
+    }
+
+    /// The best head of a waiting job's newest entry among the demands no
+    /// wider than `widest`, as (cursor, demand, key), not consumed; the
+    /// other heads met on the way are passed over and listed in `dead`.
+    fn best(
+        &mut self,
+        widest: u32,
+        current: &HashMap<u32, Key>,
+        s: &Sched<'_>,
+        dead: &mut Vec<(u32, Key)>,
+    ) -> Option<(usize, u32, Key)> {
+        let mut best: Option<(usize, u32, Key)> = None;
+        for (pos, c) in self.cursors.iter_mut().enumerate() {
+            if c.gpus > widest {
+                break;
+            }
+            while let Some(&&k) = c.keys.peek() {
+                if c.checked
+                    || current.get(&k.2) == Some(&k) && s.job(k.2).status == Status::Pending
+                {
+                    c.checked = true;
+                    if best.is_none_or(|b| k < b.2) {
+                        best = Some((pos, c.gpus, k));
+                    }
+                    break;
+                }
+                dead.push((c.gpus, k));
+                c.keys.next();
+            }
+        }
+        best
+    }
+
+    /// Consumes the head of cursor `pos`.
+    fn pop(&mut self, pos: usize) {
+        if let Some(c) = self.cursors.get_mut(pos) {
+            c.keys.next();
+            c.checked = false;
         }
     }
 }

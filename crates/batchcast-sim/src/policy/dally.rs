@@ -13,7 +13,7 @@
 
 use super::tiresias::queue;
 use super::tuner::Tuner;
-use super::{preemptive_round, Policy};
+use super::{ranked_round, Policy};
 use crate::job::Locality;
 use crate::sched::Sched;
 use crate::state::Status;
@@ -90,6 +90,41 @@ impl Dally {
     }
 }
 
+impl Dally {
+    /// Dally's ranking key: the Tiresias queue of the network-weighted
+    /// attained service, then arrival.
+    pub(crate) fn key(&self) -> impl Fn(&Sched<'_>, u32) -> (f64, f64) {
+        let th = self.cfg.thresholds.clone();
+        move |s: &Sched<'_>, i: u32| {
+            let j = s.job(i);
+            let net = if j.status == Status::Running {
+                j.net.max(1.0)
+            } else {
+                1.0
+            };
+            (queue(&th, s.attained_now(i) * net), j.spec.arrival)
+        }
+    }
+
+    /// Starts waiting job `i` at the widest level its wait allows, or asks
+    /// to decide again when the next level opens.
+    pub(crate) fn visit(&mut self, s: &mut Sched<'_>, i: u32) {
+        let now = s.now();
+        let j = s.job(i);
+        let (gpus, since) = (j.spec.gpus, j.wait_since);
+        let tightest = s.spec().tightest_fit(gpus);
+        let (level, next) = self.allowed(tightest, gpus, now - since);
+        match s.try_start(i, level) {
+            Some(got) => self.tuner.record(gpus, now - since, got),
+            None => {
+                if let Some(w) = next {
+                    s.wake_at(since + w);
+                }
+            }
+        }
+    }
+}
+
 impl Policy for Dally {
     fn name(&self) -> &str {
         "dally"
@@ -100,30 +135,8 @@ impl Policy for Dally {
     }
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
-        let th = self.cfg.thresholds.clone();
-        let key = move |s: &Sched<'_>, i: u32| {
-            let j = s.job(i);
-            let net = if j.status == Status::Running {
-                j.net.max(1.0)
-            } else {
-                1.0
-            };
-            (queue(&th, s.attained_now(i) * net), j.spec.arrival)
-        };
-        let now = s.now();
-        preemptive_round(s, key, |s, i| {
-            let j = s.job(i);
-            let (gpus, since) = (j.spec.gpus, j.wait_since);
-            let tightest = s.spec().tightest_fit(gpus);
-            let (level, next) = self.allowed(tightest, gpus, now - since);
-            match s.try_start(i, level) {
-                Some(got) => self.tuner.record(gpus, now - since, got),
-                None => {
-                    if let Some(w) = next {
-                        s.wake_at(since + w);
-                    }
-                }
-            }
-        });
+        let key = self.key();
+        // A job that cannot fit is still visited: it may ask for a wake-up.
+        ranked_round(s, key, false, |s, i| self.visit(s, i));
     }
 }

@@ -7,7 +7,7 @@
 //! simulator, GPUs are given to a job all at once (gang scheduling), not
 //! one by one through per-GPU bids.
 
-use super::{ranked_round, Policy};
+use super::{ranked_start, Policy};
 use crate::sched::Sched;
 
 /// Least attained service (the published simulator's "SRSF").
@@ -28,6 +28,6 @@ impl Policy for Las {
             let done = j.spec.ideal_duration() - s.remaining_now(i);
             (done * j.spec.gpus as f64, j.spec.arrival)
         };
-        ranked_round(s, key);
+        ranked_start(s, key);
     }
 }

@@ -24,9 +24,7 @@ pub use srsf::Srsf;
 pub use tiresias::Tiresias;
 pub use tuner::Tuner;
 
-use std::collections::HashSet;
-
-use by_demand::{total_bits, ByDemand};
+use by_demand::{total_bits, ByDemand, Key};
 
 use crate::error::SimError;
 use crate::job::Locality;
@@ -86,66 +84,9 @@ pub(crate) fn greedy_arrival(s: &mut Sched<'_>, strict: bool) {
     }
 }
 
-/// Lease-round preemption: keeps the best-ranked jobs (pending and running,
-/// `ranked` best first) whose GPU demands fit in the cluster together, and
-/// preempts running jobs outside that set. Returns the preempted jobs.
-pub(crate) fn preempt_outside(s: &mut Sched<'_>, ranked: &[u32]) -> Vec<u32> {
-    let mut room = s.spec().total_gpus();
-    let mut out = Vec::new();
-    for &i in ranked {
-        let g = s.job(i).spec.gpus as u64;
-        if g <= room {
-            room -= g;
-        } else if s.preempt(i) {
-            out.push(i);
-        }
-    }
-    out
-}
-
-/// A job with its ranking key.
-type Keyed = ((f64, f64), u32);
-
-/// The ranking order: by key, ties by index (so deterministic).
-fn by_key(a: &Keyed, b: &Keyed) -> std::cmp::Ordering {
-    a.0 .0
-        .total_cmp(&b.0 .0)
-        .then(a.0 .1.total_cmp(&b.0 .1))
-        .then(a.1.cmp(&b.1))
-}
-
-/// Sorts `jobs` by `key` (ties by index, so deterministic).
-pub(crate) fn rank_by(jobs: &mut [u32], key: impl Fn(u32) -> (f64, f64)) {
-    let mut keyed: Vec<Keyed> = jobs.iter().map(|&i| (key(i), i)).collect();
-    keyed.sort_by(by_key);
-    for (slot, (_, i)) in jobs.iter_mut().zip(keyed) {
-        *slot = i;
-    }
-}
-
-/// One round of a preemptive ranking policy: at a lease boundary, the
-/// running jobs ranked outside what fits are preempted
-/// ([`preempt_outside`]); then the waiting jobs that fit, bar those just
-/// preempted, are visited best first ([`walk_ranked`]).
-pub(crate) fn preemptive_round(
-    s: &mut Sched<'_>,
-    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
-    visit: impl FnMut(&mut Sched<'_>, u32),
-) {
-    let mut out = Vec::new();
-    if s.lease_boundary() {
-        let ranked = all_ranked(s, |i| key(s, i));
-        out = preempt_outside(s, &ranked);
-    }
-    let out: HashSet<u32> = out.into_iter().collect();
-    let mut order = s.pending_fitting();
-    order.retain(|i| !out.contains(i));
-    walk_ranked(s, order, key, visit);
-}
-
-/// The waiting jobs of a preemptive ranking policy that starts the best
-/// that fit at cluster level (SRSF, LAS, Tiresias), kept ranked between
-/// lease boundaries (the simulation holds them; see [`ranked_round`]).
+/// The waiting jobs of a preemptive ranking policy (SRSF, LAS, Tiresias,
+/// Dally), kept ranked between passes (the simulation holds them; see
+/// [`ranked_round`]).
 #[derive(Default)]
 pub(crate) struct Ranked {
     queues: ByDemand,
@@ -160,18 +101,27 @@ impl Ranked {
     }
 }
 
-/// One round of a preemptive ranking policy that starts the best waiting
-/// jobs that fit at cluster level: at a lease boundary
-/// [`preemptive_round`]; between boundaries the best heads of the ranked
-/// waiting jobs ([`ByDemand::start_best`]), the same jobs in the same order
-/// as ranking the whole queue, at a cost that does not grow with the queue.
-/// A waiting job holds no GPUs, so its key does not change while it waits;
-/// the jobs a boundary preempts are queued again under their new keys.
-pub(crate) fn ranked_round(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
-    let queue = |r: &mut Ranked, s: &Sched<'_>, i: u32| {
+/// One round of a preemptive ranking policy, ranking by `key` (lower
+/// first, ties by index). At a lease boundary the running jobs ranked
+/// outside the best set that fits in the cluster are preempted
+/// ([`ByDemand::preempt_outside`]); then the waiting jobs that fit in the
+/// free GPUs, bar those just preempted, are visited best first
+/// ([`ByDemand::walk`]) until the free GPUs cannot hold the smallest
+/// waiting job. A waiting job holds no GPUs, so its key does not change
+/// while it waits: waiting jobs stay ranked between rounds, keyed once when
+/// they arrive and again when a boundary preempts them, and a round reads
+/// only the few it may start or that rank ahead of a running job, in the
+/// order of ranking them all (a test holds it to that schedule). `narrow`:
+/// see [`ByDemand::walk`].
+pub(crate) fn ranked_round(
+    s: &mut Sched<'_>,
+    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
+    narrow: bool,
+    visit: impl FnMut(&mut Sched<'_>, u32),
+) {
+    let keyed = |s: &Sched<'_>, i: u32| {
         let (a, b) = key(s, i);
-        r.queues
-            .insert(s.job(i).spec.gpus, (total_bits(a), total_bits(b), i));
+        (total_bits(a), total_bits(b), i)
     };
     let mut r = match s.ranked_mut().take() {
         Some(r) => r,
@@ -182,61 +132,36 @@ pub(crate) fn ranked_round(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (
     };
     for i in std::mem::take(&mut r.arrived) {
         if s.job(i).status == Status::Pending {
-            queue(&mut r, s, i);
+            r.queues.insert(s.job(i).spec.gpus, keyed(s, i));
         }
     }
+    let mut out = Vec::new();
     if s.lease_boundary() {
-        let was_running = s.running();
-        preemptive_round(s, &key, |s, i| {
-            s.try_start(i, Locality::Cluster);
-        });
-        for i in was_running {
-            if s.job(i).status == Status::Pending {
-                queue(&mut r, s, i);
-            }
+        let mut running: Vec<(Key, u32)> = s
+            .running()
+            .into_iter()
+            .map(|i| (keyed(s, i), s.job(i).spec.gpus))
+            .collect();
+        running.sort_unstable();
+        out = r.queues.preempt_outside(s, &running);
+        for &i in &out {
+            r.queues.forget(i);
         }
-    } else {
-        r.queues.start_best(s);
+    }
+    r.queues.walk(s, narrow, visit);
+    for i in out {
+        if s.job(i).status == Status::Pending {
+            r.queues.insert(s.job(i).spec.gpus, keyed(s, i));
+        }
     }
     *s.ranked_mut() = Some(r);
 }
 
-/// Walks `jobs` best-first by `key`, calling `visit` on each until the free
-/// GPUs cannot hold the smallest waiting job. Only the best few are sorted
-/// (at most a few per free GPU can start); the rest is sorted only if the
-/// walk gets that far, so the order visited is exactly the full ranking's.
-pub(crate) fn walk_ranked(
-    s: &mut Sched<'_>,
-    jobs: Vec<u32>,
-    key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
-    mut visit: impl FnMut(&mut Sched<'_>, u32),
-) {
-    let cmp = by_key;
-    let mut keyed: Vec<Keyed> = jobs.into_iter().map(|i| (key(s, i), i)).collect();
-    let head = (4 * s.free_gpus() as usize + 64).min(keyed.len());
-    if head < keyed.len() && head > 0 {
-        keyed.select_nth_unstable_by(head - 1, cmp);
-    }
-    keyed[..head].sort_unstable_by(cmp);
-    let mut sorted_tail = false;
-    for k in 0..keyed.len() {
-        if k == head && !sorted_tail {
-            keyed[head..].sort_unstable_by(cmp);
-            sorted_tail = true;
-        }
-        if s.free_gpus() == 0 || s.free_gpus() < s.smallest_demand() {
-            return;
-        }
-        visit(s, keyed[k].1);
-    }
-}
-
-/// Pending then running jobs, ranked by `key`.
-pub(crate) fn all_ranked(s: &Sched<'_>, key: impl Fn(u32) -> (f64, f64)) -> Vec<u32> {
-    let mut all = s.pending();
-    all.extend(s.running());
-    rank_by(&mut all, key);
-    all
+/// [`ranked_round`] starting each visited job that fits at cluster level.
+pub(crate) fn ranked_start(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
+    ranked_round(s, key, true, |s, i| {
+        s.try_start(i, Locality::Cluster);
+    });
 }
 
 #[cfg(test)]

@@ -2,7 +2,7 @@
 //! preempting at lease boundaries. The published delay-scheduling
 //! simulator's "SRSF" ranks by service received instead: that is `las`.
 
-use super::{ranked_round, Policy};
+use super::{ranked_start, Policy};
 use crate::sched::Sched;
 
 /// Shortest remaining service first.
@@ -24,6 +24,6 @@ impl Policy for Srsf {
                 s.job(i).spec.arrival,
             )
         };
-        ranked_round(s, key);
+        ranked_start(s, key);
     }
 }

@@ -5,7 +5,7 @@
 //! outside the set the queues admit. Placement takes whatever is free,
 //! tightest first, without waiting.
 
-use super::{ranked_round, Policy};
+use super::{ranked_start, Policy};
 use crate::sched::Sched;
 
 /// 2D-LAS with discretised queues.
@@ -39,6 +39,6 @@ impl Policy for Tiresias {
     fn schedule(&mut self, s: &mut Sched<'_>) {
         let th = &self.thresholds;
         let key = |s: &Sched<'_>, i: u32| (queue(th, s.attained_now(i)), s.job(i).spec.arrival);
-        ranked_round(s, key);
+        ranked_start(s, key);
     }
 }
