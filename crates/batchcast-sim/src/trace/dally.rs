@@ -159,48 +159,9 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
         }
         let id = text(o, "job_id")
             .ok_or_else(|| bad(file, r, "job_id", "missing (a number or string)"))?;
-        let arrival = match num(file, r, o, "arrival_time")? {
-            Some(a) => a,
-            None => match num(file, r, o, "start_time")? {
-                Some(a) => a,
-                None => num(file, r, o, "submit_time")?.ok_or_else(|| {
-                    bad(
-                        file,
-                        r,
-                        "arrival_time",
-                        "missing (also no start_time or submit_time)",
-                    )
-                })?,
-            },
-        };
-        let gpus = num(file, r, o, "max_parallelism")?
-            .or(num(file, r, o, "gpu_num")?)
-            .ok_or_else(|| bad(file, r, "max_parallelism", "missing (the job's GPUs)"))?;
-        if !(gpus >= 1.0 && gpus <= u32::MAX as f64 && gpus.fract() == 0.0) {
-            return Err(bad(
-                file,
-                r,
-                "max_parallelism",
-                format!("{gpus} is not a whole number of GPUs >= 1"),
-            ));
-        }
-        let (iterations, iter_time) = match (
-            num(file, r, o, "total_iterations")?,
-            num(file, r, o, "time_per_iteration")?,
-        ) {
-            (Some(i), Some(t)) => (i, t),
-            _ => (
-                num(file, r, o, "duration")?.ok_or_else(|| {
-                    bad(
-                        file,
-                        r,
-                        "total_iterations",
-                        "missing (or give time_per_iteration, or duration)",
-                    )
-                })?,
-                1.0,
-            ),
-        };
+        let arrival = arrival_of(file, r, o)?;
+        let gpus = gpus_of(file, r, o)?;
+        let (iterations, iter_time) = work_of(file, r, o)?;
         members.push(Member {
             group: text(o, "job_group_id"),
             id: id.clone(),
@@ -212,6 +173,107 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
             continue;
         }
         job_of.push(members.len() - 1);
+        let record = Record {
+            file,
+            r,
+            o,
+            published,
+        };
+        out.jobs
+            .push(record.job(id, arrival, gpus, iterations, iter_time)?);
+    }
+    if published {
+        let (iterations, cut) = halved(&members);
+        for (job, &m) in out.jobs.iter_mut().zip(&job_of) {
+            job.iterations = iterations[m];
+        }
+        out.halved = cut;
+    }
+    Ok(out)
+}
+
+/// A record's arrival: `arrival_time`, else `start_time`, else
+/// `submit_time`.
+fn arrival_of(file: &str, r: usize, o: &Value) -> Result<f64, SimError> {
+    match num(file, r, o, "arrival_time")? {
+        Some(a) => Ok(a),
+        None => match num(file, r, o, "start_time")? {
+            Some(a) => Ok(a),
+            None => num(file, r, o, "submit_time")?.ok_or_else(|| {
+                bad(
+                    file,
+                    r,
+                    "arrival_time",
+                    "missing (also no start_time or submit_time)",
+                )
+            }),
+        },
+    }
+}
+
+/// A record's GPUs (`max_parallelism`, else `gpu_num`): a whole number >= 1.
+fn gpus_of(file: &str, r: usize, o: &Value) -> Result<f64, SimError> {
+    let gpus = num(file, r, o, "max_parallelism")?
+        .or(num(file, r, o, "gpu_num")?)
+        .ok_or_else(|| bad(file, r, "max_parallelism", "missing (the job's GPUs)"))?;
+    if !(gpus >= 1.0 && gpus <= u32::MAX as f64 && gpus.fract() == 0.0) {
+        return Err(bad(
+            file,
+            r,
+            "max_parallelism",
+            format!("{gpus} is not a whole number of GPUs >= 1"),
+        ));
+    }
+    Ok(gpus)
+}
+
+/// A record's work as (iterations, seconds per iteration): both given, or
+/// a `duration` of one-second iterations.
+fn work_of(file: &str, r: usize, o: &Value) -> Result<(f64, f64), SimError> {
+    match (
+        num(file, r, o, "total_iterations")?,
+        num(file, r, o, "time_per_iteration")?,
+    ) {
+        (Some(i), Some(t)) => Ok((i, t)),
+        _ => Ok((
+            num(file, r, o, "duration")?.ok_or_else(|| {
+                bad(
+                    file,
+                    r,
+                    "total_iterations",
+                    "missing (or give time_per_iteration, or duration)",
+                )
+            })?,
+            1.0,
+        )),
+    }
+}
+
+/// One record of a JSON trace, being read.
+struct Record<'a> {
+    file: &'a str,
+    r: usize,
+    o: &'a Value,
+    published: bool,
+}
+
+impl Record<'_> {
+    /// The job of a record with work to do: its iteration time per GPU
+    /// set, its slowdowns and CPU read.
+    fn job(
+        &self,
+        id: String,
+        arrival: f64,
+        gpus: f64,
+        iterations: f64,
+        iter_time: f64,
+    ) -> Result<JobSpec, SimError> {
+        let Record {
+            file,
+            r,
+            o,
+            published,
+        } = *self;
         if !(iterations > 0.0 && iter_time > 0.0 && (iterations * iter_time).is_finite()) {
             return Err(bad(
                 file,
@@ -237,7 +299,7 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
         if !(cpu >= 0.0 && cpu.is_finite()) {
             return Err(bad(file, r, "cpu_num", "must be >= 0"));
         }
-        out.jobs.push(JobSpec {
+        Ok(JobSpec {
             dataset: text(o, "dataset").unwrap_or_else(|| format!("job:{id}")),
             model: text(o, "model").unwrap_or_default(),
             id,
@@ -247,14 +309,6 @@ fn parse_json_jobs(file: &str, text_in: &str, published: bool) -> Result<Parsed,
             iter_time,
             slowdown,
             cpu,
-        });
+        })
     }
-    if published {
-        let (iterations, cut) = halved(&members);
-        for (job, &m) in out.jobs.iter_mut().zip(&job_of) {
-            job.iterations = iterations[m];
-        }
-        out.halved = cut;
-    }
-    Ok(out)
 }

@@ -62,7 +62,8 @@ impl Consumer {
     pub fn start_at(&mut self, start: Option<Position>) -> Result<()> {
         if !self.parked {
             return Err(Error::InvalidArgument(format!(
-                "the consumer of {:?} has already joined the stream: give its start before                  its first read (connect it with `deferred`)",
+                "the consumer of {:?} has already joined the stream: give its start before \
+                 its first read (connect it with `deferred`)",
                 self.name
             )));
         }
