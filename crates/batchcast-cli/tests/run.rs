@@ -224,6 +224,17 @@ fn a_failed_job_is_rerun_only_when_asked() {
     );
 }
 
+/// Waits for `job` to die (its runner's watcher kills its group); within 5 s.
+fn dies_with_its_runner(job: i32) {
+    let died = Instant::now();
+    wait_until("the job to die with its runner", || !alive(job));
+    assert!(
+        died.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        died.elapsed()
+    );
+}
+
 fn start_waiting(f: &Fixture) -> (Child, i32) {
     let plan = f.plan(&[
         "e,first,done,,job.sh,done",
@@ -253,13 +264,7 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
     .unwrap();
     runner.wait().unwrap();
     // Its job dies with it (its watcher kills the job's group).
-    let died = Instant::now();
-    wait_until("the job to die with its runner", || !alive(job));
-    assert!(
-        died.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        died.elapsed()
-    );
+    dies_with_its_runner(job);
     assert_eq!(
         f.status("second", "wait"),
         RunStatus::Running,
@@ -306,13 +311,7 @@ fn a_job_that_kills_its_runner_at_once_dies_with_it() {
         .trim()
         .parse()
         .unwrap();
-    let died = Instant::now();
-    wait_until("the job to die with its runner", || !alive(job));
-    assert!(
-        died.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        died.elapsed()
-    );
+    dies_with_its_runner(job);
 }
 
 #[test]
