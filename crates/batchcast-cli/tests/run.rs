@@ -224,6 +224,17 @@ fn a_failed_job_is_rerun_only_when_asked() {
     );
 }
 
+/// Waits for `job` to die (its runner's watcher kills its group); within 5 s.
+fn dies_with_its_runner(job: i32) {
+    let died = Instant::now();
+    wait_until("the job to die with its runner", || !alive(job));
+    assert!(
+        died.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        died.elapsed()
+    );
+}
+
 fn start_waiting(f: &Fixture) -> (Child, i32) {
     let plan = f.plan(&[
         "e,first,done,,job.sh,done",
@@ -253,13 +264,7 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
     .unwrap();
     runner.wait().unwrap();
     // Its job dies with it (its watcher kills the job's group).
-    let died = Instant::now();
-    wait_until("the job to die with its runner", || !alive(job));
-    assert!(
-        died.elapsed() < Duration::from_secs(5),
-        "{:?}",
-        died.elapsed()
-    );
+    dies_with_its_runner(job);
     assert_eq!(
         f.status("second", "wait"),
         RunStatus::Running,
@@ -281,6 +286,32 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
         (1, 2),
         "only the unfinished row ran again"
     );
+}
+
+/// A job whose first act is to SIGKILL its runner still dies with it: the
+/// runner's watcher is in place before any of the job's own code runs.
+#[test]
+fn a_job_that_kills_its_runner_at_once_dies_with_it() {
+    let f = Fixture::new();
+    let killer = f.path("killer.sh");
+    std::fs::write(
+        &killer,
+        "#!/bin/sh\necho \"$$\" > killer.pid\nkill -s KILL \"$PPID\"\nwhile :; do sleep 0.02; done\n",
+    )
+    .unwrap();
+    std::fs::set_permissions(&killer, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let plan = f.plan(&["e,w,killer,,killer.sh,"]);
+    let mut runner = f.command(&[plan.to_str().unwrap()]).spawn().unwrap();
+    runner.wait().unwrap();
+    wait_until("the job to write its pid", || {
+        std::fs::read_to_string(f.path("killer.pid")).is_ok_and(|s| s.ends_with('\n'))
+    });
+    let job: i32 = std::fs::read_to_string(f.path("killer.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    dies_with_its_runner(job);
 }
 
 #[test]

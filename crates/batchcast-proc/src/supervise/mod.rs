@@ -131,7 +131,25 @@ impl Process {
         if let Some(cpus) = &options.cpus {
             pin(&mut command, cpus)?;
         }
-        let mut child = command.spawn()?;
+        // Started first, and told the group's id by the process itself
+        // before it execs: the process never runs unwatched.
+        let watcher = if options.watcher {
+            Watcher::start()
+        } else {
+            None
+        };
+        if let Some(w) = &watcher {
+            w.tell(&mut command);
+        }
+        let mut child = match command.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                if let Some(w) = watcher {
+                    w.end();
+                }
+                return Err(e);
+            }
+        };
         let pid = Pid::from_raw(child.id() as i32)
             .ok_or_else(|| io::Error::other("the kernel gave the process pid 0"))?;
         let tail = Arc::new(Mutex::new(Tail::new(options.tail_bytes)));
@@ -154,6 +172,9 @@ impl Process {
                     // No reader: the process must not run on unread.
                     let _ = kill_process_group(pid, Signal::KILL);
                     let _ = child.wait();
+                    if let Some(w) = watcher {
+                        w.end();
+                    }
                     return Err(e);
                 }
             }
@@ -165,11 +186,7 @@ impl Process {
             stdin: child.stdin.take(),
             stdout,
             stderr,
-            watcher: if options.watcher {
-                Watcher::start(pid.as_raw_nonzero().get())
-            } else {
-                None
-            },
+            watcher,
             readers,
             readers_stop,
             tail,
