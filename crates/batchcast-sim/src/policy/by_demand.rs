@@ -57,7 +57,7 @@ impl ByDemand {
     /// Starts waiting jobs best key first, backfilling what fits, until the
     /// free GPUs cannot hold the smallest waiting job.
     pub(crate) fn start_best(&mut self, s: &mut Sched<'_>) {
-        self.walk(s, true, |s, i| {
+        self.walk(s, |s, i| {
             s.try_start(i, Locality::Cluster);
         });
     }
@@ -65,37 +65,45 @@ impl ByDemand {
     /// Visits the waiting jobs no wider than the free GPUs at the start,
     /// best key first, until the free GPUs cannot hold the smallest waiting
     /// job: the order of ranking all of them, at a cost of the jobs visited
-    /// (times the number of demands), however long the queue. With
-    /// `narrow`, jobs wider than the GPUs free now are passed over (for a
-    /// `visit` that does nothing to a job that cannot fit). The entries of
-    /// jobs that `visit` started, and stale ones met, are dropped.
+    /// (times the number of demands), however long the queue. Jobs wider
+    /// than the GPUs free at their turn are passed over (see [`Reach`] for
+    /// those). The entries of jobs that `visit` started, and stale ones
+    /// met, are dropped.
     pub(crate) fn walk(
         &mut self,
         s: &mut Sched<'_>,
-        narrow: bool,
         mut visit: impl FnMut(&mut Sched<'_>, u32),
-    ) {
+    ) -> Reach {
         let mut heads = Heads::new(&self.queues);
-        let mut widest = width(s.free_gpus());
+        let mut reach = Reach {
+            widest: width(s.free_gpus()),
+            stopped: false,
+            visited: Vec::new(),
+        };
         let mut dead = Vec::new();
         loop {
             let free = s.free_gpus();
             if free == 0 || free < s.smallest_demand() {
+                reach.stopped = true;
                 break;
             }
-            if narrow {
-                widest = width(free);
-            }
-            let Some((pos, g, k)) = heads.best(widest, &self.current, s, &mut dead) else {
+            let Some((pos, g, k)) = heads.best(width(free), &self.current, s, &mut dead) else {
                 break;
             };
             heads.pop(pos);
             visit(s, k.2);
+            reach.visited.push((g, k));
             if s.job(k.2).status != Status::Pending {
                 dead.push((g, k));
             }
         }
         self.drop_entries(dead);
+        reach
+    }
+
+    /// Job `i`'s newest entry, if it is queued.
+    pub(crate) fn current(&self, i: u32) -> Option<Key> {
+        self.current.get(&i).copied()
     }
 
     /// Lease-round preemption: keeps the best-ranked jobs, waiting (these
@@ -153,6 +161,20 @@ impl ByDemand {
             }
         }
     }
+}
+
+/// How far a [`ByDemand::walk`] got. A walk that visited every job
+/// no wider than the GPUs free at its start would have visited, beyond
+/// `visited`, the queued jobs no wider than `widest` ranked before the last
+/// one visited where the free GPUs ran out (`stopped`), or all of them
+/// otherwise: each too wide for the GPUs free at its turn.
+pub(crate) struct Reach {
+    /// GPUs free when the walk began (as a demand bound).
+    pub(crate) widest: u32,
+    /// The walk ended because the free GPUs ran out.
+    pub(crate) stopped: bool,
+    /// The entries visited, in order, with their demands.
+    pub(crate) visited: Vec<(u32, Key)>,
 }
 
 /// `n` GPUs as a demand bound.

@@ -52,13 +52,29 @@ impl Default for DallyConfig {
 pub struct Dally {
     cfg: DallyConfig,
     tuner: Tuner,
+    /// No network timer is longer: a job that has waited this long may go
+    /// anywhere whatever the tuner says (infinite where a parameter is NaN).
+    longest: f64,
 }
 
 impl Dally {
     /// Dally with `cfg`.
     pub fn new(cfg: DallyConfig) -> Self {
         let tuner = Tuner::new(cfg.window, cfg.bounds);
-        Dally { cfg, tuner }
+        let mut caps = vec![cfg.rack_timer, cfg.network_timer];
+        if cfg.auto_tune {
+            caps.push(cfg.bounds.1);
+        }
+        let longest = if caps.iter().any(|t| t.is_nan()) {
+            f64::INFINITY
+        } else {
+            caps.into_iter().fold(f64::NEG_INFINITY, f64::max)
+        };
+        Dally {
+            cfg,
+            tuner,
+            longest,
+        }
     }
 
     /// The (rack, network) timers for a job of `gpus` GPUs now.
@@ -112,8 +128,11 @@ impl Dally {
         let now = s.now();
         let j = s.job(i);
         let (gpus, since) = (j.spec.gpus, j.wait_since);
-        let tightest = s.spec().tightest_fit(gpus);
-        let (level, next) = self.allowed(tightest, gpus, now - since);
+        let (level, next) = if now - since >= self.longest {
+            (Locality::Cluster, None)
+        } else {
+            self.allowed(s.spec().tightest_fit(gpus), gpus, now - since)
+        };
         match s.try_start(i, level) {
             Some(got) => self.tuner.record(gpus, now - since, got),
             None => {
@@ -136,7 +155,9 @@ impl Policy for Dally {
 
     fn schedule(&mut self, s: &mut Sched<'_>) {
         let key = self.key();
-        // A job that cannot fit is still visited: it may ask for a wake-up.
-        ranked_round(s, key, false, |s, i| self.visit(s, i));
+        // A job that cannot fit is still visited while it may ask for a
+        // wake-up: until it has waited the longest timer.
+        let longest = self.longest;
+        ranked_round(s, key, Some(longest), |s, i| self.visit(s, i));
     }
 }

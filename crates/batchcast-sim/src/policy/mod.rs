@@ -24,7 +24,9 @@ pub use srsf::Srsf;
 pub use tiresias::Tiresias;
 pub use tuner::Tuner;
 
-use by_demand::{total_bits, ByDemand, Key};
+use std::collections::{BTreeMap, HashSet};
+
+use by_demand::{total_bits, ByDemand, Key, Reach};
 
 use crate::error::SimError;
 use crate::job::Locality;
@@ -92,6 +94,10 @@ pub(crate) struct Ranked {
     queues: ByDemand,
     /// Arrived since the last pass, not yet keyed.
     arrived: Vec<u32>,
+    /// With `young_for`: the jobs queued less than that long ago, by
+    /// (queued at, index), to the time they were queued (entries of jobs
+    /// queued again since, or started, are stale).
+    young: BTreeMap<(u64, u32), f64>,
 }
 
 impl Ranked {
@@ -111,13 +117,17 @@ impl Ranked {
 /// while it waits: waiting jobs stay ranked between rounds, keyed once when
 /// they arrive and again when a boundary preempts them, and a round reads
 /// only the few it may start or that rank ahead of a running job, in the
-/// order of ranking them all (a test holds it to that schedule). `narrow`:
-/// see [`ByDemand::walk`].
+/// order of ranking them all (a test holds it to that schedule). Jobs wider
+/// than the GPUs free at their turn are passed over; with `young_for`, those
+/// of them that have waited less than `young_for` seconds (a `visit` to an
+/// older one that cannot fit must do nothing) are visited after the walk,
+/// best first, so every job a full walk would have visited is visited, at
+/// a cost of the young jobs rather than the whole queue.
 pub(crate) fn ranked_round(
     s: &mut Sched<'_>,
     key: impl Fn(&Sched<'_>, u32) -> (f64, f64),
-    narrow: bool,
-    visit: impl FnMut(&mut Sched<'_>, u32),
+    young_for: Option<f64>,
+    mut visit: impl FnMut(&mut Sched<'_>, u32),
 ) {
     let keyed = |s: &Sched<'_>, i: u32| {
         let (a, b) = key(s, i);
@@ -132,7 +142,7 @@ pub(crate) fn ranked_round(
     };
     for i in std::mem::take(&mut r.arrived) {
         if s.job(i).status == Status::Pending {
-            r.queues.insert(s.job(i).spec.gpus, keyed(s, i));
+            r.queue(s, i, keyed(s, i), young_for.is_some());
         }
     }
     let mut out = Vec::new();
@@ -148,18 +158,76 @@ pub(crate) fn ranked_round(
             r.queues.forget(i);
         }
     }
-    r.queues.walk(s, narrow, visit);
+    let reach = r.queues.walk(s, &mut visit);
+    if let Some(longest) = young_for {
+        for i in r.passed_over(s, &reach, longest) {
+            visit(s, i);
+        }
+    }
     for i in out {
         if s.job(i).status == Status::Pending {
-            r.queues.insert(s.job(i).spec.gpus, keyed(s, i));
+            r.queue(s, i, keyed(s, i), young_for.is_some());
         }
     }
     *s.ranked_mut() = Some(r);
 }
 
+impl Ranked {
+    /// Queues waiting job `i` under `key` (and, with `young`, among the
+    /// young jobs).
+    fn queue(&mut self, s: &Sched<'_>, i: u32, key: Key, young: bool) {
+        let j = s.job(i);
+        self.queues.insert(j.spec.gpus, key);
+        if young {
+            self.young
+                .insert((total_bits(j.wait_since), i), j.wait_since);
+        }
+    }
+
+    /// The jobs a walk that read every job no wider than the GPUs free at
+    /// its start would have visited beyond those `reach` visited, bar those
+    /// that have waited `longest` seconds or more, best first. Drops the
+    /// entries of jobs that have waited that long.
+    fn passed_over(&mut self, s: &Sched<'_>, reach: &Reach, longest: f64) -> Vec<u32> {
+        let now = s.now();
+        while let Some((_, &since)) = self.young.first_key_value() {
+            if now - since < longest {
+                break;
+            }
+            self.young.pop_first();
+        }
+        let last = reach.visited.last().map(|&(_, k)| k);
+        if reach.stopped && last.is_none() {
+            return Vec::new();
+        }
+        let visited: HashSet<u32> = reach.visited.iter().map(|&(_, k)| k.2).collect();
+        let mut late: Vec<Key> = self
+            .young
+            .iter()
+            .filter_map(|(&(_, i), &since)| {
+                let j = s.job(i);
+                if j.status != Status::Pending
+                    || j.wait_since.to_bits() != since.to_bits()
+                    || j.spec.gpus > reach.widest
+                    || visited.contains(&i)
+                {
+                    return None;
+                }
+                let k = self.queues.current(i)?;
+                match last {
+                    Some(l) if reach.stopped && k >= l => None,
+                    _ => Some(k),
+                }
+            })
+            .collect();
+        late.sort_unstable();
+        late.into_iter().map(|k| k.2).collect()
+    }
+}
+
 /// [`ranked_round`] starting each visited job that fits at cluster level.
 pub(crate) fn ranked_start(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
-    ranked_round(s, key, true, |s, i| {
+    ranked_round(s, key, None, |s, i| {
         s.try_start(i, Locality::Cluster);
     });
 }

@@ -1,6 +1,8 @@
 //! Dally's delay-timer auto-tuner: per GPU demand, the waits of the last
 //! `window` jobs that started, split by the level they got; a timer is the
 //! mean plus two standard deviations of those waits, clamped to bounds.
+//! Both timers of a demand are computed when it records a start and read
+//! from there, so asking for them costs a look-up.
 
 use std::collections::{HashMap, VecDeque};
 
@@ -12,6 +14,8 @@ pub struct Tuner {
     window: usize,
     bounds: (f64, f64),
     history: HashMap<u32, VecDeque<(f64, Locality)>>,
+    /// Per demand, (rack, network) timers of its current history.
+    timers: HashMap<u32, (Option<f64>, Option<f64>)>,
 }
 
 impl Tuner {
@@ -21,6 +25,7 @@ impl Tuner {
             window: window.max(1),
             bounds,
             history: HashMap::new(),
+            timers: HashMap::new(),
         }
     }
 
@@ -31,6 +36,9 @@ impl Tuner {
             h.pop_front();
         }
         h.push_back((wait, level));
+        let rack = self.timer(gpus, |l| l <= Locality::Machine);
+        let net = self.timer(gpus, |l| l == Locality::Rack);
+        self.timers.insert(gpus, (rack, net));
     }
 
     /// The tuned timer for jobs of `gpus` GPUs from waits of starts at
@@ -54,11 +62,11 @@ impl Tuner {
 
     /// Rack timer: from waits of jobs that got one machine.
     pub fn rack_timer(&self, gpus: u32) -> Option<f64> {
-        self.timer(gpus, |l| l <= Locality::Machine)
+        self.timers.get(&gpus).and_then(|t| t.0)
     }
 
     /// Network timer: from waits of jobs that got one rack.
     pub fn network_timer(&self, gpus: u32) -> Option<f64> {
-        self.timer(gpus, |l| l == Locality::Rack)
+        self.timers.get(&gpus).and_then(|t| t.1)
     }
 }
