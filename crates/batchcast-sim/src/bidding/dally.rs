@@ -123,8 +123,6 @@ pub(super) fn simulate(
     run: &BiddingRun,
     jobs: &[JobSpec],
 ) -> Result<Outcome, SimError> {
-    let (setup, origin) = (run.dally, run.origin);
-    let per_machine = spec.gpus_per_machine as usize;
     if let Some(j) = jobs.iter().find(|j| j.gpus as usize > layout.len()) {
         return Err(SimError::Config(format!(
             "job {:?} asks for {} GPUs and the cluster has {}: the published Dally would wait \
@@ -134,79 +132,11 @@ pub(super) fn simulate(
             layout.len()
         )));
     }
-    let tuned = setup.rack_wait == -1.0 && setup.network_wait == -1.0;
-    let mut sim = Sim {
-        layout,
-        setup,
-        tuned,
-        per_machine,
-        per_rack: per_machine * spec.machines_per_rack as usize,
-        origin,
-        lease: cfg.lease,
-        per_gpu: cfg.restart_cost,
-        chunk: run.granularity as i64,
-        gpus: vec![None; layout.len()],
-        jobs: Vec::with_capacity(jobs.len()),
-        out: Vec::with_capacity(jobs.len()),
-        running: Vec::new(),
-        ev: Events::default(),
-        now: 0.0,
-        machine_waits: BTreeMap::new(),
-        rack_waits: BTreeMap::new(),
-        timeline: Vec::new(),
-    };
-    for (k, j) in jobs.iter().enumerate() {
-        let total = j.iterations.ceil() as i64;
-        sim.jobs.push(Job {
-            tpi: j.iter_time * j.gpus as f64,
-            s: [
-                1.0 / j.slowdown.cross_slot,
-                1.0 / j.slowdown.cross_machine,
-                1.0 / j.slowdown.cross_rack,
-            ],
-            gpus: j.gpus as usize,
-            remaining: total,
-            total,
-            current: Vec::new(),
-            next: Vec::new(),
-            waiting: true,
-            last: j.arrival + origin,
-            chunk_time: 0.0,
-            rate: 0.0,
-            rack_wait: if tuned { -1.0 } else { setup.rack_wait },
-            network_wait: if tuned { -1.0 } else { setup.network_wait },
-            id: j.id.parse().unwrap_or(k as i64),
-        });
-        sim.out.push(JobState::new(j.clone(), 0));
-    }
+    let mut sim = Sim::new(layout, spec, cfg, run, jobs);
     for j in record::arrival_order(jobs) {
-        sim.push(jobs[j].arrival + origin, Kind::Arrive, j);
+        sim.push(jobs[j].arrival + run.origin, Kind::Arrive, j);
     }
-    let mut idle = 0;
-    while let Some((t, kind, j)) = sim.ev.pop() {
-        sim.now = t;
-        match kind {
-            Kind::Arrive => sim.arrive(j),
-            Kind::End => sim.end(j),
-            Kind::Start => {
-                idle = 0;
-                sim.start(j)
-            }
-            Kind::Auction => sim.auction(),
-        }
-        sim.sample();
-        if sim.ev.is_empty() && !sim.running.is_empty() {
-            idle += 1;
-            if idle > MAX_IDLE_OFFERS {
-                return Err(SimError::Config(
-                    "the published Dally offered free GPUs a million times in a row and no \
-                     job took them: lower the delay timers"
-                        .into(),
-                ));
-            }
-            sim.push(sim.now + WAKEUP, Kind::Auction, usize::MAX);
-        }
-    }
+    sim.run()?;
     Ok(Outcome {
         policy: "dally".into(),
         jobs: sim.out,
@@ -214,6 +144,97 @@ pub(super) fn simulate(
         total_gpus: layout.len() as u64,
         events: sim.ev.taken,
     })
+}
+
+impl<'a> Sim<'a> {
+    /// The cluster idle and every job waiting, none arrived yet.
+    fn new(
+        layout: &'a Layout,
+        spec: &ClusterSpec,
+        cfg: &SimConfig,
+        run: &BiddingRun,
+        jobs: &[JobSpec],
+    ) -> Sim<'a> {
+        let (setup, origin) = (run.dally, run.origin);
+        let per_machine = spec.gpus_per_machine as usize;
+        let tuned = setup.rack_wait == -1.0 && setup.network_wait == -1.0;
+        let mut sim = Sim {
+            layout,
+            setup,
+            tuned,
+            per_machine,
+            per_rack: per_machine * spec.machines_per_rack as usize,
+            origin,
+            lease: cfg.lease,
+            per_gpu: cfg.restart_cost,
+            chunk: run.granularity as i64,
+            gpus: vec![None; layout.len()],
+            jobs: Vec::with_capacity(jobs.len()),
+            out: Vec::with_capacity(jobs.len()),
+            running: Vec::new(),
+            ev: Events::default(),
+            now: 0.0,
+            machine_waits: BTreeMap::new(),
+            rack_waits: BTreeMap::new(),
+            timeline: Vec::new(),
+        };
+        for (k, j) in jobs.iter().enumerate() {
+            let total = j.iterations.ceil() as i64;
+            sim.jobs.push(Job {
+                tpi: j.iter_time * j.gpus as f64,
+                s: [
+                    1.0 / j.slowdown.cross_slot,
+                    1.0 / j.slowdown.cross_machine,
+                    1.0 / j.slowdown.cross_rack,
+                ],
+                gpus: j.gpus as usize,
+                remaining: total,
+                total,
+                current: Vec::new(),
+                next: Vec::new(),
+                waiting: true,
+                last: j.arrival + origin,
+                chunk_time: 0.0,
+                rate: 0.0,
+                rack_wait: if tuned { -1.0 } else { setup.rack_wait },
+                network_wait: if tuned { -1.0 } else { setup.network_wait },
+                id: j.id.parse().unwrap_or(k as i64),
+            });
+            sim.out.push(JobState::new(j.clone(), 0));
+        }
+        sim
+    }
+
+    /// Takes events until none is left; an error when free GPUs were
+    /// offered a million times in a row and no job took them.
+    fn run(&mut self) -> Result<(), SimError> {
+        let mut idle = 0;
+        while let Some((t, kind, j)) = self.ev.pop() {
+            self.now = t;
+            match kind {
+                Kind::Arrive => self.arrive(j),
+                Kind::End => self.end(j),
+                Kind::Start => {
+                    idle = 0;
+                    self.start(j)
+                }
+                Kind::Auction => self.auction(),
+            }
+            self.sample();
+            if self.ev.is_empty() && !self.running.is_empty() {
+                idle += 1;
+                if idle > MAX_IDLE_OFFERS {
+                    return Err(SimError::Config(
+                        "the published Dally offered free GPUs a million times in a row and no \
+                         job took them: lower the delay timers"
+                            .into(),
+                    ));
+                }
+                self.push(self.now + WAKEUP, Kind::Auction, usize::MAX);
+            }
+        }
+        Ok(())
+    }
 }
 
 impl Sim<'_> {
