@@ -30,6 +30,13 @@ def _as_list(values: Any) -> Any:
     return tolist() if callable(tolist) else list(values)
 
 
+def _selection(args: dict[str, Any]) -> Any:
+    """The native ``Selection`` of a sampler's constructor arguments."""
+    return _native.Selection(
+        **{**args, "labels": _as_list(args["labels"]), "scores": _as_list(args["scores"])}
+    )
+
+
 class SelectSampler(_Base):
     """The samples of each epoch that ``spec`` selects, in the epoch's order.
 
@@ -79,15 +86,17 @@ class SelectSampler(_Base):
         shuffle: bool = True,
         scores: Sequence[float] | Any | None = None,
     ) -> None:
+        # Kept as given (a tensor or an ndarray stays one, not a list of
+        # Python ints) for __getstate__.
         self._args: dict[str, Any] = {
             "spec": spec,
-            "labels": _as_list(labels),
+            "labels": labels,
             "n": n,
             "seed": seed,
             "shuffle": shuffle,
-            "scores": _as_list(scores),
+            "scores": scores,
         }
-        self._selection = _native.Selection(**self._args)
+        self._selection = _selection(self._args)
         self._lock = threading.Lock()
         self._next = 0
         self._asked: int | None = None
@@ -109,7 +118,7 @@ class SelectSampler(_Base):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._args = state["args"]
-        self._selection = _native.Selection(**self._args)
+        self._selection = _selection(self._args)
         self._lock = threading.Lock()
         self._next = state["next"]
         self._asked = state["asked"]
