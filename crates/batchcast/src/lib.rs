@@ -48,6 +48,8 @@
 //!   validated (sealed, kind, version, length, geometry against the
 //!   welcome), and refuses it with a [`RegionOpenError`] that says what is
 //!   wrong.
+//! - A slot is published only once every [`DeviceMirror`] holds its
+//!   bytes; mirrors have the arena's layout, so a lease covers them too.
 //! - This crate knows nothing of Python or CUDA.
 #![deny(missing_docs)]
 
@@ -60,6 +62,7 @@ mod error;
 mod holds;
 mod layout;
 mod ledger;
+mod mirror;
 mod peer;
 mod private_pages;
 mod producer;
@@ -79,6 +82,7 @@ pub use dtype::DType;
 pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
+pub use mirror::{DeviceMirror, MAX_DEVICE_ID, MAX_IMPORT_INFO, MAX_MIRRORS};
 pub use producer::{
     identity_differences, Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer,
     ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD,
