@@ -18,6 +18,7 @@ from ._device import Transfers, open_device
 from ._epochs import EpochInfo
 from ._options import checked_batch_size, converter, label_or_script, producer_name, resolve_format
 from ._pinned import try_pin
+from ._plane import choose
 from ._prefetch import holds_a_batch
 from ._spec import StreamSpec, check_expect
 from ._surface import LoaderSurface
@@ -96,12 +97,19 @@ class Consumer(LoaderSurface):
         reconnect_timeout: seconds to wait for a producer that died to be
             restarted under its name, when it resumes its stream (see
             above); then :class:`batchcast.ProducerGone`. 0: fail at once.
-        device: ``"cpu"``, or ``"cuda:N"`` to move each batch to that GPU
-            (``.to(device, non_blocking=True)``); needs torch with CUDA. The
-            arena is then registered once with CUDA as page-locked memory so
+        device: ``"cpu"``, or ``"cuda:N"`` for batches on that GPU; needs
+            torch with CUDA. When the producer serves that GPU
+            (``Producer(device=...)``, ``batchcast serve --device``), the
+            consumer maps the producer's copy of its slots there (the device
+            plane, one host-to-device copy per GPU for all its consumers; see
+            ``copy_on_write``). Otherwise (with one warning naming the reason)
+            it moves each batch itself (``.to(device, non_blocking=True)``),
+            from the arena registered once with CUDA as page-locked memory so
             that each copy is an asynchronous DMA (``pin_memory`` says whether
-            it worked; it falls back quietly to pageable copies; this path has
-            not yet run on a GPU).
+            it worked; it falls back quietly to pageable copies).
+            ``stats()["device_path"]`` says which path it takes (see
+            :mod:`batchcast._plane`). With ``BATCHCAST_DEVICE_STAND_IN`` set
+            (tests), ``"cuda:N"`` is a stand-in on the CPU.
         format: ``"torch"``, ``"numpy"``, or None: torch if installed.
         label: shown by ``batchcast status``, at most 128 bytes (default: the
             script's name).
@@ -109,9 +117,15 @@ class Consumer(LoaderSurface):
         copy_on_write: in-place writes to batch tensors land on private
             copies of the pages written instead of SIGSEGV (see above); costs
             a scan of each reused slot's page table (docs/share.md: "Batches
-            are read-only shared memory"). Ignored with a CUDA ``device``: the
-            batches are then device tensors, and the arena is mapped shared
-            and read-only, as page-locking for the GPU needs.
+            are read-only shared memory"). With a CUDA ``device`` on the
+            device plane: True clones each batch on the device (queued on the
+            current stream), so in-place writes never reach other consumers;
+            False hands out the producer's device memory itself (zero copy,
+            mapped read-only: for code that never writes its inputs in place;
+            queue the work on a batch on the current stream, or synchronise,
+            before dropping its tensors). On the host path the batches are
+            copies on the device anyway, and the arena is mapped shared and
+            read-only, as page-locking for the GPU needs.
         on_evict: if a producer with ``lag_policy="evict"`` evicts this
             consumer for falling too far behind: ``"error"`` raises
             :class:`batchcast.FellBehind` at the next read; ``"rejoin"`` ends
@@ -192,9 +206,14 @@ class Consumer(LoaderSurface):
         self._check_expect(name, expect)
         self._requested_batch_size = batch_size
         self._drop_last = bool(drop_last)
+        self._path = choose(
+            self._native, self._target, self._format, transform, bool(copy_on_write), name
+        )
         # Page-locks the arena for asynchronous copies to the GPU, where
-        # that applies and works (see batchcast._pinned; untested on a GPU).
-        self._pinned = try_pin(name, self._device, self._format)
+        # that applies and works (see batchcast._pinned); the device plane
+        # reads the producer's device copy instead.
+        on_device = self._path.on_device
+        self._pinned = not on_device and try_pin(name, self._device, self._format)
         self._init_epochs(on_trigger)
         self._init_surface(name)
 
@@ -203,6 +222,7 @@ class Consumer(LoaderSurface):
     def _open_device(self, device: Any) -> None:
         """The device batches are moved to (None: they stay on the CPU)."""
         target = open_device(device)
+        self._target = target
         #: The copies to the device still in flight, with the leases they
         #: read from (see batchcast._device); None on the CPU.
         self._transfers = None if target is None else Transfers(target)
@@ -281,10 +301,20 @@ class Consumer(LoaderSurface):
         "behind": batches of this epoch the producer has published that
         this consumer has not read yet, "copies_in_flight": batches whose
         copies to ``device`` have not been seen to complete (each holds its
-        slot until then)}`` (a batch being prefetched counts as not yet
-        handed out)."""
+        slot until then), "device_path": how batches reach ``device`` (
+        ``"device slots (zero copy)"``, ``"device slots (private copy)"``,
+        ``"host copy"``; None on the CPU), "device_path_reason": why the
+        host copy (else None), "device_slots": the mapped device slots
+        (``uuid``, ``ordinal``, ``addr``, ``len``, ``read_only_enforced``,
+        ``backend``; None off the device plane), "device": the device, with
+        " (stand-in)" for the CPU stand-in}`` (a batch being prefetched
+        counts as not yet handed out)."""
         stats = self._native.stats()
+        if self._transfers is not None:
+            self._take_released()
         stats["copies_in_flight"] = 0 if self._transfers is None else self._transfers.collect()
+        stats.update(self._path.stats())
+        stats["device"] = self._device_name()
         if holds_a_batch(self._pending):
             stats["batches"] -= 1
             stats["lag"] += 1
@@ -298,6 +328,7 @@ class Consumer(LoaderSurface):
         Waits for copies to the device still in flight (see ``device``)."""
         self._drop_pending()
         if self._transfers is not None:
+            self._take_released()
             self._transfers.wait_all()
         executor, self._executor = self._executor, None
         if executor is not None:
@@ -311,6 +342,8 @@ class Consumer(LoaderSurface):
         transfers = getattr(self, "_transfers", None)
         if transfers is not None:
             try:
+                if hasattr(self, "_path"):
+                    self._take_released()
                 transfers.wait_all()
             except Exception:  # interpreter shutdown, a lost device: nothing to report to
                 pass
@@ -329,6 +362,27 @@ class Consumer(LoaderSurface):
     def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
         self.close()
 
+    def _device_name(self) -> str | None:
+        target = self._target
+        if target is None:
+            return None
+        name = getattr(target, "gpu", None) or str(target.torch_device)
+        return f"{name} (stand-in)" if getattr(target, "stand_in", False) else name
+
+    def _reattach_plane(self) -> None:
+        """After a reconnection (load_state_dict): maps the new connection's
+        mirror, on the path chosen at construction."""
+        if self._path.on_device:
+            gpu = None if self._target is None else self._target.gpu
+            assert gpu is not None
+            found = self._native.attach_device(gpu, "read-only")
+            if found["reason"] is not None:
+                raise _native.ProducerGone(
+                    f"producer {self.name!r} no longer serves {gpu}: {found['reason']}"
+                )
+
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"epoch {self.epoch}"
-        return f"<batchcast.Consumer of {self.name!r} ({state})>"
+        device = self._device_name()
+        on = "" if device is None else f", {device}: {self._path.path}"
+        return f"<batchcast.Consumer of {self.name!r} ({state}{on})>"

@@ -21,13 +21,22 @@ moves host memory to the device: batches cut from one slot, batches
 assembled across slots, per-consumer augmentation output, and the prefetch
 thread (which records its fence on its own current stream).
 
-The device calls sit behind :class:`Device` (``copy`` and ``fence``):
-:class:`CudaDevice` on a GPU, and in the tests a stand-in whose copies
-complete when the test says so.
+On the device plane (the producer mirrors its arena on this GPU, see
+:mod:`batchcast._plane`) the same mechanism holds a slot while a device
+clone of it is queued (``copy_on_write=True``: ``move(t, clone=True)``),
+and :meth:`Transfers.defer` holds the leases of zero-copy device tensors
+that were freed, until a fence recorded when they were taken: work queued
+on such a tensor before it was dropped may still read the slot.
+
+The device calls sit behind :class:`Device` (``copy``, ``clone`` and
+``fence``): :class:`CudaDevice` on a GPU, and :class:`StandInDevice` where
+``BATCHCAST_DEVICE_STAND_IN`` is set (tests on the CPU): CPU tensors, and
+fences that complete at once unless a test holds them (:func:`hold`).
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -36,7 +45,20 @@ from typing import Any, Callable, Protocol
 
 from . import _native
 
-__all__ = ["CudaDevice", "Device", "Fence", "Transfers", "open_device"]
+__all__ = [
+    "CudaDevice",
+    "Device",
+    "Fence",
+    "StandInDevice",
+    "Transfers",
+    "hold",
+    "open_device",
+    "STAND_IN_ENV",
+]
+
+#: Set to N: ``device="cuda:K"`` opens a stand-in of K among N fake GPUs
+#: (host memory; the producer's mirrors are memfds), for tests on the CPU.
+STAND_IN_ENV = "BATCHCAST_DEVICE_STAND_IN"
 
 
 class Fence(Protocol):
@@ -54,10 +76,19 @@ class Device(Protocol):
 
     #: What ``Consumer(device=...)`` resolved to (a ``torch.device``).
     torch_device: Any
+    #: The GPU (``"cuda:N"``) whose device slots the consumer may map;
+    #: None for a device no producer mirrors to.
+    gpu: str | None
+    #: True for the CPU stand-in of a GPU.
+    stand_in: bool
 
     def copy(self, tensor: Any) -> Any:
         """Queues the copy of a CPU tensor to the device; returns the
         device tensor (its bytes are there once a later fence is done)."""
+
+    def clone(self, tensor: Any) -> Any:
+        """Queues a copy of a tensor already on the device into memory of
+        its own, on the current stream."""
 
     def fence(self) -> Fence:
         """A fence after the copies this thread has queued so far."""
@@ -78,14 +109,21 @@ class CudaDevice:
     """A CUDA GPU through torch: ``non_blocking`` copies, and a CUDA event
     recorded on the calling thread's current stream as the fence."""
 
+    #: False: a real GPU (``gpu`` names it for the device plane).
+    stand_in: bool = False
+
     def __init__(self, device: Any) -> None:
         import torch
 
         self._torch = torch
         self.torch_device = device
+        self.gpu: str | None = str(device)
 
     def copy(self, tensor: Any) -> Any:
         return tensor.to(self.torch_device, non_blocking=True)
+
+    def clone(self, tensor: Any) -> Any:
+        return tensor.clone()
 
     def fence(self) -> Fence:
         event = self._torch.cuda.Event()
@@ -93,8 +131,76 @@ class CudaDevice:
         return _EventFence(event)
 
 
+class _Gate:
+    """Whether fences made while it is the current gate may complete."""
+
+    def __init__(self) -> None:
+        self.open = threading.Event()
+
+
+_gate_lock = threading.Lock()
+_gate: _Gate | None = None  # None: fences complete at once
+
+
+@contextmanager
+def hold() -> Iterator[None]:
+    """For tests: stand-in fences recorded inside the block complete only
+    when it ends (as GPU work still queued behind them would)."""
+    global _gate
+    gate = _Gate()
+    with _gate_lock:
+        outer, _gate = _gate, gate
+    try:
+        yield
+    finally:
+        with _gate_lock:
+            _gate = outer
+        gate.open.set()
+
+
+class _GateFence:
+    def __init__(self, gate: _Gate | None) -> None:
+        self._gate = gate
+
+    def done(self) -> bool:
+        return self._gate is None or self._gate.open.is_set()
+
+    def wait(self) -> None:
+        if self._gate is not None:
+            self._gate.open.wait()
+
+
+class StandInDevice:
+    """A stand-in GPU (``BATCHCAST_DEVICE_STAND_IN``): batches are CPU
+    tensors, copies and clones are ``clone()``, and a fence completes at
+    once, or, inside :func:`hold`, when the block ends."""
+
+    stand_in: bool = True
+
+    def __init__(self, device: str) -> None:
+        import torch
+
+        self.torch_device = torch.device("cpu")
+        self.gpu: str | None = device
+
+    def copy(self, tensor: Any) -> Any:
+        return tensor.clone()
+
+    def clone(self, tensor: Any) -> Any:
+        return tensor.clone()
+
+    def fence(self) -> Fence:
+        with _gate_lock:
+            return _GateFence(_gate)
+
+    def __repr__(self) -> str:
+        return f"<batchcast stand-in device {self.gpu} (host memory, {STAND_IN_ENV} is set)>"
+
+
 def open_device(device: Any) -> Device | None:
-    """The :class:`Device` for ``Consumer(device=...)``; None for the CPU."""
+    """The :class:`Device` for ``Consumer(device=...)``; None for the CPU.
+    With ``BATCHCAST_DEVICE_STAND_IN`` set, ``"cuda:N"`` is a
+    :class:`StandInDevice`."""
     if device is None or str(device) == "cpu":
         return None
     import torch
@@ -102,6 +208,8 @@ def open_device(device: Any) -> Device | None:
     dev = torch.device(device)
     if dev.type == "cpu":
         return None
+    if dev.type == "cuda" and os.environ.get(STAND_IN_ENV):
+        return StandInDevice(f"cuda:{dev.index or 0}")
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise _native.InvalidArgument(
             f"device={str(device)!r} needs a GPU, but torch.cuda.is_available() is False here "
@@ -126,15 +234,16 @@ class Transfers:
         self._in_flight: deque[tuple[Fence, list[Any]]] = deque()
 
     @contextmanager
-    def batch(self) -> Iterator[Callable[[Any], Any]]:
+    def batch(self) -> Iterator[Callable[..., Any]]:
         """``with transfers.batch() as move:`` ``move(cpu_tensor)`` queues
-        a copy and returns the device tensor; leaving the block records one
+        a copy and returns the device tensor (``move(device_tensor,
+        clone=True)``: a clone on the device); leaving the block records one
         fence after all of them (also when the block raised: what was queued
         still reads the slot)."""
         sources: list[Any] = []
 
-        def move(tensor: Any) -> Any:
-            out = self.device.copy(tensor)
+        def move(tensor: Any, clone: bool = False) -> Any:
+            out = self.device.clone(tensor) if clone else self.device.copy(tensor)
             sources.append(tensor)
             return out
 
@@ -145,6 +254,15 @@ class Transfers:
                 fence = self.device.fence()
                 with self._lock:
                     self._in_flight.append((fence, sources))
+
+    def defer(self, token: Any) -> None:
+        """Keeps ``token`` (the leases of device tensors that were freed:
+        ``_native.Consumer.take_released()``) until a fence recorded now, on
+        the calling thread's current stream, has completed: work queued on
+        those tensors before they were freed may still read their slots."""
+        fence = self.device.fence()
+        with self._lock:
+            self._in_flight.append((fence, [token]))
 
     def in_flight(self) -> int:
         """Batches whose copies have not been seen to complete."""

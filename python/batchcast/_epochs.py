@@ -10,6 +10,7 @@ from typing import Any, Callable, NamedTuple
 
 from . import _native
 from ._events import EventReader
+from ._plane import PRIVATE
 from ._spec import arrays_of_batch, check_arrays
 from ._tree import unflatten
 from ._triggers import Trigger
@@ -134,6 +135,7 @@ class EpochLoop(EventReader):
             while True:
                 self._check_current(generation)
                 if self._transfers is not None:
+                    self._take_released()  # device tensors freed: behind a fence now
                     self._transfers.collect()  # slots whose copies completed go back
                 item = self._next_event()
                 event = item.event_or_raise()
@@ -198,7 +200,8 @@ class EpochLoop(EventReader):
         """A batch event's batch: augmented with ``transform=`` if given
         (which moves its output to the device), else moved to the device,
         if any, through the transfers that keep its slot leased until the
-        copies have completed."""
+        copies have completed; on the device plane, its arrays of one slot
+        are device tensors (cloned there with ``copy_on_write``)."""
         if self._augment is not None:
             assert self._current is not None
             batch = unflatten(event[3], event[4], self._convert)
@@ -207,7 +210,19 @@ class EpochLoop(EventReader):
             return unflatten(event[3], event[4], self._convert)
         convert = self._convert
         with self._transfers.batch() as move:
-            return unflatten(event[3], event[4], lambda view: move(convert(view)))
+            if not self._path.on_device:
+                return unflatten(event[3], event[4], lambda view: move(convert(view)))
+            # Device plane: an array of one slot is on the device already
+            # (cloned with copy_on_write); an assembled one is host memory.
+            clone = self._path.path == PRIVATE
+
+            def place(view: Any) -> Any:
+                if not view.on_device:
+                    return move(convert(view))
+                tensor = convert(view)
+                return move(tensor, clone=True) if clone else tensor
+
+            return unflatten(event[3], event[4], place)
 
     def _trigger(self, event: tuple) -> None:
         """Records a trigger event and calls ``on_trigger`` with it."""

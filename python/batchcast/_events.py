@@ -1,6 +1,7 @@
 """The events a Consumer reads, in the stream's order: the one taken ahead
 of the loop (``transform_prefetch``), else the native consumer's next,
-waiting for copies to the device before waiting for the producer."""
+waiting for copies to the device (and for the fences of freed device
+tensors, see :mod:`batchcast._plane`) before waiting for the producer."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ if TYPE_CHECKING:
     from ._augment import Augment
     from ._device import Transfers
     from ._epochs import EpochInfo
+    from ._plane import DevicePath
 
 
 class EventReader:
@@ -30,6 +32,19 @@ class EventReader:
     _pending: Pending | None
     _executor: ThreadPoolExecutor | None
     _waited: float
+    _path: DevicePath
+
+    def _take_released(self) -> None:
+        """Hands the leases of device tensors freed since the last look
+        (zero-copy device plane) to the transfers, behind a fence recorded
+        now on the current stream: work queued on them before they were
+        freed may still read their slots."""
+        transfers = self._transfers
+        if transfers is None or not self._path.on_device:
+            return
+        released = self._native.take_released()
+        if released is not None:
+            transfers.defer(released)
 
     def _next_event(self) -> Pending:
         """The next event of the stream: the one taken ahead, if any, else
@@ -71,11 +86,13 @@ class EventReader:
         once.)"""
         transfers = self._transfers
         if transfers is not None:
+            self._take_released()
             while transfers.in_flight():
                 event = self._native.poll_event()
                 if event is not None:
                     return event
                 transfers.wait_oldest()
+                self._take_released()  # the sources it dropped may be device tensors
         return self._native.next_event()
 
     def _prefetch_next(self) -> None:

@@ -28,6 +28,9 @@ class Position(EpochLoop):
     _connect_args: dict[str, Any]
     _spec: StreamSpec
 
+    def _reattach_plane(self) -> None:
+        """Maps the device slots again after a reconnection (the Consumer)."""
+
     @property
     def batch_size(self) -> int | None:
         """This consumer's batch size (None until known)."""
@@ -170,5 +173,6 @@ class Position(EpochLoop):
         self._drop_pending()
         old, self._native = self._native, native
         old.close()
+        self._reattach_plane()
         self._spec = StreamSpec(native.welcome())
         self._restored = position

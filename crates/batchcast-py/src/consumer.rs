@@ -26,8 +26,9 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
 use pyo3::PyTypeInfo;
 
-use crate::dlpack::{ArrayView, LeaseTracker};
+use crate::dlpack::{ArrayView, DeviceMap, LeaseTracker, Released};
 use crate::errors::{to_py, Exc};
+use crate::plane::Plane;
 use crate::warnings::Queued;
 use crate::{blocking, seconds, Guarded};
 
@@ -68,6 +69,8 @@ pub struct PyConsumer {
     warned_full: AtomicBool,
     /// The core's warnings, logged after each call.
     warnings: Queued,
+    /// The device plane: the mirror batches are placed in, if any.
+    plane: Plane,
 }
 
 impl Drop for PyConsumer {
@@ -75,6 +78,7 @@ impl Drop for PyConsumer {
         // In a forked child the connection and the leases are the parent's:
         // dropping them here would send releases for batches the parent
         // still reads (`take_for_drop` leaks them there).
+        self.plane.close();
         if let Some(attached) = self.inner.take_for_drop() {
             retire(attached, Arc::clone(&self.tracker));
         }
@@ -162,6 +166,7 @@ fn batch_to_py<'py>(
     py: Python<'py>,
     batch: batchcast::Batch,
     tracker: &Arc<LeaseTracker>,
+    plane: Option<&DeviceMap>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     let (epoch, index, rows) = (batch.epoch, batch.index, batch.rows());
     let (tree, leaves) = batch.into_parts();
@@ -173,7 +178,7 @@ fn batch_to_py<'py>(
                 let keep: Keepalive = leaf.keepalive().ok_or_else(|| {
                     Exc::ProtocolError.err(py, "an array leaf without memory", &[])
                 })?;
-                let view = ArrayView::new(
+                let mut view = ArrayView::new(
                     keep,
                     leaf.bytes(),
                     leaf.dtype(),
@@ -181,6 +186,17 @@ fn batch_to_py<'py>(
                     leaf.is_zero_copy(),
                     tracker,
                 )?;
+                // A view of a slot lies at the same offset of the mirror;
+                // an assembled batch is host memory.
+                let place = plane.zip(leaf.arena_offset()).map(|(map, offset)| {
+                    map.place(offset, leaf.bytes().len() as u64).ok_or_else(|| {
+                        let msg = "an array outside the device's mirror of the arena";
+                        Exc::ProtocolError.err(py, msg, &[])
+                    })
+                });
+                if let Some(place) = place {
+                    view = view.placed(place?);
+                }
                 out.append(Bound::new(py, view)?)?;
             }
             LeafKind::IntList => {
@@ -271,6 +287,7 @@ impl PyConsumer {
             tracker: Arc::new(LeaseTracker::default()),
             warned_full: AtomicBool::new(false),
             warnings,
+            plane: Plane::default(),
             inner: Guarded::new(consumer, format!("batchcast.Consumer of {name:?}")),
             name,
             welcome,
@@ -425,6 +442,40 @@ impl PyConsumer {
         Ok(d)
     }
 
+    /// Decides how batches reach `device` (`"cuda:N"`, an index or a GPU
+    /// UUID): through the producer's mirror of the arena on that GPU when
+    /// it serves it and it can be mapped here (`access`: `"read-only"`),
+    /// else the host arena. Returns `{"path": "device" | "host", "reason":
+    /// why the host path (None on the device), "slots": the mapping
+    /// (`uuid`, `ordinal`, `addr`, `len`, `read_only_enforced`, `backend`)
+    /// or None}`; a fallback never raises.
+    #[pyo3(signature = (device, access="read-only"))]
+    fn attach_device<'py>(
+        &self,
+        py: Python<'py>,
+        device: &str,
+        access: &str,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        if access != "read-only" {
+            return Err(Exc::InvalidArgument.err(
+                py,
+                &format!("access must be \"read-only\", not {access:?}"),
+                &[],
+            ));
+        }
+        let path = self
+            .inner
+            .call(py, |a, _| Ok(self.plane.attach(a, device)))?;
+        path.to_py(py)
+    }
+
+    /// The leases of device tensors freed since the last call (their
+    /// release waits for the caller, who drops the returned object once a
+    /// fence recorded after this call has completed); None when none.
+    fn take_released(&self) -> Option<Released> {
+        self.plane.take_released()
+    }
+
     /// True once closed.
     #[getter]
     fn closed(&self) -> bool {
@@ -434,6 +485,7 @@ impl PyConsumer {
     /// Disconnects (a `next_event` blocked in another thread gives up within
     /// 100 ms). Arrays still alive stay valid; see [`retire`].
     fn close(&self, py: Python<'_>) {
+        self.plane.close();
         if let Some(attached) = self.inner.take(py) {
             let tracker = Arc::clone(&self.tracker);
             py.detach(move || retire(attached, tracker));
@@ -488,7 +540,7 @@ impl PyConsumer {
                     info.first_row.into_pyobject(py)?.into_any(),
                 ],
             ),
-            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker),
+            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker, self.plane.map().as_ref()),
             Event::EpochEnd { epoch, samples } => PyTuple::new(
                 py,
                 [

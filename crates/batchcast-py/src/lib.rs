@@ -35,6 +35,7 @@ mod consumer;
 mod dlpack;
 mod errors;
 mod outpool;
+mod plane;
 mod proc;
 mod producer;
 mod selection;
@@ -257,6 +258,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<producer::PyProducer>()?;
     m.add_class::<consumer::PyConsumer>()?;
     m.add_class::<dlpack::ArrayView>()?;
+    m.add_class::<dlpack::Released>()?;
     m.add_class::<augment::PyAugmenter>()?;
     m.add_class::<selection::PySelection>()?;
     m.add_function(wrap_pyfunction!(stored::store_image, m)?)?;

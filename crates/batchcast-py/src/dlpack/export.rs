@@ -1,5 +1,7 @@
 //! Out: [`ArrayView`] and the DLPack capsules it exports, each owning a
-//! hold on the slot (or on a private copy) that its deleter drops.
+//! hold on the slot (or on a private copy) that its deleter drops, or, for
+//! a view placed on a device, hands to the consumer's deferred list (see
+//! [`super::device`]).
 
 use std::collections::HashMap;
 use std::ffi::c_void;
@@ -11,6 +13,7 @@ use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::PyTuple;
 
+use super::device::{DeviceHold, Placement};
 use super::{
     dl_dtype, DLDevice, DLManagedTensor, DLManagedTensorVersioned, DLPackVersion, DLTensor,
     CAPSULE, CAPSULE_VERSIONED, DL_CPU, FLAG_IS_COPIED, FLAG_READ_ONLY,
@@ -67,13 +70,13 @@ impl LeaseTracker {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// One hold on a leaf's memory: the core's keepalive, counted by the
 /// consumer's tracker while it is a lease on shared memory.
-struct Held {
+pub(super) struct Held {
     keep: Option<Keepalive>,
     tracker: Option<Arc<LeaseTracker>>,
     /// The process that made it.
@@ -127,6 +130,8 @@ pub struct ArrayView {
     shape: Vec<i64>,
     /// True for a view of the read-only shared arena (no copy was made).
     zero_copy: bool,
+    /// Set when the bytes are read on a device, at `place.addr`.
+    place: Option<Placement>,
 }
 
 impl ArrayView {
@@ -153,7 +158,14 @@ impl ArrayView {
             dtype,
             shape,
             zero_copy,
+            place: None,
         })
+    }
+
+    /// The same view, its bytes read at `place` on a device instead.
+    pub(crate) fn placed(mut self, place: Placement) -> Self {
+        self.place = Some(place);
+        self
     }
 
     fn bytes(&self) -> &[u8] {
@@ -167,7 +179,15 @@ impl ArrayView {
     /// the CPU, this process received the batch, and the array is not
     /// released.
     fn exportable(&self, dl_device: Option<(i32, i32)>) -> PyResult<Keepalive> {
-        if let Some((kind, id)) = dl_device {
+        if let (Some(asked), Some(place)) = (dl_device, &self.place) {
+            let here = place.map.dl_device;
+            if asked != here {
+                return Err(PyBufferError::new_err(format!(
+                    "this batchcast array lives on DLPack device {here:?}; cannot export it to \
+                     device {asked:?} (copy the tensor there instead: tensor.to(device))"
+                )));
+            }
+        } else if let Some((kind, id)) = dl_device {
             if kind != DL_CPU || id != 0 {
                 return Err(PyBufferError::new_err(format!(
                     "batchcast arrays live in CPU memory; cannot export to DLPack device ({kind}, {id})"
@@ -188,11 +208,26 @@ impl ArrayView {
 }
 
 /// What a DLPack deleter frees: the shape and strides the `DLTensor` points
-/// to, and the hold that keeps the data alive.
+/// to, and the hold that keeps the data alive; for a device view, the
+/// hold goes to the consumer's deferred list with the mapping instead.
 struct Ctx {
     shape: Vec<i64>,
     strides: Vec<i64>,
-    _held: Held,
+    held: Option<Held>,
+    device: Option<Placement>,
+}
+
+impl Drop for Ctx {
+    fn drop(&mut self) {
+        let (Some(held), Some(place)) = (self.held.take(), self.device.take()) else {
+            return;
+        };
+        if held.pid != std::process::id() {
+            return; // a forked child: `held` leaks itself; the list is the parent's
+        }
+        let map = place.map;
+        map.deferred.push(DeviceHold::new(held, map.keep));
+    }
 }
 
 fn compact_strides(shape: &[i64]) -> Vec<i64> {
@@ -333,27 +368,39 @@ impl ArrayView {
         let _ = stream;
         let keepalive = self.exportable(dl_device)?;
         let copied = copy == Some(true);
+        if copied && self.place.is_some() {
+            return Err(PyBufferError::new_err(
+                "copy=True: this batchcast array lives on a device, where this module copies \
+                 nothing; export it without copy and clone the tensor (tensor.clone())",
+            ));
+        }
         let (data, held) = if copied {
             let own = Arc::new(AlignedCopy::of(self.bytes()));
             let data = own.words.as_ptr() as *mut c_void;
             (data, Held::new(own, None, self.held.pid))
         } else {
             let tracker = self.held.tracker.clone();
+            let addr = match &self.place {
+                Some(place) => place.addr as usize,
+                None => self.addr,
+            };
             (
-                self.addr as *mut c_void,
+                addr as *mut c_void,
                 Held::new(keepalive, tracker, self.held.pid),
             )
         };
+        let (device_type, device_id) = self.__dlpack_device__();
         let mut ctx = Box::new(Ctx {
             shape: self.shape.clone(),
             strides: compact_strides(&self.shape),
-            _held: held,
+            held: Some(held),
+            device: self.place.as_ref().map(Placement::clone),
         });
         let tensor = DLTensor {
             data,
             device: DLDevice {
-                device_type: DL_CPU,
-                device_id: 0,
+                device_type,
+                device_id,
             },
             ndim: self.shape.len() as i32,
             dtype: dl_dtype(self.dtype),
@@ -376,9 +423,20 @@ impl ArrayView {
         }
     }
 
-    /// `(kDLCPU, 0)`.
+    /// `(kDLCPU, 0)`, or for a view on a device that device
+    /// (`(kDLCUDA, ordinal)`).
     fn __dlpack_device__(&self) -> (i32, i32) {
-        (DL_CPU, 0)
+        match &self.place {
+            Some(place) => place.map.dl_device,
+            None => (DL_CPU, 0),
+        }
+    }
+
+    /// True when the bytes are read on a device (the producer's mirror of
+    /// the arena there), not in this process's memory.
+    #[getter]
+    fn on_device(&self) -> bool {
+        self.place.is_some()
     }
 
     /// The shape.
@@ -408,10 +466,11 @@ impl ArrayView {
 
     fn __repr__(&self) -> String {
         format!(
-            "ArrayView(shape={:?}, dtype={}, zero_copy={})",
+            "ArrayView(shape={:?}, dtype={}, zero_copy={}, on_device={})",
             self.shape,
             self.dtype.name(),
-            self.zero_copy
+            self.zero_copy,
+            self.place.is_some()
         )
     }
 }

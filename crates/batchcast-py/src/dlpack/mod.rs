@@ -1,4 +1,4 @@
-//! DLPack in both directions, for CPU memory.
+//! DLPack in both directions, for CPU memory (and out, device memory).
 //!
 //! Out (consumer): [`ArrayView`] is a small Python object with
 //! `__dlpack__` / `__dlpack_device__`, so `torch.from_dlpack(view)` and
@@ -11,11 +11,17 @@
 //! nobody consumed the capsule (its name is still `dltensor`), as the DLPack
 //! rules say.
 //!
+//! Device views ([`device`]): a consumer on a GPU the producer mirrors
+//! its arena to places a batch's arrays at their address in its mapping of
+//! that mirror; their capsules carry that device, and a freed tensor's
+//! lease waits on the consumer's deferred list for a fence.
+//!
 //! In (producer): [`import`] calls an array's `__dlpack__`, checks the
 //! `DLTensor` (CPU, one lane, a supported dtype, C-contiguous) and returns
 //! where its bytes are. The capsule is kept alive, unconsumed, until the
 //! bytes are copied; its destructor then gives the tensor back to its owner.
 
+mod device;
 mod export;
 mod import;
 
@@ -23,6 +29,9 @@ use std::ffi::{c_void, CStr};
 
 use batchcast::DType;
 
+pub use device::Released;
+pub(crate) use device::{Deferred, DeviceMap};
+pub(crate) use export::lock;
 pub use export::ArrayView;
 pub(crate) use export::LeaseTracker;
 pub(crate) use import::{import, Imported};

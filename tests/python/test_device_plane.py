@@ -1,0 +1,212 @@
+"""The consumer's device plane (batchcast._plane) on the CPU stand-in
+(``BATCHCAST_DEVICE_STAND_IN``): the deferred release of freed device
+tensors behind a fence, the stand-in device and its fences, and the choice
+of path with its one warning when the producer's device slots cannot be
+used."""
+
+from __future__ import annotations
+
+import threading
+import warnings
+import weakref
+from typing import Any
+
+import pytest
+import torch
+
+import batchcast
+from batchcast import _device, _plane
+from test_device_transfers import GatedLoader, finish, ids_of, serve
+
+# -- the stand-in device and its fences --------------------------------------
+
+
+def test_the_stand_in_is_chosen_only_by_its_environment_variable(monkeypatch):
+    monkeypatch.setenv(_device.STAND_IN_ENV, "2")
+    dev = _device.open_device("cuda:1")
+    assert isinstance(dev, _device.StandInDevice)
+    assert dev.gpu == "cuda:1" and dev.stand_in and dev.torch_device == torch.device("cpu")
+    assert "stand-in" in repr(dev)
+    assert _device.open_device("cpu") is None
+    monkeypatch.delenv(_device.STAND_IN_ENV)
+    if not torch.cuda.is_available():
+        with pytest.raises(batchcast.InvalidArgument, match="needs a GPU"):
+            _device.open_device("cuda:1")
+
+
+def test_a_stand_in_fence_completes_at_once_or_when_the_hold_ends():
+    dev = _device.StandInDevice("cuda:0")
+    assert dev.fence().done()
+    with _device.hold():
+        held = dev.fence()
+        with _device.hold():
+            inner = dev.fence()
+        assert inner.done() and not held.done()
+    assert held.done()
+    held.wait()  # returns at once now
+
+
+class Token:
+    """Stands for ``take_released()``'s object: ``gone`` is set when the
+    last reference to it is dropped (the leases going back)."""
+
+    def __init__(self) -> None:
+        self.gone = threading.Event()
+        weakref.finalize(self, self.gone.set)
+
+
+def deferred(transfers: _device.Transfers) -> threading.Event:
+    """Defers a fresh token; the test keeps only its ``gone`` event, so the
+    transfers hold the only reference."""
+    token = Token()
+    transfers.defer(token)
+    return token.gone
+
+
+def test_a_deferred_token_goes_back_only_after_its_fence():
+    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+    with _device.hold():
+        t = deferred(transfers)
+        assert transfers.collect() == 1
+        assert not t.is_set()
+    assert transfers.collect() == 0
+    assert t.is_set()
+
+
+def test_deferred_tokens_go_back_in_the_order_their_fences_complete():
+    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+    outer = _device.hold()
+    outer.__enter__()
+    first = deferred(transfers)
+    inner = _device.hold()
+    inner.__enter__()
+    second = deferred(transfers)
+    with _device.hold():
+        third = deferred(transfers)
+    after = deferred(transfers)  # recorded under `inner` again
+    inner.__exit__(None, None, None)
+    assert transfers.collect() == 1  # second, third, after: their fences are done
+    assert [t.is_set() for t in (first, second, third, after)] == [False, True, True, True]
+    outer.__exit__(None, None, None)
+    assert transfers.wait_oldest() and first.is_set()
+    assert not transfers.wait_oldest()
+
+
+def test_wait_oldest_waits_for_the_fence_of_a_deferred_token():
+    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+    gate = _device.hold()
+    gate.__enter__()
+    t = deferred(transfers)
+    waiting = threading.Event()
+    released = threading.Event()
+
+    def wait() -> None:
+        waiting.set()
+        transfers.wait_all()
+        released.set()
+
+    waiter = threading.Thread(target=wait)
+    waiter.start()
+    assert waiting.wait(30)
+    assert not t.is_set() and not released.is_set()
+    gate.__exit__(None, None, None)
+    waiter.join(30)
+    assert released.is_set() and t.is_set()
+
+
+def test_tokens_deferred_from_several_threads_all_go_back_after_their_fences():
+    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+    tokens: list[threading.Event] = []
+    lock = threading.Lock()
+    start = threading.Barrier(8)
+
+    def work() -> None:
+        start.wait()
+        for _ in range(200):
+            t = deferred(transfers)
+            with lock:
+                tokens.append(t)
+            transfers.collect()
+
+    with _device.hold():
+        threads = [threading.Thread(target=work) for _ in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        assert transfers.in_flight() == 1600
+        assert not any(t.is_set() for t in tokens)
+    assert transfers.collect() == 0
+    assert all(t.is_set() for t in tokens)
+
+
+# -- the choice of path -------------------------------------------------------
+
+
+class FakeNative:
+    """What ``_native.Consumer.attach_device`` answers."""
+
+    def __init__(self, answer: dict) -> None:
+        self.answer = answer
+        self.asked: list[Any] = []
+
+    def attach_device(self, device: str, access: str) -> dict:
+        self.asked.append((device, access))
+        return self.answer
+
+
+SLOTS = {"uuid": "GPU-0", "ordinal": 0, "addr": 4096, "len": 8192, "read_only_enforced": None,
+         "backend": "stand-in"}
+
+
+@pytest.mark.parametrize("copy_on_write,path", [(True, _plane.PRIVATE), (False, _plane.ZERO_COPY)])
+def test_a_served_gpu_takes_the_device_slots_without_a_warning(copy_on_write, path):
+    native = FakeNative({"path": "device", "reason": None, "slots": SLOTS})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        chosen = _plane.choose(native, _device.StandInDevice("cuda:0"), "torch", None, copy_on_write, "p")
+    assert chosen.on_device and chosen.stats() == {
+        "device_path": path, "device_path_reason": None, "device_slots": SLOTS}
+    assert native.asked == [("cuda:0", "read-only")]
+
+
+@pytest.mark.parametrize(
+    "fmt,transform,reason",
+    [("torch", None, "serves no GPU"), ("numpy", None, "format='numpy'"),
+     ("torch", object(), "transform= is given")],
+    ids=["not-served", "numpy", "transform"],
+)
+def test_each_fallback_warns_once_with_its_reason(fmt, transform, reason):
+    native = FakeNative({"path": "host", "reason": "the producer serves no GPU", "slots": None})
+    with pytest.warns(RuntimeWarning, match=reason) as caught:
+        chosen = _plane.choose(native, _device.StandInDevice("cuda:0"), fmt, transform, True, "p")
+    assert len(caught) == 1
+    assert chosen.path == _plane.HOST and reason in chosen.reason and chosen.slots is None
+    assert native.asked == ([] if transform is not None or fmt != "torch" else [("cuda:0", "read-only")])
+
+
+def test_a_cpu_consumer_has_no_device_path():
+    assert _plane.choose(None, None, "torch", None, True, "p").stats() == {
+        "device_path": None, "device_path_reason": None, "device_slots": None}
+
+
+# -- a real producer that serves no GPU ---------------------------------------
+
+
+def test_a_stand_in_gpu_consumer_of_a_cpu_producer_copies_and_says_why(bc_dir, monkeypatch):
+    monkeypatch.setenv(_device.STAND_IN_ENV, "2")
+    loader = GatedLoader(n=40, batch_size=8)
+    producer, thread = serve(loader, "hostpath", window=2, idle_timeout=0.5)
+    with pytest.warns(RuntimeWarning, match="serves no GPU") as caught:
+        c = batchcast.Consumer("hostpath", device="cuda:0", connect_timeout=30)
+    assert len(caught) == 1
+    with c:
+        stats = c.stats()
+        assert stats["device_path"] == "host copy" and "serves no GPU" in stats["device_path_reason"]
+        assert stats["device_slots"] is None and stats["device"] == "cuda:0 (stand-in)"
+        assert "stand-in" in repr(c) and "host copy" in repr(c)
+        got = []
+        for b in c:
+            got += ids_of(b)
+        assert got == list(range(40))
+    finish(thread, idle=True)
