@@ -85,7 +85,11 @@ def test_the_arena_is_page_locked_and_copies_are_async(spawn):
     from batchcast import _pinned
 
     produce(spawn, "pin", epochs=1)
-    with batchcast.Consumer("pin", device="cuda:0", connect_timeout=30) as c:
+    # A producer that serves no GPU: the host path, which says so once.
+    with pytest.warns(RuntimeWarning, match="serves no GPU"):
+        c = batchcast.Consumer("pin", device="cuda:0", connect_timeout=30)
+    with c:
+        assert c.stats()["device_path"] == "host copy"
         if not c.pin_memory:
             with open("/proc/self/maps") as f:
                 regions = _pinned.arena_regions("pin", f.read())

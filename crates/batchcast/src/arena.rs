@@ -327,11 +327,6 @@ impl ArenaView {
         self.region.item_ptr(i)
     }
 
-    /// Where slot `i` starts, from the arena's byte 0.
-    pub fn slot_offset(&self, i: usize) -> usize {
-        self.region.item_offset(i)
-    }
-
     /// Slot `i`; `None` if out of range. Prefer [`ArenaView::bytes`]: with
     /// copy-on-write this process may write rows of a leased slot through
     /// its views, and a slice must never cover bytes written meanwhile.

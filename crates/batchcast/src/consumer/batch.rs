@@ -154,18 +154,6 @@ impl Leaf {
         matches!(self.data, LeafData::Shared { .. })
     }
 
-    /// Where [`Leaf::bytes`] start in the arena (from its byte 0), for a
-    /// leaf that views a slot; None for an assembled or string leaf. A
-    /// device's mirror of the arena has the same layout.
-    pub fn arena_offset(&self) -> Option<u64> {
-        match &self.data {
-            LeafData::Shared { lease, offset, .. } => {
-                Some((lease.arena.slot_offset(lease.slot) + offset) as u64)
-            }
-            _ => None,
-        }
-    }
-
     /// A handle that keeps [`Leaf::bytes`] valid (and the slot leased) for
     /// as long as it lives, even after the leaf is dropped.
     pub fn keepalive(&self) -> Option<Keepalive> {
