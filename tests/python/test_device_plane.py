@@ -6,9 +6,14 @@ used."""
 
 from __future__ import annotations
 
+import inspect
+import json
+import os
+import sys
 import threading
 import warnings
 import weakref
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
@@ -16,6 +21,7 @@ import torch
 
 import batchcast
 from batchcast import _device, _plane
+from conftest import HERE, Proc
 from test_device_transfers import GatedLoader, finish, ids_of, serve
 
 # -- the stand-in device and its fences --------------------------------------
@@ -210,3 +216,166 @@ def test_a_stand_in_gpu_consumer_of_a_cpu_producer_copies_and_says_why(bc_dir, m
             got += ids_of(b)
         assert got == list(range(40))
     finish(thread, idle=True)
+
+
+# -- real processes: a producer that mirrors its arena on stand-in GPUs -------
+
+N = 1000
+
+#: Until the producer's device= lands (another branch): these need it.
+pytestmark_mirrors = pytest.mark.skipif(
+    "device" not in inspect.signature(batchcast.Producer).parameters,
+    reason="batchcast.Producer has no device= yet: no producer mirrors its arena",
+)
+
+
+@pytest.fixture
+def plane(bc_dir, monkeypatch):
+    """plane(role, **options) runs ``plane_roles.py role json(options)``
+    with two stand-in GPUs in its environment (and in this process's)."""
+    monkeypatch.setenv(_device.STAND_IN_ENV, "2")
+    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
+    procs: list[Proc] = []
+
+    def start(role: str, stdin: bool = False, **options: Any) -> Proc:
+        p = Proc([sys.executable, str(HERE / "plane_roles.py"), role, json.dumps(options)], env, stdin)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.reap()
+
+
+def mirrored(plane, name: str, **options: Any) -> Proc:
+    p = plane("produce_mirrored", name=name, n=N, **options)
+    p.expect("ready")
+    return p
+
+
+def report(p: Proc) -> dict:
+    return json.loads(p.expect("plane ", timeout=120))
+
+
+@pytestmark_mirrors
+def test_two_consumers_read_the_same_device_slots_without_a_copy(plane):
+    producer = mirrored(plane, "zero", wait_for_consumers=2, window=3)
+    trainers = [plane("consume_on_device", name="zero", n=N, copy_on_write=False) for _ in range(2)]
+    reports = [report(t) for t in trainers]
+    addrs = set()
+    for r in reports:
+        assert (r["ids"], r["wrong"], r["warnings"]) == (list(range(N)), 0, []), r
+        assert r["path"] == "device slots (zero copy)" and r["reason"] is None
+        assert r["device"] == "cuda:0 (stand-in)"
+        assert r["inside"] == r["arrays"] > 0, "a batch of one slot is not in the mapped device slots"
+        addrs.add(r["slots"]["uuid"])
+    assert len(addrs) == 1  # both on the one stand-in GPU the producer serves
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+def test_with_copy_on_write_an_in_place_write_reaches_no_other_consumer(plane):
+    producer = mirrored(plane, "cow", wait_for_consumers=2, window=3)
+    writer = plane("consume_on_device", name="cow", n=N, write=True)
+    reader = plane("consume_on_device", name="cow", n=N)
+    for r in (report(writer), report(reader)):
+        assert (r["ids"], r["wrong"], r["warnings"]) == (list(range(N)), 0, []), r
+        assert r["path"] == "device slots (private copy)"
+        assert r["inside"] == 0, "a cloned batch still lies in the shared device slots"
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+def test_a_consumer_on_a_gpu_the_producer_does_not_serve_copies_and_says_why(plane):
+    producer = mirrored(plane, "other", device="cuda:0")
+    r = report(plane("consume_on_device", name="other", n=N, device="cuda:1"))
+    assert (r["ids"], r["wrong"], r["inside"]) == (list(range(N)), 0, 0), r
+    assert r["path"] == "host copy" and r["slots"] is None
+    assert len(r["warnings"]) == 1 and r["reason"] in r["warnings"][0]
+    assert "does not serve" in r["reason"] or "serves" in r["reason"], r["reason"]
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+@pytest.mark.parametrize("batch_size", [50, 48, 100], ids=["divides", "divides-not", "spans-slots"])
+def test_every_batch_size_delivers_every_sample_once_on_the_device_plane(plane, batch_size):
+    producer = mirrored(plane, "sizes", batch_size=100, epochs=2)
+    r = report(plane("consume_on_device", name="sizes", n=N, batch_size=batch_size, epochs=2,
+                     copy_on_write=False))
+    assert (r["ids"], r["wrong"]) == (list(range(N)) * 2, 0), r
+    assert r["path"] == "device slots (zero copy)"
+    assert 0 < r["inside"] <= r["arrays"]  # assembled batches are host memory
+    if batch_size == 50:
+        assert r["inside"] == r["arrays"]
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+def test_a_killed_consumer_leaves_the_other_going(plane):
+    producer = mirrored(plane, "kill", wait_for_consumers=2, window=4, max_lag="8batches", epochs=2)
+    holder = plane("consume_on_device", stdin=True, name="kill", n=N, copy_on_write=False, hold=2,
+                   epochs=2)
+    survivor = plane("consume_on_device", name="kill", n=N, copy_on_write=False, epochs=2)
+    holder.expect("holding")
+    holder.kill()
+    r = report(survivor)
+    assert (r["ids"], r["wrong"]) == (list(range(N)) * 2, 0), r
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+def test_a_killed_producer_leaves_the_batch_readable_and_the_next_read_raises(plane):
+    producer = mirrored(plane, "dies", window=2)
+    trainer = plane("consume_on_device", stdin=True, name="dies", n=N, copy_on_write=False, gone_after=3)
+    trainer.expect("got")
+    producer.kill()
+    producer.wait()
+    assert trainer.popen.stdin is not None
+    trainer.popen.stdin.write("go\n")
+    trainer.popen.stdin.flush()
+    assert trainer.expect("gone").split() == ["ProducerGone", "True"]
+
+
+@pytestmark_mirrors
+def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch):
+    """In one process: the producer (a thread, mirroring on a stand-in GPU)
+    cannot reuse a slot whose tensors were freed until the fence recorded
+    when the consumer took them has completed."""
+    monkeypatch.setenv(_device.STAND_IN_ENV, "1")
+    loader = GatedLoader(n=64, batch_size=8)
+    producer, thread = serve(loader, "fenced", window=2, max_lag=0, device="cuda:0")
+    with batchcast.Consumer("fenced", device="cuda:0", copy_on_write=False, connect_timeout=30) as c:
+        assert c.stats()["device_path"] == "device slots (zero copy)"
+        it = iter(c)
+        with _device.hold():
+            b0, b1 = next(it), next(it)
+            assert (ids_of(b0), ids_of(b1)) == (list(range(8)), list(range(8, 16)))
+            del b0, b1  # freed: their leases wait for a fence
+            assert c.stats()["copies_in_flight"] == 1  # taken, behind the held fence
+            assert not loader.asked[3].wait(0.5), "the producer reused a slot before its fence"
+        assert c.stats()["copies_in_flight"] == 0
+        assert loader.asked[3].wait(30), "the slots of freed tensors did not go back after their fence"
+        rest = [i for b in it for i in ids_of(b)]
+        assert rest == list(range(16, 64))
+    finish(thread)
+
+
+@pytestmark_mirrors
+def test_device_views_freed_from_several_threads_all_go_back(bc_dir, monkeypatch):
+    """Tensors freed from 8 threads while the loop takes the freed ones: no
+    lease is lost or released twice (every slot comes back, so the producer
+    finishes its epochs)."""
+    monkeypatch.setenv(_device.STAND_IN_ENV, "1")
+    loader = GatedLoader(n=1600, batch_size=8)
+    producer, thread = serve(loader, "threads", epochs=2, window=4, max_lag=0, device="cuda:0")
+    got: list[int] = []
+    with batchcast.Consumer("threads", device="cuda:0", copy_on_write=False, connect_timeout=30) as c:
+        for _ in range(2):
+            pool = ThreadPoolExecutor(8)
+            for b in c:
+                got += ids_of(b)
+                pool.submit(lambda b=b: b.clear())  # the last reference, freed on a worker
+                del b
+            pool.shutdown(wait=True)
+    assert got == list(range(1600)) * 2
+    finish(thread)

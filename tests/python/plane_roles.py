@@ -1,0 +1,105 @@
+"""Processes for test_device_plane.py (``python plane_roles.py ROLE JSON``),
+run with ``BATCHCAST_DEVICE_STAND_IN`` set: a producer that mirrors its
+arena on stand-in GPUs, and consumers on a stand-in GPU that check each
+batch and where its memory lies."""
+
+from __future__ import annotations
+
+import json
+import sys
+from typing import Any, Dict, List
+
+from helpers import IdLoader, run_to_the_end, say
+
+
+def produce_mirrored(o: Dict[str, Any]) -> None:
+    """Sample ids (produce_ids's loader, no names) mirrored on ``device``
+    (a list of GPUs, or one)."""
+    import batchcast
+
+    loader = IdLoader(o["n"], o.get("batch_size", 64), width=o.get("width", 16), names=False)
+    p = batchcast.Producer(
+        loader,
+        o["name"],
+        window=o.get("window", 4),
+        wait_for_consumers=o.get("wait_for_consumers", True),
+        device=o.get("device", "cuda:0"),
+        **{k: o[k] for k in ("max_lag", "lag_policy", "stall_timeout") if k in o},
+    )
+    say("ready")
+    run_to_the_end(p, o.get("epochs", 1))
+
+
+def _inside(tensor: Any, slots: Dict[str, Any] | None) -> bool:
+    if slots is None:
+        return False
+    lo = slots["addr"]
+    return lo <= tensor.data_ptr() and tensor.data_ptr() + tensor.nbytes <= lo + slots["len"]
+
+
+def consume_on_device(o: Dict[str, Any]) -> None:
+    """A consumer on ``device``: checks that each batch's ids are the next
+    ones and that ``x`` agrees with them, counts the arrays that lie in the
+    mapped device slots, and reports ``plane {json}``. ``write``: adds 1000
+    to each batch's ``x`` in place after checking it. ``hold``: after that
+    many batches says ``holding`` (keeping them) and waits for a line on
+    stdin. ``gone_after``: after that many batches says ``got``, waits for
+    a line (the producer is killed meanwhile), checks the batch it holds,
+    then asks for the next and says ``gone`` with its exception's name."""
+    import warnings
+
+    import batchcast
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        c = batchcast.Consumer(o["name"], batch_size=o.get("batch_size"), device=o.get("device", "cuda:0"),
+                               copy_on_write=o.get("copy_on_write", True), connect_timeout=30)
+    stats = c.stats()
+    slots = stats["device_slots"]
+    ids: List[int] = []
+    wrong = inside = arrays = 0
+    kept = []
+    count = 0
+    for _ in range(o.get("epochs", 1)):
+        for b in c:
+            count += 1
+            n = len(b["id"])
+            start = ids[-1] + 1 if ids and ids[-1] + 1 < o["n"] else 0
+            wrong += int(b["id"].tolist() != list(range(start, start + n)))
+            wrong += int(not bool((b["x"][:, 0] == b["id"].float()).all()))
+            ids += b["id"].tolist()
+            for t in (b["id"], b["x"]):
+                arrays += 1
+                inside += int(_inside(t, slots))
+            if o.get("write"):
+                b["x"].add_(1000)
+            if count == o.get("hold"):
+                kept.append(b)
+                say("holding")
+                sys.stdin.readline()
+            if count == o.get("gone_after"):
+                say("got")
+                sys.stdin.readline()
+                ok = b["id"].tolist() == list(range(start, start + n)) and bool((b["x"][:, 0] == b["id"].float()
+                                                                                  - 1000 * bool(o.get("write"))).all())
+                try:
+                    next(iter(c))
+                    say("gone", "none", ok)
+                except Exception as e:  # what the next read raises
+                    say("gone", type(e).__name__, ok)
+                return
+    say("plane", json.dumps({
+        "ids": ids, "wrong": wrong, "inside": inside, "arrays": arrays, "slots": slots,
+        "path": stats["device_path"], "reason": stats["device_path_reason"], "device": stats["device"],
+        "warnings": [str(w.message) for w in caught],
+    }))
+    c.close()
+
+
+def main() -> None:
+    role, opts = sys.argv[1], json.loads(sys.argv[2])
+    globals()[role](opts)
+
+
+if __name__ == "__main__":
+    main()
