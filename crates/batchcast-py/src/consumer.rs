@@ -2,9 +2,11 @@
 //! pure-Python `batchcast.Consumer`.
 //!
 //! `next_event` waits for the next event with the GIL released (Ctrl-C
-//! checked every 100 ms) and returns it as a tuple; a batch's arrays come
-//! back as [`ArrayView`]s that `batchcast._consumer` turns into tensors
-//! through DLPack, its per-sample lists as Python lists.
+//! checked every 100 ms) and returns it as a tuple (see [`crate::event`]):
+//! a batch's arrays come back as `ArrayView`s that `batchcast._consumer`
+//! turns into tensors through DLPack, its per-sample lists as Python lists.
+//! On a GPU the producer mirrors its arena to, the arrays are placed in
+//! this consumer's mapping of that mirror (see [`crate::plane`]).
 //!
 //! A producer's death is reported by the core consumer (its socket
 //! closing, or its process exiting where forked DataLoader workers keep
@@ -15,19 +17,16 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use batchcast::Keepalive;
 use batchcast::Welcome;
-use batchcast::{
-    Consumer, ConsumerOptions, Error, Event, JoinPolicy, LeafKind, Node, OnEvict, Position,
-    ShutdownReason,
-};
+use batchcast::{Consumer, ConsumerOptions, Error, Event, JoinPolicy, OnEvict, Position};
 use pyo3::exceptions::PyRuntimeWarning;
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyDict, PyList, PyTuple};
+use pyo3::types::{PyDict, PyTuple};
 use pyo3::PyTypeInfo;
 
-use crate::dlpack::{ArrayView, DeviceMap, LeaseTracker, Released};
+use crate::dlpack::{LeaseTracker, Released};
 use crate::errors::{to_py, Exc};
+use crate::event::event_to_py;
 use crate::plane::Plane;
 use crate::warnings::Queued;
 use crate::{blocking, seconds, Guarded};
@@ -111,133 +110,6 @@ fn retire(mut consumer: Consumer, tracker: Arc<LeaseTracker>) {
     let _ = std::thread::Builder::new()
         .name("batchcast-drain".into())
         .spawn(drain);
-}
-
-pub(crate) fn tree_to_py<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'py, PyAny>> {
-    Ok(match node {
-        Node::Leaf(i) => i.into_pyobject(py)?.into_any(),
-        Node::Tuple(items) | Node::List(items) => {
-            let tag = if matches!(node, Node::Tuple(_)) {
-                "t"
-            } else {
-                "l"
-            };
-            let children = items
-                .iter()
-                .map(|c| tree_to_py(py, c))
-                .collect::<PyResult<Vec<_>>>()?;
-            PyTuple::new(
-                py,
-                [
-                    tag.into_pyobject(py)?.into_any(),
-                    PyList::new(py, children)?.into_any(),
-                ],
-            )?
-            .into_any()
-        }
-        Node::Dict(items) => {
-            let entries = items
-                .iter()
-                .map(|(k, c)| {
-                    PyTuple::new(py, [k.into_pyobject(py)?.into_any(), tree_to_py(py, c)?])
-                })
-                .collect::<PyResult<Vec<_>>>()?;
-            PyTuple::new(
-                py,
-                [
-                    "d".into_pyobject(py)?.into_any(),
-                    PyList::new(py, entries)?.into_any(),
-                ],
-            )?
-            .into_any()
-        }
-    })
-}
-
-fn words<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
-    bytes.chunks_exact(N).map(|c| {
-        let mut w = [0u8; N];
-        w.copy_from_slice(c);
-        w
-    })
-}
-
-/// Where a leaf's bytes lie in the arena (and so in every device mirror);
-/// None for an assembled leaf.
-fn arena_offset(leaf: &batchcast::Leaf) -> Option<u64> {
-    let _ = leaf;
-    None
-}
-
-fn batch_to_py<'py>(
-    py: Python<'py>,
-    batch: batchcast::Batch,
-    tracker: &Arc<LeaseTracker>,
-    plane: Option<&DeviceMap>,
-) -> PyResult<Bound<'py, PyTuple>> {
-    let (epoch, index, rows) = (batch.epoch, batch.index, batch.rows());
-    let (tree, leaves) = batch.into_parts();
-    let spec = tree_to_py(py, &tree)?;
-    let out = PyList::empty(py);
-    for leaf in leaves {
-        match leaf.kind() {
-            LeafKind::Array => {
-                let keep: Keepalive = leaf.keepalive().ok_or_else(|| {
-                    Exc::ProtocolError.err(py, "an array leaf without memory", &[])
-                })?;
-                let mut view = ArrayView::new(
-                    keep,
-                    leaf.bytes(),
-                    leaf.dtype(),
-                    leaf.shape(),
-                    leaf.is_zero_copy(),
-                    tracker,
-                )?;
-                // A view of a slot lies at the same offset of the mirror;
-                // an assembled batch is host memory.
-                let place = plane.zip(arena_offset(&leaf)).map(|(map, offset)| {
-                    map.place(offset, leaf.bytes().len() as u64).ok_or_else(|| {
-                        let msg = "an array outside the device's mirror of the arena";
-                        Exc::ProtocolError.err(py, msg, &[])
-                    })
-                });
-                if let Some(place) = place {
-                    view = view.placed(place?);
-                }
-                out.append(Bound::new(py, view)?)?;
-            }
-            LeafKind::IntList => {
-                let v: Vec<i64> = words::<8>(leaf.bytes()).map(i64::from_le_bytes).collect();
-                out.append(PyList::new(py, v)?)?;
-            }
-            LeafKind::FloatList => {
-                let v: Vec<f64> = words::<8>(leaf.bytes()).map(f64::from_le_bytes).collect();
-                out.append(PyList::new(py, v)?)?;
-            }
-            LeafKind::StrList => {
-                out.append(PyList::new(py, leaf.strings().unwrap_or(&[]))?)?;
-            }
-        }
-    }
-    PyTuple::new(
-        py,
-        [
-            "batch".into_pyobject(py)?.into_any(),
-            epoch.into_pyobject(py)?.into_any(),
-            index.into_pyobject(py)?.into_any(),
-            spec,
-            out.into_any(),
-            rows.into_pyobject(py)?.into_any(),
-        ],
-    )
-}
-
-fn reason_to_py(reason: &ShutdownReason) -> (&'static str, String) {
-    match reason {
-        ShutdownReason::Finished => ("finished", String::new()),
-        ShutdownReason::Interrupted => ("interrupted", String::new()),
-        ShutdownReason::Failed(why) => ("failed", why.clone()),
-    }
 }
 
 #[pymethods]
@@ -466,7 +338,7 @@ impl PyConsumer {
         if access != "read-only" {
             return Err(Exc::InvalidArgument.err(
                 py,
-                &format!("access must be \"read-only\", not {access:?}"),
+                format!("access must be \"read-only\", not {access:?}"),
                 &[],
             ));
         }
@@ -534,54 +406,6 @@ impl PyConsumer {
 
     /// A core event as the tuple `next_event` returns.
     fn event_to_py<'py>(&self, py: Python<'py>, event: Event) -> PyResult<Bound<'py, PyTuple>> {
-        match event {
-            Event::EpochStart(info) => PyTuple::new(
-                py,
-                [
-                    "start".into_pyobject(py)?.into_any(),
-                    info.epoch.into_pyobject(py)?.into_any(),
-                    info.samples.into_pyobject(py)?.into_any(),
-                    info.batches.into_pyobject(py)?.into_any(),
-                    info.batch_size.into_pyobject(py)?.into_any(),
-                    PyBool::new(py, info.partial).to_owned().into_any(),
-                    info.first_row.into_pyobject(py)?.into_any(),
-                ],
-            ),
-            Event::Batch(batch) => batch_to_py(py, batch, &self.tracker, self.plane.map().as_ref()),
-            Event::EpochEnd { epoch, samples } => PyTuple::new(
-                py,
-                [
-                    "end".into_pyobject(py)?.into_any(),
-                    epoch.into_pyobject(py)?.into_any(),
-                    samples.into_pyobject(py)?.into_any(),
-                ],
-            ),
-            Event::Trigger(t) => {
-                let (first, last) = t.arrivals.unzip();
-                PyTuple::new(
-                    py,
-                    [
-                        "trigger".into_pyobject(py)?.into_any(),
-                        t.id.into_pyobject(py)?.into_any(),
-                        t.seq.into_pyobject(py)?.into_any(),
-                        t.epoch.into_pyobject(py)?.into_any(),
-                        t.samples.into_pyobject(py)?.into_any(),
-                        first.into_pyobject(py)?.into_any(),
-                        last.into_pyobject(py)?.into_any(),
-                    ],
-                )
-            }
-            Event::Finished(reason) => {
-                let (kind, message) = reason_to_py(&reason);
-                PyTuple::new(
-                    py,
-                    [
-                        "finished".into_pyobject(py)?.into_any(),
-                        kind.into_pyobject(py)?.into_any(),
-                        message.into_pyobject(py)?.into_any(),
-                    ],
-                )
-            }
-        }
+        event_to_py(py, event, &self.tracker, self.plane.map().as_ref())
     }
 }

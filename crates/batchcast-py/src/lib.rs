@@ -34,6 +34,7 @@ mod augment;
 mod consumer;
 mod dlpack;
 mod errors;
+mod event;
 mod outpool;
 mod plane;
 mod proc;

@@ -8,7 +8,7 @@ use batchcast::StreamSpec;
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyTuple};
 
-use crate::consumer::tree_to_py;
+use crate::event::tree_to_py;
 
 pub(crate) fn stream_to_py<'py>(
     py: Python<'py>,

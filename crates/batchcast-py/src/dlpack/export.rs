@@ -394,7 +394,7 @@ impl ArrayView {
             shape: self.shape.clone(),
             strides: compact_strides(&self.shape),
             held: Some(held),
-            device: self.place.as_ref().map(Placement::clone),
+            device: self.place.clone(),
         });
         let tensor = DLTensor {
             data,
