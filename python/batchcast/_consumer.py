@@ -310,8 +310,6 @@ class Consumer(LoaderSurface):
         " (stand-in)" for the CPU stand-in}`` (a batch being prefetched
         counts as not yet handed out)."""
         stats = self._native.stats()
-        if self._transfers is not None:
-            self._take_released()
         stats["copies_in_flight"] = 0 if self._transfers is None else self._transfers.collect()
         stats.update(self._path.stats())
         stats["device"] = self._device_name()
