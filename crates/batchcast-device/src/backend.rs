@@ -103,6 +103,18 @@ impl DeviceMirror for Mirror {
     }
 }
 
+/// Checks that a copy of `count` bytes at `offset` ends within a mirror of
+/// `len` bytes.
+pub(crate) fn check_copy(offset: u64, count: usize, len: u64) -> io::Result<()> {
+    if offset.checked_add(count as u64).is_none_or(|end| end > len) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("a copy of {count} bytes at offset {offset} passes the mirror's end ({len})"),
+        ));
+    }
+    Ok(())
+}
+
 /// A consumer's mapping of a mirror; unmapped when dropped.
 pub struct Mapping {
     addr: u64,

@@ -18,7 +18,7 @@ use batchcast::DeviceMirror;
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{MemfdFlags, SealFlags};
 
-use crate::backend::{Access, Backend, DeviceInfo, Mapping, Mirror};
+use crate::backend::{check_copy, Access, Backend, DeviceInfo, Mapping, Mirror};
 use crate::error::{Error, Result};
 use crate::import_info::ImportInfo;
 use crate::stats::MirrorStats;
@@ -201,17 +201,7 @@ impl DeviceMirror for StandInMirror {
             .map
             .as_ref()
             .ok_or_else(|| io::Error::other("copy_in before allocate"))?;
-        let end = offset.checked_add(bytes.len() as u64);
-        if end.is_none_or(|end| end > map.len() as u64) {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidInput,
-                format!(
-                    "a copy of {} bytes at offset {offset} passes the mirror's end ({})",
-                    bytes.len(),
-                    map.len()
-                ),
-            ));
-        }
+        check_copy(offset, bytes.len(), map.len() as u64)?;
         // SAFETY: offset + bytes.len() <= map.len() (checked above), so the
         // destination lies in this process's writable mapping; `bytes` is
         // host memory outside it (the producer's arena or a buffer), so the

@@ -12,7 +12,7 @@ use cudarc::driver::sys::{
 
 use super::driver::{check, Primary};
 use super::vmm::{self, Mapped};
-use crate::backend::Mirror;
+use crate::backend::{check_copy, Mirror};
 use crate::error::{Error, Result};
 use crate::import_info::ImportInfo;
 use crate::stats::MirrorStats;
@@ -35,6 +35,7 @@ pub(super) fn new(dev: CUdevice, uuid: String) -> Result<Mirror> {
         stream,
         mapped: None,
         info: None,
+        len: 0,
         host: None,
         stats: stats.clone(),
         primary,
@@ -48,6 +49,8 @@ struct CudaMirror {
     stream: CUstream,
     mapped: Option<Mapped>,
     info: Option<ImportInfo>,
+    /// The arena's length: copies end at or before it.
+    len: u64,
     /// The page-locked arena range (address, length), where registering it
     /// succeeded.
     host: Option<(usize, usize)>,
@@ -98,6 +101,7 @@ impl CudaMirror {
         }
         self.mapped = Some(mapped);
         self.info = Some(info);
+        self.len = len;
         // SAFETY: the driver just created this descriptor for the caller,
         // who now owns it.
         let fd = unsafe { OwnedFd::from_raw_fd(fd) };
@@ -118,20 +122,7 @@ impl CudaMirror {
             .mapped
             .as_ref()
             .ok_or_else(|| Error::io("copy_in", io::Error::other("before allocate")))?;
-        let len = self.info.map_or(0, |i| i.size);
-        if offset
-            .checked_add(bytes.len() as u64)
-            .is_none_or(|end| end > len)
-        {
-            let why = format!(
-                "a copy of {} bytes at offset {offset} passes the mirror's end ({len})",
-                bytes.len()
-            );
-            return Err(Error::io(
-                "copy_in",
-                io::Error::new(io::ErrorKind::InvalidInput, why),
-            ));
-        }
+        check_copy(offset, bytes.len(), self.len).map_err(|e| Error::io("copy_in", e))?;
         let _current = self.primary.push()?;
         let dst = mapped.ptr + offset;
         // SAFETY: dst..dst+len lies in the mapped allocation (checked

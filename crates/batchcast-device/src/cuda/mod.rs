@@ -57,7 +57,11 @@ impl Cuda {
         if info.mig {
             return Err(Error::Mig { device: info.uuid });
         }
-        let dev = self.devices[info.ordinal as usize].0;
+        let dev = self
+            .devices
+            .iter()
+            .find(|(_, d)| d.uuid == info.uuid)
+            .map_or(0, |(dev, _)| *dev);
         if !info.shareable {
             let (vmm, posix_fd) = shareable(dev)?;
             return Err(Error::NotShareable {
