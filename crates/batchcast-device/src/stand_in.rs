@@ -106,7 +106,6 @@ impl Backend for StandIn {
             uuid: device.uuid,
             map: None,
             info: None,
-            stats: stats.clone(),
         };
         Ok(Mirror::new(Box::new(inner), stats))
     }
@@ -163,7 +162,6 @@ struct StandInMirror {
     uuid: String,
     map: Option<MmapRaw>,
     info: Option<ImportInfo>,
-    stats: Arc<MirrorStats>,
 }
 
 impl DeviceMirror for StandInMirror {
@@ -192,7 +190,6 @@ impl DeviceMirror for StandInMirror {
             .map_raw(&fd)?;
         self.map = Some(map);
         self.info = Some(info);
-        self.stats.set_pinned(true);
         Ok(exported)
     }
 

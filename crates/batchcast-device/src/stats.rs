@@ -31,8 +31,8 @@ impl MirrorStats {
     }
 
     /// Whether copies come from page-locked host memory: `None` before the
-    /// mirror is allocated, `Some(false)` where page-locking the arena
-    /// failed and copies go from pageable memory.
+    /// mirror is allocated and for the stand-in, `Some(false)` where
+    /// page-locking the arena failed and copies go from pageable memory.
     pub fn pinned(&self) -> Option<bool> {
         match self.pinned.load(Ordering::Relaxed) {
             1 => Some(true),

@@ -338,3 +338,33 @@ fn the_visible_devices_are_the_ones_listed() {
         Err(Error::UnknownDevice { .. })
     ));
 }
+
+#[test]
+fn several_threads_import_and_read_while_the_stats_are_read() {
+    let backend = StandIn::new(2, None).unwrap();
+    let (mut mirror, fd) = filled_mirror(&backend);
+    let info = mirror.import_info();
+    let stats = mirror.stats();
+    std::thread::scope(|s| {
+        for _ in 0..4 {
+            let (backend, info, fd) = (&backend, &info, fd.try_clone().unwrap());
+            s.spawn(move || {
+                let map = backend
+                    .import(&stand_in_uuid(1), fd, info, LEN, Access::ReadOnly)
+                    .unwrap();
+                for i in (0..LEN).step_by(97) {
+                    assert_eq!(read(map.addr(), i), pattern(i));
+                }
+            });
+        }
+        let reader = s.spawn(|| (0..1000).map(|_| stats.copies()).max());
+        for _ in 0..100 {
+            mirror.copy_in(0, &[pattern(0)]).unwrap();
+        }
+        assert!(reader.join().unwrap().unwrap() <= 103);
+    });
+    assert_eq!(
+        (stats.copies(), stats.bytes(), stats.pinned()),
+        (103, LEN + 100, None)
+    );
+}
