@@ -14,6 +14,7 @@ fn cuda_without_a_driver_is_no_driver() {
                 shown.contains("libcuda") && shown.contains("BATCHCAST_DEVICE_STAND_IN"),
                 "{shown}"
             );
+            println!("{shown}");
         }
         Ok(cuda) => println!("skipped: a libcuda is present here ({cuda:?})"),
         Err(other) => println!("skipped: a libcuda is present here, and it says: {other}"),
