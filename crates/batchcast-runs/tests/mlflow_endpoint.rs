@@ -216,7 +216,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
 #[test]
 fn a_client_that_never_finishes_its_headers_is_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let (endpoint, addr) = started(dir.path());
+    let (_endpoint, addr) = started(dir.path());
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(b"POST /api/2.0/mlflow/runs/log-metric HTTP/1.1\r\nHost: 127.0.0.1")
         .unwrap();
