@@ -55,11 +55,10 @@ impl super::ById for CollocationPage {
                 .cpu_saving
                 .map(|c| format!(", <b>{c:.2}×</b> less CPU per sample"))
                 .unwrap_or_default();
+            let (shared, independent) = (esc(&s.shared), esc(&s.independent));
             let _ = write!(
                 body,
-                "<p class=\"speedup\">{} vs {}: <b>{:.2}×</b> aggregate samples/s{cpu}</p>",
-                esc(&s.shared),
-                esc(&s.independent),
+                "<p class=\"speedup\">{shared} vs {independent}: <b>{:.2}×</b> aggregate samples/s{cpu}</p>",
                 s.throughput
             );
         }
