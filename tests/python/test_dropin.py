@@ -20,6 +20,16 @@ def _epochs(proc, count, timeout=120):
     return [e for e in proc.epochs(count, timeout)]
 
 
+def _whole_epochs_then_done(trainer, producer, count, batches):
+    """The trainer saw the DataLoader's first `count` epochs whole, each of
+    `batches` batches, and fitted; then the producer finished."""
+    got = _epochs(trainer, count)
+    assert [e["ids"] for e in got] == dataloader_epochs(count)
+    assert [e["len"] for e in got] == [batches] * count
+    trainer.expect("fitted")
+    producer.expect("done")
+
+
 @pytest.mark.parametrize("producer_epochs", [3, None])
 def test_two_lightning_trainers_get_three_full_epochs_each(spawn, producer_epochs):
     pytest.importorskip("lightning")
@@ -55,11 +65,7 @@ def test_accelerate_prepare_passes_the_consumer_through(spawn):
     prod.expect("ready")
     t = spawn("train_accelerate", name="acc", epochs=3)
     assert t.expect("prepared") == "Consumer True"
-    got = _epochs(t, 3)
-    assert [e["ids"] for e in got] == dataloader_epochs(3)
-    assert [e["len"] for e in got] == [5, 5, 5]
-    t.expect("fitted")
-    prod.expect("done")
+    _whole_epochs_then_done(t, prod, 3, 5)
 
 
 def test_skip_first_batches_resumes_an_epoch_and_accelerates_is_refused_by_name(spawn):
@@ -83,11 +89,7 @@ def test_a_plain_loop_that_drops_an_iterator_skips_nothing(spawn):
     prod = spawn("produce_id_loader", name="plain", epochs=3)
     prod.expect("ready")
     t = spawn("train_plain", name="plain", epochs=3, batch_size=6)
-    got = _epochs(t, 3)
-    assert [e["ids"] for e in got] == dataloader_epochs(3)
-    assert [e["len"] for e in got] == [7, 7, 7]
-    t.expect("fitted")
-    prod.expect("done")
+    _whole_epochs_then_done(t, prod, 3, 7)
 
 
 def test_timm_train_loop_drives_the_consumer_through_its_prefetch_loader(spawn):

@@ -318,13 +318,7 @@ fn the_replay_example_plan_compares_two_policies() {
         if row.run.name != batchcast_runs::keys::DATA_RUN {
             continue;
         }
-        let events: Vec<String> = store
-            .events(row.run.id)
-            .unwrap()
-            .into_iter()
-            .filter(|e| e.source == "serve")
-            .map(|e| e.message)
-            .collect();
+        let events = common::events_from(&store, row.run.id, "serve");
         let grew = events.iter().filter(|m| m.contains("new samples")).count();
         let fired = events.iter().filter(|m| m.starts_with("trigger")).count();
         let want = if row.workload == "every-epoch-freshness" {

@@ -510,13 +510,7 @@ fn a_shared_producers_triggers_are_events_of_its_run() {
         .iter()
         .find(|r| r.run.name == keys::DATA_RUN)
         .expect("the producer's run");
-    let serve_events: Vec<String> = store
-        .events(data.run.id)
-        .unwrap()
-        .into_iter()
-        .filter(|e| e.source == "serve")
-        .map(|e| e.message)
-        .collect();
+    let serve_events = common::events_from(&store, data.run.id, "serve");
     assert_eq!(
         serve_events,
         vec![

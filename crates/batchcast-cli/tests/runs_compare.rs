@@ -54,6 +54,15 @@ fn record(
     store.insert_metrics(&points).unwrap();
 }
 
+/// A store at `dir/runs.sqlite` with one started run, `a`, of three
+/// `loss` points (0, 1, 2); returns its path and the run.
+fn one_run_store(dir: &Path) -> (PathBuf, RunId) {
+    let (path, mut store, w) = new_store(dir, "w", None);
+    let (r, start) = started_run(&mut store, w, "a");
+    record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
+    (path, r)
+}
+
 #[test]
 fn a_missing_or_foreign_store_is_a_clear_error() {
     let dir = tempfile::tempdir().unwrap();
@@ -143,10 +152,7 @@ fn export_writes_every_point_as_csv_rows() {
 #[test]
 fn an_export_that_cannot_write_says_why_once() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, mut store, w) = new_store(dir.path(), "w", None);
-    let (r, start) = started_run(&mut store, w, "a");
-    record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
-    drop(store);
+    let (path, _) = one_run_store(dir.path());
     // Under a regular file (the store): nothing can be made there.
     for (flag, target) in [
         ("--csv", path.join("out.csv")),
@@ -174,10 +180,7 @@ fn an_export_that_cannot_write_says_why_once() {
 #[test]
 fn a_failed_csv_export_leaves_the_earlier_file_whole() {
     let dir = tempfile::tempdir().unwrap();
-    let (path, mut store, w) = new_store(dir.path(), "w", None);
-    let (r, start) = started_run(&mut store, w, "a");
-    record(&mut store, r, "loss", (start, 500), 3, |i| i as f64);
-    drop(store);
+    let (path, r) = one_run_store(dir.path());
     let results = dir.path().join("results.csv");
     std::fs::write(&results, "yesterday's results\n").unwrap();
     let err = batchcast()

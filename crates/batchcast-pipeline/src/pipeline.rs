@@ -99,21 +99,13 @@ impl Pipeline {
         workers: usize,
         on_error: OnError,
     ) -> Result<Pipeline, PipelineError> {
-        transform.validate()?;
-        output.validate()?;
-        if workers == 0 {
-            return Err(PipelineError::InvalidConfig(
-                "the pipeline needs at least 1 worker thread".into(),
-            ));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(workers)
-            .thread_name(|i| format!("bc-pipeline-{i}"))
-            .build()
-            .map_err(|e| PipelineError::ThreadPool {
-                threads: workers,
-                detail: e.to_string(),
-            })?;
+        let pool = crate::worker::checked_pool(
+            &transform,
+            &output,
+            workers,
+            "the pipeline needs at least 1 worker thread",
+            "bc-pipeline",
+        )?;
         Ok(Pipeline {
             dataset,
             writer: output.writer(),

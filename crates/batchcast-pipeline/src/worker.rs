@@ -11,7 +11,31 @@ use crate::decode::{decode_rgb_area_into, scaled_size, Area, DecodeError, RgbIma
 use crate::limits::DecodeLimits;
 use crate::resample::{self, ResampleError};
 use crate::writer::Writer;
-use crate::{Dataset, Transform};
+use crate::{Dataset, OutputFormat, PipelineError, Transform};
+
+/// Checks `transform` and `output`, then starts `threads` worker threads
+/// named `{prefix}-N`. `none` is the refusal when `threads` is 0.
+pub(crate) fn checked_pool(
+    transform: &Transform,
+    output: &OutputFormat,
+    threads: usize,
+    none: &str,
+    prefix: &'static str,
+) -> Result<rayon::ThreadPool, PipelineError> {
+    transform.validate()?;
+    output.validate()?;
+    if threads == 0 {
+        return Err(PipelineError::InvalidConfig(none.into()));
+    }
+    rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .thread_name(move |i| format!("{prefix}-{i}"))
+        .build()
+        .map_err(|e| PipelineError::ThreadPool {
+            threads,
+            detail: e.to_string(),
+        })
+}
 
 /// Why one sample could not be produced. Its text is the reason a skipped
 /// sample reports, without the file name.

@@ -10,6 +10,13 @@ use std::time::Duration;
 use batchcast_runs::mlflow::Endpoint;
 use batchcast_store::test_support;
 
+/// An endpoint on a new store in `dir`, and its `host:port`.
+fn started(dir: &std::path::Path) -> (Endpoint, String) {
+    let endpoint = Endpoint::start(&dir.join("runs.db")).unwrap();
+    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    (endpoint, addr)
+}
+
 /// One request on a fresh connection; the whole response, or an error if
 /// none comes within 10 s.
 fn request(addr: &str, head: &str) -> std::io::Result<String> {
@@ -24,8 +31,7 @@ fn request(addr: &str, head: &str) -> std::io::Result<String> {
 #[test]
 fn a_client_stalled_mid_request_holds_up_neither_the_others_nor_the_shutdown() {
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
-    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let (endpoint, addr) = started(dir.path());
     let token = endpoint.token_for(1).unwrap();
 
     // Its head, and 9 of the 100,000 bytes of its body (a log-batch; a
@@ -157,8 +163,7 @@ fn an_unknown_run_id_is_refused_and_costs_no_other_run_a_point() {
 #[test]
 fn a_64_mb_request_line_is_cut_off_not_buffered() {
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
-    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let (endpoint, addr) = started(dir.path());
     let token = endpoint.token_for(1).unwrap();
     let before = test_support::peak_rss().unwrap();
     let begun = std::time::Instant::now();
@@ -211,8 +216,7 @@ fn a_64_mb_request_line_is_cut_off_not_buffered() {
 #[test]
 fn a_client_that_never_finishes_its_headers_is_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let endpoint = Endpoint::start(&dir.path().join("runs.db")).unwrap();
-    let addr = endpoint.url().trim_start_matches("http://").to_owned();
+    let (_endpoint, addr) = started(dir.path());
     let mut s = TcpStream::connect(&addr).unwrap();
     s.write_all(b"POST /api/2.0/mlflow/runs/log-metric HTTP/1.1\r\nHost: 127.0.0.1")
         .unwrap();

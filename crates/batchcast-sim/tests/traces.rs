@@ -14,8 +14,10 @@ fn write(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
     p
 }
 
-fn parse_err(e: SimError) -> (String, usize, String) {
-    match e {
+/// The file, record and field that reading `body`, written as `name` in
+/// `dir`, as a `format` trace is refused for.
+fn refused(dir: &Path, name: &str, body: &str, format: Format) -> (String, usize, String) {
+    match read_file(&write(dir, name, body), format).unwrap_err() {
         SimError::Parse {
             file,
             record,
@@ -60,27 +62,24 @@ fn batchcast_json_job_list() {
         ("imagenet", "resnet50")
     );
 
-    let bad = write(
+    let (file, record, field) = refused(
         dir.path(),
         "bad.json",
         r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2},
         {"job_id": 2, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 1.5}]"#,
+        Format::Batchcast,
     );
-    let (file, record, field) = parse_err(read_file(&bad, Format::Batchcast).unwrap_err());
     assert!(file.ends_with("bad.json"));
     assert_eq!((record, field.as_str()), (2, "max_parallelism"));
-    let bad = write(
+    let (_, _, field) = refused(
         dir.path(),
         "slow.json",
         r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2, "cross_rack_slowdown": 0.5}]"#,
+        Format::Batchcast,
     );
+    assert_eq!(field, "cross_rack_slowdown");
     assert_eq!(
-        parse_err(read_file(&bad, Format::Batchcast).unwrap_err()).2,
-        "cross_rack_slowdown"
-    );
-    let bad = write(dir.path(), "broken.json", "[{");
-    assert_eq!(
-        parse_err(read_file(&bad, Format::Batchcast).unwrap_err()).2,
+        refused(dir.path(), "broken.json", "[{", Format::Batchcast).2,
         "(json)"
     );
 }
@@ -112,20 +111,22 @@ fn helios_cluster_log_csv() {
         (60.0, 16, 600.0)
     );
 
-    let bad = write(
+    let (_, record, field) = refused(
         dir.path(),
         "bad.csv",
         "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
          j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,,,3600,2\n\
          j2,u1,vc1,8,48,1,COMPLETED,yesterday,,,3600,2\n",
+        Format::Helios,
     );
-    let (_, record, field) = parse_err(read_file(&bad, Format::Helios).unwrap_err());
     assert_eq!((record, field.as_str()), (2, "submit_time"));
-    let bad = write(dir.path(), "nocol.csv", "job_id,user\nj1,u1\n");
-    assert_eq!(
-        parse_err(read_file(&bad, Format::Helios).unwrap_err()).2,
-        "gpu_num"
+    let (_, _, field) = refused(
+        dir.path(),
+        "nocol.csv",
+        "job_id,user\nj1,u1\n",
+        Format::Helios,
     );
+    assert_eq!(field, "gpu_num");
 }
 
 #[test]
@@ -155,13 +156,13 @@ fn philly_cluster_job_log_json() {
     );
     assert_eq!((c.arrival, c.gpus, c.iterations), (600.0, 1, 600.0));
 
-    let bad = write(
+    let (_, record, field) = refused(
         dir.path(),
         "bad_log",
         r#"[{"jobid": "a", "submitted_time": "2017-10-03 08:00:00",
         "attempts": [{"start_time": "2017-10-03 08:01:00", "end_time": "2017-10-03 08:02:00", "detail": [{"ip": "m1", "gpus": 3}]}]}]"#,
+        Format::Philly,
     );
-    let (_, record, field) = parse_err(read_file(&bad, Format::Philly).unwrap_err());
     assert_eq!((record, field.as_str()), (1, "attempts[0].detail.gpus"));
 }
 

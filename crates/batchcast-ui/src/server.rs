@@ -169,10 +169,13 @@ fn router(state: AppState) -> Router {
         .route("/experiments/{id}", get(pages::experiment::show))
         .route(
             "/experiments/{id}/collocation",
-            get(pages::collocation::show),
+            get(pages::by_id::<pages::collocation::CollocationPage>),
         )
-        .route("/workloads/{id}", get(pages::workload::show))
-        .route("/runs/{id}", get(pages::run::show))
+        .route(
+            "/workloads/{id}",
+            get(pages::by_id::<pages::workload::WorkloadPage>),
+        )
+        .route("/runs/{id}", get(pages::by_id::<pages::run::RunPage>))
         .route("/compare", get(pages::compare::show))
         .route("/runs/{id}/log/{stream}", get(api::log))
         .route("/api/series", get(api::series))

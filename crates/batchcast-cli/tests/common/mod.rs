@@ -27,6 +27,17 @@ pub const UNTIL_KILLED: [&str; 6] = [
     "100",
 ];
 
+/// The messages of the events `source` recorded for run `run`, in order.
+pub fn events_from(store: &batchcast_runs::Store, run: i64, source: &str) -> Vec<String> {
+    store
+        .events(run)
+        .unwrap()
+        .into_iter()
+        .filter(|e| e.source == source)
+        .map(|e| e.message)
+        .collect()
+}
+
 /// A consumer in this process of producer `name` in `dir`, which waits
 /// [`DEADLINE`] for it.
 pub fn connect(name: &str, dir: PathBuf) -> batchcast::Consumer {

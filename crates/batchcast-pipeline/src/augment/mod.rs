@@ -111,21 +111,13 @@ impl Augmenter {
         output: OutputFormat,
         threads: usize,
     ) -> Result<Augmenter, PipelineError> {
-        transform.validate()?;
-        output.validate()?;
-        if threads == 0 {
-            return Err(PipelineError::InvalidConfig(
-                "the augmenter needs at least 1 thread".into(),
-            ));
-        }
-        let pool = rayon::ThreadPoolBuilder::new()
-            .num_threads(threads)
-            .thread_name(|i| format!("bc-augment-{i}"))
-            .build()
-            .map_err(|e| PipelineError::ThreadPool {
-                threads,
-                detail: e.to_string(),
-            })?;
+        let pool = crate::worker::checked_pool(
+            &transform,
+            &output,
+            threads,
+            "the augmenter needs at least 1 thread",
+            "bc-augment",
+        )?;
         let writer = output.writer();
         Ok(Augmenter {
             transform,

@@ -3,6 +3,8 @@
 use std::fs;
 use std::path::Path;
 
+use jpeg_encoder::ColorType;
+
 use batchcast_pipeline::{
     BatchReport, Dataset, OnError, OutputFormat, Pipeline, PipelineError, Transform,
 };
@@ -45,15 +47,28 @@ pub fn solid(w: u32, h: u32, rgb: [u8; 3]) -> Vec<u8> {
 }
 
 pub fn encode_jpeg(rgb: &[u8], w: u32, h: u32, quality: u8, subsample: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut enc = jpeg_encoder::Encoder::new(&mut out, quality);
-    enc.set_sampling_factor(if subsample {
+    let sampling = if subsample {
         jpeg_encoder::SamplingFactor::F_2_2
     } else {
         jpeg_encoder::SamplingFactor::F_1_1
-    });
-    enc.encode(rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
-        .unwrap();
+    };
+    jpeg_with(rgb, (w, h, ColorType::Rgb), quality, |e| {
+        e.set_sampling_factor(sampling)
+    })
+}
+
+/// `pixels`, `w`x`h` of `colour`, as a JPEG of `quality` from an encoder
+/// that `setup` has set up first (sampling, restarts, progressive).
+pub fn jpeg_with(
+    pixels: &[u8],
+    (w, h, colour): (u32, u32, ColorType),
+    quality: u8,
+    setup: impl FnOnce(&mut jpeg_encoder::Encoder<&mut Vec<u8>>),
+) -> Vec<u8> {
+    let mut out = Vec::new();
+    let mut enc = jpeg_encoder::Encoder::new(&mut out, quality);
+    setup(&mut enc);
+    enc.encode(pixels, w as u16, h as u16, colour).unwrap();
     out
 }
 

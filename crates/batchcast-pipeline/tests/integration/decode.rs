@@ -5,6 +5,8 @@ use std::path::Path;
 
 use batchcast_pipeline::{decode_rgb, DecodeError};
 
+use jpeg_encoder::ColorType;
+
 use crate::common::*;
 
 fn reference_decode(jpeg: &[u8]) -> Vec<u8> {
@@ -90,12 +92,9 @@ fn encode(
     quality: u8,
     sampling: jpeg_encoder::SamplingFactor,
 ) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut enc = jpeg_encoder::Encoder::new(&mut out, quality);
-    enc.set_sampling_factor(sampling);
-    enc.encode(rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
-        .unwrap();
-    out
+    jpeg_with(rgb, (w, h, ColorType::Rgb), quality, |e| {
+        e.set_sampling_factor(sampling)
+    })
 }
 
 // The jpeg-decoder crate is not libjpeg: on x86 it uses a 16-bit SIMD IDCT,
@@ -139,12 +138,10 @@ fn restart_markers_do_not_change_the_pixels() {
         jpeg_encoder::SamplingFactor::F_2_2,
     ] {
         let plain = encode(&rgb, w, h, 90, sampling);
-        let mut with_restarts = Vec::new();
-        let mut enc = jpeg_encoder::Encoder::new(&mut with_restarts, 90);
-        enc.set_sampling_factor(sampling);
-        enc.set_restart_interval(2);
-        enc.encode(&rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
-            .unwrap();
+        let with_restarts = jpeg_with(&rgb, (w, h, ColorType::Rgb), 90, |e| {
+            e.set_sampling_factor(sampling);
+            e.set_restart_interval(2);
+        });
         assert!(with_restarts.windows(2).any(|p| p == [0xff, 0xd0]));
         assert_eq!(
             decode_rgb(&with_restarts).unwrap(),
@@ -159,12 +156,10 @@ fn progressive_jpeg_decodes_close_to_its_baseline_twin() {
     let (w, h) = (64, 48);
     let rgb = photo(w, h);
     let baseline = encode(&rgb, w, h, 95, jpeg_encoder::SamplingFactor::F_2_2);
-    let mut progressive = Vec::new();
-    let mut enc = jpeg_encoder::Encoder::new(&mut progressive, 95);
-    enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
-    enc.set_progressive(true);
-    enc.encode(&rgb, w as u16, h as u16, jpeg_encoder::ColorType::Rgb)
-        .unwrap();
+    let progressive = jpeg_with(&rgb, (w, h, ColorType::Rgb), 95, |e| {
+        e.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
+        e.set_progressive(true);
+    });
     let (a, b) = (
         decode_rgb(&baseline).unwrap(),
         decode_rgb(&progressive).unwrap(),
@@ -197,10 +192,7 @@ fn quality_100_jpeg_is_close_to_the_original() {
 fn grayscale_jpeg_becomes_rgb() {
     let (w, h) = (16, 8);
     let gray: Vec<u8> = (0..w * h).map(|i| (i * 2) as u8).collect();
-    let mut jpeg = Vec::new();
-    jpeg_encoder::Encoder::new(&mut jpeg, 100)
-        .encode(&gray, w as u16, h as u16, jpeg_encoder::ColorType::Luma)
-        .unwrap();
+    let jpeg = jpeg_with(&gray, (w, h, ColorType::Luma), 100, |_| {});
     let img = decode_rgb(&jpeg).unwrap();
     assert_eq!(img.data.len(), (w * h * 3) as usize);
     assert!(img.data.chunks(3).all(|p| p[0] == p[1] && p[1] == p[2]));
@@ -219,10 +211,7 @@ fn cmyk_jpeg_becomes_rgb() {
         .cycle()
         .take((w * h * 4) as usize)
         .collect();
-    let mut jpeg = Vec::new();
-    jpeg_encoder::Encoder::new(&mut jpeg, 100)
-        .encode(&cmyk, w as u16, h as u16, jpeg_encoder::ColorType::Cmyk)
-        .unwrap();
+    let jpeg = jpeg_with(&cmyk, (w, h, ColorType::Cmyk), 100, |_| {});
     let img = decode_rgb(&jpeg).unwrap();
     assert_eq!(img.data.len(), (w * h * 3) as usize);
     let [r, g, b] = px(&img.data, w, 8, 8);

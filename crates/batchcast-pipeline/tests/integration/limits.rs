@@ -13,12 +13,11 @@ use crate::forge::set_jpeg_size;
 /// A small 4:2:0 JPEG whose header declares `w`x`h`: a valid header and
 /// the scan data of a 16x16 image.
 pub fn bomb_jpeg(w: u16, h: u16, progressive: bool) -> Vec<u8> {
-    let mut out = Vec::new();
-    let mut enc = jpeg_encoder::Encoder::new(&mut out, 90);
-    enc.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
-    enc.set_progressive(progressive);
-    enc.encode(&pattern(16, 16), 16, 16, jpeg_encoder::ColorType::Rgb)
-        .unwrap();
+    let rgb = (16, 16, jpeg_encoder::ColorType::Rgb);
+    let mut out = jpeg_with(&pattern(16, 16), rgb, 90, |e| {
+        e.set_sampling_factor(jpeg_encoder::SamplingFactor::F_2_2);
+        e.set_progressive(progressive);
+    });
     set_jpeg_size(&mut out, w, h);
     out
 }

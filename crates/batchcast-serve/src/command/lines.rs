@@ -112,32 +112,33 @@ pub(super) fn boundary_lines(
     face: &mut dyn Face,
     events: &mut RunEvents,
 ) -> std::io::Result<()> {
+    let mut say = |line: serde_json::Value, text: String| {
+        events.record(&line.to_string());
+        if json {
+            face.event(&line.to_string())
+        } else {
+            eprintln!("{text}");
+            Ok(())
+        }
+    };
     if let Some(a) = report.arrived.as_ref().filter(|a| a.added > 0) {
         let line = serde_json::json!({"event": "grew", "epoch": report.epoch,
             "added": a.added, "samples_per_epoch": report.samples_per_epoch,
             "arrivals": a.arrivals, "rescan_seconds": a.seconds});
-        events.record(&line.to_string());
-        if json {
-            face.event(&line.to_string())?;
-        } else {
-            eprintln!(
-                "epoch {}: {} new samples, {} per epoch from now on",
-                report.epoch, a.added, report.samples_per_epoch
-            );
-        }
+        let text = format!(
+            "epoch {}: {} new samples, {} per epoch from now on",
+            report.epoch, a.added, report.samples_per_epoch
+        );
+        say(line, text)?;
     }
     if let Some(t) = &report.trigger {
         let line = serde_json::json!({"event": "trigger", "id": t.id, "seq": t.seq,
             "epoch": t.epoch, "samples": t.samples, "arrivals": t.arrivals});
-        events.record(&line.to_string());
-        if json {
-            face.event(&line.to_string())?;
-        } else {
-            eprintln!(
-                "trigger {} fired (#{}) before epoch {}: {} samples arrived since the last",
-                t.id, t.seq, t.epoch, t.samples
-            );
-        }
+        let text = format!(
+            "trigger {} fired (#{}) before epoch {}: {} samples arrived since the last",
+            t.id, t.seq, t.epoch, t.samples
+        );
+        say(line, text)?;
     }
     Ok(())
 }

@@ -7,27 +7,18 @@
 //! simulator, GPUs are given to a job all at once (gang scheduling), not
 //! one by one through per-GPU bids.
 
-use super::{ranked_start, Policy};
+use super::RankedByKey;
 use crate::sched::Sched;
 
 /// Least attained service (the published simulator's "SRSF").
 pub struct Las;
 
-impl Policy for Las {
-    fn name(&self) -> &str {
-        "las"
-    }
+impl RankedByKey for Las {
+    const NAME: &'static str = "las";
 
-    fn preemptive(&self) -> bool {
-        true
-    }
-
-    fn schedule(&mut self, s: &mut Sched<'_>) {
-        let key = |s: &Sched<'_>, i: u32| {
-            let j = s.job(i);
-            let done = j.spec.ideal_duration() - s.remaining_now(i);
-            (done * j.spec.gpus as f64, j.spec.arrival)
-        };
-        ranked_start(s, key);
+    fn key(&self, s: &Sched<'_>, i: u32) -> (f64, f64) {
+        let j = s.job(i);
+        let done = j.spec.ideal_duration() - s.remaining_now(i);
+        (done * j.spec.gpus as f64, j.spec.arrival)
     }
 }

@@ -225,11 +225,36 @@ impl Ranked {
     }
 }
 
-/// [`ranked_round`] starting each visited job that fits at cluster level.
-pub(crate) fn ranked_start(s: &mut Sched<'_>, key: impl Fn(&Sched<'_>, u32) -> (f64, f64)) {
-    ranked_round(s, key, None, |s, i| {
-        s.try_start(i, Locality::Cluster);
-    });
+/// A preemptive policy that ranks jobs by a key alone (SRSF, LAS,
+/// Tiresias): each round is a [`ranked_round`] that starts every visited
+/// job that fits, at cluster level. Implementing it implements [`Policy`].
+pub(crate) trait RankedByKey {
+    /// Its name in tables.
+    const NAME: &'static str;
+    /// Job `i`'s rank: lower first, ties by index.
+    fn key(&self, s: &Sched<'_>, i: u32) -> (f64, f64);
+}
+
+impl<T: RankedByKey> Policy for T {
+    fn name(&self) -> &str {
+        T::NAME
+    }
+
+    fn preemptive(&self) -> bool {
+        true
+    }
+
+    fn schedule(&mut self, s: &mut Sched<'_>) {
+        let me = &*self;
+        ranked_round(
+            s,
+            |s: &Sched<'_>, i| me.key(s, i),
+            None,
+            |s, i| {
+                s.try_start(i, Locality::Cluster);
+            },
+        );
+    }
 }
 
 #[cfg(test)]

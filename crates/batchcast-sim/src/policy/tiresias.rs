@@ -5,7 +5,7 @@
 //! outside the set the queues admit. Placement takes whatever is free,
 //! tightest first, without waiting.
 
-use super::{ranked_start, Policy};
+use super::RankedByKey;
 use crate::sched::Sched;
 
 /// 2D-LAS with discretised queues.
@@ -27,18 +27,13 @@ pub(crate) fn queue(thresholds: &[f64], a: f64) -> f64 {
     thresholds.iter().filter(|&&t| a >= t).count() as f64
 }
 
-impl Policy for Tiresias {
-    fn name(&self) -> &str {
-        "tiresias"
-    }
+impl RankedByKey for Tiresias {
+    const NAME: &'static str = "tiresias";
 
-    fn preemptive(&self) -> bool {
-        true
-    }
-
-    fn schedule(&mut self, s: &mut Sched<'_>) {
-        let th = &self.thresholds;
-        let key = |s: &Sched<'_>, i: u32| (queue(th, s.attained_now(i)), s.job(i).spec.arrival);
-        ranked_start(s, key);
+    fn key(&self, s: &Sched<'_>, i: u32) -> (f64, f64) {
+        (
+            queue(&self.thresholds, s.attained_now(i)),
+            s.job(i).spec.arrival,
+        )
     }
 }

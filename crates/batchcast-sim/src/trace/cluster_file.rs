@@ -123,17 +123,27 @@ fn raw(file: &str, o: &Map<String, Value>, k: &str) -> Result<Option<String>, Si
     }
 }
 
-fn whole(file: &str, o: &Map<String, Value>, k: &str) -> Result<Option<u32>, SimError> {
+/// Field `k` as a `T` that `ok` accepts, when present; a value it refuses
+/// is "not `what`".
+fn parsed<T: std::str::FromStr>(
+    file: &str,
+    o: &Map<String, Value>,
+    k: &str,
+    ok: impl Fn(&T) -> bool,
+    what: &str,
+) -> Result<Option<T>, SimError> {
     let Some(s) = raw(file, o, k)? else {
         return Ok(None);
     };
-    match s.parse::<u32>() {
-        Ok(n) if n >= 1 => Ok(Some(n)),
-        _ => Err(err(
-            file,
-            format!("field `{k}`: {s:?} is not a whole number >= 1; write e.g. \"2\""),
-        )),
+    match s.parse::<T>() {
+        Ok(v) if ok(&v) => Ok(Some(v)),
+        _ => Err(err(file, format!("field `{k}`: {s:?} is not {what}"))),
     }
+}
+
+fn whole(file: &str, o: &Map<String, Value>, k: &str) -> Result<Option<u32>, SimError> {
+    let what = "a whole number >= 1; write e.g. \"2\"";
+    parsed(file, o, k, |&n: &u32| n >= 1, what)
 }
 
 fn need(file: &str, o: &Map<String, Value>, k: &str) -> Result<u32, SimError> {
@@ -146,16 +156,8 @@ fn need(file: &str, o: &Map<String, Value>, k: &str) -> Result<u32, SimError> {
 }
 
 fn real(file: &str, o: &Map<String, Value>, k: &str) -> Result<Option<f64>, SimError> {
-    let Some(s) = raw(file, o, k)? else {
-        return Ok(None);
-    };
-    match s.parse::<f64>() {
-        Ok(v) if v.is_finite() && v >= 0.0 => Ok(Some(v)),
-        _ => Err(err(
-            file,
-            format!("field `{k}`: {s:?} is not a number >= 0; write e.g. \"20.0\""),
-        )),
-    }
+    let what = "a number >= 0; write e.g. \"20.0\"";
+    parsed(file, o, k, |v: &f64| v.is_finite() && *v >= 0.0, what)
 }
 
 /// Parses cluster-file `text` (`file` names it in errors); `cpu_cores` is

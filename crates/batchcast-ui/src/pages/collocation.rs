@@ -4,77 +4,75 @@
 
 use std::fmt::Write;
 
-use axum::extract::{Path, State};
-use axum::response::Html;
 use batchcast_store::compare::{self, WorkloadSummary};
+use batchcast_store::Store;
 
 use crate::error::UiError;
 use crate::html::{esc, page};
-use crate::query::parse_id;
-use crate::state::AppState;
 
-pub(crate) async fn show(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Html<String>, UiError> {
-    let id = parse_id("experiment", &id)?;
-    state
-        .read(move |store| {
-            let e = super::experiment(store, id)?;
-            let mut rows = compare::collocation(store, Some(&e.name))?;
-            // Independent workloads first, then shared ones, each in plan order.
-            rows.sort_by_key(|w| w.shared);
-            let mut body = String::from(
-                "<table class=\"collocation\"><thead><tr><th>workload</th><th>data</th><th>runs done</th><th>wall (s)</th>\
-                 <th>aggregate samples/s</th><th>data wait</th><th>CPU s / 1000 samples</th><th>GPU activity</th><th>memory (peak PSS)</th></tr></thead><tbody>",
+/// The collocation page of one experiment.
+pub(crate) struct CollocationPage;
+
+impl super::ById for CollocationPage {
+    const WHAT: &'static str = "experiment";
+
+    fn render(store: &Store, id: i64) -> Result<String, UiError> {
+        let e = super::experiment(store, id)?;
+        let mut rows = compare::collocation(store, Some(&e.name))?;
+        // Independent workloads first, then shared ones, each in plan order.
+        rows.sort_by_key(|w| w.shared);
+        let mut body = String::from(
+        "<table class=\"collocation\"><thead><tr><th>workload</th><th>data</th><th>runs done</th><th>wall (s)</th>\
+         <th>aggregate samples/s</th><th>data wait</th><th>CPU s / 1000 samples</th><th>GPU activity</th><th>memory (peak PSS)</th></tr></thead><tbody>",
+    );
+        for w in &rows {
+            let _ = write!(
+            body,
+            "<tr class=\"{cls}\"><td><a href=\"/workloads/{wid}\">{name}</a></td><td>{data}</td><td>{done}/{runs}</td><td>{wall}</td>\
+             <td class=\"num\">{rate}</td><td class=\"num\">{wait}</td><td class=\"num\">{cpu}</td><td class=\"num\">{gpu}</td><td class=\"num\">{mem}</td></tr>",
+            cls = if w.shared { "shared" } else { "independent" },
+            wid = w.workload_id,
+            name = esc(&w.workload),
+            data = if w.shared { "shared" } else { "own" },
+            done = w.finished,
+            runs = w.runs,
+            wall = num(w.wall_s, 1),
+            rate = num(w.samples_per_s, 1),
+            wait = w.data_wait_share.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_else(|| "-".into()),
+            cpu = num(w.cpu_s_per_1000_samples, 2),
+            gpu = w.gpu_activity.map(|v| format!("{:.0} %", v * 100.0)).unwrap_or_else(|| "-".into()),
+            mem = w.memory_bytes.map(|b| format!("{:.1} MiB", b / 1048576.0)).unwrap_or_else(|| "-".into()),
+        );
+        }
+        body.push_str("</tbody></table>");
+        let speedups = compare::speedups(&rows);
+        body.push_str("<h2>Speedup of sharing</h2>");
+        if speedups.is_empty() {
+            body.push_str("<p class=\"empty\">No shared workload has an independent one with as many training runs to compare with.</p>");
+        }
+        for s in &speedups {
+            let cpu = s
+                .cpu_saving
+                .map(|c| format!(", <b>{c:.2}×</b> less CPU per sample"))
+                .unwrap_or_default();
+            let (shared, independent) = (esc(&s.shared), esc(&s.independent));
+            let _ = write!(
+                body,
+                "<p class=\"speedup\">{shared} vs {independent}: <b>{:.2}×</b> aggregate samples/s{cpu}</p>",
+                s.throughput
             );
-            for w in &rows {
-                let _ = write!(
-                    body,
-                    "<tr class=\"{cls}\"><td><a href=\"/workloads/{wid}\">{name}</a></td><td>{data}</td><td>{done}/{runs}</td><td>{wall}</td>\
-                     <td class=\"num\">{rate}</td><td class=\"num\">{wait}</td><td class=\"num\">{cpu}</td><td class=\"num\">{gpu}</td><td class=\"num\">{mem}</td></tr>",
-                    cls = if w.shared { "shared" } else { "independent" },
-                    wid = w.workload_id,
-                    name = esc(&w.workload),
-                    data = if w.shared { "shared" } else { "own" },
-                    done = w.finished,
-                    runs = w.runs,
-                    wall = num(w.wall_s, 1),
-                    rate = num(w.samples_per_s, 1),
-                    wait = w.data_wait_share.map(|v| format!("{:.1} %", v * 100.0)).unwrap_or_else(|| "-".into()),
-                    cpu = num(w.cpu_s_per_1000_samples, 2),
-                    gpu = w.gpu_activity.map(|v| format!("{:.0} %", v * 100.0)).unwrap_or_else(|| "-".into()),
-                    mem = w.memory_bytes.map(|b| format!("{:.1} MiB", b / 1048576.0)).unwrap_or_else(|| "-".into()),
-                );
-            }
-            body.push_str("</tbody></table>");
-            let speedups = compare::speedups(&rows);
-            body.push_str("<h2>Speedup of sharing</h2>");
-            if speedups.is_empty() {
-                body.push_str("<p class=\"empty\">No shared workload has an independent one with as many training runs to compare with.</p>");
-            }
-            for s in &speedups {
-                let cpu = s
-                    .cpu_saving
-                    .map(|c| format!(", <b>{c:.2}×</b> less CPU per sample"))
-                    .unwrap_or_default();
-                let _ = write!(
-                    body,
-                    "<p class=\"speedup\">{} vs {}: <b>{:.2}×</b> aggregate samples/s{cpu}</p>",
-                    esc(&s.shared),
-                    esc(&s.independent),
-                    s.throughput
-                );
-            }
-            body.push_str(&bars(&rows));
-            body.push_str(DEFINITIONS);
-            let crumbs = [
-                (format!("/experiments/{id}"), e.name.clone()),
-                (format!("/experiments/{id}/collocation"), "collocation".into()),
-            ];
-            Ok(Html(page(&format!("Collocation: {}", e.name), &crumbs, &body)))
-        })
-        .await
+        }
+        body.push_str(&bars(&rows));
+        body.push_str(DEFINITIONS);
+        let crumbs = [
+            (format!("/experiments/{id}"), e.name.clone()),
+            (
+                format!("/experiments/{id}/collocation"),
+                "collocation".into(),
+            ),
+        ];
+        Ok(page(&format!("Collocation: {}", e.name), &crumbs, &body))
+    }
 }
 
 const DEFINITIONS: &str = "<p class=\"note\">Aggregate samples/s: the sum of each training run's samples over its wall time. \

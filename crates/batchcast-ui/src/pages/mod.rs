@@ -15,11 +15,14 @@ pub(crate) mod workload;
 
 use std::collections::BTreeSet;
 
+use axum::extract::{Path, State};
+use axum::response::Html;
 use batchcast_store::{keys, Experiment, ExperimentId, Run, RunFilter, RunStatus, Store};
 
 use crate::error::UiError;
 use crate::html::esc;
-use crate::query::Query;
+use crate::query::{parse_id, Query};
+use crate::state::AppState;
 
 /// Metrics charted first when a page opens with no chart set in its URL.
 const PREFERRED: &[&str] = &[
@@ -36,6 +39,28 @@ pub(crate) enum Lines {
     EachRun,
     /// One line per workload: the mean of its runs.
     PerWorkload,
+}
+
+/// A page of one thing named by the `{id}` in its path (a run, a
+/// workload, an experiment's collocation), served by [`by_id`].
+pub(crate) trait ById: 'static {
+    /// What the id numbers, as the refusal of a malformed one names it.
+    const WHAT: &'static str;
+    /// The page's HTML, read from the store.
+    fn render(store: &Store, id: i64) -> Result<String, UiError>;
+}
+
+/// Serves the [`ById`] page `P`: a malformed id is refused before the
+/// store is opened; the page is rendered from a read-only store on a
+/// blocking thread.
+pub(crate) async fn by_id<P: ById>(
+    State(state): State<AppState>,
+    Path(id): Path<String>,
+) -> Result<Html<String>, UiError> {
+    let id = parse_id(P::WHAT, &id)?;
+    state
+        .read(move |store| P::render(store, id).map(Html))
+        .await
 }
 
 /// The charts of a set of runs: the metrics they have, and which to show.

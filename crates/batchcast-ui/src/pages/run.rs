@@ -4,46 +4,37 @@
 
 use std::fmt::Write;
 
-use axum::extract::{Path, State};
-use axum::response::Html;
 use batchcast_store::{keys, now_ms, LogStream, Run, RunId, RunRow, Store};
 
 use crate::error::UiError;
 use crate::html::{devices, duration, esc, page, status, time};
-use crate::query::parse_id;
-use crate::state::AppState;
 
 /// Bytes of each output stream shown on the page.
 const TAIL: usize = 16 * 1024;
 
-pub(crate) async fn show(
-    State(state): State<AppState>,
-    Path(id): Path<String>,
-) -> Result<Html<String>, UiError> {
-    let id = parse_id("run", &id)?;
-    state
-        .read(move |store| {
-            let row = store.run(id)?;
-            let r = &row.run;
-            let mut body = overview(store, &row)?;
-            body.push_str(&super::stalls::section(store, id)?);
-            body.push_str(&events(store, r)?);
-            body.push_str(&logs(store, r)?);
-            body.push_str(&super::charts(store, &[r], super::Lines::EachRun)?);
-            let crumbs = [
-                (
-                    format!("/workloads/{}", r.workload_id),
-                    format!("{} / {}", row.experiment, row.workload),
-                ),
-                (format!("/runs/{id}"), r.name.clone()),
-            ];
-            Ok(Html(page(
-                &format!("Run {} (#{id})", r.name),
-                &crumbs,
-                &body,
-            )))
-        })
-        .await
+/// The page of one run.
+pub(crate) struct RunPage;
+
+impl super::ById for RunPage {
+    const WHAT: &'static str = "run";
+
+    fn render(store: &Store, id: i64) -> Result<String, UiError> {
+        let row = store.run(id)?;
+        let r = &row.run;
+        let mut body = overview(store, &row)?;
+        body.push_str(&super::stalls::section(store, id)?);
+        body.push_str(&events(store, r)?);
+        body.push_str(&logs(store, r)?);
+        body.push_str(&super::charts(store, &[r], super::Lines::EachRun)?);
+        let crumbs = [
+            (
+                format!("/workloads/{}", r.workload_id),
+                format!("{} / {}", row.experiment, row.workload),
+            ),
+            (format!("/runs/{id}"), r.name.clone()),
+        ];
+        Ok(page(&format!("Run {} (#{id})", r.name), &crumbs, &body))
+    }
 }
 
 /// The run's facts and command beside its parameters and environment.

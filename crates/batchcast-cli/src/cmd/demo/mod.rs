@@ -99,20 +99,22 @@ pub fn run(mut args: DemoArgs) -> Result<()> {
     }
     let engine = Engine::new(&args, store_path(&args)?)?;
     let total = args.trainers as u64 * samples * args.epochs;
-    let independent = engine.run(INDEPENDENT, total, args.json)?;
-    if !args.json {
-        print_run(
-            "independent: each trainer runs its own pipeline",
-            &independent,
-        )?;
-    }
-    let shared = engine.run(SHARED, total, args.json)?;
-    if !args.json {
-        print_run(
-            "shared: one batchcast producer, every trainer a consumer",
-            &shared,
-        )?;
-    }
+    // Each workload is measured, then printed, before the next starts.
+    let measure = |workload: &str, title: &str| -> Result<RunFigures> {
+        let run = engine.run(workload, total, args.json)?;
+        if !args.json {
+            print_run(title, &run)?;
+        }
+        Ok(run)
+    };
+    let independent = measure(
+        INDEPENDENT,
+        "independent: each trainer runs its own pipeline",
+    )?;
+    let shared = measure(
+        SHARED,
+        "shared: one batchcast producer, every trainer a consumer",
+    )?;
     let config = json!({"trainers": args.trainers, "epochs": args.epochs, "step_ms": args.step_ms,
                         "samples": samples, "batch_size": s.batch_size, "workers": s.workers,
                         "pipeline": pipeline});
