@@ -212,6 +212,10 @@ def test_a_stand_in_gpu_consumer_of_a_cpu_producer_copies_and_says_why(bc_dir, m
         assert stats["device_path"] == "host copy" and "serves no GPU" in stats["device_path_reason"]
         assert stats["device_slots"] is None and stats["device"] == "cuda:0 (stand-in)"
         assert "stand-in" in repr(c) and "host copy" in repr(c)
+        with pytest.raises(batchcast.InvalidArgument, match="not a device name"):
+            c._native.attach_device("the-first-gpu")
+        with pytest.raises(batchcast.InvalidArgument, match="read-only"):
+            c._native.attach_device("cuda:0", "read-write")
         got = []
         for b in c:
             got += ids_of(b)

@@ -256,6 +256,7 @@ impl PyConsumer {
             };
             let event = a.next_event(&mut hook);
             self.note_sizes(a);
+            self.plane.follow(a);
             event
         });
         self.warnings.log(py);
@@ -273,6 +274,7 @@ impl PyConsumer {
         let event = self.inner.call(py, |a, _| {
             let event = a.try_next_event();
             self.note_sizes(a);
+            self.plane.follow(a);
             event
         });
         self.warnings.log(py);
@@ -344,7 +346,8 @@ impl PyConsumer {
         }
         let path = self
             .inner
-            .call(py, |a, _| Ok(self.plane.attach(a, device)))?;
+            .call(py, |a, _| Ok(self.plane.attach(a, device)))?
+            .map_err(|e| Exc::InvalidArgument.err(py, e.to_string(), &[]))?;
         path.to_py(py)
     }
 

@@ -2,17 +2,26 @@
 //! arena on the consumer's GPU, when the producer serves that GPU, and the
 //! reason it reads the host arena instead when not.
 //!
-//! `attach` decides once per connection (and again when a restarted
-//! producer hands new mirrors). A fallback is never an error: the Python
-//! consumer gets the reason, warns once and copies batches itself.
+//! [`Plane::attach`] decides once per connection, and [`Plane::follow`]
+//! maps again when a restarted producer hands new mirrors (a new mirror
+//! generation). A fallback is never an error: the Python consumer gets the
+//! reason, warns once and copies batches itself. The mapping lives in an
+//! `Arc` that every device view holds, so views outlive a re-import.
 
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use batchcast::Consumer;
+use batchcast_device::{resolve, Access, DeviceSpec, Error as DeviceError, Mapping};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
 
-use crate::dlpack::{Deferred, DeviceMap, Released};
+use crate::dlpack::{lock, Deferred, DeviceMap, Released};
+
+/// Why a consumer on a GPU reads the host arena when the producer mirrors
+/// nothing.
+const NO_MIRRORS: &str = "the producer serves no GPU (its welcome names no device mirror); \
+     start it with device=\"cuda:N\" (`batchcast serve --device cuda:N`) to share one copy per GPU";
 
 /// Which path a consumer's batches take to its device.
 pub(crate) enum Path {
@@ -24,12 +33,26 @@ pub(crate) enum Path {
 
 /// What a mapped mirror is, as `stats()["device_slots"]` shows it.
 pub(crate) struct Slots {
-    pub uuid: String,
-    pub ordinal: i32,
-    pub addr: u64,
-    pub len: u64,
-    pub read_only_enforced: Option<bool>,
-    pub backend: String,
+    uuid: String,
+    ordinal: u32,
+    addr: u64,
+    len: u64,
+    read_only_enforced: Option<bool>,
+    backend: &'static str,
+}
+
+/// One mirror of the producer's arena as the welcome describes it.
+struct MirrorRef<'a> {
+    device: &'a str,
+    len: u64,
+    import_info: &'a [u8],
+    fd: BorrowedFd<'a>,
+}
+
+/// The mirrors the core's consumer was handed, and their generation.
+fn mirrors_of(consumer: &Consumer) -> (Vec<MirrorRef<'_>>, u64) {
+    let _ = consumer;
+    (Vec::new(), 0)
 }
 
 /// A consumer's device plane.
@@ -39,12 +62,14 @@ pub(crate) struct Plane {
     map: Mutex<Option<DeviceMap>>,
     /// The holds of freed device tensors (shared with every placement).
     deferred: Arc<Deferred>,
+    /// The device asked for at attach, and the mirror generation mapped.
+    asked: Mutex<Option<(String, u64)>>,
 }
 
 impl Plane {
     /// The mapping to place a batch's arrays in, if any.
     pub(crate) fn map(&self) -> Option<DeviceMap> {
-        crate::dlpack::lock(&self.map).clone()
+        lock(&self.map).clone()
     }
 
     /// The leases of device tensors freed since the last call, or None.
@@ -56,20 +81,100 @@ impl Plane {
     /// not taken are dropped now (nothing fences them any more).
     pub(crate) fn close(&self) {
         drop(self.deferred.close());
-        crate::dlpack::lock(&self.map).take();
+        lock(&self.map).take();
+        lock(&self.asked).take();
     }
 
     /// Decides the path of a consumer of `consumer` on `device`
-    /// (`"cuda:N"`, an index or a GPU UUID).
-    pub(crate) fn attach(&self, consumer: &Consumer, device: &str) -> Path {
-        let _ = (consumer, device);
-        crate::dlpack::lock(&self.map).take();
-        Path::Host(
-            "the producer serves no GPU (its welcome names no device mirror); start it with \
-             device=\"cuda:N\" (`batchcast serve --device cuda:N`) to share one copy per GPU"
-                .into(),
-        )
+    /// (`"cuda:N"`, `N` or a GPU UUID), mapping the producer's mirror there
+    /// when it can, and remembers the request for [`Plane::follow`]. Errs
+    /// only for a malformed device name.
+    pub(crate) fn attach(&self, consumer: &Consumer, device: &str) -> Result<Path, DeviceError> {
+        DeviceSpec::parse(device)?;
+        let (mirrors, generation) = mirrors_of(consumer);
+        let path = self.map_mirror(&mirrors, device);
+        *lock(&self.asked) = Some((device.to_owned(), generation));
+        Ok(path)
     }
+
+    /// After taking events: maps the new mirrors when a restarted producer
+    /// handed new ones. Views of the old mapping keep it mapped.
+    pub(crate) fn follow(&self, consumer: &Consumer) {
+        let mut asked = lock(&self.asked);
+        let Some((device, generation)) = asked.as_mut() else {
+            return;
+        };
+        let (mirrors, now) = mirrors_of(consumer);
+        if *generation != now {
+            *generation = now;
+            self.map_mirror(&mirrors, device);
+        }
+    }
+
+    /// Maps the mirror of `device` among `mirrors`, or says why not.
+    fn map_mirror(&self, mirrors: &[MirrorRef<'_>], device: &str) -> Path {
+        let mut map = lock(&self.map);
+        *map = None;
+        let (mapping, slots) = match import(mirrors, device) {
+            Ok(found) => found,
+            Err(reason) => return Path::Host(reason),
+        };
+        *map = Some(DeviceMap {
+            addr: mapping.addr(),
+            len: mapping.len(),
+            dl_device: mapping.dl_device(),
+            keep: Arc::new(mapping),
+            deferred: Arc::clone(&self.deferred),
+        });
+        Path::Device(slots)
+    }
+}
+
+/// Imports the mirror of `device` among `mirrors` read-only; the reason
+/// for the host path when it cannot.
+fn import(mirrors: &[MirrorRef<'_>], device: &str) -> Result<(Mapping, Slots), String> {
+    if mirrors.is_empty() {
+        return Err(NO_MIRRORS.into());
+    }
+    let backend = batchcast_device::open().map_err(|e| format!("no device backend here: {e}"))?;
+    let devices = backend
+        .devices()
+        .map_err(|e| format!("cannot list the devices: {e}"))?;
+    let info = resolve(device, &devices).map_err(|e| e.to_string())?;
+    if info.mig {
+        return Err(DeviceError::Mig { device: info.uuid }.to_string());
+    }
+    let Some(mirror) = mirrors.iter().find(|m| m.device == info.uuid) else {
+        let served: Vec<&str> = mirrors.iter().map(|m| m.device).collect();
+        return Err(format!(
+            "the producer does not serve {device} ({}); it serves {}: run this consumer on one \
+             of those, or start the producer with this GPU too",
+            info.uuid,
+            served.join(", ")
+        ));
+    };
+    let fd: OwnedFd = mirror
+        .fd
+        .try_clone_to_owned()
+        .map_err(|e| format!("cannot duplicate the mirror's fd: {e}"))?;
+    let mapping = backend
+        .import(
+            &info.uuid,
+            fd,
+            mirror.import_info,
+            mirror.len,
+            Access::ReadOnly,
+        )
+        .map_err(|e| format!("the device refused to map the producer's slots: {e}"))?;
+    let slots = Slots {
+        uuid: info.uuid,
+        ordinal: mapping.ordinal(),
+        addr: mapping.addr(),
+        len: mapping.len(),
+        read_only_enforced: mapping.read_only_enforced(),
+        backend: backend.name(),
+    };
+    Ok((mapping, slots))
 }
 
 impl Path {
@@ -92,7 +197,7 @@ impl Path {
                 slots.set_item("addr", s.addr)?;
                 slots.set_item("len", s.len)?;
                 slots.set_item("read_only_enforced", s.read_only_enforced)?;
-                slots.set_item("backend", &s.backend)?;
+                slots.set_item("backend", s.backend)?;
                 d.set_item("slots", slots)?;
             }
         }
