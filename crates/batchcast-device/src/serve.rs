@@ -31,6 +31,38 @@ pub fn mirrors_for(backend: &dyn Backend, list: &str) -> Result<Vec<(DeviceInfo,
     Ok(out)
 }
 
+/// What a producer serves for `list`: the mirrors, or none and why.
+#[derive(Debug)]
+pub struct Served {
+    /// Each device's mirror, in the order named.
+    pub mirrors: Vec<(DeviceInfo, Mirror)>,
+    /// Why there are none although devices were named: the one warning a
+    /// producer prints ("… consumers copy each batch themselves").
+    pub fallback: Option<String>,
+}
+
+/// The mirrors for `list` through the backend this process uses
+/// ([`open`](crate::open)), or, where any step fails (no driver, a device
+/// that cannot share, one not visible), none and the warning that says so:
+/// a producer then serves on the host path, never silently. A malformed
+/// list is the caller's error, not a fallback.
+pub fn serve_devices(list: &str) -> Result<Served> {
+    crate::parse_device_list(list)?;
+    let attempt = crate::open().and_then(|backend| mirrors_for(backend.as_ref(), list));
+    Ok(match attempt {
+        Ok(mirrors) => Served {
+            mirrors,
+            fallback: None,
+        },
+        Err(e) => Served {
+            mirrors: Vec::new(),
+            fallback: Some(format!(
+                "cannot serve {list} from device memory: {e}. Serving on the host path:                  consumers on a GPU copy each batch to it themselves"
+            )),
+        },
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
