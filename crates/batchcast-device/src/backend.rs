@@ -82,6 +82,15 @@ impl Mirror {
     }
 }
 
+impl std::fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Mirror")
+            .field("device", &self.inner.device())
+            .field("copies", &self.stats.copies())
+            .finish()
+    }
+}
+
 impl DeviceMirror for Mirror {
     fn device(&self) -> &str {
         self.inner.device()

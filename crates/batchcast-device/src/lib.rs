@@ -19,6 +19,8 @@
 //!   (`MAP_PRIVATE`), unlike CUDA's;
 //! - [`visible`], [`resolve`], [`parse_device_list`]: device names as CUDA
 //!   reads `CUDA_VISIBLE_DEVICES` and as users write them;
+//! - [`serve_devices`], [`mirrors_for`]: the producer's mirrors for the
+//!   devices a user named, or the host path and the warning that says why;
 //! - [`open`]: the stand-in where `BATCHCAST_DEVICE_STAND_IN` asks for it,
 //!   CUDA otherwise, never a stand-in silently.
 //!
@@ -51,6 +53,7 @@ mod backend;
 mod cuda;
 mod error;
 mod import_info;
+mod serve;
 mod stand_in;
 mod stats;
 mod visible;
@@ -58,6 +61,7 @@ mod visible;
 pub use backend::{Access, Backend, DeviceInfo, Mapping, Mirror};
 pub use cuda::Cuda;
 pub use error::{Error, Result};
+pub use serve::{mirrors_for, serve_devices, Served};
 pub use stand_in::{stand_in_uuid, StandIn, MAX_STAND_INS, STAND_IN_ENV};
 pub use stats::MirrorStats;
 pub use visible::{parse_device_list, resolve, visible, DeviceSpec, MAX_ENTRIES, MAX_SPEC_LEN};
