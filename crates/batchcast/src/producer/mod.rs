@@ -43,6 +43,7 @@ use crate::board::MAX_SLOTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
+use crate::mirror::{check_mirrors, Mirror, MirrorSpec, MirrorStats};
 use crate::status::StatusReport;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
@@ -131,6 +132,10 @@ pub struct Producer {
     payloads: Payloads,
     /// The payload read back with the resume point.
     resumed_payload: Option<String>,
+    /// The devices each slot is copied to before it is published.
+    mirrors: Vec<Mirror>,
+    /// What those copies cost so far.
+    mirror_stats: MirrorStats,
 }
 
 impl Producer {
@@ -152,6 +157,7 @@ impl Producer {
         // A restart makes its arena at once, as large as its predecessor's,
         // so that reattaching consumers are welcomed before its first batch.
         let mut opts = opts;
+        let mirrors = std::mem::take(&mut opts.mirrors);
         opts.slot_size = opts
             .slot_size
             .or(found.as_ref().and_then(|s| s.slot_size()));
@@ -186,6 +192,8 @@ impl Producer {
             floor: resumed,
             payloads,
             resumed_payload,
+            mirrors,
+            mirror_stats: MirrorStats::default(),
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -206,6 +214,12 @@ impl Producer {
     /// Bytes per slot, once the arena exists.
     pub fn slot_size(&self) -> Option<usize> {
         self.arena.as_ref().map(|a| a.slot_size())
+    }
+
+    /// What copying slots into the device mirrors
+    /// ([`ProducerOptions::mirrors`]) has cost so far.
+    pub fn mirror_stats(&self) -> MirrorStats {
+        self.mirror_stats
     }
 
     /// Consumers connected now.
@@ -400,9 +414,10 @@ impl Producer {
         let arena = Arena::create_lazy(self.endpoint.name(), window + lag, window, slot_size)?;
         let fd = arena.readonly_fd()?;
         let slot_size = arena.slot_size() as u64;
+        let mirrors = allocate_mirrors(&self.mirrors, &arena)?;
         self.arena = Some(arena);
         let mut state = self.shared.lock();
-        let made = state.set_arena(fd, slot_size, lag);
+        let made = state.set_arena(fd, slot_size, lag, mirrors);
         self.shared.notify(state);
         made
     }
@@ -411,11 +426,17 @@ impl Producer {
         let rows = layout.rows();
         let used = layout.slot_bytes();
         let encoded = encode_layout(layout)?;
-        let mut state = self.shared.lock();
-        let (seq, epoch) = state.next_batch();
+        // Only this thread moves the sequence on: it is still `seq` when
+        // the slot is published below.
+        let (seq, epoch) = self.shared.lock().next_batch();
         if let Some(arena) = self.arena.as_mut() {
             arena.seal_slot(index, seq, epoch, used, &encoded)?;
+            // Without the state lock: the control thread serves consumers
+            // while a device copy runs.
+            let len = layout_offset(used) as usize + encoded.len();
+            copy_to_mirrors(&self.mirrors, arena, index, len, &mut self.mirror_stats)?;
         }
+        let mut state = self.shared.lock();
         state.publish(index, seq, rows);
         drop(state);
         self.epoch_batches += 1;
@@ -498,6 +519,68 @@ fn reserve_lag_slot(
     }
 }
 
+/// Allocates every mirror the arena's length; the first refusal is an
+/// error naming its device.
+fn allocate_mirrors(mirrors: &[Mirror], arena: &Arena) -> Result<Vec<(MirrorSpec, OwnedFd)>> {
+    let len = arena.mapped_len() as u64;
+    mirrors
+        .iter()
+        .map(|m| {
+            let mut m = m.lock();
+            let device = m.device().to_owned();
+            let fd = m.allocate(len, arena.addr()).map_err(|e| {
+                Error::io(
+                    format!("device {device:?} cannot hold a {len}-byte copy of the arena"),
+                    e,
+                )
+            })?;
+            let import_info = m.import_info();
+            Ok((
+                MirrorSpec {
+                    device,
+                    len,
+                    import_info,
+                },
+                fd,
+            ))
+        })
+        .collect()
+}
+
+/// Copies the first `len` bytes of slot `index` (header, arrays and
+/// encoded layout) to the same offset of every mirror, each copy complete
+/// on return; the first failure is an error naming its device.
+fn copy_to_mirrors(
+    mirrors: &[Mirror],
+    arena: &mut Arena,
+    index: usize,
+    len: usize,
+    stats: &mut MirrorStats,
+) -> Result<()> {
+    if mirrors.is_empty() {
+        return Ok(());
+    }
+    let offset = arena.slot_offset(index) as u64;
+    let bytes = arena.slot_prefix(index, len);
+    for m in mirrors {
+        let mut m = m.lock();
+        let t0 = Instant::now();
+        m.copy_in(offset, bytes).map_err(|e| {
+            Error::io(
+                format!(
+                    "cannot copy a batch to device {:?}; the batch is not published",
+                    m.device()
+                ),
+                e,
+            )
+        })?;
+        stats.copies += 1;
+        stats.bytes += len as u64;
+        stats.seconds += t0.elapsed().as_secs_f64();
+    }
+    Ok(())
+}
+
 /// Refuses options no producer can follow (a window of 0 slots, a batch
 /// size of 0), before anything is claimed.
 fn check_options(opts: &ProducerOptions) -> Result<()> {
@@ -511,7 +594,7 @@ fn check_options(opts: &ProducerOptions) -> Result<()> {
             "batch_size must be at least 1".into(),
         ));
     }
-    Ok(())
+    check_mirrors(&opts.mirrors)
 }
 
 /// Listens on `endpoint`'s socket (mode 0600, non-blocking), in place of
