@@ -221,24 +221,25 @@ fn a_welcome_naming_more_mirrors_than_the_bound_is_refused() {
     assert!(msg.contains("more than 16"), "{msg}");
 }
 
-#[test]
-fn a_mirror_of_another_length_than_the_arena_is_refused() {
+/// Why a consumer refuses a welcome to a real arena and one mirror, the
+/// one `spec` makes of the arena's length, its descriptor included.
+fn one_mirror_refusal(spec: impl FnOnce(u64) -> MirrorSpec) -> String {
     let arena = Arena::create("hostile", 2, SLOT).unwrap();
-    let len = arena.mapped_len() as u64;
+    let spec = spec(arena.mapped_len() as u64);
     let mut fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
     fds.push(memfd(8, b"", false));
-    let spec = mirror_spec("GPU-a", len - SLOT as u64);
-    let msg = protocol_message(connect_to_mirrored(2, vec![spec], fds));
+    protocol_message(connect_to_mirrored(2, vec![spec], fds))
+}
+
+#[test]
+fn a_mirror_of_another_length_than_the_arena_is_refused() {
+    let msg = one_mirror_refusal(|len| mirror_spec("GPU-a", len - SLOT as u64));
     assert!(msg.contains("byte for byte"), "{msg}");
 }
 
 #[test]
 fn a_mirror_with_an_oversized_device_id_is_refused() {
-    let arena = Arena::create("hostile", 2, SLOT).unwrap();
-    let len = arena.mapped_len() as u64;
-    let mut fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
-    fds.push(memfd(8, b"", false));
-    let spec = mirror_spec(&"G".repeat(batchcast::MAX_DEVICE_ID + 1), len);
-    let msg = protocol_message(connect_to_mirrored(2, vec![spec], fds));
+    let long = "G".repeat(batchcast::MAX_DEVICE_ID + 1);
+    let msg = one_mirror_refusal(|len| mirror_spec(&long, len));
     assert!(msg.contains("an id over 96 bytes"), "{msg}");
 }
