@@ -90,7 +90,9 @@ impl MirrorSpec {
 /// A [`DeviceMirror`] handed to a producer in its options: shared, so that
 /// the options stay cloneable, and locked only by the producer's publishing
 /// thread while it copies. One mirror serves one producer: a second
-/// producer created with the same mirror allocates it again.
+/// producer created with the same mirror allocates it again. The producer
+/// drops its handle before it unmaps the arena; a clone kept elsewhere
+/// outlives that mapping, so drop clones with the producer.
 #[derive(Clone)]
 pub struct Mirror(Arc<Mutex<dyn DeviceMirror>>);
 

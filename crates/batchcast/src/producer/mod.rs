@@ -489,6 +489,8 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
+        // The mirrors go before the arena they may have page-locked.
+        self.mirrors.clear();
     }
 }
 
