@@ -18,6 +18,7 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod mirrors;
 mod options;
 mod payload;
 mod slot;
@@ -43,10 +44,11 @@ use crate::board::MAX_SLOTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
-use crate::mirror::{check_mirrors, Mirror, MirrorSpec, MirrorStats};
+use crate::mirror::{check_mirrors, Mirror, MirrorStats};
 use crate::status::StatusReport;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
+use mirrors::{allocate_mirrors, copy_to_mirrors};
 use payload::Payloads;
 use slot::encode_layout;
 use state::State;
@@ -519,68 +521,6 @@ fn reserve_lag_slot(
             false
         }
     }
-}
-
-/// Allocates every mirror the arena's length; the first refusal is an
-/// error naming its device.
-fn allocate_mirrors(mirrors: &[Mirror], arena: &Arena) -> Result<Vec<(MirrorSpec, OwnedFd)>> {
-    let len = arena.mapped_len() as u64;
-    mirrors
-        .iter()
-        .map(|m| {
-            let mut m = m.lock();
-            let device = m.device().to_owned();
-            let fd = m.allocate(len, arena.addr()).map_err(|e| {
-                Error::io(
-                    format!("device {device:?} cannot hold a {len}-byte copy of the arena"),
-                    e,
-                )
-            })?;
-            let import_info = m.import_info();
-            Ok((
-                MirrorSpec {
-                    device,
-                    len,
-                    import_info,
-                },
-                fd,
-            ))
-        })
-        .collect()
-}
-
-/// Copies the first `len` bytes of slot `index` (header, arrays and
-/// encoded layout) to the same offset of every mirror, each copy complete
-/// on return; the first failure is an error naming its device.
-fn copy_to_mirrors(
-    mirrors: &[Mirror],
-    arena: &mut Arena,
-    index: usize,
-    len: usize,
-    stats: &mut MirrorStats,
-) -> Result<()> {
-    if mirrors.is_empty() {
-        return Ok(());
-    }
-    let offset = arena.slot_offset(index) as u64;
-    let bytes = arena.slot_prefix(index, len);
-    for m in mirrors {
-        let mut m = m.lock();
-        let t0 = Instant::now();
-        m.copy_in(offset, bytes).map_err(|e| {
-            Error::io(
-                format!(
-                    "cannot copy a batch to device {:?}; the batch is not published",
-                    m.device()
-                ),
-                e,
-            )
-        })?;
-        stats.copies += 1;
-        stats.bytes += len as u64;
-        stats.seconds += t0.elapsed().as_secs_f64();
-    }
-    Ok(())
 }
 
 /// Refuses options no producer can follow (a window of 0 slots, a batch
