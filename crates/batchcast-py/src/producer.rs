@@ -263,6 +263,7 @@ impl PyProducer {
             lag_policy,
             warn: warnings.sink(),
             durable,
+            mirrors: Vec::new(),
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();

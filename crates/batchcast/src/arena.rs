@@ -193,6 +193,27 @@ impl Arena {
             .map_err(std::io::Error::from)
     }
 
+    /// Bytes of the whole mapping (header page and every slot).
+    pub fn mapped_len(&self) -> usize {
+        self.region.map().len()
+    }
+
+    /// Where this process maps the arena ([`Arena::mapped_len`] bytes).
+    pub fn addr(&self) -> usize {
+        self.region.map().as_ptr() as usize
+    }
+
+    /// Where slot `i` starts in the arena.
+    pub fn slot_offset(&self, i: usize) -> usize {
+        self.region.item_offset(i)
+    }
+
+    /// The first `len` bytes of slot `i`, read-only (header included).
+    /// Panics if `i` is out of range or `len` exceeds the slot.
+    pub fn slot_prefix(&mut self, i: usize, len: usize) -> &[u8] {
+        &self.slot_mut(i)[..len]
+    }
+
     /// Slot `i`, writable. The caller must hold the slot free of leases.
     ///
     /// Panics if `i` is out of range (slot numbers are the producer's own).
@@ -314,6 +335,16 @@ impl ArenaView {
         // alive (see above), so no reference sees its pages change.
         unsafe { private.drop_in(self.region.map(), at, len) }
             .map_err(|e| Error::io("cannot drop the private copy of a slot written in place", e))
+    }
+
+    /// Bytes of the whole mapping: the length of every device mirror.
+    pub fn mapped_len(&self) -> usize {
+        self.region.map().len()
+    }
+
+    /// Where slot `i` starts in the arena, and so in every device mirror.
+    pub fn slot_offset(&self, i: usize) -> usize {
+        self.region.item_offset(i)
     }
 
     /// True when in-place writes get a private copy instead of SIGSEGV.

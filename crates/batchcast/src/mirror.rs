@@ -12,8 +12,15 @@
 //! ([`ProducerOptions::mirrors`](crate::ProducerOptions)) by a crate that
 //! knows the device (`batchcast-device`: CUDA, or a host-memory stand-in).
 
+use std::collections::HashSet;
+use std::fmt;
 use std::io;
 use std::os::fd::OwnedFd;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
 
 /// One device's copy of the arena, owned by the producer.
 pub trait DeviceMirror: Send {
@@ -45,3 +52,117 @@ pub const MAX_DEVICE_ID: usize = 96;
 pub const MAX_IMPORT_INFO: usize = 256;
 /// Most devices one producer mirrors its arena to.
 pub const MAX_MIRRORS: usize = 16;
+
+/// A mirror as a welcome describes it; its fd rides with the welcome.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MirrorSpec {
+    /// The device ([`DeviceMirror::device`]).
+    pub device: String,
+    /// Bytes of the allocation: the arena's length.
+    pub len: u64,
+    /// What a consumer needs besides the fd to map it
+    /// ([`DeviceMirror::import_info`]).
+    pub import_info: Vec<u8>,
+}
+
+impl MirrorSpec {
+    /// Refuses a spec over the bounds or of another length than the
+    /// arena's (`arena_len`), as a protocol error.
+    pub(crate) fn check(&self, arena_len: u64) -> Result<()> {
+        if self.device.len() > MAX_DEVICE_ID || self.import_info.len() > MAX_IMPORT_INFO {
+            return Err(Error::Protocol(format!(
+                "the welcome's mirror of device {:?} has an id over {MAX_DEVICE_ID} bytes \
+                 or import information over {MAX_IMPORT_INFO} bytes",
+                self.device.chars().take(MAX_DEVICE_ID).collect::<String>()
+            )));
+        }
+        if self.len != arena_len {
+            return Err(Error::Protocol(format!(
+                "the welcome's mirror on {:?} is {} bytes long, the arena {arena_len}: \
+                 a mirror has the arena's layout byte for byte",
+                self.device, self.len
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A [`DeviceMirror`] handed to a producer in its options: shared, so that
+/// the options stay cloneable, and locked only by the producer's publishing
+/// thread while it copies. One mirror serves one producer: a second
+/// producer created with the same mirror allocates it again. The producer
+/// drops its handle before it unmaps the arena; a clone kept elsewhere
+/// outlives that mapping, so drop clones with the producer.
+#[derive(Clone)]
+pub struct Mirror(Arc<Mutex<dyn DeviceMirror>>);
+
+impl Mirror {
+    /// Wraps `mirror` for [`ProducerOptions::mirrors`](crate::ProducerOptions).
+    pub fn new(mirror: impl DeviceMirror + 'static) -> Mirror {
+        Mirror(Arc::new(Mutex::new(mirror)))
+    }
+
+    /// The mirror, locked (a panic in another holder does not stop it).
+    pub(crate) fn lock(&self) -> MutexGuard<'_, dyn DeviceMirror + 'static> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Its device.
+    pub fn device(&self) -> String {
+        self.lock().device().to_owned()
+    }
+}
+
+impl fmt::Debug for Mirror {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("Mirror").field(&self.device()).finish()
+    }
+}
+
+/// Refuses mirrors over the bounds: more than [`MAX_MIRRORS`], a device
+/// named twice, an id or import information too long.
+pub(crate) fn check_mirrors(mirrors: &[Mirror]) -> Result<()> {
+    if mirrors.len() > MAX_MIRRORS {
+        return Err(Error::InvalidArgument(format!(
+            "{} device mirrors given; a producer mirrors its arena to at most {MAX_MIRRORS} \
+             devices: serve fewer devices",
+            mirrors.len()
+        )));
+    }
+    let mut seen = HashSet::new();
+    for m in mirrors {
+        let m = m.lock();
+        let device = m.device();
+        if device.is_empty() || device.len() > MAX_DEVICE_ID {
+            return Err(Error::InvalidArgument(format!(
+                "a device id must be 1 to {MAX_DEVICE_ID} bytes, not {} ({:?})",
+                device.len(),
+                device.chars().take(MAX_DEVICE_ID).collect::<String>()
+            )));
+        }
+        if !seen.insert(device.to_owned()) {
+            return Err(Error::InvalidArgument(format!(
+                "device {device:?} is mirrored twice; name each device once"
+            )));
+        }
+        let info = m.import_info().len();
+        if info > MAX_IMPORT_INFO {
+            return Err(Error::InvalidArgument(format!(
+                "device {device:?} gives {info} bytes of import information; at most \
+                 {MAX_IMPORT_INFO} travel in a welcome"
+            )));
+        }
+    }
+    Ok(())
+}
+
+/// What the producer's copies into its mirrors cost so far.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct MirrorStats {
+    /// Copies made (one per slot published per mirror).
+    pub copies: u64,
+    /// Bytes copied.
+    pub bytes: u64,
+    /// Seconds spent copying (each copy until it completed).
+    pub seconds: f64,
+}

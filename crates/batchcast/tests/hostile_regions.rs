@@ -15,14 +15,24 @@ use batchcast::internals::wire::{
     encode, send_frame_with_fds, FrameReader, ToConsumer, ToProducer, Welcome, PROTOCOL_VERSION,
 };
 use batchcast::internals::Arena;
-use batchcast::{Consumer, ConsumerOptions, Endpoint, Error, RegionOpenError, StreamSpec};
+use batchcast::{
+    Consumer, ConsumerOptions, Endpoint, Error, MirrorSpec, RegionOpenError, StreamSpec,
+    MAX_MIRRORS,
+};
 use rustix::fs::{MemfdFlags, SealFlags};
 
 const SLOT: usize = 4096;
 
 /// Accepts one consumer on `name` in `dir`, reads its hello, and welcomes
-/// it to `slots` slots with `fds` (arena, board, ledger, holder counts).
-fn fake_producer(dir: &Path, name: &str, slots: u32, fds: Vec<OwnedFd>) -> JoinHandle<()> {
+/// it to `slots` slots and `mirrors` with `fds` (arena, board, ledger,
+/// holder counts, then the mirrors').
+fn fake_producer(
+    dir: &Path,
+    name: &str,
+    slots: u32,
+    mirrors: Vec<MirrorSpec>,
+    fds: Vec<OwnedFd>,
+) -> JoinHandle<()> {
     let endpoint = Endpoint::in_dir(name, dir).unwrap();
     endpoint.ensure_dir().unwrap();
     let listener = UnixListener::bind(endpoint.socket_path()).unwrap();
@@ -46,6 +56,7 @@ fn fake_producer(dir: &Path, name: &str, slots: u32, fds: Vec<OwnedFd>) -> JoinH
             first_epoch_samples: None,
             resumable: false,
             identity: None,
+            mirrors,
         });
         let fds: Vec<_> = fds.iter().map(|f| f.as_fd()).collect();
         send_frame_with_fds(&sock, &encode(&welcome).unwrap(), &fds).unwrap();
@@ -69,8 +80,14 @@ fn memfd(len: u64, head: &[u8], sealed: bool) -> OwnedFd {
 
 /// What a consumer gets from a producer that sends `fds` for `slots` slots.
 fn connect_to(slots: u32, fds: Vec<OwnedFd>) -> Error {
+    connect_to_mirrored(slots, Vec::new(), fds)
+}
+
+/// What a consumer gets from a producer that sends `fds` for `slots` slots
+/// and `mirrors`.
+fn connect_to_mirrored(slots: u32, mirrors: Vec<MirrorSpec>, fds: Vec<OwnedFd>) -> Error {
     let dir = tempfile::tempdir().unwrap();
-    let producer = fake_producer(dir.path(), "hostile", slots, fds);
+    let producer = fake_producer(dir.path(), "hostile", slots, mirrors, fds);
     let opts = ConsumerOptions {
         connect_timeout: Some(Duration::from_secs(30)),
         dir: Some(dir.path().to_owned()),
@@ -151,4 +168,78 @@ fn an_arena_smaller_than_the_welcome_says_is_refused() {
     let err = arena_refusal(3, arena.readonly_fd().unwrap());
     assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
     assert!(err.to_string().contains("announced 3"), "{err}");
+}
+
+/// A mirror of `len` bytes on `device`, as a welcome names it.
+fn mirror_spec(device: &str, len: u64) -> MirrorSpec {
+    MirrorSpec {
+        device: device.into(),
+        len,
+        import_info: b"memfd".to_vec(),
+    }
+}
+
+/// The message of the protocol error `err` must be.
+fn protocol_message(err: Error) -> String {
+    match err {
+        Error::Protocol(m) => m,
+        other => panic!("expected a protocol error, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_welcome_naming_a_mirror_it_sends_no_descriptor_for_is_refused() {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let len = arena.mapped_len() as u64;
+    let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
+    let err = connect_to_mirrored(2, vec![mirror_spec("GPU-a", len)], fds);
+    let msg = protocol_message(err);
+    assert!(
+        msg.contains("named 1 device mirrors but carried 4 descriptors, not 5"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_welcome_sending_a_descriptor_for_no_mirror_is_refused() {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let mut fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
+    fds.push(memfd(8, b"", false));
+    let msg = protocol_message(connect_to_mirrored(2, Vec::new(), fds));
+    assert!(msg.contains("carried 5 descriptors, not 4"), "{msg}");
+}
+
+#[test]
+fn a_welcome_naming_more_mirrors_than_the_bound_is_refused() {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let len = arena.mapped_len() as u64;
+    let mirrors = (0..=MAX_MIRRORS)
+        .map(|i| mirror_spec(&format!("GPU-{i}"), len))
+        .collect();
+    let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
+    let msg = protocol_message(connect_to_mirrored(2, mirrors, fds));
+    assert!(msg.contains("more than 16"), "{msg}");
+}
+
+/// Why a consumer refuses a welcome to a real arena and one mirror, the
+/// one `spec` makes of the arena's length, its descriptor included.
+fn one_mirror_refusal(spec: impl FnOnce(u64) -> MirrorSpec) -> String {
+    let arena = Arena::create("hostile", 2, SLOT).unwrap();
+    let spec = spec(arena.mapped_len() as u64);
+    let mut fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
+    fds.push(memfd(8, b"", false));
+    protocol_message(connect_to_mirrored(2, vec![spec], fds))
+}
+
+#[test]
+fn a_mirror_of_another_length_than_the_arena_is_refused() {
+    let msg = one_mirror_refusal(|len| mirror_spec("GPU-a", len - SLOT as u64));
+    assert!(msg.contains("byte for byte"), "{msg}");
+}
+
+#[test]
+fn a_mirror_with_an_oversized_device_id_is_refused() {
+    let long = "G".repeat(batchcast::MAX_DEVICE_ID + 1);
+    let msg = one_mirror_refusal(|len| mirror_spec(&long, len));
+    assert!(msg.contains("an id over 96 bytes"), "{msg}");
 }

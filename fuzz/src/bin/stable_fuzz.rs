@@ -170,6 +170,7 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             label: "train.py".into(),
             on_evict: Default::default(),
             start: Some(Position { epoch: 1, row: 640 }),
+            deferred: false,
         }),
     });
     let status = ToProducer::Hello(Hello {
@@ -196,6 +197,12 @@ fn write_seeds(root: &Path) -> std::io::Result<()> {
             first_epoch_partial: false,
             first_epoch_samples: None,
             resumable: false,
+            identity: None,
+            mirrors: vec![batchcast::MirrorSpec {
+                device: "GPU-00000000-0000-0000-0000-000000000000".into(),
+                len: 9 << 20,
+                import_info: vec![0; 16],
+            }],
         }),
         ToConsumer::EpochStart(EpochStart {
             epoch: 0,

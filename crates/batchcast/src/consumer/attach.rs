@@ -20,6 +20,7 @@ use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::holds::HoldsView;
 use crate::ledger::Ledger;
+use crate::mirror::MirrorSpec;
 use crate::wire::{
     self, ConsumerHello, Fill, FrameReader, Hello, JoinPolicy, Position, Role, ToConsumer,
     ToProducer, Welcome, MAGIC, PROTOCOL_VERSION,
@@ -32,6 +33,8 @@ pub(super) struct Attached {
     pub arena: ArenaView,
     pub welcome: Welcome,
     pub watch: Option<ProducerWatch>,
+    /// The device mirrors the welcome named, with their fds.
+    pub mirrors: Vec<(MirrorSpec, OwnedFd)>,
 }
 
 /// How to attach.
@@ -95,6 +98,15 @@ pub(super) fn attach(
     say_hello(&sock, opts, &how)?;
     let (reader, welcome, fds) = await_welcome(&sock, name, interrupt)?;
     check_welcome(&welcome)?;
+    if fds.len() != 4 + welcome.mirrors.len() {
+        // Every descriptor received is closed as `fds` drops.
+        return Err(Error::Protocol(format!(
+            "the welcome named {} device mirrors but carried {} descriptors, not {}",
+            welcome.mirrors.len(),
+            fds.len(),
+            4 + welcome.mirrors.len()
+        )));
+    }
     let mut fds = fds.into_iter();
     let (Some(arena_fd), Some(board_fd), Some(ledger_fd), Some(holds_fd)) =
         (fds.next(), fds.next(), fds.next(), fds.next())
@@ -108,6 +120,11 @@ pub(super) fn attach(
         .map_err(|_| Error::Protocol("slot size out of range".into()))?;
     let slots = welcome.slots as usize;
     let arena = ArenaView::map(arena_fd, slots, slot_size, opts.copy_on_write)?;
+    let arena_len = arena.mapped_len() as u64;
+    for spec in &welcome.mirrors {
+        spec.check(arena_len)?;
+    }
+    let mirrors = welcome.mirrors.iter().cloned().zip(fds).collect();
     let board = BoardView::map(board_fd)?;
     let ledger = Ledger::open(ledger_fd, slots)?;
     let holds = HoldsView::open(holds_fd, slots, &opts.warn);
@@ -118,6 +135,7 @@ pub(super) fn attach(
         arena,
         welcome,
         watch,
+        mirrors,
     })
 }
 
@@ -198,7 +216,8 @@ fn await_welcome(
 }
 
 /// Refuses a welcome this consumer cannot follow: another protocol
-/// version, an oversized stream identity, a batch size of 0.
+/// version, an oversized stream identity, a batch size of 0, more device
+/// mirrors than [`MAX_MIRRORS`](crate::MAX_MIRRORS).
 fn check_welcome(welcome: &Welcome) -> Result<()> {
     if welcome.version != PROTOCOL_VERSION {
         return Err(Error::VersionMismatch {
@@ -220,6 +239,13 @@ fn check_welcome(welcome: &Welcome) -> Result<()> {
         return Err(Error::Protocol(
             "the welcome announced a batch size of 0".into(),
         ));
+    }
+    if welcome.mirrors.len() > crate::MAX_MIRRORS {
+        return Err(Error::Protocol(format!(
+            "the welcome named {} device mirrors, more than {}",
+            welcome.mirrors.len(),
+            crate::MAX_MIRRORS
+        )));
     }
     Ok(())
 }

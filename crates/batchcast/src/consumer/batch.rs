@@ -154,6 +154,19 @@ impl Leaf {
         matches!(self.data, LeafData::Shared { .. })
     }
 
+    /// Where the bytes lie in the producer's arena, and so in each of its
+    /// device mirrors ([`Consumer::mirrors`](crate::Consumer::mirrors) of
+    /// the mirror generation the leaf was read in); `None` for a leaf
+    /// copied out of the arena.
+    pub fn arena_offset(&self) -> Option<usize> {
+        match &self.data {
+            LeafData::Shared { lease, offset, .. } => {
+                Some(lease.arena.slot_offset(lease.slot) + offset)
+            }
+            _ => None,
+        }
+    }
+
     /// A handle that keeps [`Leaf::bytes`] valid (and the slot leased) for
     /// as long as it lives, even after the leaf is dropped.
     pub fn keepalive(&self) -> Option<Keepalive> {

@@ -53,6 +53,7 @@ mod waiter;
 mod watch;
 
 use std::collections::VecDeque;
+use std::os::fd::OwnedFd;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -72,6 +73,7 @@ use crate::arena::ArenaView;
 use crate::board::Woken;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
+use crate::mirror::MirrorSpec;
 use crate::wire::{
     self, FrameReader, Position, ShutdownReason, ToConsumer, ToProducer, TriggerFired, Welcome,
 };
@@ -139,6 +141,10 @@ pub struct Consumer {
     /// the board is not read (the epoch ends held back while this consumer
     /// was parked may still be on their way).
     awaiting_start: bool,
+    /// The device mirrors of the producer's arena, with their fds.
+    mirrors: Vec<(MirrorSpec, OwnedFd)>,
+    /// Changes each time `mirrors` is replaced (a reattachment).
+    mirror_generation: u64,
 }
 
 impl Consumer {
@@ -201,6 +207,8 @@ impl Consumer {
             parked,
             awaiting_start: false,
             run_events: None,
+            mirrors: attached.mirrors,
+            mirror_generation: 0,
         })
     }
 
@@ -214,6 +222,33 @@ impl Consumer {
     /// boundaries (a dataset that grew).
     pub fn welcome(&self) -> &Welcome {
         &self.welcome
+    }
+
+    /// The device mirrors of the producer's arena (see
+    /// [`DeviceMirror`](crate::DeviceMirror)), each with the fd that
+    /// imports it: a batch this consumer gets is already in every one, at
+    /// its slot's offset ([`Consumer::slot_offset`]) plus its layout's
+    /// offsets. Empty when the producer mirrors nothing.
+    ///
+    /// A reattachment to a restarted producer replaces them (and bumps
+    /// [`Consumer::mirror_generation`]): import the new ones. The fds of
+    /// the old ones close then; device memory imported from them stays
+    /// valid as long as the importer keeps its own mapping alive, which
+    /// views handed out before must do (the binding's job, as the host
+    /// arena's old mapping lives as long as its views).
+    pub fn mirrors(&self) -> &[(MirrorSpec, OwnedFd)] {
+        &self.mirrors
+    }
+
+    /// Changes each time [`Consumer::mirrors`] is replaced: 0 at
+    /// connection, one more at each reattachment.
+    pub fn mirror_generation(&self) -> u64 {
+        self.mirror_generation
+    }
+
+    /// Where slot `slot` starts in the arena, and so in every device mirror.
+    pub fn slot_offset(&self, slot: usize) -> usize {
+        self.arena.slot_offset(slot)
     }
 
     /// The epoch in progress, if any.

@@ -99,6 +99,8 @@ impl Consumer {
                     self.arena = Arc::new(a.arena);
                     self.welcome = a.welcome;
                     self.watch = a.watch;
+                    self.mirrors = a.mirrors;
+                    self.mirror_generation += 1;
                     self.control.clear();
                     self.cursor = None;
                     self.cut_off = false;

@@ -18,6 +18,7 @@ mod control;
 mod durable;
 mod lag;
 pub(crate) mod lock;
+mod mirrors;
 mod options;
 mod payload;
 mod slot;
@@ -43,9 +44,11 @@ use crate::board::MAX_SLOTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
+use crate::mirror::{check_mirrors, Mirror, MirrorStats};
 use crate::status::StatusReport;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
+use mirrors::{allocate_mirrors, copy_to_mirrors};
 use payload::Payloads;
 use slot::encode_layout;
 use state::State;
@@ -131,6 +134,10 @@ pub struct Producer {
     payloads: Payloads,
     /// The payload read back with the resume point.
     resumed_payload: Option<String>,
+    /// The devices each slot is copied to before it is published.
+    mirrors: Vec<Mirror>,
+    /// What those copies cost so far.
+    mirror_stats: MirrorStats,
 }
 
 impl Producer {
@@ -152,6 +159,7 @@ impl Producer {
         // A restart makes its arena at once, as large as its predecessor's,
         // so that reattaching consumers are welcomed before its first batch.
         let mut opts = opts;
+        let mirrors = std::mem::take(&mut opts.mirrors);
         opts.slot_size = opts
             .slot_size
             .or(found.as_ref().and_then(|s| s.slot_size()));
@@ -186,6 +194,8 @@ impl Producer {
             floor: resumed,
             payloads,
             resumed_payload,
+            mirrors,
+            mirror_stats: MirrorStats::default(),
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -206,6 +216,12 @@ impl Producer {
     /// Bytes per slot, once the arena exists.
     pub fn slot_size(&self) -> Option<usize> {
         self.arena.as_ref().map(|a| a.slot_size())
+    }
+
+    /// What copying slots into the device mirrors
+    /// ([`ProducerOptions::mirrors`]) has cost so far.
+    pub fn mirror_stats(&self) -> MirrorStats {
+        self.mirror_stats
     }
 
     /// Consumers connected now.
@@ -400,9 +416,10 @@ impl Producer {
         let arena = Arena::create_lazy(self.endpoint.name(), window + lag, window, slot_size)?;
         let fd = arena.readonly_fd()?;
         let slot_size = arena.slot_size() as u64;
+        let mirrors = allocate_mirrors(&self.mirrors, &arena)?;
         self.arena = Some(arena);
         let mut state = self.shared.lock();
-        let made = state.set_arena(fd, slot_size, lag);
+        let made = state.set_arena(fd, slot_size, lag, mirrors);
         self.shared.notify(state);
         made
     }
@@ -411,11 +428,17 @@ impl Producer {
         let rows = layout.rows();
         let used = layout.slot_bytes();
         let encoded = encode_layout(layout)?;
-        let mut state = self.shared.lock();
-        let (seq, epoch) = state.next_batch();
+        // Only this thread moves the sequence on: it is still `seq` when
+        // the slot is published below.
+        let (seq, epoch) = self.shared.lock().next_batch();
         if let Some(arena) = self.arena.as_mut() {
             arena.seal_slot(index, seq, epoch, used, &encoded)?;
+            // Without the state lock: the control thread serves consumers
+            // while a device copy runs.
+            let len = layout_offset(used) as usize + encoded.len();
+            copy_to_mirrors(&self.mirrors, arena, index, len, &mut self.mirror_stats)?;
         }
+        let mut state = self.shared.lock();
         state.publish(index, seq, rows);
         drop(state);
         self.epoch_batches += 1;
@@ -468,6 +491,8 @@ impl Producer {
 impl Drop for Producer {
     fn drop(&mut self) {
         self.shutdown(ShutdownReason::Finished);
+        // The mirrors go before the arena they may have page-locked.
+        self.mirrors.clear();
     }
 }
 
@@ -511,7 +536,7 @@ fn check_options(opts: &ProducerOptions) -> Result<()> {
             "batch_size must be at least 1".into(),
         ));
     }
-    Ok(())
+    check_mirrors(&opts.mirrors)
 }
 
 /// Listens on `endpoint`'s socket (mode 0600, non-blocking), in place of

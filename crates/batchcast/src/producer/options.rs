@@ -6,6 +6,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::{Durability, LagBudget, LagPolicy};
+use crate::mirror::Mirror;
 use crate::warn::Warn;
 
 /// What the producer does while no consumer is attached.
@@ -47,6 +48,17 @@ pub struct ProducerOptions {
     /// resumes the stream where this one stopped (see [`Durability`]);
     /// `None`: a restart starts afresh.
     pub durable: Option<Durability>,
+    /// Devices that hold a copy of the arena (see [`DeviceMirror`](crate::DeviceMirror)):
+    /// each slot is copied into every mirror before it is published, and
+    /// consumers receive each mirror's fd in their welcome. Each mirror
+    /// allocates the arena's whole length on its device: the window's
+    /// slots and the lag slots ([`max_lag`](Self::max_lag), by default up
+    /// to [`DEFAULT_LAG_BYTES`](super::DEFAULT_LAG_BYTES)), so device
+    /// memory is bounded by `window` and the lag budget; the lag slots'
+    /// host memory is reserved only when used, a mirror's is not. At most
+    /// [`MAX_MIRRORS`](crate::MAX_MIRRORS), each device named once; empty
+    /// by default (no device copy).
+    pub mirrors: Vec<Mirror>,
 }
 
 /// Headroom of auto-sized slots over the first batch (25 %).
@@ -65,6 +77,7 @@ impl Default for ProducerOptions {
             lag_policy: LagPolicy::Wait,
             warn: Warn::default(),
             durable: None,
+            mirrors: Vec::new(),
         }
     }
 }

@@ -69,8 +69,9 @@ pub fn send_frame_with_fds(sock: impl AsFd, frame: &[u8], fds: &[BorrowedFd<'_>]
     send_frame(&sock, &frame[sent..])
 }
 
-/// Most descriptors one frame carries.
-pub const MAX_FDS: usize = 4;
+/// Most descriptors one frame carries: a welcome's four fixed ones and
+/// one per device mirror.
+pub const MAX_FDS: usize = 4 + crate::mirror::MAX_MIRRORS;
 
 /// What one read from a socket brought.
 #[derive(Debug, PartialEq, Eq)]

@@ -4,6 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::mirror::MirrorSpec;
 use crate::status::StatusReport;
 use crate::stream::StreamSpec;
 
@@ -145,7 +146,7 @@ pub enum ToProducer {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum ToConsumer {
     /// Accepts a consumer; the arena, board, ledger and holder-count fds
-    /// are attached, in that order.
+    /// are attached, in that order, then one per device mirror.
     Welcome(Welcome),
     /// Refuses a consumer.
     Refused(String),
@@ -254,6 +255,10 @@ pub struct Welcome {
     /// most `MAX_IDENTITY` bytes): a consumer's saved state carries it, and
     /// one loaded into a consumer of another stream is refused.
     pub identity: Option<String>,
+    /// The devices holding a copy of the arena (at most
+    /// [`MAX_MIRRORS`](crate::MAX_MIRRORS)); their fds follow the four
+    /// fixed ones, in this order. A batch on the board is in every one.
+    pub mirrors: Vec<MirrorSpec>,
 }
 
 /// An epoch begins.

@@ -5,8 +5,9 @@
 //! before any allocation, and decoding is into plain, closed data types (no
 //! object graphs, nothing executable): a malformed frame is an error that
 //! closes that one connection. The arena's, the board's, the consumer's
-//! ledger's and the holder counts' fds ride on the `Welcome` frame as
-//! `SCM_RIGHTS` ancillary data.
+//! ledger's and the holder counts' fds, then the device mirrors' (see
+//! `crate::mirror`), ride on the `Welcome` frame as `SCM_RIGHTS` ancillary
+//! data.
 //!
 //! Batches themselves are not announced here: the producer publishes them on
 //! the board (`crate::board`) and consumers release them in their ledgers
@@ -28,7 +29,7 @@ pub use messages::{
 
 /// Version of this protocol and of the shared-memory regions it hands over
 /// (`crate::region`); both ends must agree.
-pub const PROTOCOL_VERSION: u32 = 7;
+pub const PROTOCOL_VERSION: u32 = 8;
 /// Marks a batchcast hello, so that a stray client is told apart from an old one.
 pub const MAGIC: [u8; 4] = *b"BCST";
 /// Largest frame accepted, in bytes.

@@ -68,16 +68,19 @@ impl State {
             },
             resumable: self.identity.is_some(),
             identity: self.identity.clone(),
+            mirrors: shm.mirrors.iter().map(|(spec, _)| spec.clone()).collect(),
         });
         let sent = Ledger::create(self.slots.len()).and_then(|(ledger, ledger_fd)| {
             let frame = wire::encode(&welcome)?;
             let holds_fd = shm.holds.share_fd()?;
-            let fds = [
+            let fixed = [
                 shm.arena_fd.as_fd(),
                 shm.board_fd.as_fd(),
                 ledger_fd.as_fd(),
                 holds_fd.as_fd(),
             ];
+            let mirrors = shm.mirrors.iter().map(|(_, fd)| fd.as_fd());
+            let fds: Vec<_> = fixed.into_iter().chain(mirrors).collect();
             wire::send_frame_with_fds(&*entry.sock, &frame, &fds)?;
             Ok(ledger)
         });

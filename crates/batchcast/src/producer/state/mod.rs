@@ -34,6 +34,7 @@ use crate::board::Board;
 use crate::error::Result;
 use crate::holds::Holds;
 use crate::ledger::Ledger;
+use crate::mirror::MirrorSpec;
 use crate::stream::StreamSpec;
 use crate::wire::{self, ConsumerHello};
 
@@ -112,6 +113,8 @@ struct Shm {
     /// A read-only descriptor of the board, for welcomes.
     board_fd: OwnedFd,
     holds: Holds,
+    /// The device mirrors, for welcomes: their fds follow the fixed four.
+    mirrors: Vec<(MirrorSpec, OwnedFd)>,
 }
 
 /// Where consumer `c` reads: one past the last batch it acquired, and at
@@ -219,9 +222,16 @@ impl State {
         }
     }
 
-    /// The arena exists: adds its `lag_slots` lag slots, makes the board
-    /// and the holder counts, and welcomes the consumers that wait for it.
-    pub fn set_arena(&mut self, arena_fd: OwnedFd, slot_size: u64, lag_slots: usize) -> Result<()> {
+    /// The arena exists (and its device `mirrors`): adds its `lag_slots`
+    /// lag slots, makes the board and the holder counts, and welcomes the
+    /// consumers that wait for it.
+    pub fn set_arena(
+        &mut self,
+        arena_fd: OwnedFd,
+        slot_size: u64,
+        lag_slots: usize,
+        mirrors: Vec<(MirrorSpec, OwnedFd)>,
+    ) -> Result<()> {
         self.slots.add_lag_slots(lag_slots);
         let board = Board::create(&self.name, self.slots.len())?;
         let board_fd = board.readonly_fd()?;
@@ -232,6 +242,7 @@ impl State {
             board,
             board_fd,
             holds,
+            mirrors,
         });
         let pending: Vec<u64> = self.ids_in(Phase::Pending);
         for id in pending {

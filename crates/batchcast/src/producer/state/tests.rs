@@ -16,7 +16,7 @@ const WINDOW: usize = 4;
 fn state(lag: usize) -> State {
     let mut s = State::new("pacing", WINDOW, Some(1), None, LagPolicy::Wait);
     let fd = OwnedFd::from(std::fs::File::open("/dev/null").unwrap());
-    s.set_arena(fd, 4096, lag).unwrap();
+    s.set_arena(fd, 4096, lag, Vec::new()).unwrap();
     s
 }
 

@@ -172,6 +172,28 @@ fn fds_travel_with_the_frame() {
 }
 
 #[test]
+fn a_welcome_with_every_mirror_carries_all_its_fds_and_no_more() {
+    let (a, b) = UnixStream::pair().unwrap();
+    let files: Vec<_> = (0..MAX_FDS)
+        .map(|_| tempfile::tempfile().unwrap())
+        .collect();
+    let fds: Vec<_> = files.iter().map(|f| f.as_fd()).collect();
+    assert_eq!(MAX_FDS, 4 + crate::MAX_MIRRORS);
+    let frame = encode(&ToConsumer::Refused("x".into())).unwrap();
+    send_frame_with_fds(&a, &frame, &fds).unwrap();
+    let mut r = FrameReader::new();
+    let mut got = Vec::new();
+    r.fill(&b, true, Some(&mut got)).unwrap();
+    assert_eq!(got.len(), MAX_FDS);
+    // One more than a frame carries is refused before anything is sent.
+    let extra = tempfile::tempfile().unwrap();
+    let mut over = fds.clone();
+    over.push(extra.as_fd());
+    let err = send_frame_with_fds(&a, &frame, &over).unwrap_err();
+    assert!(matches!(err, Error::Protocol(_)), "{err}");
+}
+
+#[test]
 fn join_policies_parse_and_name() {
     for p in [JoinPolicy::CatchUp, JoinPolicy::NextEpoch, JoinPolicy::Now] {
         assert_eq!(JoinPolicy::parse(p.name()).unwrap(), p);
