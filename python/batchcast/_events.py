@@ -83,9 +83,11 @@ class EventReader:
         producer only once no copy holds a slot. (The loop collects the
         completed copies at each ``next()``, just before this; a completed
         one still counted here is dropped by its wait, which returns at
-        once.)"""
+        once. On the device plane, device tensors freed meanwhile are
+        taken and fenced the same way, also while it waits for the
+        producer.)"""
         transfers = self._transfers
-        if transfers is not None:
+        while transfers is not None:
             self._take_released()
             while transfers.in_flight():
                 event = self._native.poll_event()
@@ -93,6 +95,13 @@ class EventReader:
                     return event
                 transfers.wait_oldest()
                 self._take_released()  # the sources it dropped may be device tensors
+            if not self._path.on_device:
+                break
+            # Device tensors freed by another thread while this waits hold
+            # slots only this thread can fence: the wait ends for them.
+            found = self._native.next_event_or_released()
+            if found is not None:
+                return found
         return self._native.next_event()
 
     def _prefetch_next(self) -> None:

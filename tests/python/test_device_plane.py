@@ -369,8 +369,9 @@ def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch
         gate = _device.hold()
         gate.__enter__()
         b0, b1 = next(it), next(it)
-        assert (ids_of(b0), ids_of(b1)) == (list(range(8)), list(range(8, 16)))
+        got = ids_of(b0) + ids_of(b1)  # (outside an assert, which may keep b0 alive)
         del b0, b1  # freed: their leases wait for a fence
+        assert got == list(range(16))
         # The loop's next next() takes them behind a fence (held), then
         # waits for it: the producer, which needs one of their slots for
         # batch 2, is blocked, and never asks for batch 3.
@@ -378,7 +379,9 @@ def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch
         assert not loader.asked[3].wait(0.5), "the producer reused a slot before its fence"
         assert not nxt.done()
         gate.__exit__(None, None, None)
-        assert ids_of(nxt.result(30)) == list(range(16, 24))
+        got = ids_of(nxt.result(30))
+        del nxt  # (its result holds batch 2)
+        assert got == list(range(16, 24))
         assert loader.asked[3].wait(30), "the slots of freed tensors did not go back after their fence"
         rest = [i for b in it for i in ids_of(b)]
         assert rest == list(range(24, 64))

@@ -231,40 +231,19 @@ impl PyConsumer {
     /// `("trigger", id, seq, epoch, samples, first_arrival, last_arrival)`
     /// or `("finished", reason, message)`.
     fn next_event<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        let name = &self.name;
-        // Kept batches stall the producer once they hold the window (lag
-        // slots serve only when another consumer is ahead of this one).
-        let slots = self.welcome.window as usize;
-        let (tracker, warned) = (&self.tracker, &self.warned_full);
-        let mut warning: Option<PyErr> = None;
-        let warning_slot = &mut warning;
-        let event = self.inner.call(py, |a, signals| {
-            let mut ticks = 0u32;
-            let mut hook = || {
-                ticks += 1;
-                if ticks == WARN_AFTER_TICKS
-                    && tracker.slots_held() >= slots
-                    && !warned.swap(true, Ordering::Relaxed)
-                {
-                    if let Some(Err(e)) = Python::try_attach(|py| warn_window_full(py, name, slots))
-                    {
-                        *warning_slot = Some(e);
-                        return true;
-                    }
-                }
-                signals()
-            };
-            let event = a.next_event(&mut hook);
-            self.note_sizes(a);
-            self.plane.follow(a);
-            event
-        });
-        self.warnings.log(py);
-        let event = match (event, warning) {
-            (Err(_), Some(w)) => return Err(w),
-            (event, _) => event?,
-        };
-        self.event_to_py(py, event)
+        let event = self.wait_next(py, false)?;
+        event.ok_or_else(|| Exc::ProtocolError.err(py, "a wait ended without an event", &[]))
+    }
+
+    /// As `next_event`, but None as soon as device tensors freed meanwhile
+    /// (by another thread) wait to be taken (`take_released`): their
+    /// slots may be the ones the producer needs, and only the caller can
+    /// fence them. Looks every 100 ms.
+    fn next_event_or_released<'py>(
+        &self,
+        py: Python<'py>,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        self.wait_next(py, true)
     }
 
     /// The next event if it has already arrived (as `next_event` would
@@ -399,6 +378,59 @@ fn unknown_is_none(n: u64) -> Option<u64> {
 }
 
 impl PyConsumer {
+    /// The next event, waiting for it; with `until_released`, None once
+    /// freed device tensors wait to be taken.
+    fn wait_next<'py>(
+        &self,
+        py: Python<'py>,
+        until_released: bool,
+    ) -> PyResult<Option<Bound<'py, PyTuple>>> {
+        let name = &self.name;
+        // Kept batches stall the producer once they hold the window (lag
+        // slots serve only when another consumer is ahead of this one).
+        let slots = self.welcome.window as usize;
+        let (tracker, warned) = (&self.tracker, &self.warned_full);
+        let mut warning: Option<PyErr> = None;
+        let warning_slot = &mut warning;
+        let mut released = false;
+        let released_slot = &mut released;
+        let plane = &self.plane;
+        let event = self.inner.call(py, |a, signals| {
+            let mut ticks = 0u32;
+            let mut hook = || {
+                if until_released && plane.has_released() {
+                    *released_slot = true;
+                    return true;
+                }
+                ticks += 1;
+                if ticks == WARN_AFTER_TICKS
+                    && tracker.slots_held() >= slots
+                    && !warned.swap(true, Ordering::Relaxed)
+                {
+                    if let Some(Err(e)) = Python::try_attach(|py| warn_window_full(py, name, slots))
+                    {
+                        *warning_slot = Some(e);
+                        return true;
+                    }
+                }
+                signals()
+            };
+            let event = match a.next_event(&mut hook) {
+                Err(Error::Interrupted) if *released_slot => Ok(None),
+                event => event.map(Some),
+            };
+            self.note_sizes(a);
+            self.plane.follow(a);
+            event
+        });
+        self.warnings.log(py);
+        let event = match (event, warning) {
+            (Err(_), Some(w)) => return Err(w),
+            (event, _) => event?,
+        };
+        event.map(|e| self.event_to_py(py, e)).transpose()
+    }
+
     /// Keeps the epoch size the consumer knows now (after an event).
     fn note_sizes(&self, c: &Consumer) {
         let samples = known(c.welcome().samples_per_epoch);

@@ -60,13 +60,6 @@ fn words<const N: usize>(bytes: &[u8]) -> impl Iterator<Item = [u8; N]> + '_ {
     })
 }
 
-/// Where a leaf's bytes lie in the arena (and so in every device mirror);
-/// None for an assembled leaf.
-fn arena_offset(leaf: &batchcast::Leaf) -> Option<u64> {
-    let _ = leaf;
-    None
-}
-
 fn batch_to_py<'py>(
     py: Python<'py>,
     batch: batchcast::Batch,
@@ -93,11 +86,12 @@ fn batch_to_py<'py>(
                 )?;
                 // A view of a slot lies at the same offset of the mirror;
                 // an assembled batch is host memory.
-                let place = plane.zip(arena_offset(&leaf)).map(|(map, offset)| {
-                    map.place(offset, leaf.bytes().len() as u64).ok_or_else(|| {
-                        let msg = "an array outside the device's mirror of the arena";
-                        Exc::ProtocolError.err(py, msg, &[])
-                    })
+                let place = plane.zip(leaf.arena_offset()).map(|(map, offset)| {
+                    map.place(offset as u64, leaf.bytes().len() as u64)
+                        .ok_or_else(|| {
+                            let msg = "an array outside the device's mirror of the arena";
+                            Exc::ProtocolError.err(py, msg, &[])
+                        })
                 });
                 if let Some(place) = place {
                     view = view.placed(place?);

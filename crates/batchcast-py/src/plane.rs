@@ -8,7 +8,7 @@
 //! reason, warns once and copies batches itself. The mapping lives in an
 //! `Arc` that every device view holds, so views outlive a re-import.
 
-use std::os::fd::{BorrowedFd, OwnedFd};
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex};
 
 use batchcast::Consumer;
@@ -51,8 +51,17 @@ struct MirrorRef<'a> {
 
 /// The mirrors the core's consumer was handed, and their generation.
 fn mirrors_of(consumer: &Consumer) -> (Vec<MirrorRef<'_>>, u64) {
-    let _ = consumer;
-    (Vec::new(), 0)
+    let mirrors = consumer
+        .mirrors()
+        .iter()
+        .map(|(spec, fd)| MirrorRef {
+            device: &spec.device,
+            len: spec.len,
+            import_info: &spec.import_info,
+            fd: fd.as_fd(),
+        })
+        .collect();
+    (mirrors, consumer.mirror_generation())
 }
 
 /// A consumer's device plane.
@@ -75,6 +84,11 @@ impl Plane {
     /// The leases of device tensors freed since the last call, or None.
     pub(crate) fn take_released(&self) -> Option<Released> {
         Released::of(self.deferred.take())
+    }
+
+    /// True when freed device tensors wait to be taken.
+    pub(crate) fn has_released(&self) -> bool {
+        !self.deferred.is_empty()
     }
 
     /// At close: holds pushed from now on are dropped at once, and those

@@ -107,6 +107,11 @@ impl Deferred {
         std::mem::take(&mut super::export::lock(&self.inner).holds)
     }
 
+    /// True when no hold waits.
+    pub(crate) fn is_empty(&self) -> bool {
+        super::export::lock(&self.inner).holds.is_empty()
+    }
+
     /// From now on holds pushed are dropped at once; returns those waiting.
     pub(crate) fn close(&self) -> Vec<DeviceHold> {
         let mut list = super::export::lock(&self.inner);
