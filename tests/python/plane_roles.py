@@ -39,8 +39,11 @@ def _inside(tensor: Any, slots: Dict[str, Any] | None) -> bool:
 
 def consume_on_device(o: Dict[str, Any]) -> None:
     """A consumer on ``device``: checks that each batch's ids are the next
-    ones and that ``x`` agrees with them, counts the arrays that lie in the
-    mapped device slots, and reports ``plane {json}``. ``write``: adds 1000
+    ones and that ``x`` agrees with them (where the batch is, without
+    synchronising; ``no_sync``: without listing the ids either; after
+    ``sleep_cycles`` of GPU work queued before each batch), counts the
+    arrays that lie in the mapped device slots, and reports ``plane
+    {json}``. ``write``: adds 1000
     to each batch's ``x`` in place after checking it. ``hold``: after that
     many batches says ``holding`` (keeping them) and waits for a line on
     stdin. ``gone_after``: after that many batches says ``got``, waits for
@@ -54,20 +57,34 @@ def consume_on_device(o: Dict[str, Any]) -> None:
         warnings.simplefilter("always")
         c = batchcast.Consumer(o["name"], batch_size=o.get("batch_size"), device=o.get("device", "cuda:0"),
                                copy_on_write=o.get("copy_on_write", True), connect_timeout=30)
+    import torch
+
     stats = c.stats()
     slots = stats["device_slots"]
     ids: List[int] = []
-    wrong = inside = arrays = 0
+    inside = arrays = 0
     kept = []
     count = 0
+    # Checked where the batch is, without synchronising: on a GPU, the loop
+    # runs ahead of the checks (and of `sleep_cycles` of work before each).
+    cycles = o.get("sleep_cycles", 0)
+    wrong = torch.zeros((), dtype=torch.int64, device=c._device)
+    id_sum = torch.zeros((), dtype=torch.int64, device=c._device)
+    samples = 0
     for _ in range(o.get("epochs", 1)):
+        start = 0
         for b in c:
             count += 1
             n = len(b["id"])
-            start = ids[-1] + 1 if ids and ids[-1] + 1 < o["n"] else 0
-            wrong += int(b["id"].tolist() != list(range(start, start + n)))
-            wrong += int(not bool((b["x"][:, 0] == b["id"].float()).all()))
-            ids += b["id"].tolist()
+            if cycles:
+                torch.cuda._sleep(cycles)
+            wrong += (b["id"] != torch.arange(start, start + n, device=c._device)).sum()
+            wrong += (b["x"][:, 0] != b["id"].float()).sum()
+            id_sum += b["id"].sum()
+            if not o.get("no_sync"):
+                ids += b["id"].tolist()
+            start += n
+            samples += n
             for t in (b["id"], b["x"]):
                 arrays += 1
                 inside += int(_inside(t, slots))
@@ -80,16 +97,19 @@ def consume_on_device(o: Dict[str, Any]) -> None:
             if count == o.get("gone_after"):
                 say("got")
                 sys.stdin.readline()
-                ok = b["id"].tolist() == list(range(start, start + n)) and bool((b["x"][:, 0] == b["id"].float()
-                                                                                  - 1000 * bool(o.get("write"))).all())
+                first = start - n
+                ok = b["id"].tolist() == list(range(first, start)) and bool(
+                    (b["x"][:, 0] == b["id"].float() + 1000 * bool(o.get("write"))).all())
                 try:
                     next(iter(c))
                     say("gone", "none", ok)
                 except Exception as e:  # what the next read raises
                     say("gone", type(e).__name__, ok)
                 return
+    if c._device is not None and c._device.type == "cuda":
+        torch.cuda.synchronize()
     say("plane", json.dumps({
-        "ids": ids, "wrong": wrong, "inside": inside, "arrays": arrays, "slots": slots,
+        "ids": ids, "wrong": int(wrong), "id_sum": int(id_sum), "samples": samples, "inside": inside, "arrays": arrays, "slots": slots,
         "path": stats["device_path"], "reason": stats["device_path_reason"], "device": stats["device"],
         "warnings": [str(w.message) for w in caught],
     }))

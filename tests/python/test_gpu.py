@@ -167,3 +167,90 @@ def test_two_trainers_share_one_gpu_under_mps(bc_dir):
     finally:
         subprocess.run([control], input="quit\n", env=env, text=True, timeout=30)
         shutil.rmtree(d, ignore_errors=True)
+
+
+# -- the device plane: a producer that mirrors its arena on GPU 0 -------------
+
+
+def _producer_serves_gpus() -> bool:
+    import inspect
+
+    import batchcast
+
+    return "device" in inspect.signature(batchcast.Producer).parameters
+
+
+device_plane = pytest.mark.skipif(not _producer_serves_gpus(), reason="batchcast.Producer has no device= yet")
+
+
+@pytest.fixture
+def plane(bc_dir):
+    """plane(role, **options) runs ``plane_roles.py role json(options)``."""
+    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
+    env.pop("BATCHCAST_DEVICE_STAND_IN", None)  # the real GPU, never the stand-in
+    procs = []
+
+    def start(role: str, stdin: bool = False, **options):
+        p = Proc([sys.executable, str(HERE / "plane_roles.py"), role, json.dumps(options)], env, stdin)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.reap()
+
+
+def _mirrored(plane, name: str, **options):
+    p = plane("produce_mirrored", name=name, n=N, batch_size=64, width=256, device="cuda:0", **options)
+    p.expect("ready")
+    return p
+
+
+def _plane_report(p) -> dict:
+    r = json.loads(p.expect("plane ", timeout=120))
+    print(f"{r['path']}: slots {r['slots']}")  # read_only_enforced, as the driver does it
+    return r
+
+
+@device_plane
+def test_two_trainers_read_the_producers_device_slots_without_a_copy(plane):
+    """Zero copy on the GPU: each batch's tensors lie in the mapped slots,
+    checked by kernels queued behind GPU work, never synchronised: the
+    deferred release keeps every slot until the work on it has run."""
+    producer = _mirrored(plane, "gzero", wait_for_consumers=2, window=3, epochs=2)
+    trainers = [plane("consume_on_device", name="gzero", n=N, epochs=2, copy_on_write=False, no_sync=True,
+                      sleep_cycles=CYCLES * (k + 1)) for k in range(2)]
+    for r in (_plane_report(t) for t in trainers):
+        assert r["path"] == "device slots (zero copy)" and r["warnings"] == [], r
+        assert (r["samples"], r["wrong"], r["id_sum"]) == (2 * N, 0, 2 * IDS), r
+        assert r["inside"] == r["arrays"] > 0, r
+    producer.expect("done")
+
+
+@device_plane
+def test_copy_on_write_keeps_an_in_place_write_on_the_gpu_private(plane):
+    producer = _mirrored(plane, "gcow", wait_for_consumers=2, window=3)
+    writer = plane("consume_on_device", name="gcow", n=N, write=True, no_sync=True, sleep_cycles=CYCLES)
+    reader = plane("consume_on_device", name="gcow", n=N, no_sync=True)
+    for r in (_plane_report(writer), _plane_report(reader)):
+        assert r["path"] == "device slots (private copy)", r
+        assert (r["samples"], r["wrong"], r["id_sum"], r["inside"]) == (N, 0, IDS, 0), r
+    producer.expect("done")
+
+
+@device_plane
+def test_a_killed_trainer_on_the_device_plane_leaves_the_other_and_no_device_memory(plane):
+    if shutil.which("nvidia-smi") is None:
+        pytest.skip("nvidia-smi is not on PATH: cannot read device memory through NVML")
+    before = gpu_memory_used_mib()
+    producer = _mirrored(plane, "gkill", wait_for_consumers=2, window=4, max_lag="8batches", epochs=2)
+    holder = plane("consume_on_device", stdin=True, name="gkill", n=N, epochs=2, copy_on_write=False, hold=2)
+    survivor = plane("consume_on_device", name="gkill", n=N, epochs=2, copy_on_write=False, no_sync=True)
+    holder.expect("holding", timeout=120)
+    holder.kill()
+    r = _plane_report(survivor)
+    assert (r["samples"], r["wrong"], r["id_sum"]) == (2 * N, 0, 2 * IDS), r
+    producer.expect("done")
+    assert producer.wait() == 0
+    after = gpu_memory_used_mib()
+    assert after <= before + 64, f"device memory not given back: {before} MiB before, {after} MiB after"
