@@ -167,6 +167,24 @@ def spawn(bc_dir: Path) -> Iterator[Any]:
         p.reap()
 
 
+@pytest.fixture
+def plane(bc_dir: Path) -> Iterator[Any]:
+    """plane(role, **options) runs ``plane_roles.py role json(options)``
+    (the device plane's roles) in this process's environment as it is at
+    the call (``BATCHCAST_DEVICE_STAND_IN`` included)."""
+    procs: List[Proc] = []
+
+    def start(role: str, stdin: bool = False, **options: Any) -> Proc:
+        env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
+        p = Proc([sys.executable, str(HERE / "plane_roles.py"), role, json.dumps(options)], env, stdin)
+        procs.append(p)
+        return p
+
+    yield start
+    for p in procs:
+        p.reap()
+
+
 def kill_all(procs: Iterable[subprocess.Popen]) -> None:
     """SIGKILLs each process still running and waits for it (its pipes
     drained and closed)."""

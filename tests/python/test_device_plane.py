@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import inspect
 import json
-import os
 import signal
-import sys
 import threading
 import warnings
 import weakref
@@ -22,7 +20,7 @@ import torch
 
 import batchcast
 from batchcast import _device, _plane
-from conftest import HERE, Proc
+from conftest import Proc
 from test_device_transfers import GatedLoader, finish, ids_of, serve
 
 # -- the stand-in device and its fences --------------------------------------
@@ -62,6 +60,11 @@ class Token:
         weakref.finalize(self, self.gone.set)
 
 
+@pytest.fixture
+def transfers() -> _device.Transfers:
+    return _device.Transfers(_device.StandInDevice("cuda:0"))
+
+
 def deferred(transfers: _device.Transfers) -> threading.Event:
     """Defers a fresh token; the test keeps only its ``gone`` event, so the
     transfers hold the only reference."""
@@ -70,8 +73,7 @@ def deferred(transfers: _device.Transfers) -> threading.Event:
     return token.gone
 
 
-def test_a_deferred_token_goes_back_only_after_its_fence():
-    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+def test_a_deferred_token_goes_back_only_after_its_fence(transfers):
     with _device.hold():
         t = deferred(transfers)
         assert transfers.collect() == 1
@@ -80,8 +82,7 @@ def test_a_deferred_token_goes_back_only_after_its_fence():
     assert t.is_set()
 
 
-def test_deferred_tokens_go_back_in_the_order_their_fences_complete():
-    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+def test_deferred_tokens_go_back_in_the_order_their_fences_complete(transfers):
     outer = _device.hold()
     outer.__enter__()
     first = deferred(transfers)
@@ -99,8 +100,7 @@ def test_deferred_tokens_go_back_in_the_order_their_fences_complete():
     assert not transfers.wait_oldest()
 
 
-def test_wait_oldest_waits_for_the_fence_of_a_deferred_token():
-    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+def test_wait_oldest_waits_for_the_fence_of_a_deferred_token(transfers):
     gate = _device.hold()
     gate.__enter__()
     t = deferred(transfers)
@@ -121,8 +121,7 @@ def test_wait_oldest_waits_for_the_fence_of_a_deferred_token():
     assert released.is_set() and t.is_set()
 
 
-def test_tokens_deferred_from_several_threads_all_go_back_after_their_fences():
-    transfers = _device.Transfers(_device.StandInDevice("cuda:0"))
+def test_tokens_deferred_from_several_threads_all_go_back_after_their_fences(transfers):
     tokens: list[threading.Event] = []
     lock = threading.Lock()
     start = threading.Barrier(8)
@@ -234,22 +233,10 @@ pytestmark_mirrors = pytest.mark.skipif(
 )
 
 
-@pytest.fixture
-def plane(bc_dir, monkeypatch):
-    """plane(role, **options) runs ``plane_roles.py role json(options)``
-    with two stand-in GPUs in its environment (and in this process's)."""
+@pytest.fixture(autouse=True)
+def two_stand_ins(monkeypatch):
+    """Two stand-in GPUs, for this process and the ``plane`` fixture's."""
     monkeypatch.setenv(_device.STAND_IN_ENV, "2")
-    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
-    procs: list[Proc] = []
-
-    def start(role: str, stdin: bool = False, **options: Any) -> Proc:
-        p = Proc([sys.executable, str(HERE / "plane_roles.py"), role, json.dumps(options)], env, stdin)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.reap()
 
 
 def mirrored(plane, name: str, **options: Any) -> Proc:

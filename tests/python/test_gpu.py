@@ -183,21 +183,10 @@ def _producer_serves_gpus() -> bool:
 device_plane = pytest.mark.skipif(not _producer_serves_gpus(), reason="batchcast.Producer has no device= yet")
 
 
-@pytest.fixture
-def plane(bc_dir):
-    """plane(role, **options) runs ``plane_roles.py role json(options)``."""
-    env = dict(os.environ, BATCHCAST_DIR=str(bc_dir), PYTHONUNBUFFERED="1")
-    env.pop("BATCHCAST_DEVICE_STAND_IN", None)  # the real GPU, never the stand-in
-    procs = []
-
-    def start(role: str, stdin: bool = False, **options):
-        p = Proc([sys.executable, str(HERE / "plane_roles.py"), role, json.dumps(options)], env, stdin)
-        procs.append(p)
-        return p
-
-    yield start
-    for p in procs:
-        p.reap()
+@pytest.fixture(autouse=True)
+def no_stand_in(monkeypatch):
+    """The real GPU, never the stand-in (for the ``plane`` fixture's too)."""
+    monkeypatch.delenv("BATCHCAST_DEVICE_STAND_IN", raising=False)
 
 
 def _mirrored(plane, name: str, **options):
