@@ -311,7 +311,10 @@ class Consumer(LoaderSurface):
         counts as not yet handed out)."""
         stats = self._native.stats()
         stats["copies_in_flight"] = 0 if self._transfers is None else self._transfers.collect()
+        slots = stats.pop("device_slots")  # the mapping now (a restarted producer maps anew)
         stats.update(self._path.stats())
+        if self._path.on_device:
+            stats["device_slots"] = slots
         stats["device"] = self._device_name()
         if holds_a_batch(self._pending):
             stats["batches"] -= 1

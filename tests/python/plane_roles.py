@@ -6,24 +6,61 @@ batch and where its memory lies."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
-from typing import Any, Dict, List
+from typing import Any, Dict, Iterator, List
 
 from helpers import IdLoader, run_to_the_end, say
 
 
+class ResumableIds(IdLoader):
+    """An IdLoader with the Stateful protocol (a durable producer resumes
+    it where it stood) that SIGKILLs its process when about to yield its
+    ``kill_after``-th batch."""
+
+    def __init__(self, n: int, batch_size: int, width: int, kill_after: int | None) -> None:
+        super().__init__(n, batch_size, width=width, names=False)
+        self.epoch = self.pos = self.yielded = 0
+        self.kill_after = kill_after
+
+    def state_dict(self) -> Dict[str, Any]:
+        return {"epoch": self.epoch, "pos": self.pos}
+
+    def load_state_dict(self, state: Dict[str, Any]) -> None:
+        self.epoch, self.pos = state["epoch"], state["pos"]
+
+    def __iter__(self) -> Iterator[Dict[str, Any]]:
+        for batch in list(super().__iter__())[self.pos:]:
+            if self.yielded == self.kill_after:
+                os.kill(os.getpid(), signal.SIGKILL)
+            self.pos += 1
+            self.yielded += 1
+            yield batch
+        self.epoch += 1
+        self.pos = 0
+
+
 def produce_mirrored(o: Dict[str, Any]) -> None:
-    """Sample ids (produce_ids's loader, no names) mirrored on ``device``
-    (a list of GPUs, or one)."""
+    """Sample ids (produce_ids's loader, no names) mirrored on ``device``;
+    with ``durable``, a durable producer of a resumable loader that dies
+    (SIGKILL) before its ``kill_after``-th batch."""
     import batchcast
 
-    loader = IdLoader(o["n"], o.get("batch_size", 64), width=o.get("width", 16), names=False)
+    loader: Any
+    durable: Dict[str, Any] = {}
+    if o.get("durable"):
+        loader = ResumableIds(o["n"], o.get("batch_size", 64), o.get("width", 16), o.get("kill_after"))
+        durable = {"durable": True, "seed": 7, "rejoin_timeout": 30}
+    else:
+        loader = IdLoader(o["n"], o.get("batch_size", 64), width=o.get("width", 16), names=False)
     p = batchcast.Producer(
         loader,
         o["name"],
         window=o.get("window", 4),
         wait_for_consumers=o.get("wait_for_consumers", True),
         device=o.get("device", "cuda:0"),
+        **durable,
         **{k: o[k] for k in ("max_lag", "lag_policy", "stall_timeout") if k in o},
     )
     say("ready")
@@ -56,13 +93,15 @@ def consume_on_device(o: Dict[str, Any]) -> None:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         c = batchcast.Consumer(o["name"], batch_size=o.get("batch_size"), device=o.get("device", "cuda:0"),
-                               copy_on_write=o.get("copy_on_write", True), connect_timeout=30)
+                               copy_on_write=o.get("copy_on_write", True), connect_timeout=30,
+                               reconnect_timeout=60)
     import torch
 
     stats = c.stats()
     slots = stats["device_slots"]
     ids: List[int] = []
     inside = arrays = 0
+    addrs = set()
     kept = []
     count = 0
     # Checked where the batch is, without synchronising: on a GPU, the loop
@@ -85,6 +124,9 @@ def consume_on_device(o: Dict[str, Any]) -> None:
                 ids += b["id"].tolist()
             start += n
             samples += n
+            slots = c.stats()["device_slots"]  # the mapping now: a restarted producer's is new
+            if slots is not None:
+                addrs.add(slots["addr"])
             for t in (b["id"], b["x"]):
                 arrays += 1
                 inside += int(_inside(t, slots))
@@ -109,7 +151,7 @@ def consume_on_device(o: Dict[str, Any]) -> None:
     if c._device is not None and c._device.type == "cuda":
         torch.cuda.synchronize()
     say("plane", json.dumps({
-        "ids": ids, "wrong": int(wrong), "id_sum": int(id_sum), "samples": samples, "inside": inside, "arrays": arrays, "slots": slots,
+        "addrs": sorted(addrs), "ids": ids, "wrong": int(wrong), "id_sum": int(id_sum), "samples": samples, "inside": inside, "arrays": arrays, "slots": slots,
         "path": stats["device_path"], "reason": stats["device_path_reason"], "device": stats["device"],
         "warnings": [str(w.message) for w in caught],
     }))

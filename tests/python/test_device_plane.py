@@ -343,6 +343,22 @@ def test_a_killed_producer_leaves_the_batch_readable_and_the_next_read_raises(pl
 
 
 @pytestmark_mirrors
+def test_a_restarted_producers_new_device_slots_are_mapped_and_no_sample_is_lost(plane):
+    """A durable producer killed mid-epoch and restarted hands new mirrors
+    at the reattachment: the consumer maps them (a new mapping) and reads
+    every sample once, each batch of one slot in device memory."""
+    first = mirrored(plane, "again", durable=True, kill_after=6, window=3)
+    trainer = plane("consume_on_device", name="again", n=N, copy_on_write=False)
+    assert first.wait() == -signal.SIGKILL
+    second = mirrored(plane, "again", durable=True, window=3)
+    r = report(trainer)
+    assert (r["ids"], r["wrong"], r["path"]) == (list(range(N)), 0, "device slots (zero copy)"), r
+    assert r["inside"] == r["arrays"], r
+    assert len(r["addrs"]) == 2, f"the restarted producer's slots were not mapped anew: {r['addrs']}"
+    second.expect("done")
+
+
+@pytestmark_mirrors
 def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch):
     """In one process: the producer (a thread, mirroring on a stand-in GPU)
     cannot reuse a slot whose tensors were freed until the fence recorded

@@ -291,7 +291,8 @@ impl PyConsumer {
 
     /// This consumer's figures: `batches` handed out, `wait_seconds` spent
     /// waiting for data, `lag` (batches received and not yet handed out),
-    /// `behind` (batches of this epoch published and not yet read).
+    /// `behind` (batches of this epoch published and not yet read),
+    /// `device_slots` (the mapped mirror on the device plane, else None).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let s = self.inner.call(py, |a, _| Ok(a.stats()))?;
         let d = PyDict::new(py);
@@ -299,6 +300,7 @@ impl PyConsumer {
         d.set_item("wait_seconds", s.wait_secs)?;
         d.set_item("lag", s.lag)?;
         d.set_item("behind", s.behind)?;
+        d.set_item("device_slots", self.plane.slots_to_py(py)?)?;
         Ok(d)
     }
 

@@ -32,6 +32,7 @@ pub(crate) enum Path {
 }
 
 /// What a mapped mirror is, as `stats()["device_slots"]` shows it.
+#[derive(Clone)]
 pub(crate) struct Slots {
     uuid: String,
     ordinal: u32,
@@ -67,8 +68,9 @@ fn mirrors_of(consumer: &Consumer) -> (Vec<MirrorRef<'_>>, u64) {
 /// A consumer's device plane.
 #[derive(Default)]
 pub(crate) struct Plane {
-    /// The mapping batches are placed in; None on the host path.
-    map: Mutex<Option<DeviceMap>>,
+    /// The mapping batches are placed in, and what it is; None on the
+    /// host path.
+    map: Mutex<Option<(DeviceMap, Slots)>>,
     /// The holds of freed device tensors (shared with every placement).
     deferred: Arc<Deferred>,
     /// The device asked for at attach, and the mirror generation mapped.
@@ -78,7 +80,14 @@ pub(crate) struct Plane {
 impl Plane {
     /// The mapping to place a batch's arrays in, if any.
     pub(crate) fn map(&self) -> Option<DeviceMap> {
-        lock(&self.map).clone()
+        lock(&self.map).as_ref().map(|(map, _)| map.clone())
+    }
+
+    /// The mapped mirror now (it changes when a restarted producer hands
+    /// new ones), as a dict; None on the host path.
+    pub(crate) fn slots_to_py<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let slots = lock(&self.map).as_ref().map(|(_, slots)| slots.clone());
+        slots.map(|s| s.to_py(py)).transpose()
     }
 
     /// The leases of device tensors freed since the last call, or None.
@@ -133,13 +142,14 @@ impl Plane {
             Ok(found) => found,
             Err(reason) => return Path::Host(reason),
         };
-        *map = Some(DeviceMap {
+        let placed = DeviceMap {
             addr: mapping.addr(),
             len: mapping.len(),
             dl_device: mapping.dl_device(),
             keep: Arc::new(mapping),
             deferred: Arc::clone(&self.deferred),
-        });
+        };
+        *map = Some((placed, slots.clone()));
         Path::Device(slots)
     }
 }
@@ -205,16 +215,23 @@ impl Path {
             Path::Device(s) => {
                 d.set_item("path", "device")?;
                 d.set_item("reason", py.None())?;
-                let slots = PyDict::new(py);
-                slots.set_item("uuid", &s.uuid)?;
-                slots.set_item("ordinal", s.ordinal)?;
-                slots.set_item("addr", s.addr)?;
-                slots.set_item("len", s.len)?;
-                slots.set_item("read_only_enforced", s.read_only_enforced)?;
-                slots.set_item("backend", s.backend)?;
-                d.set_item("slots", slots)?;
+                d.set_item("slots", s.to_py(py)?)?;
             }
         }
+        Ok(d)
+    }
+}
+
+impl Slots {
+    /// `{"uuid", "ordinal", "addr", "len", "read_only_enforced", "backend"}`.
+    fn to_py<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        d.set_item("uuid", &self.uuid)?;
+        d.set_item("ordinal", self.ordinal)?;
+        d.set_item("addr", self.addr)?;
+        d.set_item("len", self.len)?;
+        d.set_item("read_only_enforced", self.read_only_enforced)?;
+        d.set_item("backend", self.backend)?;
         Ok(d)
     }
 }
