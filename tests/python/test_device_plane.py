@@ -278,6 +278,33 @@ def test_with_copy_on_write_an_in_place_write_reaches_no_other_consumer(plane):
 
 
 @pytestmark_mirrors
+def test_the_consumers_gpu_is_found_by_uuid_whatever_its_cuda_visible_devices(plane, monkeypatch):
+    """The producer serves stand-in GPU 0 (as it sees them); consumers that
+    see the GPUs the other way round (CUDA_VISIBLE_DEVICES=1,0) find it as
+    their cuda:1, and their cuda:0 is not served."""
+    producer = mirrored(plane, "cvd", wait_for_consumers=2)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1,0")
+    on = plane("consume_on_device", name="cvd", n=N, device="cuda:1", copy_on_write=False)
+    off = plane("consume_on_device", name="cvd", n=N, device="cuda:0")
+    r_on, r_off = report(on), report(off)
+    assert r_on["path"] == "device slots (zero copy)" and r_on["ids"] == list(range(N)), r_on
+    assert (r_on["slots"]["uuid"], r_on["slots"]["ordinal"]) == (r_on["slots"]["uuid"][:-12] + "0" * 12, 1)
+    assert r_off["path"] == "host copy" and r_off["ids"] == list(range(N)), r_off
+    assert "does not serve cuda:0" in r_off["reason"] and r_on["slots"]["uuid"] in r_off["reason"]
+    producer.expect("done")
+
+
+@pytestmark_mirrors
+def test_a_device_backend_that_cannot_start_leaves_the_host_path_and_says_why(plane, monkeypatch):
+    producer = mirrored(plane, "nobackend")
+    monkeypatch.setenv(_device.STAND_IN_ENV, "many")
+    r = report(plane("consume_on_device", name="nobackend", n=N))
+    assert (r["ids"], r["path"]) == (list(range(N)), "host copy"), r
+    assert "no device backend here" in r["reason"] and len(r["warnings"]) == 1, r
+    producer.expect("done")
+
+
+@pytestmark_mirrors
 def test_an_in_place_write_to_zero_copy_device_slots_faults_on_the_stand_in(plane):
     """The stand-in maps the slots read-only and enforces it
     (``read_only_enforced``): copy_on_write=False is for code that never
