@@ -99,7 +99,7 @@ def choose(
             f"batchcast.Consumer({name!r}, device={gpu!r}) copies each batch to the GPU "
             f"itself (the host path), not from the producer's device slots: {reason}",
             RuntimeWarning,
-            stacklevel=4,
+            stacklevel=3,
         )
         return DevicePath(HOST, reason, None, stand_in)
     return DevicePath(ZERO_COPY if not copy_on_write else PRIVATE, None, slots, stand_in)
