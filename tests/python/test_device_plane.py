@@ -205,7 +205,7 @@ def test_a_stand_in_gpu_consumer_of_a_cpu_producer_copies_and_says_why(bc_dir, m
     producer, thread = serve(loader, "hostpath", window=2, idle_timeout=0.5)
     with pytest.warns(RuntimeWarning, match="serves no GPU") as caught:
         c = batchcast.Consumer("hostpath", device="cuda:0", connect_timeout=30)
-    assert len(caught) == 1
+    assert len(caught) == 1 and caught[0].filename == __file__  # where the consumer was made
     with c:
         stats = c.stats()
         assert stats["device_path"] == "host copy" and "serves no GPU" in stats["device_path_reason"]
