@@ -4,9 +4,12 @@
 //! (`python/batchcast`); this module is its engine:
 //! - `producer::PyProducer` (`_native.Producer`) publishes flattened
 //!   batches, copying them into the arena with the GIL released;
-//! - `consumer::PyConsumer` (`_native.Consumer`) returns events, its
-//!   batches' arrays as `dlpack::ArrayView`s (`__dlpack__` over the
-//!   read-only arena);
+//! - `consumer::PyConsumer` (`_native.Consumer`) returns events (made by
+//!   `event`), its batches' arrays as `dlpack::ArrayView`s (`__dlpack__`
+//!   over the read-only arena, or, on the device plane, over the
+//!   consumer's mapping of the producer's mirror on its GPU: `plane`, whose
+//!   freed device tensors' leases wait in a deferred list for the Python
+//!   consumer's fence);
 //! - `augment::PyAugmenter` (`_native.Augmenter`) augments a decoded
 //!   batch into the consumer's own memory on native threads;
 //! - `selection::PySelection` (`_native.Selection`) draws and orders each
