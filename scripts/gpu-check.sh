@@ -12,19 +12,22 @@
 # modules the machine lacks. It checks those inputs first and stops within
 # seconds, naming what is missing. Then, each step with its own time budget
 # (seconds; override with the environment variables named):
-#   1. tests      ($TESTS_S, 130)    pytest: tests/python/test_gpu.py (-m gpu) and the
-#                                    stand-in ordering tests, junit XML in tests.xml
-#   2. listener   ($LISTENER_S, 75)  scripts/gpu_listener_check.py: `batchcast run`'s
+#   1. tests      ($TESTS_S, 150)    pytest: tests/python/test_gpu.py (-m gpu: the consumer's
+#                                    own copies and the device plane) and the stand-in
+#                                    ordering tests, junit XML in tests.xml
+#   2. listener   ($LISTENER_S, 60)  scripts/gpu_listener_check.py: `batchcast run`'s
 #                                    NVML listener against nvidia-smi, its overhead, MPS, MIG
-#   3. transport  ($TRANSPORT_S, 60) scripts/gpu_transport.py: a GPU consumer's GB/s
-#                                    against plain pinned and pageable copies
-#   4. benchmark  ($BENCH_S, 240)    bench/collocated.py on the GPU: timm models,
+#   3. transport  ($TRANSPORT_S, 130) scripts/gpu_transport.py: a GPU consumer's GB/s
+#                                    against plain pinned and pageable copies; then
+#                                    scripts/gpu_plane_bench.py: the device plane against
+#                                    each consumer copying, N = 1, 2, 4, 8 (plane.json)
+#   4. benchmark  ($BENCH_S, 180)    bench/collocated.py on the GPU: timm models,
 #                                    shared vs independent vs TensorSocket vs the ceiling
 #                                    ($BENCH_MODELS, $BENCH_TRAINERS, $BENCH_MODES: its
 #                                    --model, --trainers and --modes)
 # $STEPS picks steps (default "tests listener transport bench"). $OUT gets:
 # summary.json (each step's status, rewritten as it goes), env.json, tests.xml,
-# listener.json, transport.json, bench.json and check.log (everything printed).
+# listener.json, transport.json, plane.json, bench.json and check.log (everything printed).
 # A step that runs out of time is stopped and what it wrote stays.
 set -uo pipefail
 
@@ -153,11 +156,11 @@ PY
 # -- 1. tests ---------------------------------------------------------------
 # -p no:warnings: the suite turns warnings into errors, which on another torch
 # build would fail a GPU test for a deprecation notice.
-run_step tests "${TESTS_S:-130}" "$py" -m pytest -p no:cacheprovider -p no:warnings -q -rA \
+run_step tests "${TESTS_S:-150}" "$py" -m pytest -p no:cacheprovider -p no:warnings -q -rA \
     --junitxml="$OUT/tests.xml" tests/python/test_gpu.py tests/python/test_device_transfers.py
 
 # -- 2. the run store's GPU listener ------------------------------------------
-listener_budget=${LISTENER_S:-75}
+listener_budget=${LISTENER_S:-60}
 if [ "$rehearsal" = 1 ]; then
     run_step listener "$listener_budget" "$py" scripts/gpu_listener_check.py --cpu-rehearsal \
         --batchcast-bin "$bin" --python "$py" --out "$OUT/listener.json" --budget $((listener_budget - 10))
@@ -167,12 +170,20 @@ else
 fi
 
 # -- 3. transport --------------------------------------------------------------
+# The consumer's own copies, then the device plane (each runs whatever the
+# other did; the step fails if either did).
 if [ "$rehearsal" = 0 ]; then
-    run_step transport "${TRANSPORT_S:-60}" "$py" scripts/gpu_transport.py --out "$OUT/transport.json"
+    transport_cmd='"$0" scripts/gpu_transport.py --out "$1/transport.json"; a=$?
+        "$0" scripts/gpu_plane_bench.py --out "$1/plane.json" --cell-timeout 40; b=$?
+        exit $((a | b))'
+else
+    transport_cmd='"$0" scripts/gpu_plane_bench.py --cpu-rehearsal --out "$1/plane.json" \
+        --consumers 1,2 --batches 20 --batch 16 --size 32'
 fi
+run_step transport "${TRANSPORT_S:-130}" bash -c "$transport_cmd" "$py" "$OUT"
 
 # -- 4. the collocated benchmark ----------------------------------------------
-bench_budget=${BENCH_S:-240}
+bench_budget=${BENCH_S:-180}
 if [ "$rehearsal" = 1 ]; then
     run_step bench "$bench_budget" "$py" bench/collocated.py --device cpu --model resnet18 \
         --images 64 --batch-size 16 --image-size 64 --trainers 1,2 --epochs 1 \

@@ -186,7 +186,10 @@ class Producer:
         stall_timeout: float = 10.0,
         durable: str | None = None,
         fresh: bool = False,
+        device: str | None = None,
     ) -> Producer: ...
+    @property
+    def devices(self) -> list[dict]: ...
     @property
     def resumed(self) -> tuple[int, int, int, str | None] | None:
         """`(epoch, row, consumers, payload)` of the stream resumed from the

@@ -211,6 +211,16 @@ class Producer:
         rejoin_timeout: seconds a resumed producer waits for the consumers
             its predecessor had to reattach before it publishes
             (``--rejoin-timeout``).
+        device: GPUs to serve from device memory: ``"cuda:0"``, a list
+            (``["cuda:0", "cuda:1"]``) or UUIDs. The arena is mirrored on
+            each (its whole length: the window and the lag slots), each batch
+            is copied to each GPU once and published only after the copy has
+            completed, and consumers with ``device=`` on that GPU receive CUDA
+            tensors from the mirror instead of copying each batch themselves
+            (see docs/share.md, "GPUs"). Where that cannot be done (no CUDA
+            driver, a MIG instance, a GPU that cannot share memory), one
+            warning on the ``batchcast`` logger says why and the producer
+            serves on the host path. ``producer.devices`` shows the copies.
         identity: a line of text that identifies the stream beyond what the
             producer sees (the loader's type, dataset length, batch size,
             sampler type and seed): a transform's version, say. A restart
@@ -243,6 +253,7 @@ class Producer:
         fresh: bool = False,
         rejoin_timeout: float = 30.0,
         identity: str = "",
+        device: str | list[str] | tuple[str, ...] | None = None,
     ) -> None:
         _check_loader(loader)
         self._min_consumers = _min_consumers(wait_for_consumers)
@@ -271,6 +282,7 @@ class Producer:
             lag_policy=lag_policy,
             stall_timeout=stall_timeout,
             fresh=fresh,
+            device=_device_list(device),
         )
         self._idle_timeout = idle_timeout
         self._epoch: int | None = None
@@ -329,6 +341,16 @@ class Producer:
             raise
 
     # -- properties -------------------------------------------------------
+
+    @property
+    def devices(self) -> list[dict]:
+        """The GPUs the arena is mirrored on (``device=``), one dict each:
+        ``device`` (its UUID), ``ordinal``, ``name``, ``copies``, ``bytes`` and
+        ``seconds`` copied so far (each copy until it completed),
+        ``pinned`` (whether copies come from page-locked memory; None for a
+        stand-in) and ``p50_seconds``/``p99_seconds`` per copy. Empty on
+        the host path."""
+        return self._native.devices
 
     @property
     def name(self) -> str:
@@ -570,6 +592,19 @@ class Producer:
 
 def _describe_error(e: BaseException) -> str:
     return f"{type(e).__name__}: {e}"
+
+
+def _device_list(device: Any) -> str | None:
+    """``device=`` as the native producer takes it: a comma-separated list."""
+    if device is None:
+        return None
+    if isinstance(device, str):
+        return device
+    if isinstance(device, (list, tuple)) and all(isinstance(d, str) for d in device):
+        return ",".join(device)
+    raise _native.InvalidArgument(
+        f"device={device!r}: name GPUs as 'cuda:N' or by UUID, one string or a list of them"
+    )
 
 
 def _check_count(x: Any, what: str, allow_zero: bool = False) -> int:

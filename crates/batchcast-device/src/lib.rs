@@ -61,7 +61,7 @@ mod visible;
 pub use backend::{Access, Backend, DeviceInfo, Mapping, Mirror};
 pub use cuda::Cuda;
 pub use error::{Error, Result};
-pub use serve::{mirrors_for, serve_devices, Served};
+pub use serve::{mirrors_for, serve_devices, Served, ServedDevice};
 pub use stand_in::{stand_in_uuid, StandIn, MAX_STAND_INS, STAND_IN_ENV};
 pub use stats::MirrorStats;
 pub use visible::{parse_device_list, resolve, visible, DeviceSpec, MAX_ENTRIES, MAX_SPEC_LEN};

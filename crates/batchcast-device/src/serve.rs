@@ -1,8 +1,11 @@
 //! The producer's side in one call: the mirrors for the devices a user
 //! named (`Producer(device=...)`, `batchcast serve --device`).
 
+use std::sync::Arc;
+
 use crate::backend::{Backend, DeviceInfo, Mirror};
 use crate::error::{Error, Result};
+use crate::stats::MirrorStats;
 use crate::visible::resolve;
 
 /// Mirrors of the arena on each device of `list` (`cuda:0,cuda:1`, as
@@ -31,6 +34,9 @@ pub fn mirrors_for(backend: &dyn Backend, list: &str) -> Result<Vec<(DeviceInfo,
     Ok(out)
 }
 
+/// A served device and its mirror's counters.
+pub type ServedDevice = (DeviceInfo, Arc<MirrorStats>);
+
 /// What a producer serves for `list`: the mirrors, or none and why.
 #[derive(Debug)]
 pub struct Served {
@@ -39,6 +45,20 @@ pub struct Served {
     /// Why there are none although devices were named: the one warning a
     /// producer prints ("… consumers copy each batch themselves").
     pub fallback: Option<String>,
+}
+
+impl Served {
+    /// The mirrors as [`ProducerOptions::mirrors`](batchcast::ProducerOptions)
+    /// takes them, and each device with its counters, to show.
+    pub fn into_parts(self) -> (Vec<batchcast::Mirror>, Vec<ServedDevice>) {
+        self.mirrors
+            .into_iter()
+            .map(|(info, mirror)| {
+                let stats = mirror.stats();
+                (batchcast::Mirror::new(mirror), (info, stats))
+            })
+            .unzip()
+    }
 }
 
 /// The mirrors for `list` through the backend this process uses

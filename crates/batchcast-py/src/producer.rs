@@ -15,9 +15,10 @@ use std::time::{Duration, Instant};
 use batchcast::StatusReport;
 use batchcast::MAX_DEPTH;
 use batchcast::{
-    DType, Durability, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Node, Producer,
-    ProducerOptions, ShutdownReason,
+    DType, Durability, Error, IdlePolicy, LagBudget, LagPolicy, LeafKind, LeafSpec, Mirror, Node,
+    Producer, ProducerOptions, ShutdownReason,
 };
+use batchcast_device::ServedDevice;
 use batchcast_serve::StartWait;
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
@@ -152,6 +153,8 @@ pub struct PyProducer {
     socket_path: PathBuf,
     /// The core's warnings, logged after each publish.
     warnings: Queued,
+    /// The GPUs its arena is mirrored on, with their copy counters.
+    devices: Vec<ServedDevice>,
 }
 
 impl Drop for PyProducer {
@@ -210,7 +213,8 @@ impl PyProducer {
     #[new]
     #[pyo3(signature = (name, *, window=8, slot_size=None, samples_per_epoch=None, batch_size=None,
                         wait_for_consumers=true, idle_timeout=None, dir=None, max_lag=None,
-                        lag_policy="wait", stall_timeout=10.0, durable=None, fresh=false))]
+                        lag_policy="wait", stall_timeout=10.0, durable=None, fresh=false,
+                        device=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -227,6 +231,7 @@ impl PyProducer {
         stall_timeout: f64,
         durable: Option<String>,
         fresh: bool,
+        device: Option<String>,
     ) -> PyResult<Self> {
         if fresh && durable.is_none() {
             return Err(Exc::InvalidArgument.err(
@@ -252,6 +257,7 @@ impl PyProducer {
             IdlePolicy::Run
         };
         let warnings = Queued::default();
+        let (mirrors, devices) = serve_devices(py, device.as_deref(), &warnings)?;
         let opts = ProducerOptions {
             window,
             slot_size,
@@ -263,7 +269,7 @@ impl PyProducer {
             lag_policy,
             warn: warnings.sink(),
             durable,
-            mirrors: Vec::new(),
+            mirrors,
         };
         let producer = blocking(py, |_| Producer::create(&name, opts))?;
         let socket_path = producer.socket_path();
@@ -272,7 +278,30 @@ impl PyProducer {
             name,
             socket_path,
             warnings,
+            devices,
         })
+    }
+
+    /// The GPUs the arena is mirrored on (`device=`): one dict each, with
+    /// its copies so far.
+    #[getter]
+    fn devices<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyDict>>> {
+        self.devices
+            .iter()
+            .map(|(info, stats)| {
+                let d = PyDict::new(py);
+                d.set_item("device", &info.uuid)?;
+                d.set_item("ordinal", info.ordinal)?;
+                d.set_item("name", &info.name)?;
+                d.set_item("copies", stats.copies())?;
+                d.set_item("bytes", stats.bytes())?;
+                d.set_item("seconds", stats.seconds())?;
+                d.set_item("pinned", stats.pinned())?;
+                d.set_item("p50_seconds", stats.latency_quantile(0.5))?;
+                d.set_item("p99_seconds", stats.latency_quantile(0.99))?;
+                Ok(d)
+            })
+            .collect()
     }
 
     /// Where this producer resumed the stream of a predecessor under its
@@ -540,4 +569,24 @@ fn list_spec(kind: LeafKind, dtype: DType, rows: usize, text_bytes: u64) -> Leaf
         shape: vec![rows as u64],
         text_bytes,
     }
+}
+
+/// The mirrors for `device=` (`"cuda:0"`, `"cuda:0,cuda:1"`), and the
+/// devices to show; where they cannot be made, none, and a warning saying
+/// why (the producer serves on the host path). A malformed list is an
+/// InvalidArgument.
+fn serve_devices(
+    py: Python<'_>,
+    device: Option<&str>,
+    warnings: &Queued,
+) -> PyResult<(Vec<Mirror>, Vec<ServedDevice>)> {
+    let Some(list) = device else {
+        return Ok((Vec::new(), Vec::new()));
+    };
+    let served = batchcast_device::serve_devices(list)
+        .map_err(|e| Exc::InvalidArgument.err(py, format!("device={list:?}: {e}"), &[]))?;
+    if let Some(why) = &served.fallback {
+        warnings.push(why);
+    }
+    Ok(served.into_parts())
 }

@@ -24,14 +24,17 @@ pub(crate) struct Queued(Arc<Mutex<Vec<String>>>);
 impl Queued {
     /// The sink to give the core: queues.
     pub(crate) fn sink(&self) -> Warn {
-        let queue = Arc::clone(&self.0);
-        Warn::to(move |message| {
-            if let Ok(mut q) = queue.lock() {
-                if q.len() < MAX_QUEUED {
-                    q.push(message.to_owned());
-                }
+        let queue = self.clone();
+        Warn::to(move |message| queue.push(message))
+    }
+
+    /// Queues `message` (one this binding warns of itself).
+    pub(crate) fn push(&self, message: &str) {
+        if let Ok(mut q) = self.0.lock() {
+            if q.len() < MAX_QUEUED {
+                q.push(message.to_owned());
             }
-        })
+        }
     }
 
     /// Logs what is queued to the `batchcast` logger. A logging error (a

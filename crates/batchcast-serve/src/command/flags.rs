@@ -86,6 +86,13 @@ pub struct ServeArgs {
     /// before the next epoch's first.
     #[arg(long, value_parser = parse_trigger)]
     pub trigger: Option<TriggerSpec>,
+    /// GPUs to serve from device memory: `cuda:0`, `cuda:0,cuda:1` or
+    /// UUIDs. The arena is mirrored on each, each batch copied there once
+    /// before it is published; consumers with `device=` on one of them
+    /// read the mirror. Where that cannot be done (no CUDA driver, a MIG
+    /// instance), a warning says why and it serves on the host path.
+    #[arg(long)]
+    pub device: Option<String>,
 }
 
 /// `--trigger` as clap reads it.

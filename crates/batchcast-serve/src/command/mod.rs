@@ -113,6 +113,7 @@ fn producer_options(
         given => given,
     };
     Ok(ProducerOptions {
+        mirrors: mirrors(args.device.as_deref())?,
         window: args.window,
         slot_size,
         samples_per_epoch: Some(source.samples_per_epoch()),
@@ -128,6 +129,27 @@ fn producer_options(
         durable,
         ..ProducerOptions::default()
     })
+}
+
+/// The mirrors for `--device`; where they cannot be made, none, and a
+/// warning on stderr saying why. A malformed list is an error.
+fn mirrors(device: Option<&str>) -> Result<Vec<batchcast::Mirror>> {
+    let Some(list) = device else {
+        return Ok(Vec::new());
+    };
+    let served = batchcast_device::serve_devices(list)
+        .map_err(|e| ServeError::invalid(format!("--device {list}: {e}")))?;
+    if let Some(why) = &served.fallback {
+        eprintln!("warning: {why}");
+    }
+    let (mirrors, devices) = served.into_parts();
+    for (info, _) in &devices {
+        eprintln!(
+            "mirroring the arena on cuda:{} ({}, {})",
+            info.ordinal, info.name, info.uuid
+        );
+    }
+    Ok(mirrors)
 }
 
 /// Where the producer resumes a stopped stream, if it does: the source
