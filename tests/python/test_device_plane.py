@@ -6,7 +6,6 @@ used."""
 
 from __future__ import annotations
 
-import inspect
 import json
 import signal
 import threading
@@ -226,12 +225,6 @@ def test_a_stand_in_gpu_consumer_of_a_cpu_producer_copies_and_says_why(bc_dir, m
 
 N = 1000
 
-#: Until the producer's device= lands (another branch): these need it.
-pytestmark_mirrors = pytest.mark.skipif(
-    "device" not in inspect.signature(batchcast.Producer).parameters,
-    reason="batchcast.Producer has no device= yet: no producer mirrors its arena",
-)
-
 
 @pytest.fixture(autouse=True)
 def two_stand_ins(monkeypatch):
@@ -249,7 +242,6 @@ def report(p: Proc) -> dict:
     return json.loads(p.expect("plane ", timeout=120))
 
 
-@pytestmark_mirrors
 def test_two_consumers_read_the_same_device_slots_without_a_copy(plane):
     producer = mirrored(plane, "zero", wait_for_consumers=2, window=3)
     trainers = [plane("consume_on_device", name="zero", n=N, copy_on_write=False) for _ in range(2)]
@@ -265,7 +257,6 @@ def test_two_consumers_read_the_same_device_slots_without_a_copy(plane):
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_with_copy_on_write_an_in_place_write_reaches_no_other_consumer(plane):
     producer = mirrored(plane, "cow", wait_for_consumers=2, window=3)
     writer = plane("consume_on_device", name="cow", n=N, write=True)
@@ -277,7 +268,6 @@ def test_with_copy_on_write_an_in_place_write_reaches_no_other_consumer(plane):
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_the_consumers_gpu_is_found_by_uuid_whatever_its_cuda_visible_devices(plane, monkeypatch):
     """The producer serves stand-in GPU 0 (as it sees them); consumers that
     see the GPUs the other way round (CUDA_VISIBLE_DEVICES=1,0) find it as
@@ -294,7 +284,6 @@ def test_the_consumers_gpu_is_found_by_uuid_whatever_its_cuda_visible_devices(pl
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_a_device_backend_that_cannot_start_leaves_the_host_path_and_says_why(plane, monkeypatch):
     producer = mirrored(plane, "nobackend")
     monkeypatch.setenv(_device.STAND_IN_ENV, "many")
@@ -304,7 +293,6 @@ def test_a_device_backend_that_cannot_start_leaves_the_host_path_and_says_why(pl
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_an_in_place_write_to_zero_copy_device_slots_faults_on_the_stand_in(plane):
     """The stand-in maps the slots read-only and enforces it
     (``read_only_enforced``): copy_on_write=False is for code that never
@@ -315,7 +303,6 @@ def test_an_in_place_write_to_zero_copy_device_slots_faults_on_the_stand_in(plan
     producer.reap()
 
 
-@pytestmark_mirrors
 def test_a_consumer_on_a_gpu_the_producer_does_not_serve_copies_and_says_why(plane):
     producer = mirrored(plane, "other", device="cuda:0")
     r = report(plane("consume_on_device", name="other", n=N, device="cuda:1"))
@@ -326,7 +313,6 @@ def test_a_consumer_on_a_gpu_the_producer_does_not_serve_copies_and_says_why(pla
     producer.expect("done")
 
 
-@pytestmark_mirrors
 @pytest.mark.parametrize("batch_size", [50, 48, 150], ids=["divides", "divides-not", "spans-slots"])
 def test_every_batch_size_delivers_every_sample_once_on_the_device_plane(plane, batch_size):
     producer = mirrored(plane, "sizes", batch_size=100, epochs=2)
@@ -343,7 +329,6 @@ def test_every_batch_size_delivers_every_sample_once_on_the_device_plane(plane, 
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_a_killed_consumer_leaves_the_other_going(plane):
     producer = mirrored(plane, "kill", wait_for_consumers=2, window=4, max_lag="8batches", epochs=2)
     holder = plane("consume_on_device", stdin=True, name="kill", n=N, copy_on_write=False, hold=2,
@@ -356,7 +341,6 @@ def test_a_killed_consumer_leaves_the_other_going(plane):
     producer.expect("done")
 
 
-@pytestmark_mirrors
 def test_a_killed_producer_leaves_the_batch_readable_and_the_next_read_raises(plane):
     producer = mirrored(plane, "dies", window=2)
     trainer = plane("consume_on_device", stdin=True, name="dies", n=N, copy_on_write=False, gone_after=3)
@@ -369,7 +353,6 @@ def test_a_killed_producer_leaves_the_batch_readable_and_the_next_read_raises(pl
     assert trainer.expect("gone").split() == ["ProducerGone", "True"]
 
 
-@pytestmark_mirrors
 def test_a_restarted_producers_new_device_slots_are_mapped_and_no_sample_is_lost(plane):
     """A durable producer killed mid-epoch and restarted hands new mirrors
     at the reattachment: the consumer maps them (a new mapping) and reads
@@ -385,7 +368,6 @@ def test_a_restarted_producers_new_device_slots_are_mapped_and_no_sample_is_lost
     second.expect("done")
 
 
-@pytestmark_mirrors
 def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch):
     """In one process: the producer (a thread, mirroring on a stand-in GPU)
     cannot reuse a slot whose tensors were freed until the fence recorded
@@ -418,7 +400,6 @@ def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch
     finish(thread)
 
 
-@pytestmark_mirrors
 def test_device_views_freed_from_several_threads_all_go_back(bc_dir, monkeypatch):
     """Tensors freed from 8 threads while the loop takes the freed ones: no
     lease is lost or released twice (every slot comes back, so the producer

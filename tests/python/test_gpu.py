@@ -172,17 +172,6 @@ def test_two_trainers_share_one_gpu_under_mps(bc_dir):
 # -- the device plane: a producer that mirrors its arena on GPU 0 -------------
 
 
-def _producer_serves_gpus() -> bool:
-    import inspect
-
-    import batchcast
-
-    return "device" in inspect.signature(batchcast.Producer).parameters
-
-
-device_plane = pytest.mark.skipif(not _producer_serves_gpus(), reason="batchcast.Producer has no device= yet")
-
-
 @pytest.fixture(autouse=True)
 def no_stand_in(monkeypatch):
     """The real GPU, never the stand-in (for the ``plane`` fixture's too)."""
@@ -201,7 +190,6 @@ def _plane_report(p) -> dict:
     return r
 
 
-@device_plane
 def test_two_trainers_read_the_producers_device_slots_without_a_copy(plane):
     """Zero copy on the GPU: each batch's tensors lie in the mapped slots,
     checked by kernels queued behind GPU work, never synchronised: the
@@ -216,7 +204,6 @@ def test_two_trainers_read_the_producers_device_slots_without_a_copy(plane):
     producer.expect("done")
 
 
-@device_plane
 def test_copy_on_write_keeps_an_in_place_write_on_the_gpu_private(plane):
     producer = _mirrored(plane, "gcow", wait_for_consumers=2, window=3)
     writer = plane("consume_on_device", name="gcow", n=N, write=True, no_sync=True, sleep_cycles=CYCLES)
@@ -227,7 +214,6 @@ def test_copy_on_write_keeps_an_in_place_write_on_the_gpu_private(plane):
     producer.expect("done")
 
 
-@device_plane
 def test_a_killed_trainer_on_the_device_plane_leaves_the_other_and_no_device_memory(plane):
     if shutil.which("nvidia-smi") is None:
         pytest.skip("nvidia-smi is not on PATH: cannot read device memory through NVML")
