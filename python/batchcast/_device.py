@@ -210,6 +210,10 @@ def open_device(device: Any) -> Device | None:
         return None
     if dev.type == "cuda" and os.environ.get(STAND_IN_ENV):
         return StandInDevice(f"cuda:{dev.index or 0}")
+    if dev.type == "cuda" and torch.cuda.is_available() and dev.index is None:
+        # "cuda" is torch's current device (torch.cuda.set_device), not GPU 0:
+        # the mirror mapped, the copies and the fences must all be on it.
+        dev = torch.device("cuda", torch.cuda.current_device())
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise _native.InvalidArgument(
             f"device={str(device)!r} needs a GPU, but torch.cuda.is_available() is False here "

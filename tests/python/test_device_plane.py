@@ -368,6 +368,20 @@ def test_a_restarted_producers_new_device_slots_are_mapped_and_no_sample_is_lost
     second.expect("done")
 
 
+def test_a_consumer_on_the_host_path_stays_there_when_a_restarted_producer_serves_its_gpu(plane):
+    """A consumer that took the host path (its producer served no GPU)
+    keeps it after a restart that does serve its GPU: it moves host batches
+    itself and never holds device slots it would not fence."""
+    first = mirrored(plane, "host-then", durable=True, kill_after=6, window=3, device=None)
+    trainer = plane("consume_on_device", name="host-then", n=N, copy_on_write=False)
+    assert first.wait() == -signal.SIGKILL
+    second = mirrored(plane, "host-then", durable=True, window=3)
+    r = report(trainer)
+    assert (r["ids"], r["wrong"], r["path"]) == (list(range(N)), 0, "host copy"), r
+    assert r["inside"] == 0, r
+    second.expect("done")
+
+
 def test_a_freed_device_batch_goes_back_only_after_its_fence(bc_dir, monkeypatch):
     """In one process: the producer (a thread, mirroring on a stand-in GPU)
     cannot reuse a slot whose tensors were freed until the fence recorded

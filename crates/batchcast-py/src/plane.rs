@@ -116,7 +116,11 @@ impl Plane {
         DeviceSpec::parse(device)?;
         let (mirrors, generation) = mirrors_of(consumer);
         let path = self.map_mirror(&mirrors, device);
-        *lock(&self.asked) = Some((device.to_owned(), generation));
+        // Only a consumer on the device plane follows a restarted
+        // producer's new mirrors: one on the host path stays there (its
+        // Python side moves host batches, and would never fence device ones).
+        *lock(&self.asked) =
+            matches!(path, Path::Device(_)).then(|| (device.to_owned(), generation));
         Ok(path)
     }
 

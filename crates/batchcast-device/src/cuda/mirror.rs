@@ -108,12 +108,20 @@ impl CudaMirror {
         let host_len = usize::try_from(len).unwrap_or(usize::MAX);
         // SAFETY: the caller maps `len` bytes at arena_addr for as long as
         // this mirror lives (DeviceMirror::allocate's contract); they are
-        // unregistered in Drop.
+        // unregistered in Drop. PORTABLE: the page-locking serves every
+        // context, so the mirrors on other GPUs copy from it too (their own
+        // registration of the same range is refused as already registered,
+        // and they leave the unregistering to this one).
         let pinned = check("cuMemHostRegister", || unsafe {
-            sys::cuMemHostRegister_v2(arena_addr as *mut std::ffi::c_void, host_len, 0)
+            sys::cuMemHostRegister_v2(
+                arena_addr as *mut std::ffi::c_void,
+                host_len,
+                sys::CU_MEMHOSTREGISTER_PORTABLE,
+            )
         });
+        let already = matches!(&pinned, Err(Error::Driver { code, .. }) if code.contains("ALREADY_REGISTERED"));
         self.host = pinned.is_ok().then_some((arena_addr, host_len));
-        self.stats.set_pinned(pinned.is_ok());
+        self.stats.set_pinned(pinned.is_ok() || already);
         Ok(fd)
     }
 

@@ -179,25 +179,42 @@ impl Backend for Cuda {
             usize::try_from(geometry.size).map_err(|_| Error::BadImportInfo("too large".into()))?;
         let primary = Primary::retain(dev)?;
         let current = primary.push()?;
-        let mut handle = 0;
-        // SAFETY: the fd is open for the call; the driver takes the fd's
-        // number as the pointer-sized handle, and dups what it keeps.
-        check("cuMemImportFromShareableHandle", || unsafe {
-            sys::cuMemImportFromShareableHandle(
-                &mut handle,
-                fd.as_raw_fd() as usize as *mut std::ffi::c_void,
-                CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
-            )
-        })?;
-        drop(fd);
-        let flags = match access {
-            Access::ReadOnly => CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ,
-            Access::ReadWrite => CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+        let granularity = geometry.granularity as usize;
+        let import_and_map = |flags| {
+            let mut handle = 0;
+            // SAFETY: the fd is open for the call; the driver takes the
+            // fd's number as the pointer-sized handle and does not keep
+            // the descriptor (the caller closes it).
+            check("cuMemImportFromShareableHandle", || unsafe {
+                sys::cuMemImportFromShareableHandle(
+                    &mut handle,
+                    fd.as_raw_fd() as usize as *mut std::ffi::c_void,
+                    CUmemAllocationHandleType::CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR,
+                )
+            })?;
+            Mapped::map(handle, size, granularity, dev, flags)
         };
-        let mapped = Mapped::map(handle, size, geometry.granularity as usize, dev, flags)?;
+        let read_write = CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE;
+        let (mapped, enforced) = match access {
+            Access::ReadWrite => (import_and_map(read_write)?, Some(false)),
+            // A driver that refuses read-only access to device memory gets a
+            // read-write mapping, reported as not enforced: the consumer's
+            // copy_on_write clones never write it, and zero-copy users are
+            // told (stats()["device_slots"]["read_only_enforced"]).
+            Access::ReadOnly => {
+                match import_and_map(CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READ) {
+                    Ok(mapped) => (mapped, None),
+                    Err(Error::Driver {
+                        call: "cuMemSetAccess",
+                        ..
+                    }) => (import_and_map(read_write)?, Some(false)),
+                    Err(e) => return Err(e),
+                }
+            }
+        };
+        drop(fd);
         drop(current);
         let addr = mapped.ptr;
-        let enforced = (access == Access::ReadWrite).then_some(false);
         let owner = Imported { mapped, primary };
         Ok(Mapping::new(
             addr,
@@ -219,6 +236,10 @@ struct Imported {
 impl Drop for Imported {
     fn drop(&mut self) {
         if let Ok(_current) = self.primary.push() {
+            // Work queued on tensors of this mapping may still read it (a
+            // tensor freed after the consumer closed): it ends first.
+            // SAFETY: the context is current (pushed above).
+            let _ = check("cuCtxSynchronize", || unsafe { sys::cuCtxSynchronize() });
             self.mapped.free();
         }
     }

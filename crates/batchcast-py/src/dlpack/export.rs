@@ -223,10 +223,26 @@ impl Drop for Ctx {
             return;
         };
         if held.pid != std::process::id() {
-            return; // a forked child: `held` leaks itself; the list is the parent's
+            // A forked child: `held` leaks itself and the list is the
+            // parent's; the mapping is left too (unmapping it would be a
+            // CUDA call after fork).
+            std::mem::forget(place);
+            return;
         }
         let map = place.map;
         map.deferred.push(DeviceHold::new(held, map.keep));
+    }
+}
+
+impl Drop for ArrayView {
+    fn drop(&mut self) {
+        if self.held.pid != std::process::id() {
+            // A forked child: the device mapping is the parent's; unmapping
+            // it here would be a CUDA call after fork.
+            if let Some(place) = self.place.take() {
+                std::mem::forget(place);
+            }
+        }
     }
 }
 

@@ -416,7 +416,15 @@ impl Producer {
         let arena = Arena::create_lazy(self.endpoint.name(), window + lag, window, slot_size)?;
         let fd = arena.readonly_fd()?;
         let slot_size = arena.slot_size() as u64;
-        let mirrors = allocate_mirrors(&self.mirrors, &arena)?;
+        let mirrors = match allocate_mirrors(&self.mirrors, &arena) {
+            Ok(mirrors) => mirrors,
+            Err(e) => {
+                // The mirrors allocated before the refusal may have
+                // page-locked the arena: they go while it is still mapped.
+                self.mirrors.clear();
+                return Err(e);
+            }
+        };
         self.arena = Some(arena);
         let mut state = self.shared.lock();
         let made = state.set_arena(fd, slot_size, lag, mirrors);
