@@ -82,9 +82,7 @@ pub use dtype::DType;
 pub use endpoint::{default_dir, list_names, Endpoint};
 pub use error::{Error, Result};
 pub use layout::{Layout, LeafKind, LeafSpec, Node, MAX_DEPTH, MAX_NDIM};
-pub use mirror::{
-    DeviceMirror, Mirror, MirrorSpec, MirrorStats, MAX_DEVICE_ID, MAX_IMPORT_INFO, MAX_MIRRORS,
-};
+pub use mirror::{DeviceMirror, Mirror, MirrorSpec, MAX_DEVICE_ID, MAX_IMPORT_INFO, MAX_MIRRORS};
 pub use producer::{
     identity_differences, Durability, EpochSummary, IdlePolicy, LagBudget, LagPolicy, Producer,
     ProducerOptions, ResumePoint, SlotMut, DEFAULT_LAG_BYTES, MAX_IDENTITY, MAX_PAYLOAD,

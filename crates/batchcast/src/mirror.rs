@@ -155,14 +155,3 @@ pub(crate) fn check_mirrors(mirrors: &[Mirror]) -> Result<()> {
     }
     Ok(())
 }
-
-/// What the producer's copies into its mirrors cost so far.
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct MirrorStats {
-    /// Copies made (one per slot published per mirror).
-    pub copies: u64,
-    /// Bytes copied.
-    pub bytes: u64,
-    /// Seconds spent copying (each copy until it completed).
-    pub seconds: f64,
-}

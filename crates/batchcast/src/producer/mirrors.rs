@@ -3,11 +3,10 @@
 //! one before it is published.
 
 use std::os::fd::OwnedFd;
-use std::time::Instant;
 
 use crate::arena::Arena;
 use crate::error::{Error, Result};
-use crate::mirror::{Mirror, MirrorSpec, MirrorStats};
+use crate::mirror::{Mirror, MirrorSpec};
 
 /// Allocates every mirror the arena's length; the first refusal is an
 /// error naming its device.
@@ -48,7 +47,6 @@ pub(super) fn copy_to_mirrors(
     arena: &mut Arena,
     index: usize,
     len: usize,
-    stats: &mut MirrorStats,
 ) -> Result<()> {
     if mirrors.is_empty() {
         return Ok(());
@@ -57,7 +55,6 @@ pub(super) fn copy_to_mirrors(
     let bytes = arena.slot_prefix(index, len);
     for m in mirrors {
         let mut m = m.lock();
-        let t0 = Instant::now();
         m.copy_in(offset, bytes).map_err(|e| {
             Error::io(
                 format!(
@@ -67,9 +64,6 @@ pub(super) fn copy_to_mirrors(
                 e,
             )
         })?;
-        stats.copies += 1;
-        stats.bytes += len as u64;
-        stats.seconds += t0.elapsed().as_secs_f64();
     }
     Ok(())
 }

@@ -44,7 +44,7 @@ use crate::board::MAX_SLOTS;
 use crate::endpoint::Endpoint;
 use crate::error::{Error, Result};
 use crate::layout::{Layout, LeafSpec, Node};
-use crate::mirror::{check_mirrors, Mirror, MirrorStats};
+use crate::mirror::{check_mirrors, Mirror};
 use crate::status::StatusReport;
 use crate::wire::{self, ShutdownReason, ToConsumer};
 use durable::StateFile;
@@ -136,8 +136,6 @@ pub struct Producer {
     resumed_payload: Option<String>,
     /// The devices each slot is copied to before it is published.
     mirrors: Vec<Mirror>,
-    /// What those copies cost so far.
-    mirror_stats: MirrorStats,
 }
 
 impl Producer {
@@ -195,7 +193,6 @@ impl Producer {
             payloads,
             resumed_payload,
             mirrors,
-            mirror_stats: MirrorStats::default(),
         };
         if let Some(size) = producer.opts.slot_size {
             producer.create_arena(size)?;
@@ -216,12 +213,6 @@ impl Producer {
     /// Bytes per slot, once the arena exists.
     pub fn slot_size(&self) -> Option<usize> {
         self.arena.as_ref().map(|a| a.slot_size())
-    }
-
-    /// What copying slots into the device mirrors
-    /// ([`ProducerOptions::mirrors`]) has cost so far.
-    pub fn mirror_stats(&self) -> MirrorStats {
-        self.mirror_stats
     }
 
     /// Consumers connected now.
@@ -444,7 +435,7 @@ impl Producer {
             // Without the state lock: the control thread serves consumers
             // while a device copy runs.
             let len = layout_offset(used) as usize + encoded.len();
-            copy_to_mirrors(&self.mirrors, arena, index, len, &mut self.mirror_stats)?;
+            copy_to_mirrors(&self.mirrors, arena, index, len)?;
         }
         let mut state = self.shared.lock();
         state.publish(index, seq, rows);
