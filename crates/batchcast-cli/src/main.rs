@@ -1,4 +1,6 @@
-//! The `batchcast` command: `demo`, `serve`, `consume`, `status`, `bench`.
+//! The `batchcast` command: a thin face over the library crates, one module
+//! per command under `cmd/` (docs/commands.md lists them; CI checks that list
+//! against `batchcast --help`).
 //!
 //! Errors reach `main` as `anyhow` errors and leave as one `error:` line and
 //! an exit code: 2 when a producer is not found, 3 when it died, 1 otherwise
@@ -6,6 +8,8 @@
 //! A stdout closed by its reader (`batchcast status | head -1`) ends any
 //! command quietly with 0: output goes through [`out::outln!`], which
 //! returns that as an error instead of panicking as `println!` does.
+
+#![forbid(unsafe_code)]
 
 mod cmd;
 mod out;
