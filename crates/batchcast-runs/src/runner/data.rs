@@ -20,8 +20,12 @@ use crate::keys;
 use crate::plan::Plan;
 use crate::{NewRun, RecorderHandle, Store, StoreError};
 
-/// How long a producer may take to answer its first status query.
-const READY_WITHIN: Duration = Duration::from_secs(60);
+/// How long a producer may take to answer its first status query: long
+/// enough for a Python producer that imports torch and indexes its dataset
+/// on a loaded machine; one that exits is noticed at once.
+const READY_WITHIN: Duration = Duration::from_secs(300);
+/// [`READY_WITHIN`] as [`DataError::NotServing`] says it.
+const NOT_READY: &str = "it did not answer within 300 s";
 
 pub use batchcast::CONSUMERS_ENV;
 
@@ -196,12 +200,12 @@ fn ready(
             return Ok(());
         }
         if job.poll() || Instant::now() >= deadline {
-            job.stop(opts.grace, "it did not answer within 60 s");
+            job.stop(opts.grace, NOT_READY);
             job.join_output();
             return Err(if job.stopped.is_none() {
                 "it exited"
             } else {
-                "it did not answer within 60 s"
+                NOT_READY
             });
         }
         std::thread::sleep(Duration::from_millis(50));
