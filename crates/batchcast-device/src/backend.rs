@@ -124,36 +124,19 @@ pub(crate) fn check_copy(offset: u64, count: usize, len: u64) -> io::Result<()> 
     Ok(())
 }
 
-/// A consumer's mapping of a mirror; unmapped when dropped.
+/// A consumer's mapping of a mirror; unmapped when dropped. A backend
+/// builds it field by field; the fields are read through the methods.
 pub struct Mapping {
-    addr: u64,
-    len: u64,
-    ordinal: u32,
-    read_only_enforced: Option<bool>,
-    dl_device: (i32, i32),
+    pub(crate) addr: u64,
+    pub(crate) len: u64,
+    pub(crate) ordinal: u32,
+    pub(crate) read_only_enforced: Option<bool>,
+    pub(crate) dl_device: (i32, i32),
     /// Unmaps and releases in its `Drop`.
-    _owner: Box<dyn Send + Sync>,
+    pub(crate) _owner: Box<dyn Send + Sync>,
 }
 
 impl Mapping {
-    pub(crate) fn new(
-        addr: u64,
-        len: u64,
-        ordinal: u32,
-        read_only_enforced: Option<bool>,
-        dl_device: (i32, i32),
-        owner: Box<dyn Send + Sync>,
-    ) -> Self {
-        Mapping {
-            addr,
-            len,
-            ordinal,
-            read_only_enforced,
-            dl_device,
-            _owner: owner,
-        }
-    }
-
     /// Where the arena's first byte is: a device address (CUDA) or a host
     /// address (the stand-in).
     pub fn addr(&self) -> u64 {

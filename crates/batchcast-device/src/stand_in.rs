@@ -145,16 +145,14 @@ impl Backend for StandIn {
             Access::ReadWrite => unsafe { options.map_copy(&file) }.map(MmapRaw::from),
         }
         .map_err(|e| Error::io("map the mirror", e))?;
-        let enforced = Some(access == Access::ReadOnly);
-        let addr = map.as_ptr() as u64;
-        Ok(Mapping::new(
-            addr,
+        Ok(Mapping {
+            addr: map.as_ptr() as u64,
             len,
-            device.ordinal,
-            enforced,
-            (1, 0),
-            Box::new(map),
-        ))
+            ordinal: device.ordinal,
+            read_only_enforced: Some(access == Access::ReadOnly),
+            dl_device: (1, 0),
+            _owner: Box::new(map),
+        })
     }
 }
 

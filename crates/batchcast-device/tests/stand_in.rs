@@ -69,6 +69,17 @@ fn child(name: &str, role: &str, fd: Option<&OwnedFd>, envs: &[(&str, &str)]) ->
     cmd.output().unwrap()
 }
 
+/// [`child`], which must exit 0; its output.
+fn child_succeeds(name: &str, role: &str, fd: Option<&OwnedFd>, envs: &[(&str, &str)]) -> Output {
+    let out = child(name, role, fd, envs);
+    assert!(
+        out.status.success(),
+        "{name}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
 /// In a child: the stand-in, the inherited mirror, and its geometry.
 fn child_import(access: Access) -> Option<batchcast_device::Mapping> {
     std::env::var(ROLE).ok()?;
@@ -154,16 +165,11 @@ fn info_env(mirror: &Mirror) -> String {
 fn another_process_reads_the_bytes_copied_in() {
     let backend = StandIn::new(2, None).unwrap();
     let (mirror, fd) = filled_mirror(&backend);
-    let out = child(
+    child_succeeds(
         "child_reads",
         "read",
         Some(&fd),
         &[("INFO", &info_env(&mirror))],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     let stats = mirror.stats();
     assert_eq!((stats.bytes(), stats.copies()), (LEN, 3));
@@ -196,16 +202,11 @@ fn a_read_write_mapping_keeps_its_writes() {
             Access::ReadOnly,
         )
         .unwrap();
-    let out = child(
+    child_succeeds(
         "child_writes_read_write",
         "write",
         Some(&fd),
         &[("INFO", &hex(&info))],
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(
         read(seen.addr(), 5000),
@@ -226,12 +227,7 @@ fn processes_with_different_visibility_agree_on_uuids() {
         if let Some(cvd) = cvd {
             envs.push(("CUDA_VISIBLE_DEVICES", cvd));
         }
-        let out = child("child_resolves", "resolve", None, &envs);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = child_succeeds("child_resolves", "resolve", None, &envs);
         let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
         let line = stdout
             .lines()
@@ -247,12 +243,7 @@ fn processes_with_different_visibility_agree_on_uuids() {
 #[test]
 fn open_is_the_stand_in_only_when_asked() {
     let run = |envs: &[(&str, &str)]| {
-        let out = child("child_opens", "open", None, envs);
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        let out = child_succeeds("child_opens", "open", None, envs);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     assert!(run(&[(STAND_IN_ENV, "2")]).contains("BACKEND=stand-in"));

@@ -103,11 +103,7 @@ fn main() {
                     print!(" {:>32}", "(SIGSEGV)");
                     continue;
                 }
-                let mut runs: Vec<f64> = (0..5)
-                    .map(|_| per_batch_us(variant, *usage, slot, batches))
-                    .collect();
-                runs.sort_by(f64::total_cmp);
-                let us = runs[2];
+                let us = median_us(variant, *usage, slot, batches);
                 if variant == Variant::SharedRo {
                     base[k] = us;
                 }
@@ -119,13 +115,7 @@ fn main() {
             }
             println!();
         }
-        let all = |v| {
-            let mut runs: Vec<f64> = (0..5)
-                .map(|_| per_batch_us(v, Use::ReadsAll, slot, batches))
-                .collect();
-            runs.sort_by(f64::total_cmp);
-            runs[2]
-        };
+        let all = |v| median_us(v, Use::ReadsAll, slot, batches);
         let (ro, ours) = (all(Variant::SharedRo), all(Variant::Batchcast));
         println!(
             "{:>18} {:>32.1} {:>32}",
@@ -134,6 +124,15 @@ fn main() {
             format!("batchcast: {ours:.1} ({:.2}x)", ours / ro)
         );
     }
+}
+
+/// [`per_batch_us`], the median of 5 runs.
+fn median_us(variant: Variant, usage: Use, slot: usize, batches: usize) -> f64 {
+    let mut runs: Vec<f64> = (0..5)
+        .map(|_| per_batch_us(variant, usage, slot, batches))
+        .collect();
+    runs.sort_by(f64::total_cmp);
+    runs[2]
 }
 
 fn setup(variant: Variant, slot: usize) -> Setup {

@@ -214,16 +214,14 @@ impl Backend for Cuda {
         };
         drop(fd);
         drop(current);
-        let addr = mapped.ptr;
-        let owner = Imported { mapped, primary };
-        Ok(Mapping::new(
-            addr,
+        Ok(Mapping {
+            addr: mapped.ptr,
             len,
-            info.ordinal,
-            enforced,
-            (2, info.ordinal as i32),
-            Box::new(owner),
-        ))
+            ordinal: info.ordinal,
+            read_only_enforced: enforced,
+            dl_device: (2, info.ordinal as i32),
+            _owner: Box::new(Imported { mapped, primary }),
+        })
     }
 }
 

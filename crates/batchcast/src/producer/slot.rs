@@ -44,22 +44,12 @@ impl SlotMut<'_> {
     pub fn leaf_mut(&mut self, i: usize) -> &mut [u8] {
         let leaf = &self.layout.leaves[i];
         let (start, len) = (leaf.offset as usize, leaf.nbytes as usize);
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        &mut arena.slot_mut(self.index)[start..start + len]
+        &mut loaned_bytes(self.producer, self.index)[start..start + len]
     }
 
     /// Every leaf's bytes at once, to fill in parallel.
     pub fn leaves_mut(&mut self) -> Vec<&mut [u8]> {
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let mut rest = arena.slot_mut(self.index);
+        let mut rest = loaned_bytes(self.producer, self.index);
         let mut consumed = 0usize;
         let mut out = Vec::with_capacity(self.layout.leaves.len());
         for leaf in &self.layout.leaves {
@@ -107,12 +97,7 @@ impl SlotMut<'_> {
             })
             .collect::<Result<_>>()?;
         let new = Layout::plan(self.layout.tree.clone(), &specs)?;
-        let arena = self
-            .producer
-            .arena
-            .as_mut()
-            .expect("a loaned slot implies an arena");
-        let slot = arena.slot_mut(self.index);
+        let slot = loaned_bytes(self.producer, self.index);
         // New offsets are never past old ones (every leaf shrank), so moving
         // leaves front to back never overwrites one not yet moved.
         for (o, n) in self.layout.leaves.iter().zip(&new.leaves) {
@@ -133,6 +118,16 @@ impl SlotMut<'_> {
         self.published = true;
         Ok(seq)
     }
+}
+
+/// The bytes of slot `index`, which `producer` has loaned out: a loaned
+/// slot implies an arena.
+fn loaned_bytes(producer: &mut Producer, index: usize) -> &mut [u8] {
+    producer
+        .arena
+        .as_mut()
+        .expect("a loaned slot implies an arena")
+        .slot_mut(index)
 }
 
 /// The layout as it is stored in the slot after the arrays.

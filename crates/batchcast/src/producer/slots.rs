@@ -223,13 +223,20 @@ mod tests {
         true
     }
 
+    /// A window of one slot, holding batch 0 for consumer 7, and `lag` lag
+    /// slots.
+    fn window_of_one_held(lag: usize) -> Slots {
+        let mut s = Slots::new(1);
+        s.add_lag_slots(lag);
+        let i = s.take_free(&everybody, &yes, &mut |_| true).unwrap();
+        s.fill(i, 0, 1, vec![7]);
+        s
+    }
+
     #[test]
     fn lag_slots_are_not_used_unless_wanted() {
-        let mut s = Slots::new(1);
-        s.add_lag_slots(2);
+        let mut s = window_of_one_held(2);
         let mut reserve = |_| true;
-        let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
-        s.fill(i, 0, 1, vec![7]);
         // Everyone is a window behind: back-pressure, as without lag slots.
         assert_eq!(s.take_free(&everybody, &|| false, &mut reserve), None);
         assert_eq!(s.take_free(&everybody, &yes, &mut reserve), Some(1));
@@ -313,12 +320,8 @@ mod tests {
 
     #[test]
     fn a_lag_slot_given_back_unfilled_is_not_lost() {
-        let mut s = Slots::new(1);
-        s.add_lag_slots(1);
-        let mut reserve = |_| true;
-        let i = s.take_free(&everybody, &yes, &mut reserve).unwrap();
-        s.fill(i, 0, 1, vec![7]);
-        let lag = s.take_free(&everybody, &yes, &mut reserve).unwrap();
+        let mut s = window_of_one_held(1);
+        let lag = s.take_free(&everybody, &yes, &mut |_| true).unwrap();
         assert_eq!(lag, 1);
         s.give_back(lag);
         assert_eq!(s.take_free(&everybody, &yes, &mut |_| false), Some(1));

@@ -452,11 +452,10 @@ mod tests {
         const ITEMS: &'static str = "words";
     }
 
+    /// A kind laid out as [`Test`] is: only its magic tells them apart.
     #[repr(C)]
-    struct Other {
-        word: AtomicU64,
-    }
-    // SAFETY: `#[repr(C)]`, atomics only.
+    struct Other(Test);
+    // SAFETY: `#[repr(C)]` around a `Shared` struct of atomics.
     unsafe impl Shared for Other {}
     impl Kind for Other {
         const MAGIC: [u8; 8] = *b"BCOTHER1";
