@@ -150,12 +150,7 @@ fn unreadable_file_is_reported() {
         "{}",
         report.skipped[0].reason
     );
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8));
     let msg = run(&p, 0, &[1]).unwrap_err().to_string();
     assert!(
         msg.contains("a/1.png") && msg.contains("ermission"),
@@ -267,12 +262,7 @@ fn empty_missing_and_wrong_paths_are_clear_errors() {
 fn misuse_of_buffers_and_indices_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     write_tree(dir.path(), &[("a/0.png", small_png(1))]);
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8));
     let mut images = vec![0u8; p.image_bytes()];
     let mut labels = vec![0i64; 2];
     assert!(matches!(
