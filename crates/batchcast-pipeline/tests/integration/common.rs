@@ -130,9 +130,9 @@ pub fn pipeline(
         .with_skip_callback(|_| {})
 }
 
-/// [`pipeline`] with u8 NHWC output that fails on the first bad sample.
-pub fn u8_pipeline(root: &Path, transform: Transform) -> Pipeline {
-    pipeline(root, transform, OutputFormat::u8_nhwc(), OnError::Fail)
+/// [`pipeline`] with u8 NHWC output.
+pub fn u8_pipeline(root: &Path, transform: Transform, on_error: OnError) -> Pipeline {
+    pipeline(root, transform, OutputFormat::u8_nhwc(), on_error)
 }
 
 /// Runs one batch into fresh buffers; returns the report, images and labels.

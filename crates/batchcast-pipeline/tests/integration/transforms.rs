@@ -20,7 +20,7 @@ fn eval_resize_and_center_crop_put_the_quadrant_boundaries_where_torchvision_doe
     // (round(58.5) = 58) and y from 16, so in the output at x=112.67, y=112.
     let (w, h) = (400, 300);
     let dir = one_image(rgb_png(&quadrants(w, h, 200, 150), w, h));
-    let p = u8_pipeline(dir.path(), Transform::eval());
+    let p = u8_pipeline(dir.path(), Transform::eval(), OnError::Fail);
     let (_, img, _) = run(&p, 0, &[0]).unwrap();
     let c = QUADRANT_COLOURS;
     // Well inside each quadrant: the pure colour.
@@ -53,7 +53,7 @@ fn eval_output_equals_full_resize_then_crop() {
         resize: 40,
         crop: 32,
     };
-    let p = u8_pipeline(dir.path(), eval);
+    let p = u8_pipeline(dir.path(), eval, OnError::Fail);
     let (_, got, _) = run(&p, 0, &[0]).unwrap();
     // Full resize to 51x40 through a Train transform pinned to the whole image.
     let (rw, rh) = batchcast_pipeline::resize_output_size(w, h, 40);
@@ -109,8 +109,8 @@ fn whole_image_train(w: u32, h: u32, size: u32, hflip_p: f32) -> Transform {
 fn hflip_mirrors_the_output() {
     let (w, h) = (64, 48);
     let dir = one_image(rgb_png(&quadrants(w, h, 16, 24), w, h));
-    let plain = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 0.0));
-    let flipped = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 1.0));
+    let plain = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 0.0), OnError::Fail);
+    let flipped = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 1.0), OnError::Fail);
     let (_, a, _) = run(&plain, 0, &[0]).unwrap();
     let (_, b, _) = run(&flipped, 0, &[0]).unwrap();
     for y in 0..32 {
@@ -302,8 +302,8 @@ fn dct_scaling_decodes_large_jpegs_smaller_and_stays_within_a_few_levels() {
         resize: 192,
         crop: 176,
     };
-    let exact = u8_pipeline(dir.path(), eval.clone());
-    let scaled = u8_pipeline(dir.path(), eval).with_dct_scaling(true);
+    let exact = u8_pipeline(dir.path(), eval.clone(), OnError::Fail);
+    let scaled = u8_pipeline(dir.path(), eval, OnError::Fail).with_dct_scaling(true);
     let row = exact.image_bytes();
     let (_, want, _) = run(&exact, 0, &[0, 1, 2]).unwrap();
     let (_, got, _) = run(&scaled, 0, &[0, 1, 2]).unwrap();
