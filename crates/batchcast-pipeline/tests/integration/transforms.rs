@@ -179,26 +179,13 @@ fn random_resized_crop_respects_scale_and_ratio_and_is_reproducible() {
 fn nchw_and_nhwc_are_transposes_and_f32_is_normalised_u8() {
     let (w, h) = (50, 40);
     let dir = one_image(rgb_png(&pattern(w, h), w, h));
-    let t = Transform::train(16);
-    let fmt = |layout, dtype| OutputFormat { layout, dtype };
-    let nhwc = pipeline(
-        dir.path(),
-        t.clone(),
-        fmt(Layout::Nhwc, DType::U8),
-        OnError::Fail,
-    );
-    let nchw = pipeline(
-        dir.path(),
-        t.clone(),
-        fmt(Layout::Nchw, DType::U8),
-        OnError::Fail,
-    );
-    let f32_nchw = pipeline(
-        dir.path(),
-        t,
-        fmt(Layout::Nchw, DType::imagenet()),
-        OnError::Fail,
-    );
+    let train_to = |layout, dtype| {
+        let output = OutputFormat { layout, dtype };
+        pipeline(dir.path(), Transform::train(16), output, OnError::Fail)
+    };
+    let nhwc = train_to(Layout::Nhwc, DType::U8);
+    let nchw = train_to(Layout::Nchw, DType::U8);
+    let f32_nchw = train_to(Layout::Nchw, DType::imagenet());
     let (_, a, _) = run(&nhwc, 5, &[0]).unwrap();
     let (_, b, _) = run(&nchw, 5, &[0]).unwrap();
     let (_, f, _) = run(&f32_nchw, 5, &[0]).unwrap();
