@@ -89,4 +89,15 @@ impl Slowdown {
             Locality::Cluster => self.cross_rack,
         }
     }
+
+    /// The throughput fractions across slots, machines and racks: the
+    /// reciprocals of the three multipliers, as the published model keeps
+    /// them.
+    pub(crate) fn fractions(&self) -> [f64; 3] {
+        [
+            1.0 / self.cross_slot,
+            1.0 / self.cross_machine,
+            1.0 / self.cross_rack,
+        ]
+    }
 }

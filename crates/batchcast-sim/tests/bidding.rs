@@ -5,16 +5,16 @@
 
 mod common;
 
-use batchcast_sim::trace::{parse, parse_cluster, Format};
+use batchcast_sim::trace::parse_cluster;
 use batchcast_sim::{simulate_bidding, Bidder, BiddingRun, JobSpec, Outcome, SimConfig};
-use common::published::{cluster_file, published_cfg, record, regroup, trace};
+use common::published::{cluster_file, parsed, published_cfg, record, regroup};
 
 /// Jobs 1..=n, each in its own group, from 0.
 fn jobs(n: u32) -> Vec<JobSpec> {
     let recs: Vec<String> = (1..=n)
         .map(|id| regroup(record(id, r#""start_time": "0""#, 2, 100, "1"), id))
         .collect();
-    parse("t.json", &trace(&recs), Format::Dally).unwrap().jobs
+    parsed(&recs).jobs
 }
 
 /// The shape as written, chunks of `granularity`, the clock from `origin`.
@@ -70,7 +70,7 @@ fn gandiva_bids_throughput_so_one_job_takes_both_and_leases_rotate_them() {
     let recs: Vec<String> = (1..=2)
         .map(|id| regroup(record(id, r#""start_time": "100""#, 2, 100, "1"), id))
         .collect();
-    let t = parse("t.json", &trace(&recs), Format::Dally).unwrap();
+    let t = parsed(&recs);
     assert_eq!(t.origin, 100.0);
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 2, "20.0"), 64.0).unwrap();
     let g = Bidder::by_name("gandiva").unwrap();
@@ -149,12 +149,7 @@ fn without_should_use_config_the_published_default_cluster_is_built() {
     // written (one slot of 4): 25 s.
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "100.0"), 64.0).unwrap();
     assert!(!c.shape_used);
-    let t = parse(
-        "t.json",
-        &trace(&[record(1, r#""start_time": "0""#, 4, 100, "1")]),
-        Format::Dally,
-    )
-    .unwrap();
+    let t = parsed(&[record(1, r#""start_time": "0""#, 4, 100, "1")]);
     let las = Bidder::by_name("las").unwrap();
     for (default, gpus, jct) in [(true, 32, 31.25), (false, 4, 25.0)] {
         let run = BiddingRun {

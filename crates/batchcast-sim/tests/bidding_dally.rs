@@ -6,9 +6,9 @@
 
 mod common;
 
-use batchcast_sim::trace::{parse, parse_cluster, Format};
+use batchcast_sim::trace::parse_cluster;
 use batchcast_sim::{simulate_bidding, Bidder, BiddingRun, DallySetup, Outcome};
-use common::published::{cluster_file, published_cfg, record, regroup, trace};
+use common::published::{cluster_file, parsed, published_cfg, record, regroup};
 
 /// Jobs (id, arrival, GPUs, iterations) in groups of their own on one rack
 /// of `machines` machines of `per_machine` GPUs, lease 100 s, Dally's rack
@@ -28,7 +28,7 @@ fn run(
             )
         })
         .collect();
-    let t = parse("t.json", &trace(&recs), Format::Dally).unwrap();
+    let t = parsed(&recs);
     let c = parse_cluster(
         "c.json",
         &cluster_file(1, machines, 1, per_machine, "100.0"),
@@ -90,7 +90,7 @@ fn a_running_job_bids_too_and_holds_what_it_wins_unused_until_it_ends() {
 #[test]
 fn a_job_larger_than_the_cluster_is_refused_naming_the_sizes() {
     let recs = vec![regroup(record(1, r#""start_time": "0""#, 8, 10, "1"), 1)];
-    let t = parse("t.json", &trace(&recs), Format::Dally).unwrap();
+    let t = parsed(&recs);
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "100.0"), 64.0).unwrap();
     let run = BiddingRun {
         origin: 0.0,

@@ -3,18 +3,32 @@
 
 mod common;
 
-use batchcast_sim::{validate, ClusterSpec, Outcome, SimConfig};
+use batchcast_sim::{validate, ClusterSpec, JobSpec, Outcome, SimConfig};
+
+/// Simulates `jobs` on `spec` under each of `policies` (default config) and
+/// checks that job `id` has JCT `jct` after fewer than `max_events` events.
+#[track_caller]
+fn assert_cheap(
+    policies: &[&str],
+    spec: ClusterSpec,
+    jobs: &[JobSpec],
+    (id, jct): (&str, f64),
+    max_events: u64,
+) {
+    for name in policies {
+        let o = common::run_policy(name, spec, &SimConfig::default(), jobs);
+        assert!(common::close(common::jct(&o, id), jct), "{name}");
+        assert!(o.events < max_events, "{name}: {} events", o.events);
+    }
+}
 
 #[test]
 fn one_very_long_job_costs_a_handful_of_events_under_preemptive_policies() {
     // 1e15 s with a 360 s lease was 2.8e12 lease rounds: hours of CPU.
     let spec = ClusterSpec::new(1, 1, 8, 64.0);
     let jobs = [common::job("long", 0.0, 4, 1e15)];
-    for name in ["dally", "tiresias", "srsf", "sjf", "gandiva", "fifo"] {
-        let o = common::run_policy(name, spec, &SimConfig::default(), &jobs);
-        assert!(common::close(common::jct(&o, "long"), 1e15), "{name}");
-        assert!(o.events < 10, "{name}: {} events", o.events);
-    }
+    let policies = ["dally", "tiresias", "srsf", "sjf", "gandiva", "fifo"];
+    assert_cheap(&policies, spec, &jobs, ("long", 1e15), 10);
 }
 
 #[test]
@@ -26,11 +40,13 @@ fn an_arrival_far_in_the_future_costs_no_rounds_in_between() {
         common::job("b", 10.0, 8, 100.0),
         common::job("late", 2.5e11, 8, 50.0),
     ];
-    for name in ["dally", "tiresias", "srsf"] {
-        let o = common::run_policy(name, spec, &SimConfig::default(), &jobs);
-        assert!(common::close(common::jct(&o, "late"), 50.0), "{name}");
-        assert!(o.events < 100, "{name}: {} events", o.events);
-    }
+    assert_cheap(
+        &["dally", "tiresias", "srsf"],
+        spec,
+        &jobs,
+        ("late", 50.0),
+        100,
+    );
 }
 
 #[test]

@@ -14,6 +14,14 @@ fn loader(id: &str, t: f64, secs: f64, dataset: &str) -> JobSpec {
     }
 }
 
+/// Two 1-GPU loaders of 100 s from 0: "a" on imagenet, "b" on `dataset_b`.
+fn two_loaders(dataset_b: &str) -> [JobSpec; 2] {
+    [
+        loader("a", 0.0, 100.0, "imagenet"),
+        loader("b", 0.0, 100.0, dataset_b),
+    ]
+}
+
 /// Simulates `jobs` on `spec` under Gandiva, without leases, sharing data
 /// pipelines as `d` says.
 fn under_gandiva(spec: ClusterSpec, d: DataSharing, jobs: &[JobSpec]) -> Outcome {
@@ -32,19 +40,13 @@ fn under_gandiva(spec: ClusterSpec, d: DataSharing, jobs: &[JobSpec]) -> Outcome
 #[test]
 fn a_shared_pipeline_unstarves_a_cpu_bound_machine() {
     let spec = ClusterSpec::new(1, 1, 4, 8.0);
-    let same = [
-        loader("a", 0.0, 100.0, "imagenet"),
-        loader("b", 0.0, 100.0, "imagenet"),
-    ];
+    let same = two_loaders("imagenet");
     let o = under_gandiva(spec, DataSharing::Off, &same);
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
     assert!(common::close(o.jobs[0].cpu_lost, 100.0));
     let o = under_gandiva(spec, DataSharing::Share, &same);
     assert_jcts!(o, "a" => 100.0, "b" => 100.0);
-    let diff = [
-        loader("a", 0.0, 100.0, "imagenet"),
-        loader("b", 0.0, 100.0, "coco"),
-    ];
+    let diff = two_loaders("coco");
     let o = under_gandiva(spec, DataSharing::Share, &diff);
     assert_jcts!(o, "a" => 200.0, "b" => 200.0);
 }
@@ -77,14 +79,8 @@ fn dataset_aware_placement_puts_same_dataset_jobs_together() {
 #[test]
 fn a_shared_pipeline_halves_the_loading_core_seconds() {
     let spec = ClusterSpec::new(1, 1, 4, 8.0);
-    let same = [
-        loader("a", 0.0, 100.0, "imagenet"),
-        loader("b", 0.0, 100.0, "imagenet"),
-    ];
-    let diff = [
-        loader("a", 0.0, 100.0, "imagenet"),
-        loader("b", 0.0, 100.0, "coco"),
-    ];
+    let same = two_loaders("imagenet");
+    let diff = two_loaders("coco");
     let cost =
         |d, jobs: &[JobSpec]| Summary::of(&under_gandiva(spec, d, jobs)).loading_core_seconds;
     assert!(common::close(cost(DataSharing::Off, &same), 1600.0));

@@ -11,18 +11,13 @@ mod common;
 
 use batchcast_sim::trace::{parse, parse_cluster, Format};
 use batchcast_sim::SimError;
-use common::published::{cluster_file, published_cfg, record, regroup, trace};
+use common::published::{cluster_file, parsed, published_cfg, record, regroup, trace};
 
 #[test]
 fn slowdowns_are_throughput_fractions_and_time_per_iteration_is_one_gpus() {
     // IntraJobScheduler: n GPUs do n iterations per time_per_iteration / s,
     // so 1000 iterations x 1 s on 4 GPUs take 1000 / (4 s) seconds.
-    let jobs = parse(
-        "t.json",
-        &trace(&[record(1, r#""start_time": "0""#, 4, 1000, "1")]),
-        Format::Dally,
-    )
-    .unwrap();
+    let jobs = parsed(&[record(1, r#""start_time": "0""#, 4, 1000, "1")]);
     let j = &jobs.jobs[0];
     assert!(common::close(j.slowdown.cross_slot, 1.0 / 0.8));
     assert!(common::close(j.slowdown.cross_machine, 1.0 / 0.7));
@@ -55,12 +50,11 @@ fn arrival_time_before_start_time_and_zero_iteration_records_skipped() {
     // Job 2 arrives at 10 (its start_time 0 is not its arrival), 200 x 2 s
     // / 4 = 100 s, waits for job 1: runs 100-200, JCT 190. Job 3 has no
     // iterations and is skipped, counted.
-    let text = trace(&[
+    let jobs = parsed(&[
         record(1, r#""start_time": "0""#, 4, 400, "1"),
         record(3, r#""start_time": "5""#, 2, 0, "1"),
         record(2, r#""arrival_time": "10", "start_time": "0""#, 4, 200, "2"),
     ]);
-    let jobs = parse("t.json", &text, Format::Dally).unwrap();
     assert_eq!((jobs.jobs.len(), jobs.skipped), (2, 1));
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "20.0"), 64.0).unwrap();
     assert_eq!(c.lease, Some(20.0));
@@ -235,15 +229,10 @@ fn iterations_run_in_whole_chunks_of_the_iteration_granularity() {
     // granularity 500 run 500, 1000 run 1000. On 4 GPUs in one slot, 1 s
     // per iteration: 125 s and 250 s.
     let c = parse_cluster("c.json", &cluster_file(1, 1, 1, 4, "20.0"), 64.0).unwrap();
-    let mut t = parse(
-        "t.json",
-        &trace(&[
-            record(1, r#""start_time": "0""#, 4, 400, "1"),
-            regroup(record(2, r#""start_time": "0""#, 4, 1000, "1"), 2),
-        ]),
-        Format::Dally,
-    )
-    .unwrap();
+    let mut t = parsed(&[
+        record(1, r#""start_time": "0""#, 4, 400, "1"),
+        regroup(record(2, r#""start_time": "0""#, 4, 1000, "1"), 2),
+    ]);
     assert_eq!(c.whole_chunks(&mut t.jobs), 1);
     assert_eq!(
         (t.jobs[0].iterations, t.jobs[1].iterations),

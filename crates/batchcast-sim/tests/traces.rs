@@ -5,13 +5,19 @@ mod common;
 
 use std::path::Path;
 
-use batchcast_sim::trace::{parse_datetime, read_file, Format};
+use batchcast_sim::trace::{parse_datetime, read_file, Format, Parsed};
 use batchcast_sim::SimError;
 
 fn write(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
     let p = dir.join(name);
     std::fs::write(&p, body).unwrap();
     p
+}
+
+/// The trace that `body`, written as `name` in `dir`, gives read as a
+/// `format` trace.
+fn read(dir: &Path, name: &str, body: &str, format: Format) -> Parsed {
+    read_file(&write(dir, name, body), format).expect("a readable sample trace")
 }
 
 /// The file, record and field that reading `body`, written as `name` in
@@ -31,7 +37,7 @@ fn refused(dir: &Path, name: &str, body: &str, format: Format) -> (String, usize
 #[test]
 fn batchcast_json_job_list() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(
+    let t = read(
         dir.path(),
         "jobs.json",
         r#"[
@@ -41,8 +47,8 @@ fn batchcast_json_job_list() {
   "cross_slot_slowdown": 1.1, "cross_machine_slowdown": 1.5, "cross_rack_slowdown": 1.9,
   "dataset": "imagenet", "model": "resnet50", "gpu_util": 80, "cpu_num": 12, "duration": 30, "submit_time": 160}
 ]"#,
+        Format::Batchcast,
     );
-    let t = read_file(&p, Format::Batchcast).unwrap();
     assert_eq!(t.jobs.len(), 2);
     let (a, b) = (&t.jobs[0], &t.jobs[1]);
     assert_eq!(
@@ -87,15 +93,15 @@ fn batchcast_json_job_list() {
 #[test]
 fn helios_cluster_log_csv() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(
+    let t = read(
         dir.path(),
         "cluster_log.csv",
         "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
          j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:00:12,2020-04-01 01:00:12,3600,2\n\
          j2,u2,vc1,0,4,1,COMPLETED,2020-04-01 00:00:20,2020-04-01 00:00:20,2020-04-01 00:01:20,60,0\n\
          j3,u1,vc2,16,96,2,FAILED,2020-04-01 00:01:10,2020-04-01 00:02:00,2020-04-01 00:12:00,,50\n",
+        Format::Helios,
     );
-    let t = read_file(&p, Format::Helios).unwrap();
     assert_eq!((t.jobs.len(), t.skipped), (2, 1));
     assert_eq!(
         (
@@ -132,7 +138,7 @@ fn helios_cluster_log_csv() {
 #[test]
 fn philly_cluster_job_log_json() {
     let dir = tempfile::tempdir().unwrap();
-    let p = write(
+    let t = read(
         dir.path(),
         "cluster_job_log",
         r#"[
@@ -146,8 +152,8 @@ fn philly_cluster_job_log_json() {
   "attempts": [{"start_time": "2017-10-03 08:10:00", "end_time": "None", "detail": [{"ip": "m3", "gpus": ["gpu3"]}]},
                {"start_time": "2017-10-03 08:20:00", "end_time": "2017-10-03 08:30:00", "detail": [{"ip": "m3", "gpus": ["gpu3"]}]}]}
 ]"#,
+        Format::Philly,
     );
-    let t = read_file(&p, Format::Philly).unwrap();
     assert_eq!((t.jobs.len(), t.skipped), (2, 1));
     let (a, c) = (&t.jobs[0], &t.jobs[1]);
     assert_eq!(

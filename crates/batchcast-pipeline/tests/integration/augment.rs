@@ -46,6 +46,21 @@ fn decoded(dir: &std::path::Path, idx: &[usize]) -> Vec<u8> {
     run(&p, 0, idx).unwrap().1
 }
 
+/// Images `0..n` of [`square_dataset`] as [`decoded`] publishes them.
+fn decoded_stream(n: usize) -> Vec<u8> {
+    let (dir, _) = square_dataset();
+    let idx: Vec<usize> = (0..n).collect();
+    decoded(dir.path(), &idx)
+}
+
+/// A `Transform::train(16)` augmenter to u8 NHWC on `threads` threads,
+/// drawing from `seed`.
+fn train16(seed: u64, threads: usize) -> Augmenter {
+    Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), threads)
+        .unwrap()
+        .with_seed(seed)
+}
+
 /// The augmenter's output for `keys` (epoch 0) of the `S` x `S` stream.
 fn augment_all(aug: &Augmenter, stream: &[u8], keys: &[u64]) -> Vec<u8> {
     let mut v = vec![0u8; keys.len() * aug.image_bytes()];
@@ -59,6 +74,23 @@ fn images_differing(a: &[u8], b: &[u8], row: usize) -> usize {
         .zip(b.chunks(row))
         .filter(|(x, y)| x != y)
         .count()
+}
+
+/// Checks that `out(seed, threads)`, twelve images of `row` bytes, is the
+/// same on one thread and on three, the same again for the same seed, and
+/// other in at least 10 of 12 images for another seed (on two threads).
+/// Returns seed 1's images.
+#[track_caller]
+fn assert_seeded(what: &str, row: usize, out: impl Fn(u64, usize) -> Vec<u8>) -> Vec<u8> {
+    let a = out(1, 1);
+    assert_eq!(a, out(1, 3), "{what}: three threads draw what one does");
+    assert_eq!(a, out(1, 1), "{what}: a fixed seed reproduces");
+    let differing = images_differing(&a, &out(2, 2), row);
+    assert!(
+        differing >= 10,
+        "{what}: another seed, other draws: {differing} of 12 differ"
+    );
+    a
 }
 
 #[test]
@@ -95,24 +127,10 @@ fn augmenting_decoded_images_equals_the_pipeline_on_the_files() {
 
 #[test]
 fn seeds_give_each_consumer_its_own_crops_and_threads_change_nothing() {
-    let (dir, _) = square_dataset();
-    let idx: Vec<usize> = (0..12).collect();
-    let stream = decoded(dir.path(), &idx);
+    let stream = decoded_stream(12);
     let keys: Vec<u64> = (100..112).collect();
-    let out = |seed: u64, threads: usize| {
-        let aug = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), threads)
-            .unwrap()
-            .with_seed(seed);
-        augment_all(&aug, &stream, &keys)
-    };
-    let a = out(1, 1);
-    assert_eq!(a, out(1, 3), "three threads draw what one does");
-    assert_eq!(a, out(1, 1), "a fixed seed reproduces");
-    let differing = images_differing(&a, &out(2, 1), 16 * 16 * 3);
-    assert!(
-        differing >= 10,
-        "another seed, other crops: {differing} of 12 differ"
-    );
+    let out = |seed: u64, threads: usize| augment_all(&train16(seed, threads), &stream, &keys);
+    assert_seeded("train crops", 16 * 16 * 3, out);
 }
 
 #[test]
@@ -142,9 +160,7 @@ fn jitter() -> ColorJitter {
 
 #[test]
 fn colour_and_auto_augment_depend_on_the_seed_not_the_threads() {
-    let (dir, _) = square_dataset();
-    let idx: Vec<usize> = (0..12).collect();
-    let stream = decoded(dir.path(), &idx);
+    let stream = decoded_stream(12);
     let keys: Vec<u64> = (100..112).collect();
     let policies = [
         AutoAugment::TrivialAugmentWide {
@@ -158,27 +174,18 @@ fn colour_and_auto_augment_depend_on_the_seed_not_the_threads() {
     ];
     for auto in policies {
         let make = |seed: u64, threads: usize| {
-            Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), threads)
-                .unwrap()
-                .with_seed(seed)
+            train16(seed, threads)
                 .with_auto(auto)
                 .unwrap()
                 .with_jitter(jitter())
                 .unwrap()
         };
         let out = |seed: u64, threads: usize| augment_all(&make(seed, threads), &stream, &keys);
-        let a = out(1, 1);
-        assert_eq!(a, out(1, 3), "{auto:?}: three threads draw what one does");
-        assert_eq!(a, out(1, 1), "{auto:?}: a fixed seed reproduces");
         let row = 16 * 16 * 3;
-        let differing = images_differing(&a, &out(2, 2), row);
-        assert!(differing >= 10, "{auto:?}: {differing} of 12 differ");
+        let a = assert_seeded(&format!("{auto:?}"), row, out);
         // The ops drawn are the ops applied: the same crop without them,
         // then the drawn ops one by one, gives the augmented image.
-        let plain = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), 1)
-            .unwrap()
-            .with_seed(1);
-        let mut base = augment_all(&plain, &stream, &keys);
+        let mut base = augment_all(&train16(1, 1), &stream, &keys);
         let aug = make(1, 1);
         for (i, (img, want)) in base.chunks_mut(row).zip(a.chunks(row)).enumerate() {
             let ops = aug.draws(0, keys[i]);
@@ -196,9 +203,7 @@ fn colour_and_auto_augment_depend_on_the_seed_not_the_threads() {
 
 #[test]
 fn colour_ops_keep_the_crops_and_bad_parameters_are_refused() {
-    let (dir, _) = square_dataset();
-    let idx: Vec<usize> = (0..4).collect();
-    let stream = decoded(dir.path(), &idx);
+    let stream = decoded_stream(4);
     let keys: Vec<u64> = (0..4).collect();
     // Jitter of factor exactly 1 (and no hue) leaves the crops as they were.
     let neutral = ColorJitter {
@@ -208,9 +213,7 @@ fn colour_ops_keep_the_crops_and_bad_parameters_are_refused() {
         hue: None,
     };
     let run_with = |j: Option<ColorJitter>| {
-        let mut aug = Augmenter::new(Transform::train(16), OutputFormat::u8_nhwc(), 1)
-            .unwrap()
-            .with_seed(4);
+        let mut aug = train16(4, 1);
         if let Some(j) = j {
             aug = aug.with_jitter(j).unwrap();
         }

@@ -102,12 +102,7 @@ fn vanished_file_is_reported() {
     let dir = tempfile::tempdir().unwrap();
     write_tree(dir.path(), &[("a/0.png", small_png(1))]);
     std::os::unix::fs::symlink(dir.path().join("gone.png"), dir.path().join("a/1.png")).unwrap();
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Skip,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Skip);
     assert_eq!(p.dataset().len(), 2);
     let (report, _, labels) = run(&p, 0, &[1, 0]).unwrap();
     assert_eq!(report.rows_written, 1);
@@ -136,12 +131,7 @@ fn unreadable_file_is_reported() {
         );
         return;
     }
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Skip,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Skip);
     let (report, _, _) = run(&p, 0, &[0, 1]).unwrap();
     assert_eq!(report.rows_written, 1);
     assert!(report.skipped[0].path.ends_with("a/1.png"));
@@ -150,12 +140,7 @@ fn unreadable_file_is_reported() {
         "{}",
         report.skipped[0].reason
     );
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Fail);
     let msg = run(&p, 0, &[1]).unwrap_err().to_string();
     assert!(
         msg.contains("a/1.png") && msg.contains("ermission"),
@@ -267,12 +252,7 @@ fn empty_missing_and_wrong_paths_are_clear_errors() {
 fn misuse_of_buffers_and_indices_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     write_tree(dir.path(), &[("a/0.png", small_png(1))]);
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Fail);
     let mut images = vec![0u8; p.image_bytes()];
     let mut labels = vec![0i64; 2];
     assert!(matches!(

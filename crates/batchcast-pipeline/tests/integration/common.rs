@@ -130,6 +130,11 @@ pub fn pipeline(
         .with_skip_callback(|_| {})
 }
 
+/// [`pipeline`] with u8 NHWC output.
+pub fn u8_pipeline(root: &Path, transform: Transform, on_error: OnError) -> Pipeline {
+    pipeline(root, transform, OutputFormat::u8_nhwc(), on_error)
+}
+
 /// Runs one batch into fresh buffers; returns the report, images and labels.
 pub fn run(
     p: &Pipeline,

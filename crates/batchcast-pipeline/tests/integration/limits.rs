@@ -3,8 +3,8 @@
 //! issue 10: a 655-byte JPEG declaring 30000x30000 cost 1.3 GiB and 5-9 s).
 
 use batchcast_pipeline::{
-    decode_rgb, decode_rgb_into, DecodeError, DecodeLimits, OnError, OutputFormat, RgbImage,
-    Transform, DEFAULT_MAX_PIXELS,
+    decode_rgb, decode_rgb_into, DecodeError, DecodeLimits, OnError, RgbImage, Transform,
+    DEFAULT_MAX_PIXELS,
 };
 
 use crate::common::*;
@@ -149,12 +149,7 @@ fn the_pipeline_skips_a_bomb_naming_the_file_and_the_option() {
             ),
         ],
     );
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Skip,
-    );
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Skip);
     assert_eq!(p.limits().max_pixels, DEFAULT_MAX_PIXELS);
     let (report, _, labels) = run(&p, 0, &[0, 1, 2]).unwrap();
     assert_eq!(report.rows_written, 2);
@@ -165,13 +160,7 @@ fn the_pipeline_skips_a_bomb_naming_the_file_and_the_option() {
     assert!(skipped.reason.contains("--max-pixels"), "{skipped:?}");
 
     // A smaller budget skips the 32x24 file too.
-    let p = pipeline(
-        dir.path(),
-        Transform::train(8),
-        OutputFormat::u8_nhwc(),
-        OnError::Skip,
-    )
-    .with_max_pixels(500);
+    let p = u8_pipeline(dir.path(), Transform::train(8), OnError::Skip).with_max_pixels(500);
     let (report, _, _) = run(&p, 0, &[0, 1, 2]).unwrap();
     assert_eq!(report.rows_written, 1);
     assert!(report.skipped[1].path.ends_with("b/good.jpg"));

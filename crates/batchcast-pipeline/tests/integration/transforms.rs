@@ -20,12 +20,7 @@ fn eval_resize_and_center_crop_put_the_quadrant_boundaries_where_torchvision_doe
     // (round(58.5) = 58) and y from 16, so in the output at x=112.67, y=112.
     let (w, h) = (400, 300);
     let dir = one_image(rgb_png(&quadrants(w, h, 200, 150), w, h));
-    let p = pipeline(
-        dir.path(),
-        Transform::eval(),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let p = u8_pipeline(dir.path(), Transform::eval(), OnError::Fail);
     let (_, img, _) = run(&p, 0, &[0]).unwrap();
     let c = QUADRANT_COLOURS;
     // Well inside each quadrant: the pure colour.
@@ -58,7 +53,7 @@ fn eval_output_equals_full_resize_then_crop() {
         resize: 40,
         crop: 32,
     };
-    let p = pipeline(dir.path(), eval, OutputFormat::u8_nhwc(), OnError::Fail);
+    let p = u8_pipeline(dir.path(), eval, OnError::Fail);
     let (_, got, _) = run(&p, 0, &[0]).unwrap();
     // Full resize to 51x40 through a Train transform pinned to the whole image.
     let (rw, rh) = batchcast_pipeline::resize_output_size(w, h, 40);
@@ -114,18 +109,8 @@ fn whole_image_train(w: u32, h: u32, size: u32, hflip_p: f32) -> Transform {
 fn hflip_mirrors_the_output() {
     let (w, h) = (64, 48);
     let dir = one_image(rgb_png(&quadrants(w, h, 16, 24), w, h));
-    let plain = pipeline(
-        dir.path(),
-        whole_image_train(w, h, 32, 0.0),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
-    let flipped = pipeline(
-        dir.path(),
-        whole_image_train(w, h, 32, 1.0),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
+    let plain = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 0.0), OnError::Fail);
+    let flipped = u8_pipeline(dir.path(), whole_image_train(w, h, 32, 1.0), OnError::Fail);
     let (_, a, _) = run(&plain, 0, &[0]).unwrap();
     let (_, b, _) = run(&flipped, 0, &[0]).unwrap();
     for y in 0..32 {
@@ -194,26 +179,13 @@ fn random_resized_crop_respects_scale_and_ratio_and_is_reproducible() {
 fn nchw_and_nhwc_are_transposes_and_f32_is_normalised_u8() {
     let (w, h) = (50, 40);
     let dir = one_image(rgb_png(&pattern(w, h), w, h));
-    let t = Transform::train(16);
-    let fmt = |layout, dtype| OutputFormat { layout, dtype };
-    let nhwc = pipeline(
-        dir.path(),
-        t.clone(),
-        fmt(Layout::Nhwc, DType::U8),
-        OnError::Fail,
-    );
-    let nchw = pipeline(
-        dir.path(),
-        t.clone(),
-        fmt(Layout::Nchw, DType::U8),
-        OnError::Fail,
-    );
-    let f32_nchw = pipeline(
-        dir.path(),
-        t,
-        fmt(Layout::Nchw, DType::imagenet()),
-        OnError::Fail,
-    );
+    let train_to = |layout, dtype| {
+        let output = OutputFormat { layout, dtype };
+        pipeline(dir.path(), Transform::train(16), output, OnError::Fail)
+    };
+    let nhwc = train_to(Layout::Nhwc, DType::U8);
+    let nchw = train_to(Layout::Nchw, DType::U8);
+    let f32_nchw = train_to(Layout::Nchw, DType::imagenet());
     let (_, a, _) = run(&nhwc, 5, &[0]).unwrap();
     let (_, b, _) = run(&nchw, 5, &[0]).unwrap();
     let (_, f, _) = run(&f32_nchw, 5, &[0]).unwrap();
@@ -317,14 +289,8 @@ fn dct_scaling_decodes_large_jpegs_smaller_and_stays_within_a_few_levels() {
         resize: 192,
         crop: 176,
     };
-    let exact = pipeline(
-        dir.path(),
-        eval.clone(),
-        OutputFormat::u8_nhwc(),
-        OnError::Fail,
-    );
-    let scaled =
-        pipeline(dir.path(), eval, OutputFormat::u8_nhwc(), OnError::Fail).with_dct_scaling(true);
+    let exact = u8_pipeline(dir.path(), eval.clone(), OnError::Fail);
+    let scaled = u8_pipeline(dir.path(), eval, OnError::Fail).with_dct_scaling(true);
     let row = exact.image_bytes();
     let (_, want, _) = run(&exact, 0, &[0, 1, 2]).unwrap();
     let (_, got, _) = run(&scaled, 0, &[0, 1, 2]).unwrap();

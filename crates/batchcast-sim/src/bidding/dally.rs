@@ -25,7 +25,7 @@
 use std::collections::BTreeMap;
 
 use super::bids::{better, Bid};
-use super::events::{Events, Kind, Lease};
+use super::events::{leased_to, Events, Kind, Lease};
 use super::hashed::iteration_order;
 use super::layout::Layout;
 use super::record;
@@ -182,11 +182,7 @@ impl<'a> Sim<'a> {
             let total = j.iterations.ceil() as i64;
             sim.jobs.push(Job {
                 tpi: j.iter_time * j.gpus as f64,
-                s: [
-                    1.0 / j.slowdown.cross_slot,
-                    1.0 / j.slowdown.cross_machine,
-                    1.0 / j.slowdown.cross_rack,
-                ],
+                s: j.slowdown.fractions(),
                 gpus: j.gpus as usize,
                 remaining: total,
                 total,
@@ -433,9 +429,7 @@ impl Sim<'_> {
         let done = 1.0 - job.remaining as f64 / job.total as f64;
         job.rate = done / (job.chunk_time / ideal);
         if job.remaining == 0 {
-            let mine: Vec<usize> = (0..self.gpus.len())
-                .filter(|&g| self.gpus[g].is_some_and(|l| l.job == j))
-                .collect();
+            let mine = leased_to(&self.gpus, j);
             let at = now + self.per_gpu * mine.len() as f64;
             self.ev.release(&mut self.gpus, &mine, at);
             self.running.retain(|&r| r != j);

@@ -21,6 +21,13 @@ pub(super) struct Lease {
     pub end: f64,
 }
 
+/// The GPUs of `gpus` leased to `job`, in cluster order.
+pub(super) fn leased_to(gpus: &[Option<Lease>], job: usize) -> Vec<usize> {
+    (0..gpus.len())
+        .filter(|&g| gpus[g].is_some_and(|l| l.job == job))
+        .collect()
+}
+
 /// Pending events (times finite and >= 0, ordered by their bits).
 #[derive(Default)]
 pub(super) struct Events {

@@ -2,7 +2,7 @@
 //! starts and ends, arrivals, and the per-GPU auction.
 
 use super::bids::{better, value, Asking, Bid, Bidder};
-use super::events::{Events, Kind, Lease};
+use super::events::{leased_to, Events, Kind, Lease};
 use super::layout::Layout;
 use super::record;
 use super::BiddingRun;
@@ -73,11 +73,7 @@ impl Sim {
             let total = j.iterations.ceil() as i64;
             js.push(Job {
                 tpi: j.iter_time * j.gpus as f64,
-                s: [
-                    1.0 / j.slowdown.cross_slot,
-                    1.0 / j.slowdown.cross_machine,
-                    1.0 / j.slowdown.cross_rack,
-                ],
+                s: j.slowdown.fractions(),
                 remaining: total,
                 total,
                 service: 0.0,
@@ -209,9 +205,7 @@ impl Sim {
         let job = &mut self.jobs[j];
         job.remaining = (job.remaining - self.chunk).max(0);
         if job.remaining == 0 {
-            let mine: Vec<usize> = (0..self.gpus.len())
-                .filter(|&g| self.gpus[g].is_some_and(|l| l.job == j))
-                .collect();
+            let mine = leased_to(&self.gpus, j);
             self.release(&mine, self.per_gpu * mine.len() as f64);
             self.running.retain(|&r| r != j);
             record::finished(&mut self.out[j], self.now - self.origin);

@@ -2,6 +2,7 @@
 //! aakash-sharma/cluster-sim), written here in its exact layout: that
 //! repository carries no licence, so no file of it is copied.
 
+use batchcast_sim::trace::{parse, Format, Parsed};
 use batchcast_sim::SimConfig;
 
 /// A published-format record.
@@ -33,6 +34,12 @@ pub fn regroup(record: String, group: u32) -> String {
 
 pub fn trace(records: &[String]) -> String {
     format!("[\n{}\n]\n", records.join(", \n"))
+}
+
+/// `records` as one published-format trace file, read as the published
+/// code reads it.
+pub fn parsed(records: &[String]) -> Parsed {
+    parse("t.json", &trace(records), Format::Dally).expect("a published-format trace")
 }
 
 /// A published-format cluster file.
