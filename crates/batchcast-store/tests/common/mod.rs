@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use batchcast_store::{
-    MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, Store, WorkloadId,
+    MetricPoint, NewRun, ParamSource, Recorder, RecorderHandle, RunFilter, RunId, Store, WorkloadId,
 };
 
 /// A new store in a temporary directory, with experiment "exp" and its
@@ -36,6 +36,16 @@ impl Fixture {
     /// A recorder writing to this store.
     pub fn recorder(&self) -> Recorder {
         Recorder::start(&self.path).unwrap()
+    }
+
+    /// Sends what `record` sends through a handle of a new recorder,
+    /// finishes the recorder (every point committed), and opens the store
+    /// read-only.
+    pub fn record_then_read(&self, record: impl FnOnce(&RecorderHandle)) -> Store {
+        let rec = self.recorder();
+        record(&rec.handle());
+        rec.finish().unwrap();
+        Store::open_read_only(&self.path).unwrap()
     }
 
     /// Adds run `name` to "w".
