@@ -23,6 +23,7 @@ use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use batchcast_store::file_uri;
 use serde::Serialize;
 
 use crate::{LogStream, Run, RunId, RunRow, RunStatus, Store};
@@ -170,18 +171,6 @@ fn read_meta_name(meta: &Path) -> Result<Option<String>> {
         ))
     })?;
     Ok(parsed.name)
-}
-
-fn file_uri(path: &Path) -> String {
-    let mut uri = String::from("file://");
-    for b in path.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            uri.push(b as char);
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
-        }
-    }
-    uri
 }
 
 fn write_yaml(path: &Path, value: &impl Serialize) -> Result<()> {
