@@ -20,8 +20,14 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
+        Fixture::at("runs.sqlite")
+    }
+
+    /// The store made at `file` under the temporary directory, with the
+    /// directories `file` names.
+    pub fn at(file: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("runs.sqlite");
+        let path = dir.path().join(file);
         let store = Store::open(&path).unwrap();
         let e = store.experiment("exp").unwrap();
         let w = store.workload(e, "w", None, 0).unwrap();
