@@ -39,11 +39,12 @@ mod tests {
 
     #[test]
     fn a_unit_suffix_names_the_unit() {
-        assert_eq!(unit_label("proc/rss_bytes"), "proc/rss_bytes (bytes)");
-        assert_eq!(
-            unit_label("proc/read_bytes_per_s"),
-            "proc/read_bytes_per_s (bytes/s)"
-        );
-        assert_eq!(unit_label("loss"), "loss");
+        for (key, want) in [
+            ("proc/rss_bytes", "proc/rss_bytes (bytes)"),
+            ("proc/read_bytes_per_s", "proc/read_bytes_per_s (bytes/s)"),
+            ("loss", "loss"),
+        ] {
+            assert_eq!(unit_label(key), want, "{key}");
+        }
     }
 }

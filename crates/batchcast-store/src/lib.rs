@@ -61,4 +61,4 @@ pub use model::{
 pub use recorder::{
     Recorder, RecorderHandle, DEFAULT_LOG_CAP, FLUSH_EVERY, MIN_LOG_CAP, QUEUE_BYTES,
 };
-pub use store::{now_ms, Store, BUSY_TIMEOUT};
+pub use store::{file_uri, now_ms, Store, BUSY_TIMEOUT};

@@ -245,11 +245,12 @@ impl Store {
     }
 }
 
-/// `path` as an SQLite `file:` URI (absolute, with what a URI cannot hold
-/// escaped).
-fn file_uri(path: &Path) -> String {
+/// `path` as a `file://` URI: absolute, each byte but ASCII letters,
+/// digits and `/-_.~` percent-escaped. SQLite opens a store by it, and
+/// MLflow's file store names directories with it.
+pub fn file_uri(path: &Path) -> String {
     let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut uri = String::from("file:");
+    let mut uri = String::from("file://");
     for &b in abs.as_os_str().as_encoded_bytes() {
         if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
             uri.push(b as char);
@@ -266,4 +267,20 @@ pub fn now_ms() -> i64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The read of a store in a directory this user may not write opens
+    /// the file by its URI, whatever its path holds.
+    #[test]
+    fn an_immutable_read_opens_a_path_that_its_uri_must_escape() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a b%#?é/runs.sqlite");
+        Store::open(&path).unwrap().experiment("e").unwrap();
+        let ro = Store::read_only_connection(&path, true).unwrap();
+        assert_eq!(ro.experiments().unwrap().len(), 1);
+    }
 }

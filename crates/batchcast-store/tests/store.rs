@@ -212,15 +212,12 @@ fn logs_keep_order_and_tails_are_cut_at_the_end() {
 fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     let mut f = Fixture::new();
     let r = f.run("r");
-    let rec = f.recorder();
-    let h = rec.handle();
     const N: i64 = 10_007;
-    for step in 0..N {
-        assert!(h.metric(point(r, "loss", step, 1000 + step, step as f64)));
-    }
-    drop(h);
-    rec.finish().unwrap();
-    let ro = Store::open_read_only(&f.path).unwrap();
+    let ro = f.record_then_read(|h| {
+        for step in 0..N {
+            assert!(h.metric(point(r, "loss", step, 1000 + step, step as f64)));
+        }
+    });
     assert_eq!(ro.metric_len(r, "loss", None).unwrap(), N as usize);
     assert_eq!(ro.metric_len(r, "loss", Some(1000 + N - 11)).unwrap(), 10);
     assert_eq!(ro.metric_len(r, "nothing", None).unwrap(), 0);

@@ -3,9 +3,12 @@
 //! directories) and 0600 (the file and SQLite's WAL files beside it),
 //! whatever the umask lets through.
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
 
-use batchcast_store::{NewRun, Store};
+use batchcast_store::Store;
+use common::Fixture;
 
 fn mode(p: &std::path::Path) -> u32 {
     std::fs::metadata(p).unwrap().permissions().mode() & 0o777
@@ -13,21 +16,14 @@ fn mode(p: &std::path::Path) -> u32 {
 
 #[test]
 fn a_new_store_and_its_directories_are_the_owners_only() {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("data/batchcast/runs.sqlite");
-    let mut store = Store::open(&path).unwrap();
-    let e = store.experiment("e").unwrap();
-    let w = store.workload(e, "w", None, 0).unwrap();
-    store
-        .add_run(
-            w,
-            &NewRun {
-                name: "r".into(),
-                collocation: "-".into(),
-                ..NewRun::default()
-            },
-        )
-        .unwrap();
+    let mut f = Fixture::at("data/batchcast/runs.sqlite");
+    f.run("r");
+    let Fixture {
+        _dir: dir,
+        path,
+        store,
+        ..
+    } = f;
     assert_eq!(mode(&dir.path().join("data")), 0o700);
     assert_eq!(mode(&dir.path().join("data/batchcast")), 0o700);
     assert_eq!(mode(&path), 0o600);

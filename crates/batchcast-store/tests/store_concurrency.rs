@@ -106,17 +106,14 @@ fn recorded_points_are_committed_within_the_flush_period() {
 fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
     let mut f = Fixture::new();
     let r = f.run("r");
-    let rec = f.recorder();
-    let h = rec.handle();
-    for step in 0..10 {
-        let loss = if step % 3 == 1 { f64::NAN } else { 1.0 };
-        h.metric(point(r, "loss", step, step, loss));
-        h.metric(point(r, "acc", step, step, 0.5));
-    }
-    h.metric(point(r, "grad", 11, 11, f64::INFINITY));
-    drop(h);
-    rec.finish().unwrap();
-    let ro = Store::open_read_only(&f.path).unwrap();
+    let ro = f.record_then_read(|h| {
+        for step in 0..10 {
+            let loss = if step % 3 == 1 { f64::NAN } else { 1.0 };
+            h.metric(point(r, "loss", step, step, loss));
+            h.metric(point(r, "acc", step, step, 0.5));
+        }
+        h.metric(point(r, "grad", 11, 11, f64::INFINITY));
+    });
     assert_eq!(ro.metric(r, "acc", None, 100).unwrap().len(), 10);
     let loss: Vec<i64> = ro
         .metric(r, "loss", None, 100)

@@ -23,6 +23,7 @@ use std::fs;
 use std::io::{BufWriter, Write};
 use std::path::{Path, PathBuf};
 
+use batchcast_store::file_uri;
 use serde::Serialize;
 
 use crate::{LogStream, Run, RunId, RunRow, RunStatus, Store};
@@ -170,18 +171,6 @@ fn read_meta_name(meta: &Path) -> Result<Option<String>> {
         ))
     })?;
     Ok(parsed.name)
-}
-
-fn file_uri(path: &Path) -> String {
-    let mut uri = String::from("file://");
-    for b in path.to_string_lossy().bytes() {
-        if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
-            uri.push(b as char);
-        } else {
-            uri.push_str(&format!("%{b:02X}"));
-        }
-    }
-    uri
 }
 
 fn write_yaml(path: &Path, value: &impl Serialize) -> Result<()> {
@@ -475,17 +464,21 @@ mod tests {
 
     #[test]
     fn keys_mlflow_refuses_are_renamed_inside_the_run() {
-        assert_eq!(mlflow_key("proc/cpu_percent"), "proc/cpu_percent");
-        assert_eq!(
-            mlflow_key("gpu/0/DCGM_FI_PROF_SM_ACTIVE"),
-            "gpu/0/DCGM_FI_PROF_SM_ACTIVE"
-        );
-        assert_eq!(mlflow_key("../../etc/passwd"), "_/_/etc/passwd");
-        assert_eq!(mlflow_key("/abs"), "_/abs");
-        assert_eq!(mlflow_key("a//b"), "a/_/b");
-        assert_eq!(mlflow_key("loss:val"), "loss_val");
-        assert_eq!(mlflow_key("é"), "_");
-        assert_eq!(mlflow_key(""), "_");
+        for (key, want) in [
+            ("proc/cpu_percent", "proc/cpu_percent"),
+            (
+                "gpu/0/DCGM_FI_PROF_SM_ACTIVE",
+                "gpu/0/DCGM_FI_PROF_SM_ACTIVE",
+            ),
+            ("../../etc/passwd", "_/_/etc/passwd"),
+            ("/abs", "_/abs"),
+            ("a//b", "a/_/b"),
+            ("loss:val", "loss_val"),
+            ("é", "_"),
+            ("", "_"),
+        ] {
+            assert_eq!(mlflow_key(key), want, "{key:?}");
+        }
         assert!(mlflow_key(&"x".repeat(1000)).len() <= 250);
     }
 

@@ -6,10 +6,17 @@ fn write(dir: &Path, name: &str, text: &str) -> PathBuf {
     p
 }
 
-#[test]
-fn a_csv_plan_groups_rows_into_workloads() {
+/// A temporary directory holding an empty `train.py`, the script the
+/// plans of these tests run.
+fn dir_with_script() -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     write(dir.path(), "train.py", "");
+    dir
+}
+
+#[test]
+fn a_csv_plan_groups_rows_into_workloads() {
+    let dir = dir_with_script();
     let plan = write(
         dir.path(),
         "plan.csv",
@@ -43,8 +50,7 @@ fn a_csv_plan_groups_rows_into_workloads() {
 }
 
 fn refused(name: &str, text: &str) -> PlanError {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
+    let dir = dir_with_script();
     Plan::load(&write(dir.path(), name, text)).unwrap_err()
 }
 
@@ -118,8 +124,7 @@ fn bad_plans_are_refused_with_file_row_and_problem() {
 
 #[test]
 fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
+    let dir = dir_with_script();
     let grid = write(
         dir.path(),
         "grid.yaml",
@@ -154,8 +159,6 @@ fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
 
 #[test]
 fn a_sweep_that_would_copy_its_entry_past_the_budget_is_refused_before_it_is_copied() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
     // 4 MiB of params, 300 combinations: 1.2 GB of copies from a 4 MiB plan.
     let values: Vec<String> = (0..300).map(|i| i.to_string()).collect();
     let text = format!(
@@ -222,8 +225,6 @@ fn yaml_field_and_sweep_problems_are_named_in_words() {
 /// it asks for and that none are left, not "more than 0 combinations".
 #[test]
 fn a_sweep_past_the_plan_limit_says_how_many_it_asks_for() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
     let grid: Vec<String> = (0..100_000).map(|i| i.to_string()).collect();
     let text = format!(
         "experiment: e\nruns:\n  - workload: w\n    name: a\n    file: train.py\n    \
@@ -248,8 +249,7 @@ fn a_sweep_past_the_plan_limit_says_how_many_it_asks_for() {
 
 #[test]
 fn status_is_written_back_into_a_csv_plan() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
+    let dir = dir_with_script();
     let path = write(
         dir.path(),
         "p.csv",
@@ -275,8 +275,7 @@ fn the_example_plans_load() {
 
 #[test]
 fn a_plan_built_in_code_has_the_rows_and_data_of_a_file() {
-    let dir = tempfile::tempdir().unwrap();
-    write(dir.path(), "train.py", "");
+    let dir = dir_with_script();
     let mut b = Plan::builder("<test>", dir.path());
     for w in ["own", "shared"] {
         for n in ["a", "b"] {

@@ -222,6 +222,12 @@ mod tests {
         std::fs::write(slot.file(), bytes).unwrap();
     }
 
+    /// What the slot's read says of `bytes`, which it must refuse.
+    fn refused(slot: &FiguresSlot, bytes: &[u8]) -> FiguresError {
+        put(slot, bytes);
+        slot.read().unwrap_err()
+    }
+
     #[test]
     fn what_write_writes_read_reads() {
         let slot = FiguresSlot::new().unwrap();
@@ -275,41 +281,31 @@ mod tests {
     #[test]
     fn bad_json_is_refused() {
         let slot = FiguresSlot::new().unwrap();
-        put(&slot, br#"{"a": 1"#);
-        let e = slot.read().unwrap_err();
+        let e = refused(&slot, br#"{"a": 1"#);
         assert!(matches!(e, FiguresError::NotObject { .. }), "{e}");
-        put(&slot, b"[1, 2]");
-        let e = slot.read().unwrap_err();
+        let e = refused(&slot, b"[1, 2]");
         assert!(e.to_string().contains("not one JSON object"), "{e}");
     }
 
     #[test]
     fn nan_is_refused() {
         let slot = FiguresSlot::new().unwrap();
-        put(&slot, br#"{"a": NaN}"#);
-        assert!(matches!(
-            slot.read().unwrap_err(),
-            FiguresError::NotObject { .. }
-        ));
-        put(&slot, br#"{"a": 1e999}"#);
-        assert!(slot.read().is_err());
+        let e = refused(&slot, br#"{"a": NaN}"#);
+        assert!(matches!(e, FiguresError::NotObject { .. }), "{e}");
+        refused(&slot, br#"{"a": 1e999}"#);
     }
 
     #[test]
     fn a_value_that_is_not_a_number_is_named() {
         let slot = FiguresSlot::new().unwrap();
-        put(&slot, br#"{"ok": 1, "model": "resnet"}"#);
-        let e = slot.read().unwrap_err();
+        let e = refused(&slot, br#"{"ok": 1, "model": "resnet"}"#);
         match &e {
             FiguresError::NotNumber { name, .. } => assert_eq!(name, "model"),
             other => panic!("{other}"),
         }
         assert!(e.to_string().contains("\"resnet\""), "{e}");
-        put(&slot, br#"{"nested": {"a": 1}}"#);
-        assert!(matches!(
-            slot.read().unwrap_err(),
-            FiguresError::NotNumber { .. }
-        ));
+        let e = refused(&slot, br#"{"nested": {"a": 1}}"#);
+        assert!(matches!(e, FiguresError::NotNumber { .. }), "{e}");
     }
 
     #[test]
@@ -317,8 +313,7 @@ mod tests {
         let slot = FiguresSlot::new().unwrap();
         let mut text = b"{\"a\": 1".to_vec();
         text.resize(MAX_BYTES as usize + 10, b' ');
-        put(&slot, &text);
-        let e = slot.read().unwrap_err();
+        let e = refused(&slot, &text);
         assert!(matches!(e, FiguresError::TooBig { .. }), "{e}");
     }
 
@@ -328,22 +323,13 @@ mod tests {
         let many: serde_json::Map<String, serde_json::Value> = (0..=MAX_NAMES)
             .map(|i| (format!("f{i}"), serde_json::json!(i)))
             .collect();
-        put(&slot, serde_json::to_string(&many).unwrap().as_bytes());
-        assert!(matches!(
-            slot.read().unwrap_err(),
-            FiguresError::TooMany { .. }
-        ));
+        let e = refused(&slot, serde_json::to_string(&many).unwrap().as_bytes());
+        assert!(matches!(e, FiguresError::TooMany { .. }), "{e}");
         let long = format!("{{\"{}\": 1}}", "n".repeat(MAX_NAME_CHARS + 1));
-        put(&slot, long.as_bytes());
-        assert!(matches!(
-            slot.read().unwrap_err(),
-            FiguresError::BadName { .. }
-        ));
-        put(&slot, br#"{"": 1}"#);
-        assert!(matches!(
-            slot.read().unwrap_err(),
-            FiguresError::BadName { .. }
-        ));
+        let e = refused(&slot, long.as_bytes());
+        assert!(matches!(e, FiguresError::BadName { .. }), "{e}");
+        let e = refused(&slot, br#"{"": 1}"#);
+        assert!(matches!(e, FiguresError::BadName { .. }), "{e}");
     }
 
     #[test]

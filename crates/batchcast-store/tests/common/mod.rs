@@ -6,7 +6,7 @@
 use std::path::PathBuf;
 
 use batchcast_store::{
-    MetricPoint, NewRun, ParamSource, Recorder, RunFilter, RunId, Store, WorkloadId,
+    MetricPoint, NewRun, ParamSource, Recorder, RecorderHandle, RunFilter, RunId, Store, WorkloadId,
 };
 
 /// A new store in a temporary directory, with experiment "exp" and its
@@ -20,8 +20,14 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Fixture {
+        Fixture::at("runs.sqlite")
+    }
+
+    /// The store made at `file` under the temporary directory, with the
+    /// directories `file` names.
+    pub fn at(file: &str) -> Fixture {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("runs.sqlite");
+        let path = dir.path().join(file);
         let store = Store::open(&path).unwrap();
         let e = store.experiment("exp").unwrap();
         let w = store.workload(e, "w", None, 0).unwrap();
@@ -36,6 +42,16 @@ impl Fixture {
     /// A recorder writing to this store.
     pub fn recorder(&self) -> Recorder {
         Recorder::start(&self.path).unwrap()
+    }
+
+    /// Sends what `record` sends through a handle of a new recorder,
+    /// finishes the recorder (every point committed), and opens the store
+    /// read-only.
+    pub fn record_then_read(&self, record: impl FnOnce(&RecorderHandle)) -> Store {
+        let rec = self.recorder();
+        record(&rec.handle());
+        rec.finish().unwrap();
+        Store::open_read_only(&self.path).unwrap()
     }
 
     /// Adds run `name` to "w".
