@@ -186,40 +186,46 @@ fn a_store_error_after_jobs_started_leaves_nothing_running() {
     assert!(!mps.running && mps.stops == 1, "{mps:?}");
 }
 
-/// A Data command that is there but cannot start (its interpreter is
-/// missing): the workload's `data` run and its jobs' runs are FAILED, none
-/// left RUNNING.
+/// A Data command that cannot start (its interpreter is missing), or that
+/// exits before its producer serves: the workload's `data` run is FAILED
+/// with the reason (and what the command last wrote), its jobs' runs are
+/// FAILED, none left RUNNING.
 #[test]
-fn a_data_command_that_cannot_start_leaves_no_run_running() {
-    let f = Fixture::new();
-    f.script("nostart.sh", "#!/nonexistent/interpreter\n");
-    f.script("job.sh", "#!/bin/sh\nexit 0\n");
-    let plan = f.plan(
-        "Experiment,Workload,Name,Data,File\n\
-         e,w,a,./nostart.sh --serve,job.sh\n",
-    );
-    let out = f.run(&plan).unwrap();
-    assert_eq!(out.failed, 1, "{out:?}");
-    let data = f.row(keys::DATA_RUN);
-    assert_eq!(data.run.status, RunStatus::Failed, "{data:?}");
-    assert!(
-        data.run
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("cannot start"),
-        "{data:?}"
-    );
-    let a = f.row("a");
-    assert_eq!(a.run.status, RunStatus::Failed, "{a:?}");
-    assert!(
-        a.run
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("Data did not start"),
-        "{a:?}"
-    );
+fn a_data_command_that_does_not_serve_leaves_no_run_running() {
+    let cases = [
+        ("#!/nonexistent/interpreter\n", vec!["cannot start"]),
+        (
+            "#!/bin/sh\necho 'no dataset at /data/x' >&2\nexit 3\n",
+            vec!["is not serving: it exited", "no dataset at /data/x"],
+        ),
+    ];
+    for (script, wanted) in cases {
+        let f = Fixture::new();
+        f.script("data.sh", script);
+        f.script("job.sh", "#!/bin/sh\nexit 0\n");
+        let plan = f.plan(
+            "Experiment,Workload,Name,Data,File\n\
+             e,w,a,./data.sh --serve,job.sh\n",
+        );
+        let out = f.run(&plan).unwrap();
+        assert_eq!(out.failed, 1, "{script:?}: {out:?}");
+        let data = f.row(keys::DATA_RUN);
+        assert_eq!(data.run.status, RunStatus::Failed, "{script:?}: {data:?}");
+        let message = data.run.message.as_deref().unwrap_or("");
+        for w in &wanted {
+            assert!(message.contains(w), "{script:?}: {w:?} not in {message:?}");
+        }
+        let a = f.row("a");
+        assert_eq!(a.run.status, RunStatus::Failed, "{script:?}: {a:?}");
+        assert!(
+            a.run
+                .message
+                .as_deref()
+                .unwrap_or("")
+                .contains("Data did not start"),
+            "{script:?}: {a:?}"
+        );
+    }
 }
 
 /// A sleeping process in a group of its own, standing in for a job.
