@@ -19,7 +19,7 @@ const SIDE: usize = 8;
 
 /// What one consumer saw: its events in order (labels per batch counted
 /// per epoch), and `batches_per_epoch()` at each epoch's end.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 struct Seen {
     events: Vec<String>,
     labels: Vec<Vec<i64>>,
@@ -29,11 +29,7 @@ struct Seen {
 fn consume(dir: PathBuf, barrier: &Barrier) -> Seen {
     let mut never = || false;
     let mut consumer = connect("grow", dir);
-    let mut seen = Seen {
-        events: Vec::new(),
-        labels: Vec::new(),
-        lens: Vec::new(),
-    };
+    let mut seen = Seen::default();
     loop {
         match consumer.next_event(&mut never).unwrap() {
             Event::EpochStart(i) => {
@@ -236,7 +232,7 @@ fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
 #[test]
 fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
     let env = Env::new();
-    let out = env
+    let err = env
         .cmd(&[
             "serve",
             "--name",
@@ -245,20 +241,14 @@ fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
             "--trigger",
             "amount=lots",
         ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail_with(2);
     assert!(
         err.contains("\"amount=lots\"") && err.contains("every-epoch"),
         "{err}"
     );
-    let out = env
+    let err = env
         .cmd(&["serve", "--name", "t", "--synthetic", "--watch"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("--watch applies to an image dataset"), "{err}");
 }
 

@@ -73,9 +73,6 @@ impl Succeed for Command {
     }
 }
 
-/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
-/// batches of 4, for `consumers` consumers, as JSON lines. More options may
-/// be added after them.
 /// An ImageFolder of generated JPEGs in `dir`: `classes` classes of
 /// `per_class` images whose long side lies in `long_side`.
 pub fn jpeg_dataset(
@@ -95,6 +92,9 @@ pub fn jpeg_dataset(
         .path
 }
 
+/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
+/// batches of 4, for `consumers` consumers, as JSON lines. More options may
+/// be added after them.
 pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&'a str> {
     vec![
         "serve",
@@ -113,17 +113,22 @@ pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&
 }
 
 /// Runs a command to its end and insists that it failed as `batchcast`
-/// fails on a user's error.
+/// fails: status 1 on a user's error, 2 on arguments its parser refuses.
 pub trait Fail {
     /// The command's stderr; panics unless it exited with status 1.
-    fn fail(&mut self) -> String;
+    fn fail(&mut self) -> String {
+        self.fail_with(1)
+    }
+
+    /// The command's stderr; panics unless it exited with status `code`.
+    fn fail_with(&mut self, code: i32) -> String;
 }
 
 impl Fail for Command {
-    fn fail(&mut self) -> String {
+    fn fail_with(&mut self, code: i32) -> String {
         let out = self.output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{self:?}: {err}");
+        assert_eq!(out.status.code(), Some(code), "{self:?}: {err}");
         err
     }
 }
