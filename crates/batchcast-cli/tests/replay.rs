@@ -18,7 +18,7 @@ const SIDE: &str = "8";
 
 /// What one consumer saw: its events in order, and the labels of each
 /// epoch counted per class.
-#[derive(Debug, PartialEq)]
+#[derive(Debug, Default, PartialEq)]
 struct Seen {
     events: Vec<String>,
     per_label: Vec<Vec<usize>>,
@@ -27,10 +27,7 @@ struct Seen {
 fn consume(dir: PathBuf) -> Seen {
     let mut never = || false;
     let mut consumer = connect("replay", dir);
-    let mut seen = Seen {
-        events: Vec::new(),
-        per_label: Vec::new(),
-    };
+    let mut seen = Seen::default();
     loop {
         match consumer.next_event(&mut never).unwrap() {
             Event::EpochStart(i) => {
@@ -126,7 +123,15 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
     (seen.into_iter().next().unwrap(), finished)
 }
 
-fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrivals: (f64, f64)) {
+/// Replays a trace whose three steps are at `times`, with `trigger` and
+/// the clock options `clock`: each epoch holds what the clock has passed,
+/// and the trigger fires once, before epoch 2, for the 40 rows that arrived
+/// at the second and third steps.
+fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &[&str]) {
+    let env = Env::new();
+    let csv = trace(&env, times);
+    let (seen, finished) = replay(&env, &csv, trigger, clock);
+    let arrivals: (f64, f64) = (times[1].parse().unwrap(), times[2].parse().unwrap());
     assert_eq!(
         seen.events,
         [
@@ -134,7 +139,7 @@ fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrival
             "end 0 20".into(),
             "start 1 Some(30)".into(),
             format!(
-                "trigger {id} #1 epoch 2 samples 40 arrivals {:?}",
+                "trigger {trigger} #1 epoch 2 samples 40 arrivals {:?}",
                 Some(arrivals)
             ),
             "end 1 30".into(),
@@ -161,11 +166,12 @@ fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrival
 
 #[test]
 fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
-    let env = Env::new();
-    let csv = trace(&env, ["1000", "1010.5", "1020"]);
     // 12 s of the trace per epoch: epoch 1 at 1012, epoch 2 at 1024.
-    let (seen, finished) = replay(&env, &csv, "amount=25", &["--replay-per-epoch", "12"]);
-    expect_the_trace(&seen, &finished, "amount=25", (1010.5, 1020.0));
+    replays_the_trace(
+        ["1000", "1010.5", "1020"],
+        "amount=25",
+        &["--replay-per-epoch", "12"],
+    );
 }
 
 /// `time=20s` counts the trace's time: the clock reads 1012, 1024 and
@@ -173,18 +179,16 @@ fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
 /// run itself lasts about a second of wall time).
 #[test]
 fn a_time_trigger_counts_the_replay_clock() {
-    let env = Env::new();
-    let csv = trace(&env, ["1000", "1010.5", "1020"]);
-    let (seen, finished) = replay(&env, &csv, "time=20s", &["--replay-per-epoch", "12"]);
-    expect_the_trace(&seen, &finished, "time=20s", (1010.5, 1020.0));
+    replays_the_trace(
+        ["1000", "1010.5", "1020"],
+        "time=20s",
+        &["--replay-per-epoch", "12"],
+    );
 }
 
 #[test]
 fn replay_by_default_moves_one_time_step_per_epoch() {
-    let env = Env::new();
-    let csv = trace(&env, ["1700000000", "1700003600", "1800000000"]);
-    let (seen, finished) = replay(&env, &csv, "amount=25", &[]);
-    expect_the_trace(&seen, &finished, "amount=25", (1700003600.0, 1800000000.0));
+    replays_the_trace(["1700000000", "1700003600", "1800000000"], "amount=25", &[]);
 }
 
 #[test]
@@ -195,7 +199,7 @@ fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
     let serve = |path: &Path, extra: &[&str]| {
         let mut args = vec!["serve", "--name", "bad", "--replay", path.to_str().unwrap()];
         args.extend_from_slice(extra);
-        env.cmd(&args).fail()
+        env.cmd(&args)
     };
     let bad = csv.with_file_name("bad.csv");
     for (line, row, why) in [
@@ -207,33 +211,22 @@ fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
         let mut lines: Vec<&str> = text.lines().collect();
         lines.insert(3, row);
         std::fs::write(&bad, lines.join("\n")).unwrap();
-        let err = serve(&bad, &[]);
+        let err = serve(&bad, &[]).fail();
         assert!(err.contains(&format!("bad.csv:{line}: ")), "{row}: {err}");
         assert!(err.contains(why), "{row}: {err}");
     }
     std::fs::write(&bad, text.replacen("path,label,timestamp", "path,label", 1)).unwrap();
-    let err = serve(&bad, &[]);
+    let err = serve(&bad, &[]).fail();
     assert!(
         err.contains("bad.csv:1: ") && err.contains("path,label,timestamp"),
         "{err}"
     );
     let data = csv.parent().unwrap().to_str().unwrap();
     for extra in [&["--data", data][..], &["--watch"], &["--synthetic"]] {
-        let out = env
-            .cmd(
-                &[
-                    &["serve", "--name", "bad", "--replay", csv.to_str().unwrap()],
-                    extra,
-                ]
-                .concat(),
-            )
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = serve(&csv, extra).fail_with(2);
         assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
     }
-    let err = serve(&csv, &["--replay-per-epoch", "0"]);
+    let err = serve(&csv, &["--replay-per-epoch", "0"]).fail();
     assert!(
         err.contains("--replay-per-epoch must be a positive number"),
         "{err}"
