@@ -368,3 +368,13 @@ pub fn assert_full_epoch(v: &Value, first: i64, last: i64) {
     assert_eq!(v["batches"], v["expected_batches"], "inexact len: {v}");
     assert_eq!(v["samples"], last - first + 1, "{v}");
 }
+
+/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
+pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+    assert!(p.finish().success(), "{}", p.stderr_text());
+    let ends = p.events("epoch_end");
+    assert_eq!(ends.len(), epochs, "{ends:?}");
+    for end in &ends {
+        assert_full_epoch(end, 0, samples - 1);
+    }
+}
