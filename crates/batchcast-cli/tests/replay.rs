@@ -10,48 +10,10 @@ mod common;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use batchcast::Event;
-use common::{connect, jpeg_dataset, Env, Fail};
+use common::{jpeg_dataset, per_label, read_to_end, Env, Fail, Seen};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: &str = "8";
-
-/// What one consumer saw: its events in order, and the labels of each
-/// epoch counted per class.
-#[derive(Debug, Default, PartialEq)]
-struct Seen {
-    events: Vec<String>,
-    per_label: Vec<Vec<usize>>,
-}
-
-fn consume(dir: PathBuf) -> Seen {
-    let mut never = || false;
-    let mut consumer = connect("replay", dir);
-    let mut seen = Seen::default();
-    loop {
-        match consumer.next_event(&mut never).unwrap() {
-            Event::EpochStart(i) => {
-                seen.events
-                    .push(format!("start {} {:?}", i.epoch, i.samples));
-                seen.per_label.push(vec![0; 6]);
-            }
-            Event::Batch(b) => {
-                let per = seen.per_label.last_mut().unwrap();
-                for c in b.leaves()[1].bytes().chunks_exact(8) {
-                    per[i64::from_ne_bytes(c.try_into().unwrap()) as usize] += 1;
-                }
-            }
-            Event::EpochEnd { epoch, samples } => {
-                seen.events.push(format!("end {epoch} {samples}"));
-            }
-            Event::Trigger(t) => seen.events.push(format!(
-                "trigger {} #{} epoch {} samples {} arrivals {:?}",
-                t.id, t.seq, t.epoch, t.samples, t.arrivals
-            )),
-            Event::Finished(_) => return seen,
-        }
-    }
-}
 
 /// 6 classes of 10 JPEGs and `trace.csv` next to them: classes 0 and 1
 /// at `times[0]`, class 2 at `times[1]`, classes 3 to 5 at `times[2]`,
@@ -107,7 +69,7 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
     let seen: Vec<Seen> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| consume(env.path().to_owned())))
+            .map(|_| s.spawn(|| read_to_end("replay", env.path().to_owned(), |_, _, _| {})))
             .collect();
         readers.into_iter().map(|r| r.join().unwrap()).collect()
     });
@@ -138,10 +100,7 @@ fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &[&str]) {
             "start 0 Some(20)".to_string(),
             "end 0 20".into(),
             "start 1 Some(30)".into(),
-            format!(
-                "trigger {trigger} #1 epoch 2 samples 40 arrivals {:?}",
-                Some(arrivals)
-            ),
+            format!("trigger {trigger} #1 epoch 2 samples 40"),
             "end 1 30".into(),
             "start 2 Some(60)".into(),
             "end 2 60".into(),
@@ -149,8 +108,10 @@ fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &[&str]) {
             "end 3 60".into(),
         ]
     );
+    assert_eq!(seen.arrivals, [Some(arrivals)]);
+    let per: Vec<_> = seen.labels.iter().map(|l| per_label(l, 6)).collect();
     assert_eq!(
-        seen.per_label,
+        per,
         [
             vec![10, 10, 0, 0, 0, 0],
             vec![10, 10, 10, 0, 0, 0],

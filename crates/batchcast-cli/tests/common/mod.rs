@@ -11,6 +11,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use batchcast::Event;
 use serde_json::Value;
 
 /// Generous bound for anything that should happen "at once".
@@ -47,6 +48,68 @@ pub fn connect(name: &str, dir: PathBuf) -> batchcast::Consumer {
         ..Default::default()
     };
     batchcast::Consumer::connect(name, opts, &mut || false).unwrap()
+}
+
+/// What a consumer in this process saw of a producer, read to its end.
+#[derive(Debug, Default, PartialEq)]
+pub struct Seen {
+    /// A line per event, in order: `start EPOCH Some(SAMPLES)`, `end EPOCH
+    /// SAMPLES`, `trigger ID #SEQ epoch EPOCH samples SAMPLES`.
+    pub events: Vec<String>,
+    /// The labels (each batch's second array, of i64s) of each epoch.
+    pub labels: Vec<Vec<i64>>,
+    /// The arrivals of each trigger, in order.
+    pub arrivals: Vec<Option<(f64, f64)>>,
+}
+
+/// Reads producer `name` in `dir` to its end and returns what it saw;
+/// `each` is shown every event first, with what was seen before it (a
+/// batch's lease is held while `each` runs).
+pub fn read_to_end(
+    name: &str,
+    dir: PathBuf,
+    mut each: impl FnMut(&batchcast::Consumer, &Event, &Seen),
+) -> Seen {
+    let mut consumer = connect(name, dir);
+    let mut seen = Seen::default();
+    loop {
+        let event = consumer.next_event(&mut || false).unwrap();
+        each(&consumer, &event, &seen);
+        match event {
+            Event::EpochStart(i) => {
+                seen.events
+                    .push(format!("start {} {:?}", i.epoch, i.samples));
+                seen.labels.push(Vec::new());
+            }
+            Event::Batch(b) => {
+                let labels = b.leaves()[1]
+                    .bytes()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_ne_bytes(c.try_into().unwrap()));
+                seen.labels.last_mut().unwrap().extend(labels);
+            }
+            Event::EpochEnd { epoch, samples } => {
+                seen.events.push(format!("end {epoch} {samples}"));
+            }
+            Event::Trigger(t) => {
+                seen.events.push(format!(
+                    "trigger {} #{} epoch {} samples {}",
+                    t.id, t.seq, t.epoch, t.samples
+                ));
+                seen.arrivals.push(t.arrivals);
+            }
+            Event::Finished(_) => return seen,
+        }
+    }
+}
+
+/// How many of `labels` are each of the labels `0..classes`.
+pub fn per_label(labels: &[i64], classes: usize) -> Vec<usize> {
+    let mut per = vec![0; classes];
+    for &l in labels {
+        per[l as usize] += 1;
+    }
+    per
 }
 
 /// The `batchcast` binary under test, as a command to add arguments to.
