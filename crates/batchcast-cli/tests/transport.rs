@@ -564,19 +564,8 @@ fn user_errors_name_the_problem_and_the_fix() {
 #[test]
 fn interrupted_producer_ends_cleanly_for_consumers() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "int",
-        &[
-            "--samples",
-            "100000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "10",
-            "--window",
-            "2",
-        ],
-    );
+    let args = [&UNTIL_KILLED[..], &["--window", "2"]].concat();
+    let mut producer = env.producer("int", &args);
     let mut c = env.spawn(&["consume", "int", "--each", "--delay-ms", "5"]);
     c.expect_where("batch", |v| v["index"] == 3);
     producer.signal(libc::SIGINT);
