@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::{connect, Env, Proc};
+use common::{connect, Env, Fail, Proc};
 
 const STAND_IN: &str = "BATCHCAST_DEVICE_STAND_IN";
 
@@ -72,12 +72,9 @@ fn serve_without_a_driver_warns_and_serves_on_the_host_path() {
 #[test]
 fn a_malformed_device_list_is_refused_with_what_to_write() {
     let env = Env::new();
-    let out = env
+    let said = env
         .cmd(&["serve", "--name", "bad", "--synthetic", "--device", "gpu0"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let said = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(
         said.contains("--device gpu0") && said.contains("cuda:N"),
         "{said}"

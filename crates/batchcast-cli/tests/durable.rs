@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{jpeg_dataset, Env, Proc, UNTIL_KILLED};
+use common::{jpeg_dataset, Env, Fail, Proc, UNTIL_KILLED};
 use serde_json::Value;
 
 /// Consumers' per-batch delays in ms and batch sizes: a fast, a middling
@@ -191,9 +191,7 @@ fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
     let data_str = data.to_str().unwrap();
     let mut args = common::serve_data("seeds", data_str, "3");
     args.extend(["--seed", "8", "--epochs", "2"]);
-    let out = env.cmd(&args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = env.cmd(&args).fail();
     assert!(err.contains("seed: then 7, now 8"), "{err}");
     assert!(!err.contains("dataset:"), "only the seed differs: {err}");
     assert!(err.contains("--fresh"), "{err}");
@@ -229,9 +227,7 @@ fn a_damaged_state_file_is_refused_and_kept() {
     std::fs::write(&state, &damaged).unwrap();
     let data_str = data.to_str().unwrap();
     let args = common::serve_data("damaged", data_str, "3");
-    let out = env.cmd(&args).output().unwrap();
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1), "{err}");
+    let err = env.cmd(&args).fail();
     assert!(err.contains("corrupt") && err.contains("--fresh"), "{err}");
     assert_eq!(std::fs::read_to_string(&state).unwrap(), damaged, "kept");
 }

@@ -12,69 +12,33 @@ use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 
 use batchcast::Event;
-use common::{connect, jpeg_dataset, Env, Fail, Proc};
+use common::{jpeg_dataset, per_label, read_to_end, Env, Fail, Proc, Seen};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
 
-/// What one consumer saw: its events in order (labels per batch counted
-/// per epoch), and `batches_per_epoch()` at each epoch's end.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    events: Vec<String>,
-    labels: Vec<Vec<i64>>,
-    lens: Vec<Option<u64>>,
-}
-
-fn consume(dir: PathBuf, barrier: &Barrier) -> Seen {
-    let mut never = || false;
-    let mut consumer = connect("grow", dir);
-    let mut seen = Seen {
-        events: Vec::new(),
-        labels: Vec::new(),
-        lens: Vec::new(),
-    };
-    loop {
-        match consumer.next_event(&mut never).unwrap() {
-            Event::EpochStart(i) => {
-                seen.events
-                    .push(format!("start {} {:?}", i.epoch, i.samples));
-                seen.labels.push(Vec::new());
+/// Reads the producer to its end, checking each batch's image bytes (and
+/// holding epoch 1's first batch while the test adds files); returns what
+/// it saw and `batches_per_epoch()` at each epoch's end.
+fn consume(dir: PathBuf, barrier: &Barrier) -> (Seen, Vec<Option<u64>>) {
+    let mut lens = Vec::new();
+    let seen = read_to_end("grow", dir, |consumer, event, seen| match event {
+        Event::Batch(b) => {
+            assert_eq!(
+                b.leaves()[0].bytes().len(),
+                b.rows() as usize * SIDE * SIDE * 3
+            );
+            if b.epoch == 1 && seen.labels.last().is_some_and(Vec::is_empty) {
+                // Every consumer holds epoch 1's first batch; the test
+                // adds the files, then lets them go on.
+                barrier.wait();
+                barrier.wait();
             }
-            Event::Batch(b) => {
-                let labels = b.leaves()[1]
-                    .bytes()
-                    .chunks_exact(8)
-                    .map(|c| i64::from_ne_bytes(c.try_into().unwrap()));
-                let epoch = seen.labels.last_mut().unwrap();
-                let first = epoch.is_empty();
-                epoch.extend(labels);
-                assert_eq!(
-                    b.leaves()[0].bytes().len(),
-                    b.rows() as usize * SIDE * SIDE * 3
-                );
-                if b.epoch == 1 && first {
-                    // Every consumer holds epoch 1's first batch; the test
-                    // adds the files, then lets them go on.
-                    barrier.wait();
-                    barrier.wait();
-                }
-            }
-            Event::EpochEnd { epoch, samples } => {
-                seen.events.push(format!("end {epoch} {samples}"));
-                seen.lens.push(consumer.batches_per_epoch());
-            }
-            Event::Trigger(t) => seen.events.push(format!(
-                "trigger {} #{} epoch {} samples {} arrivals {}",
-                t.id,
-                t.seq,
-                t.epoch,
-                t.samples,
-                t.arrivals.is_some_and(|(a, b)| a > 1.0e9 && a <= b)
-            )),
-            Event::Finished(_) => return seen,
         }
-    }
+        Event::EpochEnd { .. } => lens.push(consumer.batches_per_epoch()),
+        _ => {}
+    });
+    (seen, lens)
 }
 
 /// Moves 500 images in: a new class folder `aaa_new` of 100 (it sorts
@@ -93,18 +57,10 @@ fn add_images(stage: &Path, root: &Path) {
     }
 }
 
-fn per_label(labels: &[i64]) -> Vec<usize> {
-    let mut per = vec![0; 11];
-    for &l in labels {
-        per[l as usize] += 1;
-    }
-    per
-}
-
 /// Serves a dataset of 1,000 to three consumers for 4 epochs, adding 500
-/// images during epoch 1; returns what the first consumer saw (the others
-/// saw the same) and the producer, finished.
-fn run_growing(select: &[&str]) -> (Seen, Proc) {
+/// images during epoch 1; returns what the first consumer saw and its
+/// lengths of epochs (the others saw the same), and the producer, finished.
+fn run_growing(select: &[&str]) -> (Seen, Vec<Option<u64>>, Proc) {
     let env = Env::new();
     let root = jpeg_dataset(&env.path().join("data"), 10, 100, (24, 32));
     let stage = jpeg_dataset(&env.path().join("stage"), 5, 100, (24, 32));
@@ -138,7 +94,7 @@ fn run_growing(select: &[&str]) -> (Seen, Proc) {
     assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
     assert_eq!(listening["trigger"], "amount=400", "{listening}");
     let barrier = Barrier::new(4);
-    let seen: Vec<Seen> = std::thread::scope(|s| {
+    let seen: Vec<_> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..3)
             .map(|_| s.spawn(|| consume(env.path().to_owned(), &barrier)))
             .collect();
@@ -149,20 +105,20 @@ fn run_growing(select: &[&str]) -> (Seen, Proc) {
     });
     assert!(producer.finish().success(), "{}", producer.stderr_text());
     assert!(seen[1..].iter().all(|s| *s == seen[0]), "consumers differ");
-    (seen.into_iter().next().unwrap(), producer)
+    let (first, lens) = seen.into_iter().next().unwrap();
+    (first, lens, producer)
 }
 
 #[test]
 fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
-    let (seen, producer) = run_growing(&[]);
-    let first = &seen;
+    let (first, lens, producer) = run_growing(&[]);
     assert_eq!(
         first.events,
         [
             "start 0 Some(1000)",
             "end 0 1000",
             "start 1 Some(1000)",
-            "trigger amount=400 #1 epoch 2 samples 500 arrivals true",
+            "trigger amount=400 #1 epoch 2 samples 500",
             "end 1 1000",
             "start 2 Some(1500)",
             "end 2 1500",
@@ -170,17 +126,23 @@ fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
             "end 3 1500",
         ]
     );
+    // The new files' arrival times: their mtimes.
+    assert!(
+        matches!(first.arrivals[..], [Some((a, b))] if a > 1.0e9 && a <= b),
+        "{:?}",
+        first.arrivals
+    );
     // Nothing new mid-epoch: epochs 0 and 1 are the first 1,000 images.
     let old = [vec![100; 10], vec![0]].concat();
-    assert_eq!(per_label(&first.labels[0]), old);
-    assert_eq!(per_label(&first.labels[1]), old);
+    assert_eq!(per_label(&first.labels[0], 11), old);
+    assert_eq!(per_label(&first.labels[1], 11), old);
     // From epoch 2 on: 100 more in classes 0 to 3, and the new class's
     // 100 under the next label, 10 (the old labels did not move).
     let grown = vec![200, 200, 200, 200, 100, 100, 100, 100, 100, 100, 100];
-    assert_eq!(per_label(&first.labels[2]), grown);
-    assert_eq!(per_label(&first.labels[3]), grown);
+    assert_eq!(per_label(&first.labels[2], 11), grown);
+    assert_eq!(per_label(&first.labels[3], 11), grown);
     // By epoch 1's end each consumer knew epoch 2's length.
-    assert_eq!(first.lens, [Some(16), Some(24), Some(24), Some(24)]);
+    assert_eq!(lens, [Some(16), Some(24), Some(24), Some(24)]);
 
     let grew = producer.events("grew");
     assert_eq!(grew.len(), 1, "{grew:?}");
@@ -202,28 +164,28 @@ fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
 /// `freshness:50` all 500 of them and 500 of the 1,000 seen before.
 #[test]
 fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
-    let (new, producer) = run_growing(&["--select", "new-data"]);
+    let (new, _, producer) = run_growing(&["--select", "new-data"]);
     assert_eq!(
         producer.events("finished")[0]["summary"]["decoded_per_epoch"],
         serde_json::json!([1000, 1000, 500, 500])
     );
     let only_new = vec![100, 100, 100, 100, 0, 0, 0, 0, 0, 0, 100];
-    assert_eq!(per_label(&new.labels[2]), only_new);
-    assert_eq!(per_label(&new.labels[3]), only_new);
+    assert_eq!(per_label(&new.labels[2], 11), only_new);
+    assert_eq!(per_label(&new.labels[3], 11), only_new);
     assert!(
         new.events.contains(&"start 2 Some(500)".to_string()),
         "{:?}",
         new.events
     );
 
-    let (fresh, _) = run_growing(&["--select", "freshness:50"]);
+    let (fresh, _, _) = run_growing(&["--select", "freshness:50"]);
     assert!(
         fresh.events.contains(&"start 2 Some(1000)".to_string()),
         "{:?}",
         fresh.events
     );
     for epoch in [2, 3] {
-        let per = per_label(&fresh.labels[epoch]);
+        let per = per_label(&fresh.labels[epoch], 11);
         // Every new sample (the new class's 100 among them), and 500 old
         // ones: of the classes without new samples, only old ones.
         assert_eq!(per[10], 100, "{per:?}");
@@ -236,7 +198,7 @@ fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
 #[test]
 fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
     let env = Env::new();
-    let out = env
+    let err = env
         .cmd(&[
             "serve",
             "--name",
@@ -245,20 +207,14 @@ fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
             "--trigger",
             "amount=lots",
         ])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail_with(2);
     assert!(
         err.contains("\"amount=lots\"") && err.contains("every-epoch"),
         "{err}"
     );
-    let out = env
+    let err = env
         .cmd(&["serve", "--name", "t", "--synthetic", "--watch"])
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
+        .fail();
     assert!(err.contains("--watch applies to an image dataset"), "{err}");
 }
 

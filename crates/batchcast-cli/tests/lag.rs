@@ -8,7 +8,7 @@ mod common;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{assert_full_epoch, Env, Proc};
+use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Proc};
 
 /// How long the victim stays stopped: the length of the pause the test is
 /// about, not a wait for anything.
@@ -82,16 +82,6 @@ fn longest_gap(p: &mut Proc, from: Instant, to: Instant) -> Duration {
 
 fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
     assert_every_epoch_full_of(p, epochs, 1000);
-}
-
-/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
-fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
-    assert!(p.finish().success(), "{}", p.stderr_text());
-    let ends = p.events("epoch_end");
-    assert_eq!(ends.len(), epochs, "{ends:?}");
-    for end in &ends {
-        assert_full_epoch(end, 0, samples - 1);
-    }
 }
 
 /// Producer `name` (started with `extra`), a consumer stopped for

@@ -10,51 +10,10 @@ mod common;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use batchcast::Event;
-use common::{connect, jpeg_dataset, Env, Fail};
+use common::{jpeg_dataset, per_label, read_to_end, Env, Fail, Seen};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: &str = "8";
-
-/// What one consumer saw: its events in order, and the labels of each
-/// epoch counted per class.
-#[derive(Debug, PartialEq)]
-struct Seen {
-    events: Vec<String>,
-    per_label: Vec<Vec<usize>>,
-}
-
-fn consume(dir: PathBuf) -> Seen {
-    let mut never = || false;
-    let mut consumer = connect("replay", dir);
-    let mut seen = Seen {
-        events: Vec::new(),
-        per_label: Vec::new(),
-    };
-    loop {
-        match consumer.next_event(&mut never).unwrap() {
-            Event::EpochStart(i) => {
-                seen.events
-                    .push(format!("start {} {:?}", i.epoch, i.samples));
-                seen.per_label.push(vec![0; 6]);
-            }
-            Event::Batch(b) => {
-                let per = seen.per_label.last_mut().unwrap();
-                for c in b.leaves()[1].bytes().chunks_exact(8) {
-                    per[i64::from_ne_bytes(c.try_into().unwrap()) as usize] += 1;
-                }
-            }
-            Event::EpochEnd { epoch, samples } => {
-                seen.events.push(format!("end {epoch} {samples}"));
-            }
-            Event::Trigger(t) => seen.events.push(format!(
-                "trigger {} #{} epoch {} samples {} arrivals {:?}",
-                t.id, t.seq, t.epoch, t.samples, t.arrivals
-            )),
-            Event::Finished(_) => return seen,
-        }
-    }
-}
 
 /// 6 classes of 10 JPEGs and `trace.csv` next to them: classes 0 and 1
 /// at `times[0]`, class 2 at `times[1]`, classes 3 to 5 at `times[2]`,
@@ -110,7 +69,7 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
     let seen: Vec<Seen> = std::thread::scope(|s| {
         let readers: Vec<_> = (0..2)
-            .map(|_| s.spawn(|| consume(env.path().to_owned())))
+            .map(|_| s.spawn(|| read_to_end("replay", env.path().to_owned(), |_, _, _| {})))
             .collect();
         readers.into_iter().map(|r| r.join().unwrap()).collect()
     });
@@ -126,17 +85,22 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
     (seen.into_iter().next().unwrap(), finished)
 }
 
-fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrivals: (f64, f64)) {
+/// Replays a trace whose three steps are at `times`, with `trigger` and
+/// the clock options `clock`: each epoch holds what the clock has passed,
+/// and the trigger fires once, before epoch 2, for the 40 rows that arrived
+/// at the second and third steps.
+fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &[&str]) {
+    let env = Env::new();
+    let csv = trace(&env, times);
+    let (seen, finished) = replay(&env, &csv, trigger, clock);
+    let arrivals: (f64, f64) = (times[1].parse().unwrap(), times[2].parse().unwrap());
     assert_eq!(
         seen.events,
         [
             "start 0 Some(20)".to_string(),
             "end 0 20".into(),
             "start 1 Some(30)".into(),
-            format!(
-                "trigger {id} #1 epoch 2 samples 40 arrivals {:?}",
-                Some(arrivals)
-            ),
+            format!("trigger {trigger} #1 epoch 2 samples 40"),
             "end 1 30".into(),
             "start 2 Some(60)".into(),
             "end 2 60".into(),
@@ -144,8 +108,10 @@ fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrival
             "end 3 60".into(),
         ]
     );
+    assert_eq!(seen.arrivals, [Some(arrivals)]);
+    let per: Vec<_> = seen.labels.iter().map(|l| per_label(l, 6)).collect();
     assert_eq!(
-        seen.per_label,
+        per,
         [
             vec![10, 10, 0, 0, 0, 0],
             vec![10, 10, 10, 0, 0, 0],
@@ -161,11 +127,12 @@ fn expect_the_trace(seen: &Seen, finished: &serde_json::Value, id: &str, arrival
 
 #[test]
 fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
-    let env = Env::new();
-    let csv = trace(&env, ["1000", "1010.5", "1020"]);
     // 12 s of the trace per epoch: epoch 1 at 1012, epoch 2 at 1024.
-    let (seen, finished) = replay(&env, &csv, "amount=25", &["--replay-per-epoch", "12"]);
-    expect_the_trace(&seen, &finished, "amount=25", (1010.5, 1020.0));
+    replays_the_trace(
+        ["1000", "1010.5", "1020"],
+        "amount=25",
+        &["--replay-per-epoch", "12"],
+    );
 }
 
 /// `time=20s` counts the trace's time: the clock reads 1012, 1024 and
@@ -173,18 +140,16 @@ fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
 /// run itself lasts about a second of wall time).
 #[test]
 fn a_time_trigger_counts_the_replay_clock() {
-    let env = Env::new();
-    let csv = trace(&env, ["1000", "1010.5", "1020"]);
-    let (seen, finished) = replay(&env, &csv, "time=20s", &["--replay-per-epoch", "12"]);
-    expect_the_trace(&seen, &finished, "time=20s", (1010.5, 1020.0));
+    replays_the_trace(
+        ["1000", "1010.5", "1020"],
+        "time=20s",
+        &["--replay-per-epoch", "12"],
+    );
 }
 
 #[test]
 fn replay_by_default_moves_one_time_step_per_epoch() {
-    let env = Env::new();
-    let csv = trace(&env, ["1700000000", "1700003600", "1800000000"]);
-    let (seen, finished) = replay(&env, &csv, "amount=25", &[]);
-    expect_the_trace(&seen, &finished, "amount=25", (1700003600.0, 1800000000.0));
+    replays_the_trace(["1700000000", "1700003600", "1800000000"], "amount=25", &[]);
 }
 
 #[test]
@@ -195,7 +160,7 @@ fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
     let serve = |path: &Path, extra: &[&str]| {
         let mut args = vec!["serve", "--name", "bad", "--replay", path.to_str().unwrap()];
         args.extend_from_slice(extra);
-        env.cmd(&args).fail()
+        env.cmd(&args)
     };
     let bad = csv.with_file_name("bad.csv");
     for (line, row, why) in [
@@ -207,33 +172,22 @@ fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
         let mut lines: Vec<&str> = text.lines().collect();
         lines.insert(3, row);
         std::fs::write(&bad, lines.join("\n")).unwrap();
-        let err = serve(&bad, &[]);
+        let err = serve(&bad, &[]).fail();
         assert!(err.contains(&format!("bad.csv:{line}: ")), "{row}: {err}");
         assert!(err.contains(why), "{row}: {err}");
     }
     std::fs::write(&bad, text.replacen("path,label,timestamp", "path,label", 1)).unwrap();
-    let err = serve(&bad, &[]);
+    let err = serve(&bad, &[]).fail();
     assert!(
         err.contains("bad.csv:1: ") && err.contains("path,label,timestamp"),
         "{err}"
     );
     let data = csv.parent().unwrap().to_str().unwrap();
     for extra in [&["--data", data][..], &["--watch"], &["--synthetic"]] {
-        let out = env
-            .cmd(
-                &[
-                    &["serve", "--name", "bad", "--replay", csv.to_str().unwrap()],
-                    extra,
-                ]
-                .concat(),
-            )
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+        let err = serve(&csv, extra).fail_with(2);
         assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
     }
-    let err = serve(&csv, &["--replay-per-epoch", "0"]);
+    let err = serve(&csv, &["--replay-per-epoch", "0"]).fail();
     assert!(
         err.contains("--replay-per-epoch must be a positive number"),
         "{err}"

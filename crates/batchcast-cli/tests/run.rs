@@ -10,7 +10,7 @@ mod common;
 
 use batchcast_proc::procfs::alive;
 use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
-use common::Succeed;
+use common::{Fail, Succeed};
 
 const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
 
@@ -70,8 +70,13 @@ impl Fixture {
         self.command(args).output().unwrap()
     }
     /// Runs `batchcast run ARGS` and insists that it succeeded.
-    fn succeed(&self, args: &[&str]) {
-        self.command(args).succeed();
+    fn succeed(&self, args: &[&str]) -> Output {
+        self.command(args).succeed()
+    }
+    /// Runs `batchcast run ARGS`, insists that it failed with status 1, and
+    /// returns its stderr.
+    fn fail(&self, args: &[&str]) -> String {
+        self.command(args).fail()
     }
     fn store(&self) -> Store {
         Store::open_read_only(self.path("runs.sqlite")).unwrap()
@@ -196,8 +201,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
 fn a_failed_job_is_rerun_only_when_asked() {
     let f = Fixture::new();
     let plan = f.plan(&["e,w,ok,,job.sh,ok", "e,w,bad,,job.sh,bad 3"]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    assert_eq!(out.status.code(), Some(1));
+    f.fail(&[plan.to_str().unwrap()]);
     assert_eq!(f.status("w", "bad"), RunStatus::Failed);
     assert_eq!(f.status("w", "ok"), RunStatus::Finished);
     let bad = f
@@ -273,9 +277,8 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
 
     std::fs::write(f.path("go"), "").unwrap();
     let plan = f.path("plan.csv");
-    let out = f.run(&[plan.to_str().unwrap()]);
+    let out = f.succeed(&[plan.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(out.status.success(), "{err}");
     assert!(
         err.contains("1 left RUNNING by a dead runner marked KILLED"),
         "{err}"
@@ -377,9 +380,7 @@ fn ctrl_c_records_a_job_that_had_finished_as_finished() {
 fn a_bad_plan_is_refused_before_anything_starts() {
     let f = Fixture::new();
     let plan = f.plan(&["e,w,a,,job.sh,a", "e,w,b,,missing.py,b"]);
-    let out = f.run(&[plan.to_str().unwrap()]);
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert_eq!(out.status.code(), Some(1));
+    let err = f.fail(&[plan.to_str().unwrap()]);
     assert!(
         err.contains("plan.csv, row 2") && err.contains("missing.py does not exist"),
         "{err}"
@@ -407,9 +408,7 @@ fn a_command_found_nowhere_is_refused_before_anything_starts() {
         ),
     ] {
         let plan = f.plan(&["e,w1,a,,job.sh,a", row]);
-        let out = f.run(&[plan.to_str().unwrap()]);
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert_eq!(out.status.code(), Some(1), "{err}");
+        let err = f.fail(&[plan.to_str().unwrap()]);
         assert!(
             err.contains("plan.csv, row 2") && err.contains(problem) && err.contains("PATH"),
             "{err}"
@@ -482,18 +481,17 @@ fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
     wait_until("the socket", || f.path("sockets/waiting.sock").exists());
     let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let deadline = Instant::now() + Duration::from_secs(5);
-    loop {
-        if let Some(status) = serve.try_wait().unwrap() {
-            assert!(status.success(), "{status:?}");
-            break;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "serve ignored SIGTERM while waiting for consumers"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    let sent = Instant::now();
+    let mut status = None;
+    wait_until("serve to end", || {
+        status = serve.try_wait().unwrap();
+        status.is_some()
+    });
+    assert!(
+        sent.elapsed() < Duration::from_secs(5),
+        "serve ignored SIGTERM while waiting for consumers"
+    );
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
 
 /// The triggers a shared producer fires are events of its run, in order,

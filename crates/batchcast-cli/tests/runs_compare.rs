@@ -158,15 +158,12 @@ fn an_export_that_cannot_write_says_why_once() {
         ("--csv", path.join("out.csv")),
         ("--mlflow", path.join("mlruns")),
     ] {
-        let out = batchcast()
+        let err = batchcast()
             .args(["runs", "export", flag])
             .arg(&target)
             .arg("--store")
             .arg(&path)
-            .output()
-            .unwrap();
-        assert!(!out.status.success());
-        let err = String::from_utf8_lossy(&out.stderr);
+            .fail();
         assert!(
             err.starts_with("error: cannot write the export: cannot create "),
             "{err}"

@@ -4,6 +4,7 @@
 mod common;
 
 use std::path::{Path, PathBuf};
+use std::process::Output;
 
 use common::{batchcast, Fail, Succeed};
 
@@ -12,6 +13,30 @@ use common::{batchcast, Fail, Succeed};
 fn refusal(flag: &str, path: &Path, text: &str) -> String {
     std::fs::write(path, text).unwrap();
     batchcast().args(["sim", flag]).arg(path).fail()
+}
+
+/// Runs `batchcast sim ARGS --trace TRACE --out OUT`, which must succeed;
+/// returns its output and the `fifo.jobs.csv` it wrote.
+fn sim_writing(args: &[&str], trace: &Path, out: &Path) -> (Output, String) {
+    let o = batchcast()
+        .arg("sim")
+        .args(args)
+        .arg("--trace")
+        .arg(trace)
+        .arg("--out")
+        .arg(out)
+        .succeed();
+    let csv = std::fs::read_to_string(out.join("fifo.jobs.csv")).unwrap();
+    (o, csv)
+}
+
+/// Checks that the first policy's mean JCT in `sim --json`'s output `o`
+/// is `expected` seconds.
+fn assert_mean_jct(o: &Output, expected: f64) {
+    let stdout = String::from_utf8_lossy(&o.stdout);
+    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
+    let mean = v[0]["mean_jct"].as_f64().unwrap();
+    assert!((mean - expected).abs() < 1e-6, "{stdout}");
 }
 
 /// Writes `text` to file `name` in `dir`; returns its path.
@@ -31,9 +56,8 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
             {"job_id": 2, "arrival_time": 10, "total_iterations": 50, "time_per_iteration": 1, "max_parallelism": 4}]"#,
     );
     let out = dir.path().join("out");
-    let o = batchcast()
-        .args([
-            "sim",
+    let (o, csv) = sim_writing(
+        &[
             "--racks",
             "1",
             "--machines-per-rack",
@@ -44,12 +68,10 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
             "fifo,dally",
             "--format",
             "batchcast",
-        ])
-        .arg("--trace")
-        .arg(&trace)
-        .arg("--out")
-        .arg(&out)
-        .succeed();
+        ],
+        &trace,
+        &out,
+    );
     let stdout = String::from_utf8_lossy(&o.stdout);
     // FIFO: job 1 runs 0-100, job 2 100-150 → mean JCT (100 + 140) / 2 s.
     let fifo = stdout.lines().find(|l| l.starts_with("| fifo")).unwrap();
@@ -65,7 +87,6 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     ] {
         assert!(out.join(f).metadata().unwrap().len() > 0, "{f}");
     }
-    let csv = std::fs::read_to_string(out.join("fifo.jobs.csv")).unwrap();
     assert!(
         csv.lines()
             .nth(2)
@@ -171,10 +192,8 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
         "{stderr}"
     );
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let s = &v[0];
-    assert_eq!(s["jobs"], 2, "{stdout}");
-    let mean = s["mean_jct"].as_f64().unwrap();
-    assert!((mean - 245.0).abs() < 1e-6, "{stdout}");
+    assert_eq!(v[0]["jobs"], 2, "{stdout}");
+    assert_mean_jct(&o, 245.0);
     assert!(
         stderr.contains("2 jobs rounded up to whole chunks of iteration_granularity 500"),
         "{stderr}"
@@ -220,11 +239,7 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
             .arg(&cluster);
         c
     };
-    let o = sim("gandiva").succeed();
-    let stdout = String::from_utf8_lossy(&o.stdout);
-    let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
-    let mean = v[0]["mean_jct"].as_f64().unwrap();
-    assert!((mean - 95.0).abs() < 1e-6, "{stdout}");
+    assert_mean_jct(&sim("gandiva").succeed(), 95.0);
     let err = sim("fifo").fail();
     assert!(
         err.contains("pick sjf, las, tiresias, gandiva or dally"),
@@ -233,19 +248,10 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     // Dally (no `consolidate`: one GPU at a time) bids progress rates:
     // tied, each job takes one GPU (the fewer held wins a tie), loses it
     // when its lease ends at 20, 40, ... and wins it back: both end at 100.
-    let o = sim("dally").succeed();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        (v[0]["mean_jct"].as_f64().unwrap() - 100.0).abs() < 1e-6,
-        "{v}"
-    );
+    assert_mean_jct(&sim("dally").succeed(), 100.0);
     // Its delay timers as the published command line gives them.
     let o = sim("dally").args(["--dally-delays", "-1,-1,5"]).succeed();
-    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
-    assert!(
-        (v[0]["mean_jct"].as_f64().unwrap() - 100.0).abs() < 1e-6,
-        "{v}"
-    );
+    assert_mean_jct(&o, 100.0);
     let err = sim("dally").args(["--dally-delays", "1"]).fail();
     assert!(err.contains("give RACK,NETWORK[,HISTORY]"), "{err}");
 }
@@ -303,9 +309,8 @@ fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
     let finish = |network: &str, model: &str| {
         std::fs::write(&trace, format!("[{}]", job(1, model))).unwrap();
         let out = dir.path().join(format!("out-{network}-{model}"));
-        let o = batchcast()
-            .args([
-                "sim",
+        let (o, csv) = sim_writing(
+            &[
                 "--racks",
                 "1",
                 "--machines-per-rack",
@@ -316,13 +321,10 @@ fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
                 "fifo",
                 "--network",
                 network,
-            ])
-            .arg("--trace")
-            .arg(&trace)
-            .arg("--out")
-            .arg(&out)
-            .succeed();
-        let csv = std::fs::read_to_string(out.join("fifo.jobs.csv")).unwrap();
+            ],
+            &trace,
+            &out,
+        );
         let row = csv.lines().nth(1).unwrap().to_string();
         let finish: f64 = row.split(',').nth(4).unwrap().parse().unwrap();
         (finish, String::from_utf8_lossy(&o.stderr).into_owned())

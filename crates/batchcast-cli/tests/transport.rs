@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_full_epoch, Env, Fail, UNTIL_KILLED};
+use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Fail, UNTIL_KILLED};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -143,12 +143,7 @@ fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
     let killed_at = Instant::now();
     victim.kill9();
     for c in &mut others {
-        assert!(c.finish().success());
-        let ends = c.events("epoch_end");
-        assert_eq!(ends.len(), 2);
-        for end in &ends {
-            assert_full_epoch(end, 0, 1999);
-        }
+        assert_every_epoch_full_of(c, 2, 2000);
     }
     // 80 batches remained; had the dead consumer's leases been kept, the
     // producer would have blocked for good.
@@ -569,19 +564,8 @@ fn user_errors_name_the_problem_and_the_fix() {
 #[test]
 fn interrupted_producer_ends_cleanly_for_consumers() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "int",
-        &[
-            "--samples",
-            "100000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "10",
-            "--window",
-            "2",
-        ],
-    );
+    let args = [&UNTIL_KILLED[..], &["--window", "2"]].concat();
+    let mut producer = env.producer("int", &args);
     let mut c = env.spawn(&["consume", "int", "--each", "--delay-ms", "5"]);
     c.expect_where("batch", |v| v["index"] == 3);
     producer.signal(libc::SIGINT);

@@ -5,7 +5,7 @@ mod common;
 
 use std::io::{BufRead, BufReader, Read, Write};
 use std::net::TcpStream;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
 use common::{batchcast, Fail};
@@ -66,6 +66,15 @@ impl Drop for Ui {
     }
 }
 
+/// An empty run store in a temporary folder, which lives as long as the
+/// `TempDir` returned with it.
+fn empty_store() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("runs.sqlite");
+    batchcast_runs::Store::open(&store).unwrap();
+    (dir, store)
+}
+
 fn get(port: u16, path: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
     write!(
@@ -80,9 +89,7 @@ fn get(port: u16, path: &str) -> String {
 
 #[test]
 fn off_loopback_it_warns_and_prints_an_address_with_its_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("runs.sqlite");
-    batchcast_runs::Store::open(&store).unwrap();
+    let (_dir, store) = empty_store();
     let ui = Ui::start(&["--host", "0.0.0.0"], &store);
     let (port, token) = ui.port_and_token("0.0.0.0");
     assert_eq!(token.len(), 32);
@@ -114,9 +121,7 @@ fn a_missing_store_is_said_at_start_and_the_server_still_serves() {
 /// nothing; `--no-token` turns that off, and only on loopback.
 #[test]
 fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("runs.sqlite");
-    batchcast_runs::Store::open(&store).unwrap();
+    let (_dir, store) = empty_store();
     let ui = Ui::start(&[], &store);
     let (port, token) = ui.port_and_token("127.0.0.1");
     assert_eq!(token.len(), 32);

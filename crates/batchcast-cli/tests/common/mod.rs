@@ -11,6 +11,7 @@ use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
+use batchcast::Event;
 use serde_json::Value;
 
 /// Generous bound for anything that should happen "at once".
@@ -49,6 +50,68 @@ pub fn connect(name: &str, dir: PathBuf) -> batchcast::Consumer {
     batchcast::Consumer::connect(name, opts, &mut || false).unwrap()
 }
 
+/// What a consumer in this process saw of a producer, read to its end.
+#[derive(Debug, Default, PartialEq)]
+pub struct Seen {
+    /// A line per event, in order: `start EPOCH Some(SAMPLES)`, `end EPOCH
+    /// SAMPLES`, `trigger ID #SEQ epoch EPOCH samples SAMPLES`.
+    pub events: Vec<String>,
+    /// The labels (each batch's second array, of i64s) of each epoch.
+    pub labels: Vec<Vec<i64>>,
+    /// The arrivals of each trigger, in order.
+    pub arrivals: Vec<Option<(f64, f64)>>,
+}
+
+/// Reads producer `name` in `dir` to its end and returns what it saw;
+/// `each` is shown every event first, with what was seen before it (a
+/// batch's lease is held while `each` runs).
+pub fn read_to_end(
+    name: &str,
+    dir: PathBuf,
+    mut each: impl FnMut(&batchcast::Consumer, &Event, &Seen),
+) -> Seen {
+    let mut consumer = connect(name, dir);
+    let mut seen = Seen::default();
+    loop {
+        let event = consumer.next_event(&mut || false).unwrap();
+        each(&consumer, &event, &seen);
+        match event {
+            Event::EpochStart(i) => {
+                seen.events
+                    .push(format!("start {} {:?}", i.epoch, i.samples));
+                seen.labels.push(Vec::new());
+            }
+            Event::Batch(b) => {
+                let labels = b.leaves()[1]
+                    .bytes()
+                    .chunks_exact(8)
+                    .map(|c| i64::from_ne_bytes(c.try_into().unwrap()));
+                seen.labels.last_mut().unwrap().extend(labels);
+            }
+            Event::EpochEnd { epoch, samples } => {
+                seen.events.push(format!("end {epoch} {samples}"));
+            }
+            Event::Trigger(t) => {
+                seen.events.push(format!(
+                    "trigger {} #{} epoch {} samples {}",
+                    t.id, t.seq, t.epoch, t.samples
+                ));
+                seen.arrivals.push(t.arrivals);
+            }
+            Event::Finished(_) => return seen,
+        }
+    }
+}
+
+/// How many of `labels` are each of the labels `0..classes`.
+pub fn per_label(labels: &[i64], classes: usize) -> Vec<usize> {
+    let mut per = vec![0; classes];
+    for &l in labels {
+        per[l as usize] += 1;
+    }
+    per
+}
+
 /// The `batchcast` binary under test, as a command to add arguments to.
 pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
@@ -73,9 +136,6 @@ impl Succeed for Command {
     }
 }
 
-/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
-/// batches of 4, for `consumers` consumers, as JSON lines. More options may
-/// be added after them.
 /// An ImageFolder of generated JPEGs in `dir`: `classes` classes of
 /// `per_class` images whose long side lies in `long_side`.
 pub fn jpeg_dataset(
@@ -95,6 +155,9 @@ pub fn jpeg_dataset(
         .path
 }
 
+/// The arguments of `serve --name NAME --data DATA`: 16-pixel crops in
+/// batches of 4, for `consumers` consumers, as JSON lines. More options may
+/// be added after them.
 pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&'a str> {
     vec![
         "serve",
@@ -113,17 +176,22 @@ pub fn serve_data<'a>(name: &'a str, data: &'a str, consumers: &'a str) -> Vec<&
 }
 
 /// Runs a command to its end and insists that it failed as `batchcast`
-/// fails on a user's error.
+/// fails: status 1 on a user's error, 2 on arguments its parser refuses.
 pub trait Fail {
     /// The command's stderr; panics unless it exited with status 1.
-    fn fail(&mut self) -> String;
+    fn fail(&mut self) -> String {
+        self.fail_with(1)
+    }
+
+    /// The command's stderr; panics unless it exited with status `code`.
+    fn fail_with(&mut self, code: i32) -> String;
 }
 
 impl Fail for Command {
-    fn fail(&mut self) -> String {
+    fn fail_with(&mut self, code: i32) -> String {
         let out = self.output().unwrap();
         let err = String::from_utf8_lossy(&out.stderr).into_owned();
-        assert_eq!(out.status.code(), Some(1), "{self:?}: {err}");
+        assert_eq!(out.status.code(), Some(code), "{self:?}: {err}");
         err
     }
 }
@@ -362,4 +430,14 @@ pub fn assert_full_epoch(v: &Value, first: i64, last: i64) {
     assert_eq!(v["sizes_ok"], true, "{v}");
     assert_eq!(v["batches"], v["expected_batches"], "inexact len: {v}");
     assert_eq!(v["samples"], last - first + 1, "{v}");
+}
+
+/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
+pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+    assert!(p.finish().success(), "{}", p.stderr_text());
+    let ends = p.events("epoch_end");
+    assert_eq!(ends.len(), epochs, "{ends:?}");
+    for end in &ends {
+        assert_full_epoch(end, 0, samples - 1);
+    }
 }
