@@ -76,6 +76,16 @@ impl Fixture {
     }
 }
 
+/// Asserts that `row` ended `status` with a message that says `says`.
+fn assert_ended(row: &RunRow, status: RunStatus, says: &str) {
+    assert_eq!(row.run.status, status, "{row:?}");
+    let message = row.run.message.as_deref().unwrap_or("");
+    assert!(
+        message.contains(says),
+        "{says:?} not in {message:?}: {row:?}"
+    );
+}
+
 /// Live processes whose command line names a file under `dir`.
 fn running_in(dir: &Path) -> Vec<i32> {
     let dir = dir.to_string_lossy().into_owned();
@@ -104,16 +114,7 @@ fn a_job_that_cannot_start_leaves_the_next_watched_with_its_own_row() {
     );
     let out = f.run(&plan).unwrap();
     assert_eq!((out.finished, out.failed), (1, 1), "{out:?}");
-    let a = f.row("a");
-    assert_eq!(a.run.status, RunStatus::Failed);
-    assert!(
-        a.run
-            .message
-            .as_deref()
-            .unwrap_or("")
-            .contains("cannot start"),
-        "{a:?}"
-    );
+    assert_ended(&f.row("a"), RunStatus::Failed, "cannot start");
     let b = f.row("b");
     assert_eq!(b.run.status, RunStatus::Finished);
     let store = Store::open_read_only(f.path("runs.sqlite")).unwrap();
@@ -171,16 +172,7 @@ fn a_store_error_after_jobs_started_leaves_nothing_running() {
         begun.elapsed()
     );
     for name in ["a", "b"] {
-        let row = f.row(name);
-        assert_eq!(row.run.status, RunStatus::Killed, "{row:?}");
-        assert!(
-            row.run
-                .message
-                .as_deref()
-                .unwrap_or("")
-                .contains("disk full (test)"),
-            "{row:?}"
-        );
+        assert_ended(&f.row(name), RunStatus::Killed, "disk full (test)");
     }
     let mps = f.gpus.mps_state();
     assert!(!mps.running && mps.stops == 1, "{mps:?}");
@@ -209,22 +201,10 @@ fn a_data_command_that_does_not_serve_leaves_no_run_running() {
         );
         let out = f.run(&plan).unwrap();
         assert_eq!(out.failed, 1, "{script:?}: {out:?}");
-        let data = f.row(keys::DATA_RUN);
-        assert_eq!(data.run.status, RunStatus::Failed, "{script:?}: {data:?}");
-        let message = data.run.message.as_deref().unwrap_or("");
-        for w in &wanted {
-            assert!(message.contains(w), "{script:?}: {w:?} not in {message:?}");
+        for says in wanted {
+            assert_ended(&f.row(keys::DATA_RUN), RunStatus::Failed, says);
         }
-        let a = f.row("a");
-        assert_eq!(a.run.status, RunStatus::Failed, "{script:?}: {a:?}");
-        assert!(
-            a.run
-                .message
-                .as_deref()
-                .unwrap_or("")
-                .contains("Data did not start"),
-            "{script:?}: {a:?}"
-        );
+        assert_ended(&f.row("a"), RunStatus::Failed, "Data did not start");
     }
 }
 
