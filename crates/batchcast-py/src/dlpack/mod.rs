@@ -51,7 +51,7 @@ struct DLDevice {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct DLDataType {
     code: u8,
     bits: u8,
@@ -91,6 +91,8 @@ struct DLManagedTensorVersioned {
     dl_tensor: DLTensor,
 }
 
+/// The DLPack type of `d`: its type code (0 int, 1 uint, 2 float,
+/// 4 bfloat, 6 bool) and bits, one lane.
 fn dl_dtype(d: DType) -> DLDataType {
     let (code, bits) = match d {
         DType::Bool => (6, 8),
@@ -114,24 +116,8 @@ fn dl_dtype(d: DType) -> DLDataType {
     }
 }
 
+/// The dtype whose DLPack type `t` is (`dl_dtype`'s inverse); None for
+/// one batchcast does not carry (more than one lane included).
 fn from_dl_dtype(t: DLDataType) -> Option<DType> {
-    if t.lanes != 1 {
-        return None;
-    }
-    Some(match (t.code, t.bits) {
-        (6, 8) => DType::Bool,
-        (1, 8) => DType::U8,
-        (0, 8) => DType::I8,
-        (1, 16) => DType::U16,
-        (0, 16) => DType::I16,
-        (1, 32) => DType::U32,
-        (0, 32) => DType::I32,
-        (1, 64) => DType::U64,
-        (0, 64) => DType::I64,
-        (2, 16) => DType::F16,
-        (4, 16) => DType::BF16,
-        (2, 32) => DType::F32,
-        (2, 64) => DType::F64,
-        _ => return None,
-    })
+    DType::ALL.into_iter().find(|&d| dl_dtype(d) == t)
 }
