@@ -257,13 +257,12 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
 }
 
 /// The two DLPack managed-tensor structs (before 1.0, and 1.0's
-/// versioned one): what the deleter, the capsule destructor and
-/// [`capsule`] need of each.
+/// versioned one): what [`delete`] and [`capsule`] need of each.
 trait Managed: Sized {
     /// The name of a capsule that holds one.
     const CAPSULE: &'static CStr;
+    /// The `Box<Ctx>` that `__dlpack__` made, as the struct holds it.
     fn manager_ctx(&self) -> *mut c_void;
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)>;
 }
 
 impl Managed for DLManagedTensor {
@@ -271,18 +270,12 @@ impl Managed for DLManagedTensor {
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
     }
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
-    }
 }
 
 impl Managed for DLManagedTensorVersioned {
     const CAPSULE: &'static CStr = CAPSULE_VERSIONED;
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
-    }
-    fn deleter(&self) -> Option<unsafe extern "C" fn(*mut Self)> {
-        self.deleter
     }
 }
 
@@ -305,16 +298,12 @@ unsafe extern "C" fn delete<M: Managed>(m: *mut M) {
 unsafe extern "C" fn destroy_capsule<M: Managed>(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule. `PyCapsule_IsValid`
     // never raises; with the name it checked, `PyCapsule_GetPointer` cannot
-    // fail either, so the error indicator is left untouched. A capsule of
-    // that name made by `capsule` holds an `M`.
+    // fail either, so the error indicator is left untouched. A capsule
+    // `capsule` made still holds, under that name, the `M` it was given,
+    // whose deleter is `delete::<M>`; `delete` ignores a null pointer.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, M::CAPSULE.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(capsule, M::CAPSULE.as_ptr()).cast::<M>();
-            if !m.is_null() {
-                if let Some(deleter) = (*m).deleter() {
-                    deleter(m);
-                }
-            }
+            delete(ffi::PyCapsule_GetPointer(capsule, M::CAPSULE.as_ptr()).cast::<M>());
         }
     }
 }
