@@ -149,34 +149,50 @@ def inputs(a, work, keep):
     return cluster, traces
 
 
-def main():
-    a, bin_, out = setup(__doc__.split("\n\n")[0], "bench/results/sim-paper")
+def sweep(doc, out_dir, keep, trace_rows, write_md):
+    """The frame of a comparison: parses the arguments (the description is
+    doc's first paragraph), gathers trace_rows(bin_, cluster, name, path)
+    of each trace for which keep(records) holds, and writes the rows to
+    summary.csv and, with write_md, summary.md under --out (default
+    out_dir)."""
+    a, bin_, out = setup(doc.split("\n\n")[0], out_dir)
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        cluster, traces = inputs(a, Path(tmp), names_a_model)
+        cluster, traces = inputs(a, Path(tmp), keep)
         for name, path in traces:
-            for net in NETWORKS:
-                for cong, flags in CONGESTION.items():
-                    res, _ = run_sim(bin_, path, cluster, POLICIES, ["--network", net] + flags)
-                    for p in POLICIES:
-                        s = res[p]
-                        rows.append({"trace": name, "network": net, "congestion": cong,
-                                     "policy": p, "jobs": s["jobs"],
-                                     "makespan_h": s["makespan"] / HOUR,
-                                     "mean_jct_h": s["mean_jct"] / HOUR,
-                                     "p95_jct_h": s["p95_jct"] / HOUR,
-                                     "mean_queueing_h": s["mean_queueing"] / HOUR,
-                                     "comm_overhead_job_h": s["comm_overhead"] / HOUR,
-                                     "utilisation": s["utilisation"],
-                                     "preemptions": s["preemptions"]})
-                    d = res["dally"]
-                    print(f"{name} {net} {cong}: dally vs tiresias JCT "
-                          f"{pct(change(d['mean_jct'], res['tiresias']['mean_jct']))}, "
-                          f"vs gandiva {pct(change(d['mean_jct'], res['gandiva']['mean_jct']))}",
-                          flush=True)
+            rows += trace_rows(bin_, cluster, name, path)
     write_csv(out / "summary.csv", rows)
     write_md(out / "summary.md", rows)
     print(f"wrote {out}/summary.csv and summary.md")
+
+
+def trace_rows(bin_, cluster, name, path):
+    """One row per network x congestion x policy on the trace at path."""
+    rows = []
+    for net in NETWORKS:
+        for cong, flags in CONGESTION.items():
+            res, _ = run_sim(bin_, path, cluster, POLICIES, ["--network", net] + flags)
+            for p in POLICIES:
+                s = res[p]
+                rows.append({"trace": name, "network": net, "congestion": cong,
+                             "policy": p, "jobs": s["jobs"],
+                             "makespan_h": s["makespan"] / HOUR,
+                             "mean_jct_h": s["mean_jct"] / HOUR,
+                             "p95_jct_h": s["p95_jct"] / HOUR,
+                             "mean_queueing_h": s["mean_queueing"] / HOUR,
+                             "comm_overhead_job_h": s["comm_overhead"] / HOUR,
+                             "utilisation": s["utilisation"],
+                             "preemptions": s["preemptions"]})
+            d = res["dally"]
+            print(f"{name} {net} {cong}: dally vs tiresias JCT "
+                  f"{pct(change(d['mean_jct'], res['tiresias']['mean_jct']))}, "
+                  f"vs gandiva {pct(change(d['mean_jct'], res['gandiva']['mean_jct']))}",
+                  flush=True)
+    return rows
+
+
+def main():
+    sweep(__doc__, "bench/results/sim-paper", names_a_model, trace_rows, write_md)
 
 
 def write_csv(path, rows):

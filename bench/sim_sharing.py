@@ -21,10 +21,9 @@ Written to DIR: summary.csv and summary.md. Standard library only.
 """
 
 import json
-import tempfile
 from pathlib import Path
 
-from sim_paper import HOUR, change, inputs, pct, run_sim, setup, write_csv
+from sim_paper import HOUR, change, pct, run_sim, sweep
 
 POLICIES = ["dally", "tiresias", "gandiva"]
 SHARING = ["off", "share", "place"]
@@ -49,32 +48,31 @@ def with_datasets(path):
     return n
 
 
-def main():
-    a, bin_, out = setup(__doc__.split("\n\n")[0], "bench/results/sim-sharing")
+def trace_rows(bin_, cluster, name, path):
+    """One row per cores x sharing x policy on the trace at path."""
+    from_model = with_datasets(path)
+    datasets = len({r["dataset"] for r in json.loads(path.read_text())})
     rows = []
-    with tempfile.TemporaryDirectory() as tmp:
-        cluster, traces = inputs(a, Path(tmp), names_a_dataset)
-        for name, path in traces:
-            from_model = with_datasets(path)
-            datasets = len({r["dataset"] for r in json.loads(path.read_text())})
-            for cores in CORES:
-                for mode in SHARING:
-                    res, _ = run_sim(bin_, path, cluster, POLICIES,
-                                     ["--network", "standin", "--cpu-cores", str(cores),
-                                      "--data-sharing", mode])
-                    for p in POLICIES:
-                        s = res[p]
-                        rows.append({"trace": name, "datasets": datasets,
-                                     "dataset_from_model": from_model, "cores": cores,
-                                     "sharing": mode, "policy": p, "jobs": s["jobs"],
-                                     "makespan_h": s["makespan"] / HOUR,
-                                     "mean_jct_h": s["mean_jct"] / HOUR,
-                                     "cpu_overhead_job_h": s["cpu_overhead"] / HOUR,
-                                     "loading_core_h": s["loading_core_seconds"] / HOUR})
-                print(f"{name} {cores} cores done", flush=True)
-    write_csv(out / "summary.csv", rows)
-    write_md(out / "summary.md", rows)
-    print(f"wrote {out}/summary.csv and summary.md")
+    for cores in CORES:
+        for mode in SHARING:
+            res, _ = run_sim(bin_, path, cluster, POLICIES,
+                             ["--network", "standin", "--cpu-cores", str(cores),
+                              "--data-sharing", mode])
+            for p in POLICIES:
+                s = res[p]
+                rows.append({"trace": name, "datasets": datasets,
+                             "dataset_from_model": from_model, "cores": cores,
+                             "sharing": mode, "policy": p, "jobs": s["jobs"],
+                             "makespan_h": s["makespan"] / HOUR,
+                             "mean_jct_h": s["mean_jct"] / HOUR,
+                             "cpu_overhead_job_h": s["cpu_overhead"] / HOUR,
+                             "loading_core_h": s["loading_core_seconds"] / HOUR})
+        print(f"{name} {cores} cores done", flush=True)
+    return rows
+
+
+def main():
+    sweep(__doc__, "bench/results/sim-sharing", names_a_dataset, trace_rows, write_md)
 
 
 METRICS = [("mean_jct_h", "mean JCT"), ("makespan_h", "makespan"),

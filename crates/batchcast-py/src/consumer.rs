@@ -359,11 +359,7 @@ impl PyConsumer {
         format!(
             "<batchcast._native.Consumer of {:?}{}>",
             self.name,
-            if self.inner.is_closed() {
-                " (closed)"
-            } else {
-                ""
-            }
+            self.inner.closed_mark()
         )
     }
 }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use batchcast::{Event, Keepalive, LeafKind, Node, ShutdownReason};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyList, PyTuple};
+use pyo3::types::{PyList, PyTuple};
 
 use crate::dlpack::{ArrayView, DeviceMap, LeaseTracker};
 use crate::errors::Exc;
@@ -24,30 +24,18 @@ pub(crate) fn tree_to_py<'py>(py: Python<'py>, node: &Node) -> PyResult<Bound<'p
                 .iter()
                 .map(|c| tree_to_py(py, c))
                 .collect::<PyResult<Vec<_>>>()?;
-            PyTuple::new(
-                py,
-                [
-                    tag.into_pyobject(py)?.into_any(),
-                    PyList::new(py, children)?.into_any(),
-                ],
-            )?
-            .into_any()
+            (tag, PyList::new(py, children)?)
+                .into_pyobject(py)?
+                .into_any()
         }
         Node::Dict(items) => {
             let entries = items
                 .iter()
-                .map(|(k, c)| {
-                    PyTuple::new(py, [k.into_pyobject(py)?.into_any(), tree_to_py(py, c)?])
-                })
+                .map(|(k, c)| (k, tree_to_py(py, c)?).into_pyobject(py))
                 .collect::<PyResult<Vec<_>>>()?;
-            PyTuple::new(
-                py,
-                [
-                    "d".into_pyobject(py)?.into_any(),
-                    PyList::new(py, entries)?.into_any(),
-                ],
-            )?
-            .into_any()
+            ("d", PyList::new(py, entries)?)
+                .into_pyobject(py)?
+                .into_any()
         }
     })
 }
@@ -111,17 +99,7 @@ fn batch_to_py<'py>(
             }
         }
     }
-    PyTuple::new(
-        py,
-        [
-            "batch".into_pyobject(py)?.into_any(),
-            epoch.into_pyobject(py)?.into_any(),
-            index.into_pyobject(py)?.into_any(),
-            spec,
-            out.into_any(),
-            rows.into_pyobject(py)?.into_any(),
-        ],
-    )
+    ("batch", epoch, index, spec, out, rows).into_pyobject(py)
 }
 
 fn reason_to_py(reason: &ShutdownReason) -> (&'static str, String) {
@@ -140,52 +118,25 @@ pub(crate) fn event_to_py<'py>(
     plane: Option<&DeviceMap>,
 ) -> PyResult<Bound<'py, PyTuple>> {
     match event {
-        Event::EpochStart(info) => PyTuple::new(
-            py,
-            [
-                "start".into_pyobject(py)?.into_any(),
-                info.epoch.into_pyobject(py)?.into_any(),
-                info.samples.into_pyobject(py)?.into_any(),
-                info.batches.into_pyobject(py)?.into_any(),
-                info.batch_size.into_pyobject(py)?.into_any(),
-                PyBool::new(py, info.partial).to_owned().into_any(),
-                info.first_row.into_pyobject(py)?.into_any(),
-            ],
-        ),
+        Event::EpochStart(info) => (
+            "start",
+            info.epoch,
+            info.samples,
+            info.batches,
+            info.batch_size,
+            info.partial,
+            info.first_row,
+        )
+            .into_pyobject(py),
         Event::Batch(batch) => batch_to_py(py, batch, tracker, plane),
-        Event::EpochEnd { epoch, samples } => PyTuple::new(
-            py,
-            [
-                "end".into_pyobject(py)?.into_any(),
-                epoch.into_pyobject(py)?.into_any(),
-                samples.into_pyobject(py)?.into_any(),
-            ],
-        ),
+        Event::EpochEnd { epoch, samples } => ("end", epoch, samples).into_pyobject(py),
         Event::Trigger(t) => {
             let (first, last) = t.arrivals.unzip();
-            PyTuple::new(
-                py,
-                [
-                    "trigger".into_pyobject(py)?.into_any(),
-                    t.id.into_pyobject(py)?.into_any(),
-                    t.seq.into_pyobject(py)?.into_any(),
-                    t.epoch.into_pyobject(py)?.into_any(),
-                    t.samples.into_pyobject(py)?.into_any(),
-                    first.into_pyobject(py)?.into_any(),
-                    last.into_pyobject(py)?.into_any(),
-                ],
-            )
+            ("trigger", t.id, t.seq, t.epoch, t.samples, first, last).into_pyobject(py)
         }
         Event::Finished(reason) => {
             let (kind, message) = reason_to_py(&reason);
-            PyTuple::new(
-                py,
-                [
-                    "finished".into_pyobject(py)?.into_any(),
-                    kind.into_pyobject(py)?.into_any(),
-                    message.into_pyobject(py)?.into_any(),
-                ],
-            )
+            ("finished", kind, message).into_pyobject(py)
         }
     }
 }

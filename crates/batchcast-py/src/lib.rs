@@ -222,6 +222,15 @@ impl<T: Send> Guarded<T> {
         self.closing.load(Ordering::Acquire)
     }
 
+    /// `" (closed)"` once closing, else `""`: the end of a `__repr__`.
+    pub(crate) fn closed_mark(&self) -> &'static str {
+        if self.is_closed() {
+            " (closed)"
+        } else {
+            ""
+        }
+    }
+
     /// For `Drop`: takes the object out in the process that made it; in a
     /// forked child, leaks it instead (dropping it would act on the parent's
     /// connections; see the module docs) and returns None.

@@ -553,11 +553,7 @@ impl PyProducer {
         format!(
             "<batchcast._native.Producer {:?}{}>",
             self.name,
-            if self.inner.is_closed() {
-                " (closed)"
-            } else {
-                ""
-            }
+            self.inner.closed_mark()
         )
     }
 }

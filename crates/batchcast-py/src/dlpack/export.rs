@@ -4,7 +4,7 @@
 //! [`super::device`]).
 
 use std::collections::HashMap;
-use std::ffi::c_void;
+use std::ffi::{c_void, CStr};
 use std::sync::{Arc, Mutex};
 
 use batchcast::{DType, Keepalive};
@@ -256,111 +256,71 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
     strides
 }
 
-unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
-    if m.is_null() {
-        return;
-    }
-    // SAFETY: `m` and its context were made by `Box::into_raw` in
-    // `ArrayView::__dlpack__`, and DLPack calls the deleter exactly once.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<Ctx>()));
+/// The two DLPack managed-tensor structs (before 1.0, and 1.0's
+/// versioned one): what [`delete`] and [`capsule`] need of each.
+trait Managed: Sized {
+    /// The name of a capsule that holds one.
+    const CAPSULE: &'static CStr;
+    /// The `Box<Ctx>` that `__dlpack__` made, as the struct holds it.
+    fn manager_ctx(&self) -> *mut c_void;
+}
+
+impl Managed for DLManagedTensor {
+    const CAPSULE: &'static CStr = CAPSULE;
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
     }
 }
 
-unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
+impl Managed for DLManagedTensorVersioned {
+    const CAPSULE: &'static CStr = CAPSULE_VERSIONED;
+    fn manager_ctx(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+/// The deleter of the tensors [`capsule`] makes.
+unsafe extern "C" fn delete<M: Managed>(m: *mut M) {
     if m.is_null() {
         return;
     }
-    // SAFETY: as in `delete_legacy`.
+    // SAFETY: `m` was made by `Box::into_raw` in `capsule`, its context by
+    // `Box::into_raw` in `ArrayView::__dlpack__`, and DLPack calls the
+    // deleter exactly once.
     unsafe {
         let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<Ctx>()));
+        drop(Box::from_raw(m.manager_ctx().cast::<Ctx>()));
     }
 }
 
 /// Capsule destructor: frees the tensor unless a consumer took it (and
-/// renamed the capsule `used_dltensor`).
-unsafe extern "C" fn capsule_legacy(capsule: *mut ffi::PyObject) {
+/// renamed the capsule `used_dltensor`, or `used_dltensor_versioned`).
+unsafe extern "C" fn destroy_capsule<M: Managed>(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule. `PyCapsule_IsValid`
     // never raises; with the name it checked, `PyCapsule_GetPointer` cannot
-    // fail either, so the error indicator is left untouched.
+    // fail either, so the error indicator is left untouched. A capsule
+    // `capsule` made still holds, under that name, the `M` it was given,
+    // whose deleter is `delete::<M>`; `delete` ignores a null pointer.
     unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(capsule, CAPSULE.as_ptr()).cast::<DLManagedTensor>();
-            if !m.is_null() {
-                if let Some(deleter) = (*m).deleter {
-                    deleter(m);
-                }
-            }
+        if ffi::PyCapsule_IsValid(capsule, M::CAPSULE.as_ptr()) == 1 {
+            delete(ffi::PyCapsule_GetPointer(capsule, M::CAPSULE.as_ptr()).cast::<M>());
         }
     }
 }
 
-unsafe extern "C" fn capsule_versioned(capsule: *mut ffi::PyObject) {
-    // SAFETY: as in `capsule_legacy`.
-    unsafe {
-        if ffi::PyCapsule_IsValid(capsule, CAPSULE_VERSIONED.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(capsule, CAPSULE_VERSIONED.as_ptr())
-                .cast::<DLManagedTensorVersioned>();
-            if !m.is_null() {
-                if let Some(deleter) = (*m).deleter {
-                    deleter(m);
-                }
-            }
-        }
-    }
-}
-
-/// A `dltensor_versioned` capsule (DLPack 1.0) of `tensor`, whose deleter
-/// frees `ctx` (a `Box<Ctx>` made by `__dlpack__`).
-fn versioned_capsule<'py>(
-    py: Python<'py>,
-    tensor: DLTensor,
-    ctx: *mut c_void,
-    flags: u64,
-) -> PyResult<Bound<'py, PyAny>> {
-    let m = Box::into_raw(Box::new(DLManagedTensorVersioned {
-        version: DLPackVersion { major: 1, minor: 0 },
-        manager_ctx: ctx,
-        deleter: Some(delete_versioned),
-        flags,
-        dl_tensor: tensor,
-    }));
+/// A capsule of `managed` (its deleter [`delete`], its context a
+/// `Box<Ctx>` made by `__dlpack__`): `dltensor_versioned` (DLPack 1.0) or
+/// `dltensor` (before 1.0), as `M` is.
+fn capsule<M: Managed>(py: Python<'_>, managed: M) -> PyResult<Bound<'_, PyAny>> {
+    let m = Box::into_raw(Box::new(managed));
     // SAFETY: the managed tensor and its context are leaked into the
     // capsule; the capsule destructor or the consumer calls the deleter,
     // which frees both exactly once (here when no capsule was made). The
     // name is a static string.
     unsafe {
-        let raw = ffi::PyCapsule_New(
-            m.cast(),
-            CAPSULE_VERSIONED.as_ptr(),
-            Some(capsule_versioned),
-        );
+        let raw = ffi::PyCapsule_New(m.cast(), M::CAPSULE.as_ptr(), Some(destroy_capsule::<M>));
         if raw.is_null() {
-            delete_versioned(m);
-        }
-        Bound::from_owned_ptr_or_err(py, raw)
-    }
-}
-
-/// A `dltensor` capsule (DLPack before 1.0) of `tensor`, whose deleter
-/// frees `ctx` (a `Box<Ctx>` made by `__dlpack__`).
-fn legacy_capsule<'py>(
-    py: Python<'py>,
-    tensor: DLTensor,
-    ctx: *mut c_void,
-) -> PyResult<Bound<'py, PyAny>> {
-    let m = Box::into_raw(Box::new(DLManagedTensor {
-        dl_tensor: tensor,
-        manager_ctx: ctx,
-        deleter: Some(delete_legacy),
-    }));
-    // SAFETY: as in `versioned_capsule`.
-    unsafe {
-        let raw = ffi::PyCapsule_New(m.cast(), CAPSULE.as_ptr(), Some(capsule_legacy));
-        if raw.is_null() {
-            delete_legacy(m);
+            delete(m);
         }
         Bound::from_owned_ptr_or_err(py, raw)
     }
@@ -433,9 +393,21 @@ impl ArrayView {
             } else {
                 0
             };
-            versioned_capsule(py, tensor, ctx, flags)
+            let managed = DLManagedTensorVersioned {
+                version: DLPackVersion { major: 1, minor: 0 },
+                manager_ctx: ctx,
+                deleter: Some(delete),
+                flags,
+                dl_tensor: tensor,
+            };
+            capsule(py, managed)
         } else {
-            legacy_capsule(py, tensor, ctx)
+            let managed = DLManagedTensor {
+                dl_tensor: tensor,
+                manager_ctx: ctx,
+                deleter: Some(delete),
+            };
+            capsule(py, managed)
         }
     }
 

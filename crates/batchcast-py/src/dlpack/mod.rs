@@ -51,7 +51,7 @@ struct DLDevice {
 }
 
 #[repr(C)]
-#[derive(Clone, Copy)]
+#[derive(Clone, Copy, PartialEq, Eq)]
 struct DLDataType {
     code: u8,
     bits: u8,
@@ -91,47 +91,27 @@ struct DLManagedTensorVersioned {
     dl_tensor: DLTensor,
 }
 
+/// The DLPack type of `d`: its type code (DLPack's `kDLInt` 0, `kDLUInt` 1,
+/// `kDLFloat` 2, `kDLBfloat` 4, `kDLBool` 6), its element size in bits, one
+/// lane.
 fn dl_dtype(d: DType) -> DLDataType {
-    let (code, bits) = match d {
-        DType::Bool => (6, 8),
-        DType::U8 => (1, 8),
-        DType::I8 => (0, 8),
-        DType::U16 => (1, 16),
-        DType::I16 => (0, 16),
-        DType::U32 => (1, 32),
-        DType::I32 => (0, 32),
-        DType::U64 => (1, 64),
-        DType::I64 => (0, 64),
-        DType::F16 => (2, 16),
-        DType::BF16 => (4, 16),
-        DType::F32 => (2, 32),
-        DType::F64 => (2, 64),
+    let code = match d {
+        DType::I8 | DType::I16 | DType::I32 | DType::I64 => 0,
+        DType::U8 | DType::U16 | DType::U32 | DType::U64 => 1,
+        DType::F16 | DType::F32 | DType::F64 => 2,
+        DType::BF16 => 4,
+        DType::Bool => 6,
     };
     DLDataType {
         code,
-        bits,
+        // At most 8 bytes: 64 bits.
+        bits: 8 * d.size() as u8,
         lanes: 1,
     }
 }
 
+/// The dtype whose DLPack type `t` is (`dl_dtype`'s inverse); None for
+/// one batchcast does not carry (more than one lane included).
 fn from_dl_dtype(t: DLDataType) -> Option<DType> {
-    if t.lanes != 1 {
-        return None;
-    }
-    Some(match (t.code, t.bits) {
-        (6, 8) => DType::Bool,
-        (1, 8) => DType::U8,
-        (0, 8) => DType::I8,
-        (1, 16) => DType::U16,
-        (0, 16) => DType::I16,
-        (1, 32) => DType::U32,
-        (0, 32) => DType::I32,
-        (1, 64) => DType::U64,
-        (0, 64) => DType::I64,
-        (2, 16) => DType::F16,
-        (4, 16) => DType::BF16,
-        (2, 32) => DType::F32,
-        (2, 64) => DType::F64,
-        _ => return None,
-    })
+    DType::ALL.into_iter().find(|&d| dl_dtype(d) == t)
 }
