@@ -99,8 +99,9 @@ def loader_factory(samples: int, work_us: int, batch: int):
 
 
 def trainable(config):
-    import batchcast.ray
     from ray import tune
+
+    import batchcast.ray
 
     make = loader_factory(config["samples"], config["work_us"], config["batch"])
     if config["shared"]:
