@@ -5,7 +5,7 @@ use std::os::fd::OwnedFd;
 use std::sync::Arc;
 use std::time::Instant;
 
-use batchcast::DeviceMirror;
+use batchcast::{DeviceMirror, MirrorSpec};
 
 use crate::error::Result;
 use crate::stats::MirrorStats;
@@ -50,19 +50,13 @@ pub trait Backend: Send + Sync {
     /// A new mirror of the arena on the device `uuid` (producer side).
     fn mirror(&self, uuid: &str) -> Result<Mirror>;
 
-    /// Maps the mirror exported as `fd` with `import_info` (consumer side).
-    /// `len` is the arena's length; the mapping covers it. For the
+    /// Maps the mirror `spec` describes, exported as `fd` (consumer side):
+    /// on the device `spec.device`, covering `spec.len` (the arena's
+    /// length), with the backend's `spec.import_info`. For the
     /// stand-in, [`Access::ReadWrite`] is a private mapping (writes stay
     /// this process's); for CUDA it maps the shared allocation writable, so
     /// writes reach every process that maps it.
-    fn import(
-        &self,
-        uuid: &str,
-        fd: OwnedFd,
-        import_info: &[u8],
-        len: u64,
-        access: Access,
-    ) -> Result<Mapping>;
+    fn import(&self, spec: &MirrorSpec, fd: OwnedFd, access: Access) -> Result<Mapping>;
 }
 
 /// The producer's mirror on one device, with its counters.

@@ -14,7 +14,7 @@ use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 
-use batchcast::DeviceMirror;
+use batchcast::{DeviceMirror, MirrorSpec};
 use memmap2::{MmapOptions, MmapRaw};
 use rustix::fs::{MemfdFlags, SealFlags};
 
@@ -110,16 +110,10 @@ impl Backend for StandIn {
         Ok(Mirror::new(Box::new(inner), stats))
     }
 
-    fn import(
-        &self,
-        uuid: &str,
-        fd: OwnedFd,
-        import_info: &[u8],
-        len: u64,
-        access: Access,
-    ) -> Result<Mapping> {
-        let device = by_uuid(uuid, &self.devices)?;
-        ImportInfo::decode(import_info, len)?;
+    fn import(&self, spec: &MirrorSpec, fd: OwnedFd, access: Access) -> Result<Mapping> {
+        let device = by_uuid(&spec.device, &self.devices)?;
+        let len = spec.len;
+        ImportInfo::decode(&spec.import_info, len)?;
         let file = File::from(fd);
         let size = file
             .metadata()

@@ -7,12 +7,21 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::process::{CommandExt, ExitStatusExt};
 use std::process::{Command, Output};
 
-use batchcast::DeviceMirror;
+use batchcast::{DeviceMirror, MirrorSpec};
 use batchcast_device::{stand_in_uuid, Access, Backend, Error, Mirror, StandIn, STAND_IN_ENV};
 
 const ROLE: &str = "BATCHCAST_DEVICE_TEST_ROLE";
 const CHILD_FD: i32 = 100;
 const LEN: u64 = 3 * 4096 + 17;
+
+/// The welcome's description of a mirror on `device`.
+fn spec(device: String, import_info: &[u8], len: u64) -> MirrorSpec {
+    MirrorSpec {
+        device,
+        len,
+        import_info: import_info.to_vec(),
+    }
+}
 
 fn pattern(i: u64) -> u8 {
     (i * 7 % 251) as u8
@@ -90,7 +99,7 @@ fn child_import(access: Access) -> Option<batchcast_device::Mapping> {
     let fd = unsafe { OwnedFd::from_raw_fd(CHILD_FD) };
     Some(
         backend
-            .import(&stand_in_uuid(1), fd, &info, LEN, access)
+            .import(&spec(stand_in_uuid(1), &info, LEN), fd, access)
             .unwrap(),
     )
 }
@@ -195,10 +204,8 @@ fn a_read_write_mapping_keeps_its_writes() {
     let info = mirror.import_info();
     let seen = backend
         .import(
-            &stand_in_uuid(1),
+            &spec(stand_in_uuid(1), &info, LEN),
             fd.try_clone().unwrap(),
-            &info,
-            LEN,
             Access::ReadOnly,
         )
         .unwrap();
@@ -215,7 +222,7 @@ fn a_read_write_mapping_keeps_its_writes() {
     );
     // The producer's copy is unchanged too: a fresh import sees the pattern.
     let again = backend
-        .import(&stand_in_uuid(1), fd, &info, LEN, Access::ReadOnly)
+        .import(&spec(stand_in_uuid(1), &info, LEN), fd, Access::ReadOnly)
         .unwrap();
     assert_eq!(read(again.addr(), 5000), pattern(5000));
 }
@@ -277,10 +284,8 @@ fn imports_with_the_wrong_length_or_information_are_errors() {
     let info = mirror.import_info();
     let import = |info: &[u8], len| {
         backend.import(
-            &stand_in_uuid(1),
+            &spec(stand_in_uuid(1), info, len),
             fd.try_clone().unwrap(),
-            info,
-            len,
             Access::ReadOnly,
         )
     };
@@ -298,10 +303,8 @@ fn imports_with_the_wrong_length_or_information_are_errors() {
     ));
     assert!(matches!(import(&[], LEN), Err(Error::BadImportInfo(_))));
     let wrong_device = backend.import(
-        &stand_in_uuid(7),
+        &spec(stand_in_uuid(7), &info, LEN),
         fd.try_clone().unwrap(),
-        &info,
-        LEN,
         Access::ReadOnly,
     );
     let e = wrong_device.unwrap_err();
@@ -341,7 +344,7 @@ fn several_threads_import_and_read_while_the_stats_are_read() {
             let (backend, info, fd) = (&backend, &info, fd.try_clone().unwrap());
             s.spawn(move || {
                 let map = backend
-                    .import(&stand_in_uuid(1), fd, info, LEN, Access::ReadOnly)
+                    .import(&spec(stand_in_uuid(1), info, LEN), fd, Access::ReadOnly)
                     .unwrap();
                 for i in (0..LEN).step_by(97) {
                     assert_eq!(read(map.addr(), i), pattern(i));

@@ -8,10 +8,10 @@
 //! reason, warns once and copies batches itself. The mapping lives in an
 //! `Arc` that every device view holds, so views outlive a re-import.
 
-use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::sync::{Arc, Mutex};
 
-use batchcast::Consumer;
+use batchcast::{Consumer, MirrorSpec};
 use batchcast_device::{resolve, Access, DeviceSpec, Error as DeviceError, Mapping};
 use pyo3::prelude::*;
 use pyo3::types::PyDict;
@@ -42,27 +42,13 @@ pub(crate) struct Slots {
     backend: &'static str,
 }
 
-/// One mirror of the producer's arena as the welcome describes it.
-struct MirrorRef<'a> {
-    device: &'a str,
-    len: u64,
-    import_info: &'a [u8],
-    fd: BorrowedFd<'a>,
-}
+/// The mirrors of the producer's arena as the welcome describes them, each
+/// with its fd.
+type Mirrors = [(MirrorSpec, OwnedFd)];
 
 /// The mirrors the core's consumer was handed, and their generation.
-fn mirrors_of(consumer: &Consumer) -> (Vec<MirrorRef<'_>>, u64) {
-    let mirrors = consumer
-        .mirrors()
-        .iter()
-        .map(|(spec, fd)| MirrorRef {
-            device: &spec.device,
-            len: spec.len,
-            import_info: &spec.import_info,
-            fd: fd.as_fd(),
-        })
-        .collect();
-    (mirrors, consumer.mirror_generation())
+fn mirrors_of(consumer: &Consumer) -> (&Mirrors, u64) {
+    (consumer.mirrors(), consumer.mirror_generation())
 }
 
 /// A consumer's device plane.
@@ -115,7 +101,7 @@ impl Plane {
     pub(crate) fn attach(&self, consumer: &Consumer, device: &str) -> Result<Path, DeviceError> {
         DeviceSpec::parse(device)?;
         let (mirrors, generation) = mirrors_of(consumer);
-        let path = self.map_mirror(&mirrors, device);
+        let path = self.map_mirror(mirrors, device);
         // Only a consumer on the device plane follows a restarted
         // producer's new mirrors: one on the host path stays there (its
         // Python side moves host batches, and would never fence device ones).
@@ -134,12 +120,12 @@ impl Plane {
         let (mirrors, now) = mirrors_of(consumer);
         if *generation != now {
             *generation = now;
-            self.map_mirror(&mirrors, device);
+            self.map_mirror(mirrors, device);
         }
     }
 
     /// Maps the mirror of `device` among `mirrors`, or says why not.
-    fn map_mirror(&self, mirrors: &[MirrorRef<'_>], device: &str) -> Path {
+    fn map_mirror(&self, mirrors: &Mirrors, device: &str) -> Path {
         let mut map = lock(&self.map);
         *map = None;
         let (mapping, slots) = match import(mirrors, device) {
@@ -160,7 +146,7 @@ impl Plane {
 
 /// Imports the mirror of `device` among `mirrors` read-only; the reason
 /// for the host path when it cannot.
-fn import(mirrors: &[MirrorRef<'_>], device: &str) -> Result<(Mapping, Slots), String> {
+fn import(mirrors: &Mirrors, device: &str) -> Result<(Mapping, Slots), String> {
     if mirrors.is_empty() {
         return Err(NO_MIRRORS.into());
     }
@@ -172,8 +158,11 @@ fn import(mirrors: &[MirrorRef<'_>], device: &str) -> Result<(Mapping, Slots), S
     if info.mig {
         return Err(DeviceError::Mig { device: info.uuid }.to_string());
     }
-    let Some(mirror) = mirrors.iter().find(|m| m.device == info.uuid) else {
-        let served: Vec<&str> = mirrors.iter().map(|m| m.device).collect();
+    let Some((spec, fd)) = mirrors.iter().find(|(spec, _)| spec.device == info.uuid) else {
+        let served: Vec<&str> = mirrors
+            .iter()
+            .map(|(spec, _)| spec.device.as_str())
+            .collect();
         return Err(format!(
             "the producer does not serve {device} ({}); it serves {}: run this consumer on one \
              of those, or start the producer with this GPU too",
@@ -181,18 +170,11 @@ fn import(mirrors: &[MirrorRef<'_>], device: &str) -> Result<(Mapping, Slots), S
             served.join(", ")
         ));
     };
-    let fd: OwnedFd = mirror
-        .fd
-        .try_clone_to_owned()
+    let fd = fd
+        .try_clone()
         .map_err(|e| format!("cannot duplicate the mirror's fd: {e}"))?;
     let mapping = backend
-        .import(
-            &info.uuid,
-            fd,
-            mirror.import_info,
-            mirror.len,
-            Access::ReadOnly,
-        )
+        .import(spec, fd, Access::ReadOnly)
         .map_err(|e| format!("the device refused to map the producer's slots: {e}"))?;
     let slots = Slots {
         uuid: info.uuid,

@@ -5,6 +5,7 @@
 use std::ffi::CStr;
 use std::os::fd::{AsRawFd, OwnedFd};
 
+use batchcast::MirrorSpec;
 use cudarc::driver::sys::{
     self, CUdevice, CUdevice_attribute, CUmemAccess_flags, CUmemAllocationHandleType, CUuuid,
 };
@@ -165,16 +166,9 @@ impl Backend for Cuda {
         mirror::new(dev, info.uuid)
     }
 
-    fn import(
-        &self,
-        uuid: &str,
-        fd: OwnedFd,
-        import_info: &[u8],
-        len: u64,
-        access: Access,
-    ) -> Result<Mapping> {
-        let (dev, info) = self.device(uuid)?;
-        let geometry = ImportInfo::decode(import_info, len)?;
+    fn import(&self, spec: &MirrorSpec, fd: OwnedFd, access: Access) -> Result<Mapping> {
+        let (dev, info) = self.device(&spec.device)?;
+        let geometry = ImportInfo::decode(&spec.import_info, spec.len)?;
         let size =
             usize::try_from(geometry.size).map_err(|_| Error::BadImportInfo("too large".into()))?;
         let primary = Primary::retain(dev)?;
@@ -216,7 +210,7 @@ impl Backend for Cuda {
         drop(current);
         Ok(Mapping {
             addr: mapped.ptr,
-            len,
+            len: spec.len,
             ordinal: info.ordinal,
             read_only_enforced: enforced,
             dl_device: (2, info.ordinal as i32),
