@@ -214,10 +214,8 @@ fn timestamps_and_missing_files() {
     let e = read_file(Path::new("/nonexistent/trace.json"), Format::Dally)
         .unwrap_err()
         .to_string();
-    assert!(
-        e.contains("/nonexistent/trace.json") && e.contains("cannot read"),
-        "{e}"
-    );
+    common::assert_says(&e, "/nonexistent/trace.json");
+    common::assert_says(&e, "cannot read");
 }
 
 /// A job id or dataset name from a trace with a comma, a quote, a carriage
