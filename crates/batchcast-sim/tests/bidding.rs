@@ -114,7 +114,7 @@ fn released_gpus_are_auctioned_after_the_restart_cost_per_gpu() {
 fn policies_outside_the_published_code_are_refused_naming_the_choices() {
     for (name, needle) in [("srsf", "pick las"), ("fifo", "pick sjf, las")] {
         let e = Bidder::by_name(name).unwrap_err().to_string();
-        assert!(e.contains(needle), "{e}");
+        common::assert_says(&e, needle);
     }
 }
 
@@ -128,7 +128,7 @@ fn a_run_of_too_many_chunks_is_refused_naming_the_fix() {
     let las = Bidder::by_name("las").unwrap();
     let e =
         simulate_bidding(&c.spec, &published_cfg(20.0), &big, &chunks(0.0, 1), las).unwrap_err();
-    assert!(e.to_string().contains("raise iteration_granularity"), "{e}");
+    common::assert_says(&e.to_string(), "raise iteration_granularity");
     let o = simulate_bidding(
         &c.spec,
         &published_cfg(20.0),

@@ -101,5 +101,5 @@ fn a_job_larger_than_the_cluster_is_refused_naming_the_sizes() {
     let e = simulate_bidding(&c.spec, &published_cfg(100.0), &t.jobs, &run, Bidder::Dally)
         .unwrap_err()
         .to_string();
-    assert!(e.contains("asks for 8 GPUs and the cluster has 4"), "{e}");
+    common::assert_says(&e, "asks for 8 GPUs and the cluster has 4");
 }

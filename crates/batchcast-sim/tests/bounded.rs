@@ -74,10 +74,7 @@ fn a_job_wider_than_the_cluster_is_told_the_range_it_may_take() {
     let spec = ClusterSpec::new(1, 1, 8, 64.0);
     let e = validate(&spec, &[common::job("wide", 0.0, 9, 10.0)]).unwrap_err();
     let msg = e.to_string();
-    assert!(
-        msg.contains("needs 9 GPUs; the cluster has 8 (give it 1 to 8)"),
-        "{msg}"
-    );
+    common::assert_says(&msg, "needs 9 GPUs; the cluster has 8 (give it 1 to 8)");
 }
 
 /// One 8-GPU machine: "a" (6 GPUs, 100 s) from 0, then at 1, in this

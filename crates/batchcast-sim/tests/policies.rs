@@ -221,5 +221,5 @@ fn a_cluster_whose_gpu_count_overflows_is_refused_not_allocated() {
     let spec = ClusterSpec::new(11_806_113, 409_891, 7_623_851, 1.0);
     assert_eq!(spec.total_gpus(), u64::MAX);
     let err = spec.validate().unwrap_err().to_string();
-    assert!(err.contains("exceed the limit"), "{err}");
+    common::assert_says(&err, "exceed the limit");
 }

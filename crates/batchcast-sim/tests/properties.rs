@@ -1,5 +1,7 @@
 //! Properties over random traces and clusters, for every policy.
 
+mod common;
+
 use batchcast_sim::{
     by_name, simulate, synthetic, ClusterSpec, DataSharing, JobSpec, SimConfig, Slowdown, Summary,
     SynthConfig,
@@ -132,7 +134,8 @@ fn a_job_bigger_than_the_cluster_is_refused_by_name() {
     .err()
     .map(|e| e.to_string())
     .unwrap_or_default();
-    assert!(err.contains("job huge") && err.contains("5 GPUs"), "{err}");
+    common::assert_says(&err, "job huge");
+    common::assert_says(&err, "5 GPUs");
     assert!(by_name("lottery")
         .err()
         .map(|e| e.to_string())

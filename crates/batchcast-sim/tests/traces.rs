@@ -14,31 +14,35 @@ fn write(dir: &Path, name: &str, body: &str) -> std::path::PathBuf {
     p
 }
 
-/// The trace that `body`, written as `name` in `dir`, gives read as a
-/// `format` trace.
-fn read(dir: &Path, name: &str, body: &str, format: Format) -> Parsed {
-    read_file(&write(dir, name, body), format).expect("a readable sample trace")
+/// The trace that `body`, written as `name` in a temporary directory,
+/// gives read as a `format` trace.
+fn read(name: &str, body: &str, format: Format) -> Parsed {
+    let dir = tempfile::tempdir().unwrap();
+    read_file(&write(dir.path(), name, body), format).expect("a readable sample trace")
 }
 
-/// The file, record and field that reading `body`, written as `name` in
-/// `dir`, as a `format` trace is refused for.
-fn refused(dir: &Path, name: &str, body: &str, format: Format) -> (String, usize, String) {
-    match read_file(&write(dir, name, body), format).unwrap_err() {
+/// The record and field that reading `body`, written as `name` in a
+/// temporary directory, as a `format` trace is refused for; the refusal
+/// must name the file too.
+fn refused(name: &str, body: &str, format: Format) -> (usize, String) {
+    let dir = tempfile::tempdir().unwrap();
+    match read_file(&write(dir.path(), name, body), format).unwrap_err() {
         SimError::Parse {
             file,
             record,
             field,
             ..
-        } => (file, record, field),
-        other => panic!("expected a parse error, got {other}"),
+        } => {
+            assert!(file.ends_with(name), "{file} is not {name}");
+            (record, field)
+        }
+        other => panic!("{name}: expected a parse error, got {other}"),
     }
 }
 
 #[test]
 fn batchcast_json_job_list() {
-    let dir = tempfile::tempdir().unwrap();
     let t = read(
-        dir.path(),
         "jobs.json",
         r#"[
  {"job_id": 0, "job_group_id": 0, "arrival_time": 100, "total_iterations": 1000, "time_per_iteration": 0.5,
@@ -67,34 +71,11 @@ fn batchcast_json_job_list() {
         (b.dataset.as_str(), b.model.as_str()),
         ("imagenet", "resnet50")
     );
-
-    let (file, record, field) = refused(
-        dir.path(),
-        "bad.json",
-        r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2},
-        {"job_id": 2, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 1.5}]"#,
-        Format::Batchcast,
-    );
-    assert!(file.ends_with("bad.json"));
-    assert_eq!((record, field.as_str()), (2, "max_parallelism"));
-    let (_, _, field) = refused(
-        dir.path(),
-        "slow.json",
-        r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2, "cross_rack_slowdown": 0.5}]"#,
-        Format::Batchcast,
-    );
-    assert_eq!(field, "cross_rack_slowdown");
-    assert_eq!(
-        refused(dir.path(), "broken.json", "[{", Format::Batchcast).2,
-        "(json)"
-    );
 }
 
 #[test]
 fn helios_cluster_log_csv() {
-    let dir = tempfile::tempdir().unwrap();
     let t = read(
-        dir.path(),
         "cluster_log.csv",
         "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
          j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,2020-04-01 00:00:12,2020-04-01 01:00:12,3600,2\n\
@@ -116,30 +97,11 @@ fn helios_cluster_log_csv() {
         (t.jobs[1].arrival, t.jobs[1].gpus, t.jobs[1].iterations),
         (60.0, 16, 600.0)
     );
-
-    let (_, record, field) = refused(
-        dir.path(),
-        "bad.csv",
-        "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
-         j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,,,3600,2\n\
-         j2,u1,vc1,8,48,1,COMPLETED,yesterday,,,3600,2\n",
-        Format::Helios,
-    );
-    assert_eq!((record, field.as_str()), (2, "submit_time"));
-    let (_, _, field) = refused(
-        dir.path(),
-        "nocol.csv",
-        "job_id,user\nj1,u1\n",
-        Format::Helios,
-    );
-    assert_eq!(field, "gpu_num");
 }
 
 #[test]
 fn philly_cluster_job_log_json() {
-    let dir = tempfile::tempdir().unwrap();
     let t = read(
-        dir.path(),
         "cluster_job_log",
         r#"[
  {"status": "Pass", "vc": "vc1", "jobid": "application_1", "user": "u1", "submitted_time": "2017-10-03 08:00:00",
@@ -161,15 +123,55 @@ fn philly_cluster_job_log_json() {
         ("application_1", 0.0, 4, 4200.0)
     );
     assert_eq!((c.arrival, c.gpus, c.iterations), (600.0, 1, 600.0));
+}
 
-    let (_, record, field) = refused(
-        dir.path(),
-        "bad_log",
-        r#"[{"jobid": "a", "submitted_time": "2017-10-03 08:00:00",
+/// Each case: a sample's file name, format and text, and the record and
+/// field its refusal names.
+#[test]
+fn malformed_records_are_refused_naming_file_record_and_field() {
+    let cases = [
+        (
+            "bad.json",
+            Format::Batchcast,
+            r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2},
+        {"job_id": 2, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 1.5}]"#,
+            2,
+            "max_parallelism",
+        ),
+        (
+            "slow.json",
+            Format::Batchcast,
+            r#"[{"job_id": 1, "arrival_time": 0, "total_iterations": 5, "time_per_iteration": 1, "max_parallelism": 2, "cross_rack_slowdown": 0.5}]"#,
+            1,
+            "cross_rack_slowdown",
+        ),
+        ("broken.json", Format::Batchcast, "[{", 0, "(json)"),
+        (
+            "bad.csv",
+            Format::Helios,
+            "job_id,user,vc,gpu_num,cpu_num,node_num,state,submit_time,start_time,end_time,duration,queue\n\
+             j1,u1,vc1,8,48,1,COMPLETED,2020-04-01 00:00:10,,,3600,2\n\
+             j2,u1,vc1,8,48,1,COMPLETED,yesterday,,,3600,2\n",
+            2,
+            "submit_time",
+        ),
+        ("nocol.csv", Format::Helios, "job_id,user\nj1,u1\n", 0, "gpu_num"),
+        (
+            "bad_log",
+            Format::Philly,
+            r#"[{"jobid": "a", "submitted_time": "2017-10-03 08:00:00",
         "attempts": [{"start_time": "2017-10-03 08:01:00", "end_time": "2017-10-03 08:02:00", "detail": [{"ip": "m1", "gpus": 3}]}]}]"#,
-        Format::Philly,
-    );
-    assert_eq!((record, field.as_str()), (1, "attempts[0].detail.gpus"));
+            1,
+            "attempts[0].detail.gpus",
+        ),
+    ];
+    for (name, format, body, record, field) in cases {
+        assert_eq!(
+            refused(name, body, format),
+            (record, field.into()),
+            "{name}"
+        );
+    }
 }
 
 #[test]
@@ -212,10 +214,8 @@ fn timestamps_and_missing_files() {
     let e = read_file(Path::new("/nonexistent/trace.json"), Format::Dally)
         .unwrap_err()
         .to_string();
-    assert!(
-        e.contains("/nonexistent/trace.json") && e.contains("cannot read"),
-        "{e}"
-    );
+    common::assert_says(&e, "/nonexistent/trace.json");
+    common::assert_says(&e, "cannot read");
 }
 
 /// A job id or dataset name from a trace with a comma, a quote, a carriage

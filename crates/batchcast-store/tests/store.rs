@@ -4,7 +4,7 @@
 mod common;
 
 use batchcast_store::{keys, LogStream, MetricPoint, RunFilter, RunStatus, Store, StoreError};
-use common::{found, log_param, new_run, point, Fixture};
+use common::{found, log_param, new_run, point, steps_of, Fixture};
 
 #[test]
 fn a_new_store_is_created_with_its_directory_and_reopened() {
@@ -222,12 +222,7 @@ fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     assert_eq!(ro.metric_len(r, "loss", Some(1000 + N - 11)).unwrap(), 10);
     assert_eq!(ro.metric_len(r, "nothing", None).unwrap(), 0);
 
-    let steps: Vec<i64> = ro
-        .metric_thinned(r, "loss", None, 100)
-        .unwrap()
-        .iter()
-        .map(|p| p.step)
-        .collect();
+    let steps = steps_of(&ro.metric_thinned(r, "loss", None, 100).unwrap());
     assert!(
         (50..=100).contains(&steps.len()),
         "{} points kept",
@@ -247,10 +242,7 @@ fn a_long_metric_is_thinned_while_read_with_both_ends_kept() {
     let tail = ro
         .metric_thinned(r, "loss", Some(1000 + N - 11), 100)
         .unwrap();
-    assert_eq!(
-        tail.iter().map(|p| p.step).collect::<Vec<_>>(),
-        (N - 10..N).collect::<Vec<_>>()
-    );
+    assert_eq!(steps_of(&tail), (N - 10..N).collect::<Vec<_>>());
     assert!(ro
         .metric_thinned(r, "nothing", None, 100)
         .unwrap()

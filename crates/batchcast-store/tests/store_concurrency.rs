@@ -6,7 +6,7 @@ mod common;
 use std::sync::{Arc, Barrier};
 
 use batchcast_store::{LogStream, Recorder, Store};
-use common::{point, Fixture};
+use common::{point, steps_of, Fixture};
 
 /// Four threads record through one recorder while a second recorder (as
 /// a second runner would) and a read-only reader use the same file.
@@ -115,12 +115,7 @@ fn a_nan_point_is_told_once_and_never_costs_the_points_beside_it() {
         h.metric(point(r, "grad", 11, 11, f64::INFINITY));
     });
     assert_eq!(ro.metric(r, "acc", None, 100).unwrap().len(), 10);
-    let loss: Vec<i64> = ro
-        .metric(r, "loss", None, 100)
-        .unwrap()
-        .iter()
-        .map(|p| p.step)
-        .collect();
+    let loss = steps_of(&ro.metric(r, "loss", None, 100).unwrap());
     assert_eq!(loss, [0, 2, 3, 5, 6, 8, 9]);
     assert_eq!(ro.last_metric(r, "grad").unwrap(), Some(f64::INFINITY));
     let events = ro.events(r).unwrap();

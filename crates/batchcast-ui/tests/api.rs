@@ -3,7 +3,7 @@
 mod common;
 
 use batchcast_store::{keys, Store};
-use common::{filled, get, serve, served, xs};
+use common::{assert_says, filled, get, serve, served, xs};
 
 #[test]
 fn series_are_the_stores_points_on_elapsed_time_or_step() {
@@ -60,10 +60,7 @@ fn csv_rows_are_every_point_of_the_chart() {
     );
     assert_eq!(r.status, 200);
     assert!(r.header("content-type").unwrap().starts_with("text/csv"));
-    assert!(r
-        .header("content-disposition")
-        .unwrap()
-        .contains("attachment"));
+    assert_says(r.header("content-disposition").unwrap(), "attachment");
     let text = r.text();
     let mut lines = text.lines();
     assert_eq!(
@@ -127,10 +124,10 @@ fn a_request_for_more_points_than_the_budget_is_refused_with_a_way_out() {
     for ep in ["series", "csv"] {
         let r = get(addr, &format!("/api/{ep}?runs={}&key=big", m.runs[0]));
         assert_eq!(r.status, 400, "{ep}");
-        assert!(r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("batchcast runs export --csv"));
+        assert_says(
+            r.json()["error"].as_str().unwrap(),
+            "batchcast runs export --csv",
+        );
     }
     // a narrower ask (newer points only) fits
     let r = get(

@@ -6,7 +6,7 @@ mod common;
 use std::net::{IpAddr, Ipv4Addr};
 
 use batchcast_ui::UiConfig;
-use common::{filled, get, make_store, request, serve, serve_with, served};
+use common::{assert_says, filled, get, make_store, request, serve, serve_with, served};
 
 #[test]
 fn malformed_requests_get_4xx_with_a_reason_and_the_server_goes_on() {
@@ -137,18 +137,14 @@ fn a_foreign_sqlite_file_or_a_text_file_is_not_a_store() {
         let addr = serve(file);
         let r = get(addr, "/");
         assert_eq!(r.status, 503, "{}", r.text());
-        assert!(
-            r.text().contains("is not a batchcast run store"),
-            "{}",
-            r.text()
-        );
-        assert!(r.text().contains("Not a batchcast run store"));
+        assert_says(&r.text(), "is not a batchcast run store");
+        assert_says(&r.text(), "Not a batchcast run store");
         let r = get(addr, "/api/runs?runs=1");
         assert_eq!(r.status, 503);
-        assert!(r.json()["error"]
-            .as_str()
-            .unwrap()
-            .contains("not a batchcast run store"));
+        assert_says(
+            r.json()["error"].as_str().unwrap(),
+            "not a batchcast run store",
+        );
     }
     // the dashboard never wrote to it
     let n: i64 = rusqlite::Connection::open(&foreign)
@@ -163,7 +159,7 @@ fn a_request_naming_another_host_is_refused_when_local() {
     let (_dir, _path, _made, addr) = served();
     let r = request(addr, "/", &[("Host", "attacker.example:8470")]);
     assert_eq!(r.status, 421);
-    assert!(r.text().contains("not this machine"));
+    assert_says(&r.text(), "not this machine");
     assert_eq!(request(addr, "/", &[]).status, 421, "no Host at all");
     let port = addr.port().to_string();
     for host in [format!("localhost:{port}"), format!("127.0.0.1:{port}")] {
@@ -185,7 +181,7 @@ fn another_address_needs_the_token_on_every_request() {
     let host = [("Host", "somewhere.example")];
     let r = request(local, "/", &host);
     assert_eq!(r.status, 403);
-    assert!(r.text().contains("needs its token"));
+    assert_says(&r.text(), "needs its token");
     assert_eq!(request(local, "/?token=wrong", &host).status, 403);
     assert_eq!(request(local, "/api/runs?runs=1", &host).status, 403);
     let r = request(local, &format!("/?token={token}"), &host);
@@ -226,15 +222,13 @@ fn a_local_dashboard_needs_its_token_by_default() {
     let set = r.header("set-cookie").unwrap().to_owned();
     let name = format!("batchcast_token_{}=", addr.port());
     assert!(set.starts_with(&name), "{set}");
-    assert!(
-        set.contains("HttpOnly") && set.contains("SameSite=Strict"),
-        "{set}"
-    );
+    assert_says(&set, "HttpOnly");
+    assert_says(&set, "SameSite=Strict");
     let cookie = set.split(';').next().unwrap().to_owned();
     let with_cookie = [("Host", host[0].1), ("Cookie", cookie.as_str())];
     let r = request(addr, "/runs/1/log/stdout", &with_cookie);
     assert_eq!(r.status, 200);
-    assert!(r.text().contains("hello from run"));
+    assert_says(&r.text(), "hello from run");
     // Another dashboard's cookie (another port) is not this one's.
     let other = format!("batchcast_token_1={token}");
     let with_other = [("Host", host[0].1), ("Cookie", other.as_str())];
@@ -279,10 +273,8 @@ fn no_token_off_loopback_is_refused() {
         ..UiConfig::local("x.sqlite", 0)
     };
     let err = batchcast_ui::Ui::bind(&config).err().unwrap().to_string();
-    assert!(
-        err.contains("--no-token") && err.contains("127.0.0.1"),
-        "{err}"
-    );
+    assert_says(&err, "--no-token");
+    assert_says(&err, "127.0.0.1");
 }
 
 #[test]
@@ -293,10 +285,8 @@ fn a_port_in_use_is_a_clear_error() {
         .err()
         .unwrap()
         .to_string();
-    assert!(
-        err.contains(&format!("127.0.0.1:{port}")) && err.contains("--port"),
-        "{err}"
-    );
+    assert_says(&err, &format!("127.0.0.1:{port}"));
+    assert_says(&err, "--port");
 }
 
 /// Clients that open a connection and never finish their headers (a
@@ -324,11 +314,7 @@ fn clients_that_never_finish_their_headers_are_cut_off_and_capped() {
     std::thread::sleep(Duration::from_millis(300));
     let busy = get(addr, &format!("/?token={token}"));
     assert_eq!(busy.status, 503, "{}", busy.text());
-    assert!(
-        busy.text().contains("too many connections"),
-        "{}",
-        busy.text()
-    );
+    assert_says(&busy.text(), "too many connections");
     let begun = Instant::now();
     for mut s in slow {
         s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();

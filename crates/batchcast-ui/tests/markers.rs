@@ -4,7 +4,7 @@
 mod common;
 
 use batchcast_store::{MetricPoint, RunId, Store};
-use common::{get, served, xs, Made};
+use common::{assert_says, get, served, xs, Made};
 
 const TRIGGER: &str =
     "trigger amount=300 fired (#1) before epoch 2: 310 samples arrived since the last";
@@ -224,10 +224,7 @@ fn an_events_markup_is_text_and_its_length_is_counted_in_characters() {
     for id in [trainer, data] {
         let html = get(addr, &format!("/runs/{id}")).text();
         assert!(!html.contains("<img"), "{html}");
-        assert!(
-            html.contains("&lt;img src=x onerror=alert(1)&gt;&amp;amp;"),
-            "{html}"
-        );
+        assert_says(&html, "&lt;img src=x onerror=alert(1)&gt;&amp;amp;");
     }
 }
 
@@ -236,16 +233,16 @@ fn an_experiment_compares_its_workloads_training_runs_one_line_each() {
     let (_dir, path, m, addr) = served();
     record(&path, &m);
     let html = get(addr, &format!("/experiments/{}", m.experiment)).text();
-    assert!(html.contains("Workloads compared"), "{html}");
+    assert_says(&html, "Workloads compared");
     // the training runs (the shared producer's run left out), per workload
     let runs = format!(
         "data-runs=\"{},{},{},{}\"",
         m.runs[0], m.runs[1], m.runs[2], m.runs[3]
     );
     let section = &html[html.find("<section class=\"charts\"").unwrap()..];
-    assert!(section.contains(&runs), "{section}");
-    assert!(section.contains("data-mode=\"workload\""), "{section}");
-    assert!(section.contains("&quot;accuracy&quot;"), "{section}");
+    assert_says(section, &runs);
+    assert_says(section, "data-mode=\"workload\"");
+    assert_says(section, "&quot;accuracy&quot;");
     // other pages draw a line per run
     let html = get(addr, &format!("/workloads/{}", m.shared)).text();
     assert!(html.contains("<section class=\"charts\"") && !html.contains("data-mode="));
@@ -262,8 +259,8 @@ fn a_trainers_run_page_links_its_producers_events() {
         "shared producer recorded 2 events (triggers, new data, a resumed stream): <a href=\"/runs/{0}\">run #{0}</a>",
         m.runs[4]
     );
-    assert!(html.contains(&note), "{html}");
-    assert!(html.contains("reattached at epoch 2, row 64"), "{html}");
+    assert_says(&html, &note);
+    assert_says(&html, "reattached at epoch 2, row 64");
     // the producer's own page lists them, with no such note
     let html = get(addr, &format!("/runs/{}", m.runs[4])).text();
     assert!(

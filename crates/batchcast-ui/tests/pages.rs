@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{filled, get, serve, served};
+use common::{assert_says, filled, get, serve, served};
 
 #[test]
 fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
@@ -10,29 +10,25 @@ fn the_experiment_list_names_experiments_and_search_finds_runs_by_parameter() {
     let r = get(addr, "/");
     assert_eq!(r.status, 200);
     let html = r.text();
-    assert!(
-        html.contains(&format!(
-            "href=\"/experiments/{}\">sharing</a>",
-            m.experiment
-        )),
-        "{html}"
+    assert_says(
+        &html,
+        &format!("href=\"/experiments/{}\">sharing</a>", m.experiment),
     );
-    assert!(html.contains(">live</a>"));
-    assert!(html.contains("/static/app.js") && html.contains("/static/style.css"));
+    assert_says(&html, ">live</a>");
+    assert_says(&html, "/static/app.js");
+    assert_says(&html, "/static/style.css");
     // runs whose parameters say lr=0.2: trainer-2 of both workloads
     let r = get(addr, "/?q=lr%3D0.2");
     let html = r.text();
     assert_eq!(r.status, 200);
-    assert!(html.contains("Matching runs (2)"), "{html}");
-    assert!(html.contains(&format!("href=\"/runs/{}\"", m.runs[1])));
-    assert!(html.contains(&format!("href=\"/runs/{}\"", m.runs[3])));
+    assert_says(&html, "Matching runs (2)");
+    assert_says(&html, &format!("href=\"/runs/{}\"", m.runs[1]));
+    assert_says(&html, &format!("href=\"/runs/{}\"", m.runs[3]));
     assert!(!html.contains(&format!("href=\"/runs/{}\"", m.runs[0])));
     // by status: the one RUNNING run
     let html = get(addr, "/?status=RUNNING").text();
-    assert!(
-        html.contains("Matching runs (1)") && html.contains(">going</a>"),
-        "{html}"
-    );
+    assert_says(&html, "Matching runs (1)");
+    assert_says(&html, ">going</a>");
 }
 
 #[test]
@@ -48,14 +44,18 @@ fn an_experiment_shows_its_workloads_with_their_runs() {
         .find(&format!("/workloads/{}\">shared", m.shared))
         .unwrap();
     assert!(ind < sh);
-    assert!(html.contains("own loaders (independent)"));
-    assert!(html.contains("shared pipeline: <code>batchcast serve --synthetic</code>"));
+    assert_says(&html, "own loaders (independent)");
+    assert_says(
+        &html,
+        "shared pipeline: <code>batchcast serve --synthetic</code>",
+    );
     assert_eq!(
         html.matches("class=\"status finished\"").count(),
         5,
         "{html}"
     );
-    assert!(html.contains("<td>CPU</td>") && html.contains("lr=0.1"));
+    assert_says(&html, "<td>CPU</td>");
+    assert_says(&html, "lr=0.1");
     // filtered to one run
     let html = get(addr, &format!("/experiments/{}?q=data", m.experiment)).text();
     assert_eq!(
@@ -70,27 +70,26 @@ fn a_workload_page_charts_its_runs() {
     let (_dir, path, m, addr) = served();
     let html = get(addr, &format!("/workloads/{}", m.shared)).text();
     let runs = format!("data-runs=\"{},{},{}\"", m.runs[2], m.runs[3], m.runs[4]);
-    assert!(html.contains(&runs), "{html}");
-    assert!(html.contains("batchcast/samples_per_s") && html.contains("proc/cpu_percent"));
-    assert!(html.contains("data-defaults=\"[&quot;batchcast/samples_per_s&quot;,&quot;batchcast/data_wait_share&quot;]\""), "{html}");
-    assert!(html.contains("data-live=\"0\""));
+    assert_says(&html, &runs);
+    assert_says(&html, "batchcast/samples_per_s");
+    assert_says(&html, "proc/cpu_percent");
+    assert_says(&html, "data-defaults=\"[&quot;batchcast/samples_per_s&quot;,&quot;batchcast/data_wait_share&quot;]\"");
+    assert_says(&html, "data-live=\"0\"");
     // the live experiment's workload polls
     let live = batchcast_store::Store::open_read_only(&path)
         .unwrap()
         .run(m.live_run)
         .unwrap();
     let html = get(addr, &format!("/workloads/{}", live.run.workload_id)).text();
-    assert!(
-        html.contains("No metrics recorded yet") && html.contains("class=\"status running\""),
-        "{html}"
-    );
+    assert_says(&html, "No metrics recorded yet");
+    assert_says(&html, "class=\"status running\"");
     // a run in progress has its output polled
     let html = get(addr, &format!("/runs/{}", m.live_run)).text();
     let live_log = format!(
         "data-run=\"{}\" data-tail=\"16384\" data-live=\"1\"",
         m.live_run
     );
-    assert!(html.contains(&live_log), "{html}");
+    assert_says(&html, &live_log);
 }
 
 #[test]
@@ -105,13 +104,14 @@ fn the_collocation_view_shows_the_compare_table_and_the_speedup() {
         "shared vs independent: <b>{:.2}×</b> aggregate samples/s",
         speedup[0].throughput
     );
-    assert!(html.contains(&text), "{text} not in {html}");
+    assert_says(&html, &text);
     for w in &rows {
         let rate = format!("{:.1}", w.samples_per_s.unwrap());
         assert!(html.contains(&rate), "{rate}");
     }
-    assert!(html.contains("<tr class=\"independent\">") && html.contains("<tr class=\"shared\">"));
-    assert!(html.contains("<svg class=\"bars\""));
+    assert_says(&html, "<tr class=\"independent\">");
+    assert_says(&html, "<tr class=\"shared\">");
+    assert_says(&html, "<svg class=\"bars\"");
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn a_run_page_shows_facts_parameters_environment_events_and_output() {
         &format!("data-runs=\"{id}\""),
         "data-live=\"0\">hello",
     ] {
-        assert!(html.contains(want), "{want:?} not in {html}");
+        assert_says(&html, want);
     }
 }
 
@@ -163,7 +163,7 @@ fn a_run_page_shows_a_producers_events_with_their_time_in_the_run() {
         .collect();
     assert!(at[0] < at[1], "{html}");
     let item = &html[html[..at[0]].rfind("<li>").unwrap()..at[0]];
-    assert!(item.contains("<span class=\"elapsed\">+"), "{item}");
+    assert_says(item, "<span class=\"elapsed\">+");
 }
 
 #[test]
@@ -183,10 +183,10 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
     );
     let r = get(addr, &format!("/runs/{id}/log/stdout"));
     assert_eq!(r.status, 200);
-    assert!(r
-        .header("content-disposition")
-        .unwrap()
-        .contains(&format!("run-{id}-stdout.log")));
+    assert_says(
+        r.header("content-disposition").unwrap(),
+        &format!("run-{id}-stdout.log"),
+    );
     assert_eq!(r.text(), format!("hello from run {id}\n{big}"));
     let r = get(addr, &format!("/runs/{id}/log/stdout?tail=10"));
     assert_eq!(r.status, 200);
@@ -195,7 +195,7 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
     for bad in ["abc", "-1", "1048577"] {
         let r = get(addr, &format!("/runs/{id}/log/stdout?tail={bad}"));
         assert_eq!(r.status, 400, "{bad}");
-        assert!(r.text().contains("tail must be a byte count"));
+        assert_says(&r.text(), "tail must be a byte count");
     }
     assert_eq!(
         get(addr, &format!("/runs/{id}/log/stderr")).text(),
@@ -207,25 +207,23 @@ fn the_full_log_downloads_even_when_the_page_shows_its_tail() {
 fn chosen_runs_of_different_workloads_are_charted_together() {
     let (_dir, _, m, addr) = served();
     let html = get(addr, &format!("/experiments/{}", m.experiment)).text();
-    assert!(html.contains(&format!(
-        "name=\"run\" value=\"{}\" form=\"pick\"",
-        m.runs[0]
-    )));
-    assert!(html.contains("<form id=\"pick\""));
+    assert_says(
+        &html,
+        &format!("name=\"run\" value=\"{}\" form=\"pick\"", m.runs[0]),
+    );
+    assert_says(&html, "<form id=\"pick\"");
     let r = get(
         addr,
         &format!("/compare?run={}&run={}", m.runs[0], m.runs[2]),
     );
     assert_eq!(r.status, 200);
     let html = r.text();
-    assert!(
-        html.contains(&format!("data-runs=\"{},{}\"", m.runs[0], m.runs[2])),
-        "{html}"
-    );
-    assert!(html.contains("sharing / independent") && html.contains("sharing / shared"));
+    assert_says(&html, &format!("data-runs=\"{},{}\"", m.runs[0], m.runs[2]));
+    assert_says(&html, "sharing / independent");
+    assert_says(&html, "sharing / shared");
     let r = get(addr, "/compare");
     assert_eq!(r.status, 400);
-    assert!(r.text().contains("tick them in a runs table"));
+    assert_says(&r.text(), "tick them in a runs table");
 }
 
 #[test]
@@ -274,22 +272,13 @@ fn a_stalls_analysis_shows_its_modes_stalls_and_sharing_on_its_run_page() {
     let html = get(addr, &format!("/runs/{id}")).text();
     let at = html.find("<h2>Data stalls</h2>").expect("a stalls section");
     let section = &html[at..];
-    assert!(
-        section.contains("1.9x predicted, 1.8x measured"),
-        "{section}"
-    );
-    assert!(
-        section.contains("<tr><th>warm</th><td>25.0</td><td>400.0</td><td>35.2 ms</td><td>35.0 ms</td><td>46.1 ms</td><td>1.65</td></tr>"),
-        "{section}"
-    );
+    assert_says(section, "1.9x predicted, 1.8x measured");
+    assert_says(section, "<tr><th>warm</th><td>25.0</td><td>400.0</td><td>35.2 ms</td><td>35.0 ms</td><td>46.1 ms</td><td>1.65</td></tr>");
     // the two copies on one core, after the modes
-    assert!(
-        section.contains("<tr><th>timeshared</th><td>22.0</td><td>352.0</td><td>50.0 ms</td><td>50.0 ms</td><td>60.0 ms</td><td>1.81</td></tr>"),
-        "{section}"
-    );
-    assert!(
-        section.contains("<tr><th>prep</th><td>35.0 ms</td><td>80%</td></tr>"),
-        "{section}"
+    assert_says(section, "<tr><th>timeshared</th><td>22.0</td><td>352.0</td><td>50.0 ms</td><td>50.0 ms</td><td>60.0 ms</td><td>1.81</td></tr>");
+    assert_says(
+        section,
+        "<tr><th>prep</th><td>35.0 ms</td><td>80%</td></tr>",
     );
     // jobs in numeric order; measured beside predicted where measured
     let two = section

@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::{connect_in_batches, producer_options, publish_ids, CONNECT};
+use common::{assert_says, connect_in_batches, producer_options, publish_ids, CONNECT};
 
 use batchcast::{Boundary, Event, Producer, ShutdownReason, TriggerFired};
 
@@ -87,7 +87,7 @@ fn a_trigger_comes_after_the_epochs_last_batch_and_before_its_end() {
         }),
     };
     let err = producer.announce_boundary(&long).unwrap_err().to_string();
-    assert!(err.contains("300 bytes"), "{err}");
+    assert_says(&err, "300 bytes");
     producer.finish(ShutdownReason::Finished);
     for (reader, bs) in readers.into_iter().zip([16u64, 6, 64]) {
         let (seen, lens) = reader.join().unwrap();

@@ -6,7 +6,7 @@
 
 mod common;
 
-use common::{connect_in_batches, ids, producer_options, publish_ids, CONNECT};
+use common::{assert_says, connect_in_batches, ids, producer_options, publish_ids, CONNECT};
 
 use batchcast::{DType, Error, Event, LeafSpec, Producer, ShutdownReason};
 
@@ -70,7 +70,7 @@ fn read_epoch(dir: std::path::PathBuf) -> Vec<Seen> {
             Ok(Event::EpochEnd { .. }) => return seen,
             Ok(_) => {}
             Err(Error::InvalidBatch(why)) => {
-                assert!(why.contains("per-sample shape"), "{why}");
+                assert_says(&why, "per-sample shape");
                 seen.push(Err("invalid".into()));
             }
             Err(e) => panic!("unexpected error after {} batches: {e}", seen.len()),

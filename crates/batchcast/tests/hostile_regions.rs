@@ -5,6 +5,8 @@
 //! slot is read. The producer here is a fake one on a real Unix socket: it
 //! speaks the handshake and sends what the test gives it.
 
+mod common;
+
 use std::os::fd::{AsFd, OwnedFd};
 use std::os::unix::net::UnixListener;
 use std::path::Path;
@@ -19,6 +21,7 @@ use batchcast::{
     Consumer, ConsumerOptions, Endpoint, Error, MirrorSpec, RegionOpenError, StreamSpec,
     MAX_MIRRORS,
 };
+use common::assert_says;
 use rustix::fs::{MemfdFlags, SealFlags};
 
 const SLOT: usize = 4096;
@@ -124,7 +127,7 @@ fn an_unsealed_arena_is_refused() {
     let arena = memfd(2 * SLOT as u64, b"", false);
     let err = arena_refusal(2, arena);
     assert!(matches!(err, RegionOpenError::NotSealed { .. }), "{err}");
-    assert!(err.to_string().contains("not sealed"), "{err}");
+    assert_says(&err.to_string(), "not sealed");
 }
 
 #[test]
@@ -133,7 +136,7 @@ fn a_file_that_is_not_an_arena_is_refused() {
     let arena = memfd(3 * SLOT as u64, b"BCSLOT02", true);
     let err = arena_refusal(2, arena);
     assert!(matches!(err, RegionOpenError::WrongKind { .. }), "{err}");
-    assert!(err.to_string().contains("not a batchcast arena"), "{err}");
+    assert_says(&err.to_string(), "not a batchcast arena");
 }
 
 #[test]
@@ -148,10 +151,8 @@ fn an_arena_of_another_layout_version_is_refused_naming_both() {
         "{err}"
     );
     let msg = err.to_string();
-    assert!(
-        msg.contains("version 99") && msg.contains("same batchcast version"),
-        "{msg}"
-    );
+    assert_says(&msg, "version 99");
+    assert_says(&msg, "same batchcast version");
 }
 
 #[test]
@@ -159,7 +160,7 @@ fn an_arena_sent_as_the_board_is_refused() {
     let arena = Arena::create("hostile", 2, SLOT).unwrap();
     let fds = welcome_fds(arena.readonly_fd().unwrap(), arena.readonly_fd().unwrap());
     let err = region_error(connect_to(2, fds));
-    assert!(err.to_string().contains("not a batchcast board"), "{err}");
+    assert_says(&err.to_string(), "not a batchcast board");
 }
 
 #[test]
@@ -167,7 +168,7 @@ fn an_arena_smaller_than_the_welcome_says_is_refused() {
     let arena = Arena::create("hostile", 2, SLOT).unwrap();
     let err = arena_refusal(3, arena.readonly_fd().unwrap());
     assert!(matches!(err, RegionOpenError::Malformed { .. }), "{err}");
-    assert!(err.to_string().contains("announced 3"), "{err}");
+    assert_says(&err.to_string(), "announced 3");
 }
 
 /// A mirror of `len` bytes on `device`, as a welcome names it.
@@ -194,9 +195,9 @@ fn a_welcome_naming_a_mirror_it_sends_no_descriptor_for_is_refused() {
     let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
     let err = connect_to_mirrored(2, vec![mirror_spec("GPU-a", len)], fds);
     let msg = protocol_message(err);
-    assert!(
-        msg.contains("named 1 device mirrors but carried 4 descriptors, not 5"),
-        "{msg}"
+    assert_says(
+        &msg,
+        "named 1 device mirrors but carried 4 descriptors, not 5",
     );
 }
 
@@ -206,7 +207,7 @@ fn a_welcome_sending_a_descriptor_for_no_mirror_is_refused() {
     let mut fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
     fds.push(memfd(8, b"", false));
     let msg = protocol_message(connect_to_mirrored(2, Vec::new(), fds));
-    assert!(msg.contains("carried 5 descriptors, not 4"), "{msg}");
+    assert_says(&msg, "carried 5 descriptors, not 4");
 }
 
 #[test]
@@ -218,7 +219,7 @@ fn a_welcome_naming_more_mirrors_than_the_bound_is_refused() {
         .collect();
     let fds = welcome_fds(arena.readonly_fd().unwrap(), memfd(8, b"", false));
     let msg = protocol_message(connect_to_mirrored(2, mirrors, fds));
-    assert!(msg.contains("more than 16"), "{msg}");
+    assert_says(&msg, "more than 16");
 }
 
 /// Why a consumer refuses a welcome to a real arena and one mirror, the
@@ -234,12 +235,12 @@ fn one_mirror_refusal(spec: impl FnOnce(u64) -> MirrorSpec) -> String {
 #[test]
 fn a_mirror_of_another_length_than_the_arena_is_refused() {
     let msg = one_mirror_refusal(|len| mirror_spec("GPU-a", len - SLOT as u64));
-    assert!(msg.contains("byte for byte"), "{msg}");
+    assert_says(&msg, "byte for byte");
 }
 
 #[test]
 fn a_mirror_with_an_oversized_device_id_is_refused() {
     let long = "G".repeat(batchcast::MAX_DEVICE_ID + 1);
     let msg = one_mirror_refusal(|len| mirror_spec(&long, len));
-    assert!(msg.contains("an id over 96 bytes"), "{msg}");
+    assert_says(&msg, "an id over 96 bytes");
 }

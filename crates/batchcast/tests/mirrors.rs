@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender};
 use std::sync::{Arc, Mutex};
 
-use common::{consumer_options, ids, producer_options, publish, publish_ids, CONNECT};
+use common::{assert_says, consumer_options, ids, producer_options, publish, publish_ids, CONNECT};
 
 use batchcast::{
     Batch, Consumer, ConsumerOptions, DeviceMirror, Durability, Error, Event, Mirror, MirrorSpec,
@@ -243,10 +243,8 @@ fn a_failed_copy_publishes_nothing_and_says_which_device() {
     let mut slot = producer.loan(tree, &leaves, &mut || false).unwrap();
     slot.leaf_mut(0).copy_from_slice(&99i64.to_le_bytes());
     let err = slot.publish().unwrap_err().to_string();
-    assert!(
-        err.contains("GPU-failing") && err.contains("not published"),
-        "{err}"
-    );
+    assert_says(&err, "GPU-failing");
+    assert_says(&err, "not published");
     controls.fail.store(false, Ordering::SeqCst);
     assert!(publish(&mut producer, 2, false));
     producer.end_epoch().unwrap();
@@ -276,17 +274,17 @@ fn options_over_the_bounds_are_refused_saying_why() {
     let many = (0..=MAX_MIRRORS)
         .map(|i| MemfdMirror::plain(&format!("GPU-{i}")))
         .collect();
-    assert!(refused(many).contains("at most 16 devices"));
+    assert_says(&refused(many), "at most 16 devices");
     let twice = vec![MemfdMirror::plain("GPU-a"), MemfdMirror::plain("GPU-a")];
-    assert!(refused(twice).contains("\"GPU-a\" is mirrored twice"));
+    assert_says(&refused(twice), "\"GPU-a\" is mirrored twice");
     let long = vec![MemfdMirror::plain(&"G".repeat(MAX_DEVICE_ID + 1))];
-    assert!(refused(long).contains("1 to 96 bytes, not 97"));
+    assert_says(&refused(long), "1 to 96 bytes, not 97");
     let unnamed = vec![MemfdMirror::plain("")];
-    assert!(refused(unnamed).contains("1 to 96 bytes, not 0"));
+    assert_says(&refused(unnamed), "1 to 96 bytes, not 0");
     let (mut wordy, _) = MemfdMirror::new("GPU-wordy");
     wordy.info = vec![0; MAX_IMPORT_INFO + 1];
     let msg = refused(vec![Mirror::new(wordy)]);
-    assert!(msg.contains("257 bytes of import information"), "{msg}");
+    assert_says(&msg, "257 bytes of import information");
     // A device that cannot hold the arena: an error naming it.
     let (full, controls) = MemfdMirror::new("GPU-full");
     controls.refuse.store(true, Ordering::SeqCst);
@@ -295,10 +293,8 @@ fn options_over_the_bounds_are_refused_saying_why() {
         .err()
         .unwrap()
         .to_string();
-    assert!(
-        err.contains("GPU-full") && err.contains("out of device memory"),
-        "{err}"
-    );
+    assert_says(&err, "GPU-full");
+    assert_says(&err, "out of device memory");
 }
 
 /// A process this test started, killed (SIGKILL) and reaped when dropped,
@@ -350,10 +346,7 @@ fn a_consumer_in_another_process_reads_batches_from_both_mirrors() {
     let pipe = child.0.stdout.as_mut().unwrap();
     io::Read::read_to_string(pipe, &mut stdout).unwrap();
     assert!(child.0.wait().unwrap().success(), "{stdout}");
-    assert!(
-        stdout.contains("6 batches byte-exact in GPU-a, GPU-b"),
-        "{stdout}"
-    );
+    assert_says(&stdout, "6 batches byte-exact in GPU-a, GPU-b");
 }
 
 #[test]

@@ -14,18 +14,22 @@ fn dir_with_script() -> tempfile::TempDir {
     dir
 }
 
+/// The plan that `text`, written as `name` beside an empty `train.py`,
+/// loads as.
+fn loaded(name: &str, text: &str) -> Plan {
+    let dir = dir_with_script();
+    Plan::load(&write(dir.path(), name, text)).unwrap()
+}
+
 #[test]
 fn a_csv_plan_groups_rows_into_workloads() {
-    let dir = dir_with_script();
-    let plan = write(
-        dir.path(),
+    let p = loaded(
         "plan.csv",
         "Experiment,Workload,Name,Status,Devices,Collocation,Listeners,Data,File,Params\n\
          e,own,a,,,-,,,train.py,--lr 0.1\n\
          e,own,b,FINISHED,0;1,MPS,process system,,train.py,\"--lr=0.2 --note 'two words'\"\n\
          e,shared,a,,,3g.20gb,,batchcast serve --synthetic,train.py,\n",
     );
-    let p = Plan::load(&plan).unwrap();
     let w = p.workloads();
     assert_eq!(w.len(), 2);
     assert_eq!(w[0].2.len(), 2);
@@ -124,14 +128,11 @@ fn bad_plans_are_refused_with_file_row_and_problem() {
 
 #[test]
 fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
-    let dir = dir_with_script();
-    let grid = write(
-        dir.path(),
+    let p = loaded(
         "grid.yaml",
         "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n    params: --epochs 1\n    \
          parameters: {lr: [0.1, 0.01], bs: [32, 64, 128]}\n",
     );
-    let p = Plan::load(&grid).unwrap();
     assert_eq!(p.rows.len(), 6);
     assert_eq!(p.rows[0].name, "t-bs=32-lr=0.1");
     assert_eq!(
@@ -141,16 +142,11 @@ fn yaml_sweeps_expand_by_grid_and_by_seeded_draws() {
     assert_eq!(p.rows[5].name, "t-bs=128-lr=0.01");
     let random = "experiment: e\nruns:\n  - workload: w\n    name: t\n    file: train.py\n    \
                   parameters: {lr: [0.1, 0.01, 0.001]}\n    method: random\n    count: 5\n    seed: 7\n";
-    let a = Plan::load(&write(dir.path(), "r1.yaml", random)).unwrap();
-    let b = Plan::load(&write(dir.path(), "r2.yaml", random)).unwrap();
+    let a = loaded("r1.yaml", random);
+    let b = loaded("r2.yaml", random);
     assert_eq!(a.rows.len(), 5);
     assert_eq!(a.rows, b.rows, "the same seed draws the same runs");
-    let other = Plan::load(&write(
-        dir.path(),
-        "r3.yaml",
-        &random.replace("seed: 7", "seed: 8"),
-    ))
-    .unwrap();
+    let other = loaded("r3.yaml", &random.replace("seed: 7", "seed: 8"));
     assert_ne!(
         a.rows.iter().map(|r| &r.params).collect::<Vec<_>>(),
         other.rows.iter().map(|r| &r.params).collect::<Vec<_>>()

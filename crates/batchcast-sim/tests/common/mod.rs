@@ -51,6 +51,13 @@ pub fn jct(o: &Outcome, id: &str) -> f64 {
     j.finish.expect("finished") - j.spec.arrival
 }
 
+/// Fails, showing `needle` and the whole of `text`, unless `text` holds
+/// `needle`.
+#[track_caller]
+pub fn assert_says(text: &str, needle: &str) {
+    assert!(text.contains(needle), "{needle:?} is not in:\n{text}");
+}
+
 pub fn close(a: f64, b: f64) -> bool {
     (a - b).abs() < 1e-6 * b.abs().max(1.0)
 }

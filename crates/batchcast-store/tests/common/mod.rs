@@ -71,6 +71,11 @@ pub fn point(r: RunId, key: impl Into<String>, step: i64, ts_ms: i64, value: f64
     }
 }
 
+/// The steps of `points`, in their order.
+pub fn steps_of(points: &[MetricPoint]) -> Vec<i64> {
+    points.iter().map(|p| p.step).collect()
+}
+
 /// The names of the runs that a search for `search` finds, newest first.
 pub fn found(store: &Store, search: &str) -> Vec<String> {
     let filter = RunFilter {

@@ -11,6 +11,13 @@ use std::time::Duration;
 use batchcast_store::{keys, LogStream, MetricPoint, NewRun, RunId, RunStatus, Store};
 use batchcast_ui::{Ui, UiConfig};
 
+/// Fails, showing `needle` and the whole of `text`, unless `text` holds
+/// `needle`.
+#[track_caller]
+pub fn assert_says(text: &str, needle: &str) {
+    assert!(text.contains(needle), "{needle:?} is not in:\n{text}");
+}
+
 /// Ids of what [`make_store`] wrote.
 pub struct Made {
     pub experiment: i64,

@@ -100,3 +100,10 @@ pub fn ids(batch: &Batch) -> Vec<i64> {
         .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
         .collect()
 }
+
+/// Fails, showing `needle` and the whole of `text`, unless `text` holds
+/// `needle`.
+#[track_caller]
+pub fn assert_says(text: &str, needle: &str) {
+    assert!(text.contains(needle), "{needle:?} is not in:\n{text}");
+}
