@@ -211,3 +211,16 @@ fn ready(
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_not_ready_message_names_the_wait() {
+        assert_eq!(
+            NOT_READY,
+            format!("it did not answer within {} s", READY_WITHIN.as_secs())
+        );
+    }
+}
