@@ -245,13 +245,16 @@ impl Store {
     }
 }
 
-/// `path` as a `file://` URI: absolute, each byte but ASCII letters,
-/// digits and `/-_.~` percent-escaped. SQLite opens a store by it, and
-/// MLflow's file store names directories with it.
+/// `path` as a `file:` URI, each byte but ASCII letters, digits and
+/// `/-_.~` percent-escaped: `file:///abs/path`, or `file:rel/path` when
+/// the path cannot be made absolute (no current directory). SQLite opens a
+/// store by it, and MLflow's file store names directories with it.
 pub fn file_uri(path: &Path) -> String {
-    let abs = std::path::absolute(path).unwrap_or_else(|_| path.to_path_buf());
-    let mut uri = String::from("file://");
-    for &b in abs.as_os_str().as_encoded_bytes() {
+    let (mut uri, path) = match std::path::absolute(path) {
+        Ok(abs) => (String::from("file://"), abs),
+        Err(_) => (String::from("file:"), path.to_path_buf()),
+    };
+    for &b in path.as_os_str().as_encoded_bytes() {
         if b.is_ascii_alphanumeric() || b"/-_.~".contains(&b) {
             uri.push(b as char);
         } else {

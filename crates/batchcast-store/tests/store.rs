@@ -97,7 +97,10 @@ fn a_layout_1_store_is_read_and_migrated() {
     let mut f = Fixture::new();
     let a = f.run("a");
     let Fixture {
-        _dir, path, store, ..
+        dir: _dir,
+        path,
+        store,
+        ..
     } = f;
     drop(store);
     rusqlite::Connection::open(&path)

@@ -19,10 +19,7 @@ fn a_new_store_and_its_directories_are_the_owners_only() {
     let mut f = Fixture::at("data/batchcast/runs.sqlite");
     f.run("r");
     let Fixture {
-        _dir: dir,
-        path,
-        store,
-        ..
+        dir, path, store, ..
     } = f;
     assert_eq!(mode(&dir.path().join("data")), 0o700);
     assert_eq!(mode(&dir.path().join("data/batchcast")), 0o700);

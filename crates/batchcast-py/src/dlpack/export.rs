@@ -261,12 +261,22 @@ fn compact_strides(shape: &[i64]) -> Vec<i64> {
 trait Managed: Sized {
     /// The name of a capsule that holds one.
     const CAPSULE: &'static CStr;
+    /// One whose deleter is [`delete`]; `flags` are DLPack 1.0's (the
+    /// struct before 1.0 has none).
+    fn new(dl_tensor: DLTensor, manager_ctx: *mut c_void, flags: u64) -> Self;
     /// The `Box<Ctx>` that `__dlpack__` made, as the struct holds it.
     fn manager_ctx(&self) -> *mut c_void;
 }
 
 impl Managed for DLManagedTensor {
     const CAPSULE: &'static CStr = CAPSULE;
+    fn new(dl_tensor: DLTensor, manager_ctx: *mut c_void, _flags: u64) -> Self {
+        DLManagedTensor {
+            dl_tensor,
+            manager_ctx,
+            deleter: Some(delete),
+        }
+    }
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
     }
@@ -274,6 +284,15 @@ impl Managed for DLManagedTensor {
 
 impl Managed for DLManagedTensorVersioned {
     const CAPSULE: &'static CStr = CAPSULE_VERSIONED;
+    fn new(dl_tensor: DLTensor, manager_ctx: *mut c_void, flags: u64) -> Self {
+        DLManagedTensorVersioned {
+            version: DLPackVersion { major: 1, minor: 0 },
+            manager_ctx,
+            deleter: Some(delete),
+            flags,
+            dl_tensor,
+        }
+    }
     fn manager_ctx(&self) -> *mut c_void {
         self.manager_ctx
     }
@@ -299,8 +318,9 @@ unsafe extern "C" fn destroy_capsule<M: Managed>(capsule: *mut ffi::PyObject) {
     // SAFETY: called by Python with a live capsule. `PyCapsule_IsValid`
     // never raises; with the name it checked, `PyCapsule_GetPointer` cannot
     // fail either, so the error indicator is left untouched. A capsule
-    // `capsule` made still holds, under that name, the `M` it was given,
-    // whose deleter is `delete::<M>`; `delete` ignores a null pointer.
+    // `capsule` made still holds, under that name, the `M` it built with
+    // `M::new`, whose deleter is `delete::<M>`; `delete` ignores a null
+    // pointer.
     unsafe {
         if ffi::PyCapsule_IsValid(capsule, M::CAPSULE.as_ptr()) == 1 {
             delete(ffi::PyCapsule_GetPointer(capsule, M::CAPSULE.as_ptr()).cast::<M>());
@@ -308,11 +328,21 @@ unsafe extern "C" fn destroy_capsule<M: Managed>(capsule: *mut ffi::PyObject) {
     }
 }
 
-/// A capsule of `managed` (its deleter [`delete`], its context a
-/// `Box<Ctx>` made by `__dlpack__`): `dltensor_versioned` (DLPack 1.0) or
-/// `dltensor` (before 1.0), as `M` is.
-fn capsule<M: Managed>(py: Python<'_>, managed: M) -> PyResult<Bound<'_, PyAny>> {
-    let m = Box::into_raw(Box::new(managed));
+/// A capsule of the tensor `dl_tensor` (an `M` whose deleter is
+/// [`delete`]): `dltensor_versioned` (DLPack 1.0) or `dltensor` (before
+/// 1.0), as `M` is.
+///
+/// # Safety
+///
+/// `manager_ctx` is a `Box<Ctx>` leaked by `Box::into_raw`, whose
+/// ownership passes to the capsule (it is freed with the tensor).
+unsafe fn capsule<M: Managed>(
+    py: Python<'_>,
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    flags: u64,
+) -> PyResult<Bound<'_, PyAny>> {
+    let m = Box::into_raw(Box::new(M::new(dl_tensor, manager_ctx, flags)));
     // SAFETY: the managed tensor and its context are leaked into the
     // capsule; the capsule destructor or the consumer calls the deleter,
     // which frees both exactly once (here when no capsule was made). The
@@ -385,29 +415,20 @@ impl ArrayView {
             byte_offset: 0,
         };
         let ctx = Box::into_raw(ctx).cast::<c_void>();
-        if max_version.is_some_and(|(major, _)| major >= 1) {
-            let flags = if copied {
-                FLAG_IS_COPIED
-            } else if self.zero_copy {
-                FLAG_READ_ONLY
+        // SAFETY: `ctx` was leaked just above and is handed to the capsule.
+        unsafe {
+            if max_version.is_some_and(|(major, _)| major >= 1) {
+                let flags = if copied {
+                    FLAG_IS_COPIED
+                } else if self.zero_copy {
+                    FLAG_READ_ONLY
+                } else {
+                    0
+                };
+                capsule::<DLManagedTensorVersioned>(py, tensor, ctx, flags)
             } else {
-                0
-            };
-            let managed = DLManagedTensorVersioned {
-                version: DLPackVersion { major: 1, minor: 0 },
-                manager_ctx: ctx,
-                deleter: Some(delete),
-                flags,
-                dl_tensor: tensor,
-            };
-            capsule(py, managed)
-        } else {
-            let managed = DLManagedTensor {
-                dl_tensor: tensor,
-                manager_ctx: ctx,
-                deleter: Some(delete),
-            };
-            capsule(py, managed)
+                capsule::<DLManagedTensor>(py, tensor, ctx, 0)
+            }
         }
     }
 

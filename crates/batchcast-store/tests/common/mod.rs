@@ -12,7 +12,8 @@ use batchcast_store::{
 /// A new store in a temporary directory, with experiment "exp" and its
 /// workload "w".
 pub struct Fixture {
-    pub _dir: tempfile::TempDir,
+    /// The temporary directory the store is in (removed on drop).
+    pub dir: tempfile::TempDir,
     pub path: PathBuf,
     pub store: Store,
     pub w: WorkloadId,
@@ -32,7 +33,7 @@ impl Fixture {
         let e = store.experiment("exp").unwrap();
         let w = store.workload(e, "w", None, 0).unwrap();
         Fixture {
-            _dir: dir,
+            dir,
             path,
             store,
             w,
