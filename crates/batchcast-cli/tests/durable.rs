@@ -235,8 +235,8 @@ fn a_damaged_state_file_is_refused_and_kept() {
 #[test]
 fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     let env = Env::new();
-    let mut producer = env.producer("late", &UNTIL_KILLED);
-    let mut c = env.spawn(&["consume", "late", "--each", "--reconnect-timeout", "1"]);
+    let mut producer = env.producer("late", UNTIL_KILLED);
+    let mut c = env.spawn("consume late --each --reconnect-timeout 1");
     c.expect("batch");
     producer.kill9();
     let killed_at = Instant::now();
