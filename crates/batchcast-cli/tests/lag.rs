@@ -14,37 +14,19 @@ use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Proc};
 /// about, not a wait for anything.
 const PAUSE: Duration = Duration::from_secs(3);
 /// A budget of 8 batches, past which a laggard is evicted after 0.5 s.
-const EVICT: &[&str] = &[
-    "--max-lag",
-    "8batches",
-    "--lag-policy",
-    "evict",
-    "--stall-timeout",
-    "0.5",
-];
+const EVICT: &str = "--max-lag 8batches --lag-policy evict --stall-timeout 0.5";
 
 /// 10 epochs of 100 batches; the others take 10 ms per batch, so they are
 /// still running well after the pause.
-fn producer(env: &Env, name: &str, extra: &[&str]) -> Proc {
-    let mut args = vec![
-        "--samples",
-        "1000",
-        "--batch-size",
-        "10",
-        "--epochs",
-        "10",
-        "--window",
-        "4",
-        "--consumers",
-        "3",
-    ];
-    args.extend_from_slice(extra);
+fn producer(env: &Env, name: &str, extra: &str) -> Proc {
+    let args =
+        format!("--samples 1000 --batch-size 10 --epochs 10 --window 4 --consumers 3 {extra}");
     env.producer(name, &args)
 }
 
 fn others(env: &Env, name: &str) -> Vec<Proc> {
     (0..2)
-        .map(|_| env.spawn(&["consume", name, "--each", "--verify", "--delay-ms", "10"]))
+        .map(|_| env.spawn(&format!("consume {name} --each --verify --delay-ms 10")))
         .collect()
 }
 
@@ -87,10 +69,10 @@ fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
 /// Producer `name` (started with `extra`), a consumer stopped for
 /// [`PAUSE`] and two others: each other's longest gap between batches
 /// while it was stopped, once all three have read every epoch, exact.
-fn gaps_while_one_pauses(name: &str, extra: &[&str]) -> Vec<Duration> {
+fn gaps_while_one_pauses(name: &str, extra: &str) -> Vec<Duration> {
     let env = Env::new();
     let mut producer = producer(&env, name, extra);
-    let mut victim = env.spawn(&["consume", name, "--each", "--verify", "--delay-ms", "2"]);
+    let mut victim = env.spawn(&format!("consume {name} --each --verify --delay-ms 2"));
     let mut others = others(&env, name);
     let (stopped, resumed) = pause(&mut victim, || {});
     let gaps = others
@@ -110,7 +92,7 @@ fn gaps_while_one_pauses(name: &str, extra: &[&str]) -> Vec<Duration> {
 /// exactly once when it resumes.
 #[test]
 fn fault4_sigstopped_consumer_does_not_stall_others() {
-    for gap in gaps_while_one_pauses("stuck", &[]) {
+    for gap in gaps_while_one_pauses("stuck", "") {
         assert!(
             gap < Duration::from_secs(1),
             "a running consumer stalled {gap:?}"
@@ -122,7 +104,7 @@ fn fault4_sigstopped_consumer_does_not_stall_others() {
 /// stopped, and everyone resumes, exact, when it continues.
 #[test]
 fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
-    for gap in gaps_while_one_pauses("wait", &["--max-lag", "8batches"]) {
+    for gap in gaps_while_one_pauses("wait", "--max-lag 8batches") {
         assert!(
             gap > PAUSE / 2,
             "the others were not held back: longest gap {gap:?}"
@@ -137,11 +119,11 @@ fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
 fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
     let env = Env::new();
     let mut producer = producer(&env, "evict", EVICT);
-    let mut victim = env.spawn(&["consume", "evict", "--each", "--verify", "--delay-ms", "2"]);
+    let mut victim = env.spawn("consume evict --each --verify --delay-ms 2");
     let mut others = others(&env, "evict");
     let mut status = None;
     let (stopped, resumed) = pause(&mut victim, || {
-        let out = env.cmd(&["status", "evict", "--json"]).output().unwrap();
+        let out = env.cmd("status evict --json").output().unwrap();
         status = Some(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap());
     });
     for o in &mut others {
@@ -179,16 +161,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
 fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
     let env = Env::new();
     let mut producer = producer(&env, "rejoin", EVICT);
-    let mut victim = env.spawn(&[
-        "consume",
-        "rejoin",
-        "--each",
-        "--verify",
-        "--delay-ms",
-        "2",
-        "--on-evict",
-        "rejoin",
-    ]);
+    let mut victim = env.spawn("consume rejoin --each --verify --delay-ms 2 --on-evict rejoin");
     let mut others = others(&env, "rejoin");
     pause(&mut victim, || {});
     assert!(victim.finish().success());
@@ -228,23 +201,11 @@ const PACED_WINDOW: u64 = 4;
 /// A producer serving epochs for as long as anyone reads (its loader far
 /// faster than any trainer), for `trainers` trainers.
 fn paced_producer(env: &Env, name: &str, trainers: usize, max_lag: Option<&str>) -> Proc {
-    let trainers = trainers.to_string();
-    let mut args = vec![
-        "--samples",
-        "200",
-        "--batch-size",
-        "10",
-        "--epochs",
-        "0",
-        "--idle-timeout",
-        "0.5",
-        "--window",
-        "4",
-        "--consumers",
-        &trainers,
-    ];
+    let mut args = format!(
+        "--samples 200 --batch-size 10 --epochs 0 --idle-timeout 0.5 --window 4 --consumers {trainers}"
+    );
     if let Some(budget) = max_lag {
-        args.extend(["--max-lag", budget]);
+        args.push_str(&format!(" --max-lag {budget}"));
     }
     env.producer(name, &args)
 }
@@ -261,15 +222,9 @@ fn two_epochs_each(name: &str, delays_ms: &[u64], max_lag: Option<&str>) {
     let mut trainers: Vec<Proc> = delays_ms
         .iter()
         .map(|ms| {
-            env.spawn(&[
-                "consume",
-                name,
-                "--epochs",
-                "2",
-                "--verify",
-                "--delay-ms",
-                &ms.to_string(),
-            ])
+            env.spawn(&format!(
+                "consume {name} --epochs 2 --verify --delay-ms {ms}"
+            ))
         })
         .collect();
     for t in &mut trainers {
