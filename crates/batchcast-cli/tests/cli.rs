@@ -5,7 +5,7 @@ mod common;
 mod forge;
 
 use batchcast_serve::TooFewConsumers;
-use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
+use common::{assert_full_epoch, assert_says, jpeg_dataset, serve_data, Env, Fail, Succeed};
 use forge::set_jpeg_size;
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
@@ -199,19 +199,16 @@ fn a_failed_demo_shows_the_trainers_error() {
     let env = Env::new();
     let dir = tempfile::tempdir().unwrap();
     let err = env
-        .cmd(&["demo", "--trainers", "1", "--images", "10", "--step-ms=-1"])
+        .cmd("demo --trainers 1 --images 10 --step-ms=-1")
         .arg("--cache-dir")
         .arg(dir.path())
         .fail();
-    assert!(
-        err.contains("the independent demo's trainer-1 ended FAILED"),
-        "{err}"
+    assert_says(&err, "the independent demo's trainer-1 ended FAILED");
+    assert_says(
+        &err,
+        "; its stderr:\n    error: --step-ms -1 is no step time",
     );
-    assert!(
-        err.contains("; its stderr:\n    error: --step-ms -1 is no step time"),
-        "{err}"
-    );
-    assert!(err.contains("batchcast runs show "), "{err}");
+    assert_says(&err, "batchcast runs show ");
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
@@ -257,7 +254,7 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     let data_s = data.to_str().unwrap();
     let mut producer = env.spawn(&serve_data("bad", data_s, "1"));
     producer.expect("listening");
-    let mut c = env.spawn(&["consume", "bad"]);
+    let mut c = env.spawn("consume bad");
     assert!(c.finish().success());
     assert_eq!(c.events("epoch_end")[0]["samples"], 9);
     assert!(producer.finish().success());
@@ -266,9 +263,9 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     assert!(err.contains(name), "the warning names the file: {err}");
 
     let err = env
-        .cmd(&["serve", "--name", "x", "--data", "/nonexistent/imagenet"])
+        .cmd("serve --name x --data /nonexistent/imagenet")
         .fail();
-    assert!(err.contains("/nonexistent/imagenet"), "{err}");
+    assert_says(&err, "/nonexistent/imagenet");
 }
 
 /// What a finished `serve` process cost, from wait4(2).
@@ -361,18 +358,7 @@ fn a_655_byte_jpeg_does_not_cost_1_3_gib() {
 fn bench_reports_every_cell_and_the_ratios() {
     let env = Env::new();
     let out = env
-        .cmd(&[
-            "bench",
-            "--batches",
-            "30",
-            "--sizes-mb",
-            "1",
-            "--consumers",
-            "1,2",
-            "--repeat",
-            "1",
-            "--json",
-        ])
+        .cmd("bench --batches 30 --sizes-mb 1 --consumers 1,2 --repeat 1 --json")
         .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cells = v["cells"].as_array().unwrap();
@@ -458,27 +444,10 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
     let env = Env::new();
     // The consumer waits for the producer, so that it attaches well within
     // the idle timeout however slow the machine is to start a process.
-    let mut c = env.spawn(&[
-        "consume",
-        "untilidle",
-        "--verify",
-        "--epochs",
-        "3",
-        "--connect-timeout",
-        "60",
-    ]);
+    let mut c = env.spawn("consume untilidle --verify --epochs 3 --connect-timeout 60");
     let mut p = env.producer(
         "untilidle",
-        &[
-            "--epochs",
-            "0",
-            "--idle-timeout",
-            "3",
-            "--samples",
-            "64",
-            "--batch-size",
-            "16",
-        ],
+        "--epochs 0 --idle-timeout 3 --samples 64 --batch-size 16",
     );
     assert!(c.finish().success(), "{}", c.stderr_text());
     let ends = c.events("epoch_end");
@@ -507,16 +476,8 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     // attaches as soon as serve listens; serve's wait for the trainers
     // starts then too, so the idle timeout is the time a loaded machine
     // gets to start a consumer process's connection: 10 s, not a few.
-    let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
-    let mut serve = env.cmd(&[
-        "serve",
-        "--name",
-        "few",
-        "--synthetic",
-        "--json",
-        "--idle-timeout",
-        "10",
-    ]);
+    let mut trainer = env.spawn("consume few --connect-timeout 60");
+    let mut serve = env.cmd("serve --name few --synthetic --json --idle-timeout 10");
     serve.env("BATCHCAST_CONSUMERS", "2");
     let mut serve = common::Proc::start(serve);
     assert_eq!(serve.finish().code(), Some(1));
@@ -529,7 +490,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         from_runner: true,
     };
     let stderr = serve.stderr_text();
-    assert!(stderr.contains(&format!("error: {runner}\n")), "{stderr}");
+    assert_says(&stderr, &format!("error: {runner}\n"));
 
     let asked = TooFewConsumers {
         attached: 0,
@@ -538,10 +499,10 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         from_runner: false,
     };
     let stderr = env
-        .cmd(&["serve", "--name", "two", "--synthetic", "--consumers", "2"])
+        .cmd("serve --name two --synthetic --consumers 2")
         .args(["--idle-timeout", "0.3"])
         .fail();
-    assert!(stderr.contains(&format!("error: {asked}\n")), "{stderr}");
+    assert_says(&stderr, &format!("error: {asked}\n"));
 }
 
 /// `batchcast stalls` run with a Python that lacks batchcast says which

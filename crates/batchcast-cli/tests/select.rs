@@ -13,7 +13,7 @@ use batchcast_pipeline::{
     write_scores, DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Selection,
     Transform,
 };
-use common::{connect, jpeg_dataset, Env, Fail};
+use common::{assert_says, connect, jpeg_dataset, Env, Fail};
 use serde_json::Value;
 
 /// Classes of 1,000, 900, ..., 100 images: 5,500.
@@ -268,16 +268,9 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
         );
     }
     let err = env
-        .cmd(&[
-            "serve",
-            "--name",
-            "bad",
-            "--synthetic",
-            "--select",
-            "random:0.5",
-        ])
+        .cmd("serve --name bad --synthetic --select random:0.5")
         .fail();
-    assert!(err.contains("--data PATH"), "{err}");
+    assert_says(&err, "--data PATH");
 }
 
 /// Measures the producer with and without `--select random:50%` on one

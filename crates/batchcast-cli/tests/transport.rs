@@ -7,7 +7,7 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Fail, UNTIL_KILLED};
+use common::{assert_every_epoch_full_of, assert_full_epoch, assert_says, Env, Fail, UNTIL_KILLED};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -310,8 +310,8 @@ fn second_producer_with_the_same_name_is_refused() {
     let status = second.finish();
     assert_eq!(status.code(), Some(1));
     let err = second.stderr_text();
-    assert!(err.contains("already running"), "{err}");
-    assert!(err.contains(&format!("pid {}", first.pid())), "{err}");
+    assert_says(&err, "already running");
+    assert_says(&err, &format!("pid {}", first.pid()));
 }
 
 /// A producer killed with SIGKILL leaves a stale socket; `status` removes
@@ -360,11 +360,9 @@ fn status_shows_live_figures_per_consumer() {
     assert_eq!(r["samples_per_epoch"], 1000);
     let text = env.cmd("status stat").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("delivered"), "{text}");
-    assert!(
-        text.contains("stream: ") && text.contains("batch size 10, 1000 samples per epoch"),
-        "{text}"
-    );
+    assert_says(&text, "delivered");
+    assert_says(&text, "stream: ");
+    assert_says(&text, "batch size 10, 1000 samples per epoch");
     c.kill9();
     producer.kill9();
 }
@@ -376,10 +374,8 @@ fn user_errors_name_the_problem_and_the_fix() {
     let out = env.cmd("consume nosuch").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("no producer named") && text.contains("nosuch.sock"),
-        "{text}"
-    );
+    assert_says(&text, "no producer named");
+    assert_says(&text, "nosuch.sock");
 
     let out = env.cmd("consume bad/name").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stdout).contains("invalid producer name"));
@@ -391,20 +387,16 @@ fn user_errors_name_the_problem_and_the_fix() {
     let err = env
         .cmd("serve --name huge --synthetic --slot-size 1000000000000 --window 8")
         .fail();
-    assert!(
-        err.contains("cannot reserve") && err.contains("--window"),
-        "{err}"
-    );
+    assert_says(&err, "cannot reserve");
+    assert_says(&err, "--window");
 
     // A batch larger than a fixed slot names both sizes and the option.
     let mut p =
         env.spawn("serve --name small --synthetic --slot-size 4096 --batch-size 64 --no-wait");
     assert_eq!(p.finish().code(), Some(1));
     let err = p.stderr_text();
-    assert!(
-        err.contains("does not fit in a slot of 4096 bytes") && err.contains("--slot-size"),
-        "{err}"
-    );
+    assert_says(&err, "does not fit in a slot of 4096 bytes");
+    assert_says(&err, "--slot-size");
 
     let out = env.cmd("serve --name x").output().unwrap();
     assert!(String::from_utf8_lossy(&out.stderr).contains("--data PATH"));

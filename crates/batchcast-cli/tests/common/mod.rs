@@ -110,6 +110,13 @@ pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
 }
 
+/// Insists that `text` (a command's output or a line of it) says `needle`;
+/// a failure shows both.
+#[track_caller]
+pub fn assert_says(text: &str, needle: &str) {
+    assert!(text.contains(needle), "expected {needle:?} in:\n{text}");
+}
+
 /// Runs a command to its end and insists that it succeeded.
 pub trait Succeed {
     /// The command's output; panics with its stderr if it failed.
