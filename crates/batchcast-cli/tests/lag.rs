@@ -16,18 +16,22 @@ const PAUSE: Duration = Duration::from_secs(3);
 /// A budget of 8 batches, past which a laggard is evicted after 0.5 s.
 const EVICT: &str = "--max-lag 8batches --lag-policy evict --stall-timeout 0.5";
 
-/// 10 epochs of 100 batches; the others take 10 ms per batch, so they are
-/// still running well after the pause.
-fn producer(env: &Env, name: &str, extra: &str) -> Proc {
+/// Producer `name` (started with `extra`) of 10 epochs of 100 batches, a
+/// consumer to stop (`consume NAME --each --verify --delay-ms 2 VICTIM`) and
+/// two others that take 10 ms per batch, so they are still running well
+/// after the pause; and their environment.
+fn start(name: &str, extra: &str, victim: &str) -> (Env, Proc, Proc, Vec<Proc>) {
+    let env = Env::new();
     let args =
         format!("--samples 1000 --batch-size 10 --epochs 10 --window 4 --consumers 3 {extra}");
-    env.producer(name, &args)
-}
-
-fn others(env: &Env, name: &str) -> Vec<Proc> {
-    (0..2)
+    let producer = env.producer(name, &args);
+    let victim = env.spawn(&format!(
+        "consume {name} --each --verify --delay-ms 2 {victim}"
+    ));
+    let others = (0..2)
         .map(|_| env.spawn(&format!("consume {name} --each --verify --delay-ms 10")))
-        .collect()
+        .collect();
+    (env, producer, victim, others)
 }
 
 /// Stops `victim` once it has read a few batches; returns when it stopped
@@ -70,10 +74,7 @@ fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
 /// [`PAUSE`] and two others: each other's longest gap between batches
 /// while it was stopped, once all three have read every epoch, exact.
 fn gaps_while_one_pauses(name: &str, extra: &str) -> Vec<Duration> {
-    let env = Env::new();
-    let mut producer = producer(&env, name, extra);
-    let mut victim = env.spawn(&format!("consume {name} --each --verify --delay-ms 2"));
-    let mut others = others(&env, name);
+    let (_env, mut producer, mut victim, mut others) = start(name, extra, "");
     let (stopped, resumed) = pause(&mut victim, || {});
     let gaps = others
         .iter_mut()
@@ -117,10 +118,7 @@ fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
 /// fails with a message that names the budget and the ways out.
 #[test]
 fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
-    let env = Env::new();
-    let mut producer = producer(&env, "evict", EVICT);
-    let mut victim = env.spawn("consume evict --each --verify --delay-ms 2");
-    let mut others = others(&env, "evict");
+    let (env, mut producer, mut victim, mut others) = start("evict", EVICT, "");
     let mut status = None;
     let (stopped, resumed) = pause(&mut victim, || {
         let out = env.cmd("status evict --json").output().unwrap();
@@ -159,10 +157,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
 /// warning, and it then reads whole, exact epochs from the next one on.
 #[test]
 fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
-    let env = Env::new();
-    let mut producer = producer(&env, "rejoin", EVICT);
-    let mut victim = env.spawn("consume rejoin --each --verify --delay-ms 2 --on-evict rejoin");
-    let mut others = others(&env, "rejoin");
+    let (_env, mut producer, mut victim, mut others) = start("rejoin", EVICT, "--on-evict rejoin");
     pause(&mut victim, || {});
     assert!(victim.finish().success());
     // Every epoch it was evicted from ends short (while stopped it may be
