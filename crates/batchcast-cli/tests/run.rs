@@ -457,14 +457,7 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
 fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
     let f = Fixture::new();
     let mut serve = Command::new(BIN)
-        .args([
-            "serve",
-            "--name",
-            "waiting",
-            "--synthetic",
-            "--consumers",
-            "2",
-        ])
+        .args("serve --name waiting --synthetic --consumers 2".split_whitespace())
         .env("BATCHCAST_DIR", f.path("sockets"))
         .stderr(std::process::Stdio::null())
         .spawn()

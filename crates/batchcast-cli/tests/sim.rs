@@ -112,16 +112,7 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 2, "cpu_cores": 16}"#,
     );
     let o = batchcast()
-        .args([
-            "sim",
-            "--jobs",
-            "200",
-            "--interarrival",
-            "60",
-            "--policy",
-            "gandiva",
-            "--cluster",
-        ])
+        .args("sim --jobs 200 --interarrival 60 --policy gandiva --cluster".split_whitespace())
         .arg(&cluster)
         .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -263,9 +254,7 @@ fn sim_model_bidding_refuses_the_gang_models_cpu_and_congestion_flags() {
         assert_says(&err, "--model gang");
     }
     let o = batchcast()
-        .args([
-            "sim", "--model", "bidding", "--jobs", "20", "--racks", "1", "--policy", "sjf",
-        ])
+        .args("sim --model bidding --jobs 20 --racks 1 --policy sjf".split_whitespace())
         .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
     let header = stdout.lines().next().unwrap_or_default();

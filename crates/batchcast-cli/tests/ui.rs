@@ -141,15 +141,7 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
     assert!(get(port, "/").starts_with("HTTP/1.1 200"));
 
     let err = batchcast()
-        .args([
-            "ui",
-            "--port",
-            "0",
-            "--host",
-            "0.0.0.0",
-            "--no-token",
-            "--store",
-        ])
+        .args("ui --port 0 --host 0.0.0.0 --no-token --store".split_whitespace())
         .arg(&store)
         .fail();
     assert_says(&err, "--no-token is refused on 0.0.0.0");
