@@ -176,7 +176,7 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
     demo.signal(libc::SIGINT);
     let status = demo.finish();
     assert_eq!(status.code(), Some(1), "{}", demo.stderr_text());
-    assert!(demo.stderr_text().contains("the demo was stopped"));
+    assert_says(&demo.stderr_text(), "the demo was stopped");
     for pid in pids {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         assert!(!alive, "trainer {pid} left running");
@@ -530,7 +530,7 @@ fn stalls_names_a_python_without_batchcast_and_the_fix() {
         "pip install batchcast",
         "BATCHCAST_PYTHON",
     ] {
-        assert!(stderr.contains(needle), "no {needle:?} in: {stderr}");
+        assert_says(&stderr, needle);
     }
     assert!(!stderr.contains("Traceback"), "{stderr}");
     assert!(!marker.exists(), "the training script ran");

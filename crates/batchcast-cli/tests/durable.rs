@@ -250,5 +250,5 @@ fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     assert_eq!(c.finish().code(), Some(3));
     assert!(took.as_secs_f64() >= 0.9, "waited {took:?}");
     assert!(took.as_secs_f64() < 10.0, "waited {took:?}");
-    assert!(c.stderr_text().contains("waiting up to 1 s"));
+    assert_says(&c.stderr_text(), "waiting up to 1 s");
 }

@@ -8,7 +8,7 @@ mod common;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Proc};
+use common::{assert_every_epoch_full_of, assert_full_epoch, assert_says, Env, Proc};
 
 /// How long the victim stays stopped: the length of the pause the test is
 /// about, not a wait for anything.
@@ -144,7 +144,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
     assert_eq!(err["kind"], "fell_behind", "{err}");
     let msg = err["message"].as_str().unwrap();
     for needle in ["behind", "8 batches", "max_lag", "wait", "rejoin"] {
-        assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
+        assert_says(msg, needle);
     }
     assert_eq!(victim.finish().code(), Some(5));
     for o in &mut others {
@@ -181,7 +181,7 @@ fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
         assert_full_epoch(end, 0, 999);
     }
     assert_eq!(rest.last().unwrap()["epoch"], 9);
-    assert!(victim.stderr_text().contains("rejoins at the next epoch"));
+    assert_says(&victim.stderr_text(), "rejoins at the next epoch");
     for o in &mut others {
         assert_every_epoch_full(o, 10);
     }

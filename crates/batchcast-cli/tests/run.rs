@@ -331,7 +331,7 @@ fn ctrl_c_stops_the_jobs_and_records_them_killed() {
         .into_iter()
         .find(|r| r.run.name == "wait")
         .unwrap();
-    assert!(row.run.message.unwrap().contains("stopped by the runner"));
+    assert_says(&row.run.message.unwrap(), "stopped by the runner");
 }
 
 /// Ctrl-C while one job of a workload has finished and another runs: the
@@ -448,7 +448,7 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
     let text = String::from_utf8_lossy(&log);
     assert!(log.len() < (1 << 20) + 1024, "{} bytes kept", log.len());
     assert!(text.starts_with("first\n") && text.ends_with("\nlast\n"));
-    assert!(text.contains("bytes of stdout dropped here"), "no note");
+    assert_says(&text, "bytes of stdout dropped here");
 }
 
 /// The runner stops a workload's producer with SIGTERM; one still waiting

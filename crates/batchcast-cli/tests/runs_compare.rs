@@ -141,7 +141,7 @@ fn export_writes_every_point_as_csv_rows() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
+    assert_says(&String::from_utf8_lossy(&none.stderr), "--csv FILE");
 }
 
 /// An export that cannot make its file says which file and why, once.
@@ -302,7 +302,7 @@ fn plot_draws_each_run_with_its_name() {
         text.contains("batchcast/samples_per_s (per second)"),
         "the axis says the unit"
     );
-    assert!(text.contains("elapsed time since the run started (s)"));
+    assert_says(&text, "elapsed time since the run started (s)");
     // The runs' lines (and their legend marks) are the 2-pixel polylines;
     // the grid's are thinner.
     let thick = text
@@ -344,7 +344,7 @@ fn plot_draws_each_run_with_its_name() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&jpg.stderr).contains(".svg or .png"));
+    assert_says(&String::from_utf8_lossy(&jpg.stderr), ".svg or .png");
 }
 
 /// Runs `batchcast ARGS` in `dir` as a user who cannot write there: as root

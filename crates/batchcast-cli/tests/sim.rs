@@ -76,7 +76,7 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     // FIFO: job 1 runs 0-100, job 2 100-150 → mean JCT (100 + 140) / 2 s.
     let fifo = stdout.lines().find(|l| l.starts_with("| fifo")).unwrap();
     assert_says(fifo, "| 0.04 | 0.03 |");
-    assert!(stdout.contains("| dally"));
+    assert_says(&stdout, "| dally");
     for f in [
         "fifo.jobs.csv",
         "dally.jobs.csv",

@@ -134,7 +134,7 @@ fn producer_sigkilled_every_consumer_errors_promptly() {
     for c in &mut consumers {
         let err = c.expect("error");
         assert_eq!(err["kind"], "producer_gone", "{err}");
-        assert!(err["message"].as_str().unwrap().contains("kill-producer"));
+        assert_says(err["message"].as_str().unwrap(), "kill-producer");
         assert_eq!(c.finish().code(), Some(3));
     }
     let took = killed_at.elapsed();
@@ -323,7 +323,10 @@ fn restart_after_a_killed_producer_reuses_the_name() {
     first.kill9();
     assert!(env.path().join("again.sock").exists());
     let out = env.cmd("status").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("no producer is running"));
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "no producer is running",
+    );
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
     let mut second = env.producer("again", "--samples 100 --batch-size 10 --epochs 1");
     let mut c = env.spawn("consume again --verify");
@@ -378,10 +381,16 @@ fn user_errors_name_the_problem_and_the_fix() {
     assert_says(&text, "nosuch.sock");
 
     let out = env.cmd("consume bad/name").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("invalid producer name"));
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "invalid producer name",
+    );
 
     let out = env.cmd("consume x --batch-size 0").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("batch_size must be at least 1"));
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "batch_size must be at least 1",
+    );
 
     // An arena larger than this machine's memory: refused before serving.
     let err = env
@@ -399,7 +408,7 @@ fn user_errors_name_the_problem_and_the_fix() {
     assert_says(&err, "--slot-size");
 
     let out = env.cmd("serve --name x").output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--data PATH"));
+    assert_says(&String::from_utf8_lossy(&out.stderr), "--data PATH");
 }
 
 /// SIGINT stops the producer cleanly: consumers see a clean end.
