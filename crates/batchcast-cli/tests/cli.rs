@@ -22,19 +22,9 @@ fn demo(
     cache: &std::path::Path,
     store: &std::path::Path,
 ) -> std::process::Command {
-    let mut cmd = env.cmd(&[
-        "demo",
-        "--trainers",
-        "2",
-        "--images",
-        images,
-        "--batch-size",
-        batch_size,
-        "--image-size",
-        "32",
-        "--step-ms",
-        "1",
-    ]);
+    let mut cmd = env.cmd(&format!(
+        "demo --trainers 2 --images {images} --batch-size {batch_size} --image-size 32 --step-ms 1"
+    ));
     cmd.arg("--cache-dir").arg(cache).arg("--store").arg(store);
     cmd
 }
@@ -147,18 +137,11 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
     let env = Env::new();
     let files = tempfile::tempdir().unwrap();
     let store = files.path().join("runs.db");
-    let mut demo = env.spawn(&[
-        "demo",
-        "--synthetic",
-        "--samples",
-        "100000",
-        "--step-ms",
-        "50",
-        "--trainers",
-        "2",
-        "--store",
-        store.to_str().unwrap(),
-    ]);
+    let mut args: Vec<&str> = "demo --synthetic --samples 100000 --step-ms 50 --trainers 2"
+        .split_whitespace()
+        .collect();
+    args.extend(["--store", store.to_str().unwrap()]);
+    let mut demo = env.spawn(&args);
     // No signal says the trainers started: the store does, once it holds
     // their pids.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -222,7 +205,7 @@ fn serve_data_delivers_every_image_once_per_epoch() {
     let (mut producer, _) = env.listening(&args);
     let mut consumers: Vec<_> = ["5", "4"]
         .iter()
-        .map(|bs| env.spawn(&["consume", "img", "--batch-size", bs]))
+        .map(|bs| env.spawn(&format!("consume img --batch-size {bs}")))
         .collect();
     for c in &mut consumers {
         assert!(c.finish().success());

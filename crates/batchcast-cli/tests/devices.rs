@@ -10,17 +10,9 @@ use common::{assert_says, connect, Env, Fail, Proc};
 const STAND_IN: &str = "BATCHCAST_DEVICE_STAND_IN";
 
 fn serve(env: &Env, name: &str, device: &str, stand_ins: Option<&str>) -> Proc {
-    let mut cmd = env.cmd(&[
-        "serve",
-        "--name",
-        name,
-        "--synthetic",
-        "--json",
-        "--epochs",
-        "0",
-        "--device",
-        device,
-    ]);
+    let mut cmd = env.cmd(&format!(
+        "serve --name {name} --synthetic --json --epochs 0 --device {device}"
+    ));
     match stand_ins {
         Some(n) => cmd.env(STAND_IN, n),
         None => cmd.env_remove(STAND_IN),

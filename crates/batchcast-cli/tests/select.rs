@@ -108,29 +108,12 @@ fn serve(
     select: &[&str],
     epochs: u64,
 ) -> (Seen, Value, Value) {
-    let side = SIDE.to_string();
-    let epochs_s = epochs.to_string();
-    let mut args = vec![
-        "serve",
-        "--name",
-        name,
-        "--data",
-        root.to_str().unwrap(),
-        "--decode-only",
-        "--store-size",
-        &side,
-        "--batch-size",
-        "128",
-        "--epochs",
-        &epochs_s,
-        "--consumers",
-        "3",
-        "--workers",
-        "2",
-        "--seed",
-        "7",
-        "--json",
-    ];
+    let options = format!(
+        "--decode-only --store-size {SIDE} --batch-size 128 --epochs {epochs} --consumers 3 \
+         --workers 2 --seed 7 --json"
+    );
+    let mut args = vec!["serve", "--name", name, "--data", root.to_str().unwrap()];
+    args.extend(options.split_whitespace());
     args.extend_from_slice(select);
     let (mut producer, listening) = env.listening(&args);
     let seen: Vec<Seen> = std::thread::scope(|s| {
@@ -287,21 +270,10 @@ fn bench_select_random_half() {
     println!("select           samples/s  decoded/epoch  s/epoch  decoded/s");
     let runs = [None, None, Some("random:50%"), None, Some("random:50%")];
     for (run, select) in runs.into_iter().enumerate() {
-        let mut args = vec![
-            "serve",
-            "--name",
-            "bench",
-            "--data",
-            data,
-            "--image-size",
-            "64",
-            "--batch-size",
-            "64",
-            "--epochs",
-            "3",
-            "--no-wait",
-            "--json",
-        ];
+        let mut args = vec!["serve", "--name", "bench", "--data", data];
+        args.extend(
+            "--image-size 64 --batch-size 64 --epochs 3 --no-wait --json".split_whitespace(),
+        );
         if let Some(s) = select {
             args.extend(["--select", s]);
         }
