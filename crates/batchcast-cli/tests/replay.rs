@@ -42,18 +42,12 @@ fn trace(env: &Env, times: [&str; 3]) -> PathBuf {
 /// Serves `csv` for 4 epochs to two consumers; returns what the first saw
 /// (the second saw the same) and the producer's `finished` summary.
 fn replay(env: &Env, csv: &Path, trigger: &str, clock: &str) -> (Seen, serde_json::Value) {
-    let options = format!(
-        "--trigger {trigger} --decode-only --store-size {SIDE} --batch-size 8 --consumers 2 \
-         --epochs 4 --workers 2 --json {clock}"
+    let line = format!(
+        "serve --name replay --trigger {trigger} --decode-only --store-size {SIDE} --batch-size 8 \
+         --consumers 2 --epochs 4 --workers 2 --json {clock}"
     );
-    let mut args = vec![
-        "serve",
-        "--name",
-        "replay",
-        "--replay",
-        csv.to_str().unwrap(),
-    ];
-    args.extend(options.split_whitespace());
+    let mut args: Vec<&str> = line.split_whitespace().collect();
+    args.extend(["--replay", csv.to_str().unwrap()]);
     let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
@@ -211,9 +205,9 @@ fn the_replay_example_plan_compares_two_policies() {
     batchcast_pipeline::generate_drifting_trace(&dir.join("data"), &config, &drift, &|_, _| {})
         .unwrap();
     let store = env.path().join("runs.sqlite");
-    let run = |args: &[&str]| {
+    let run = |line: &str| {
         let out = std::process::Command::new(bin)
-            .args(args)
+            .args(line.split_whitespace())
             .arg("--store")
             .arg(&store)
             .env("BATCHCAST_BIN", bin)
@@ -223,17 +217,11 @@ fn the_replay_example_plan_compares_two_policies() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?}: {text}{err}");
+        assert!(out.status.success(), "{line}: {text}{err}");
         text
     };
-    run(&["run", "plan.yaml"]);
-    let compare = run(&[
-        "runs",
-        "compare",
-        "--experiment",
-        "replay-policies",
-        "--json",
-    ]);
+    run("run plan.yaml");
+    let compare = run("runs compare --experiment replay-policies --json");
     for workload in ["amount-new-data", "every-epoch-freshness"] {
         assert!(compare.contains(workload), "{workload}: {compare}");
     }

@@ -15,12 +15,13 @@ fn refusal(flag: &str, path: &Path, text: &str) -> String {
     batchcast().args(["sim", flag]).arg(path).fail()
 }
 
-/// Runs `batchcast sim ARGS --trace TRACE --out OUT`, which must succeed;
+/// Runs `batchcast sim OPTIONS --trace TRACE --out OUT` (`OPTIONS` a line
+/// as typed), which must succeed;
 /// returns its output and the `fifo.jobs.csv` it wrote.
-fn sim_writing(args: &[&str], trace: &Path, out: &Path) -> (Output, String) {
+fn sim_writing(options: &str, trace: &Path, out: &Path) -> (Output, String) {
     let o = batchcast()
         .arg("sim")
-        .args(args)
+        .args(options.split_whitespace())
         .arg("--trace")
         .arg(trace)
         .arg("--out")
@@ -57,18 +58,8 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     );
     let out = dir.path().join("out");
     let (o, csv) = sim_writing(
-        &[
-            "--racks",
-            "1",
-            "--machines-per-rack",
-            "1",
-            "--gpus-per-machine",
-            "4",
-            "--policy",
-            "fifo,dally",
-            "--format",
-            "batchcast",
-        ],
+        "--racks 1 --machines-per-rack 1 --gpus-per-machine 4 \
+         --policy fifo,dally --format batchcast",
         &trace,
         &out,
     );
@@ -287,18 +278,10 @@ fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
         std::fs::write(&trace, format!("[{}]", job(1, model))).unwrap();
         let out = dir.path().join(format!("out-{network}-{model}"));
         let (o, csv) = sim_writing(
-            &[
-                "--racks",
-                "1",
-                "--machines-per-rack",
-                "2",
-                "--gpus-per-machine",
-                "4",
-                "--policy",
-                "fifo",
-                "--network",
-                network,
-            ],
+            &format!(
+                "--racks 1 --machines-per-rack 2 --gpus-per-machine 4 \
+                 --policy fifo --network {network}"
+            ),
             &trace,
             &out,
         );
