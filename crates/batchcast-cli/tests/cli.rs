@@ -5,7 +5,9 @@ mod common;
 mod forge;
 
 use batchcast_serve::TooFewConsumers;
-use common::{assert_full_epoch, assert_says, jpeg_dataset, serve_data, Env, Fail, Succeed};
+use common::{
+    assert_full_epoch, assert_says, ends_after, jpeg_dataset, serve_data, Env, Fail, Succeed,
+};
 use forge::set_jpeg_size;
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
@@ -208,9 +210,7 @@ fn serve_data_delivers_every_image_once_per_epoch() {
         .map(|bs| env.spawn(&format!("consume img --batch-size {bs}")))
         .collect();
     for c in &mut consumers {
-        assert!(c.finish().success());
-        let ends = c.events("epoch_end");
-        assert_eq!(ends.len(), 2);
+        let ends = ends_after(c, 2);
         for end in &ends {
             assert_eq!(end["samples"], 21, "{end}");
             assert_eq!(end["batches"], end["expected_batches"], "{end}");
@@ -432,9 +432,7 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
         "untilidle",
         "--epochs 0 --idle-timeout 3 --samples 64 --batch-size 16",
     );
-    assert!(c.finish().success(), "{}", c.stderr_text());
-    let ends = c.events("epoch_end");
-    assert_eq!(ends.len(), 3, "{ends:?}");
+    let ends = ends_after(&mut c, 3);
     for (epoch, end) in ends.iter().enumerate() {
         assert_eq!(end["epoch"], epoch as u64, "{end}");
         assert_full_epoch(end, 0, 63);

@@ -7,7 +7,9 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_every_epoch_full_of, assert_full_epoch, assert_says, Env, Fail, UNTIL_KILLED};
+use common::{
+    assert_every_epoch_full_of, assert_full_epoch, assert_says, ends_after, Env, Fail, UNTIL_KILLED,
+};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -31,9 +33,7 @@ fn consumers_with_different_batch_sizes_see_every_sample_once() {
     .map(|extra| env.spawn(&format!("consume sizes --verify {extra}")))
     .collect();
     for c in &mut consumers {
-        assert!(c.finish().success());
-        let ends = c.events("epoch_end");
-        assert_eq!(ends.len(), 3);
+        let ends = ends_after(c, 3);
         for (e, end) in ends.iter().enumerate() {
             assert_eq!(end["epoch"], e as u64);
             if end["expected_batches"] == 20 {

@@ -470,12 +470,19 @@ pub fn assert_full_epoch(v: &Value, first: i64, last: i64) {
     assert_eq!(v["samples"], last - first + 1, "{v}");
 }
 
-/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
-pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+/// `p` ends well after reading `epochs` epochs; returns its `epoch_end`
+/// lines.
+#[track_caller]
+pub fn ends_after(p: &mut Proc, epochs: usize) -> Vec<Value> {
     assert!(p.finish().success(), "{}", p.stderr_text());
     let ends = p.events("epoch_end");
     assert_eq!(ends.len(), epochs, "{ends:?}");
-    for end in &ends {
+    ends
+}
+
+/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
+pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+    for end in &ends_after(p, epochs) {
         assert_full_epoch(end, 0, samples - 1);
     }
 }
