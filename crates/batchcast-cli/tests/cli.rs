@@ -5,7 +5,9 @@ mod common;
 mod forge;
 
 use batchcast_serve::TooFewConsumers;
-use common::{assert_full_epoch, jpeg_dataset, serve_data, Env, Fail, Succeed};
+use common::{
+    assert_full_epoch, assert_says, ends_after, jpeg_dataset, serve_data, Env, Fail, Succeed,
+};
 use forge::set_jpeg_size;
 
 fn tiny_dataset(dir: &std::path::Path, classes: usize, per_class: usize) -> std::path::PathBuf {
@@ -22,19 +24,9 @@ fn demo(
     cache: &std::path::Path,
     store: &std::path::Path,
 ) -> std::process::Command {
-    let mut cmd = env.cmd(&[
-        "demo",
-        "--trainers",
-        "2",
-        "--images",
-        images,
-        "--batch-size",
-        batch_size,
-        "--image-size",
-        "32",
-        "--step-ms",
-        "1",
-    ]);
+    let mut cmd = env.cmd(&format!(
+        "demo --trainers 2 --images {images} --batch-size {batch_size} --image-size 32 --step-ms 1"
+    ));
     cmd.arg("--cache-dir").arg(cache).arg("--store").arg(store);
     cmd
 }
@@ -147,18 +139,11 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
     let env = Env::new();
     let files = tempfile::tempdir().unwrap();
     let store = files.path().join("runs.db");
-    let mut demo = env.spawn(&[
-        "demo",
-        "--synthetic",
-        "--samples",
-        "100000",
-        "--step-ms",
-        "50",
-        "--trainers",
-        "2",
-        "--store",
-        store.to_str().unwrap(),
-    ]);
+    let mut args: Vec<&str> = "demo --synthetic --samples 100000 --step-ms 50 --trainers 2"
+        .split_whitespace()
+        .collect();
+    args.extend(["--store", store.to_str().unwrap()]);
+    let mut demo = env.spawn(&args);
     // No signal says the trainers started: the store does, once it holds
     // their pids.
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
@@ -176,7 +161,7 @@ fn an_interrupted_demo_stops_its_trainers_and_records_them_killed() {
     demo.signal(libc::SIGINT);
     let status = demo.finish();
     assert_eq!(status.code(), Some(1), "{}", demo.stderr_text());
-    assert!(demo.stderr_text().contains("the demo was stopped"));
+    assert_says(&demo.stderr_text(), "the demo was stopped");
     for pid in pids {
         let alive = std::path::Path::new(&format!("/proc/{pid}")).exists();
         assert!(!alive, "trainer {pid} left running");
@@ -199,19 +184,16 @@ fn a_failed_demo_shows_the_trainers_error() {
     let env = Env::new();
     let dir = tempfile::tempdir().unwrap();
     let err = env
-        .cmd(&["demo", "--trainers", "1", "--images", "10", "--step-ms=-1"])
+        .cmd("demo --trainers 1 --images 10 --step-ms=-1")
         .arg("--cache-dir")
         .arg(dir.path())
         .fail();
-    assert!(
-        err.contains("the independent demo's trainer-1 ended FAILED"),
-        "{err}"
+    assert_says(&err, "the independent demo's trainer-1 ended FAILED");
+    assert_says(
+        &err,
+        "; its stderr:\n    error: --step-ms -1 is no step time",
     );
-    assert!(
-        err.contains("; its stderr:\n    error: --step-ms -1 is no step time"),
-        "{err}"
-    );
-    assert!(err.contains("batchcast runs show "), "{err}");
+    assert_says(&err, "batchcast runs show ");
     assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
 }
 
@@ -225,12 +207,10 @@ fn serve_data_delivers_every_image_once_per_epoch() {
     let (mut producer, _) = env.listening(&args);
     let mut consumers: Vec<_> = ["5", "4"]
         .iter()
-        .map(|bs| env.spawn(&["consume", "img", "--batch-size", bs]))
+        .map(|bs| env.spawn(&format!("consume img --batch-size {bs}")))
         .collect();
     for c in &mut consumers {
-        assert!(c.finish().success());
-        let ends = c.events("epoch_end");
-        assert_eq!(ends.len(), 2);
+        let ends = ends_after(c, 2);
         for end in &ends {
             assert_eq!(end["samples"], 21, "{end}");
             assert_eq!(end["batches"], end["expected_batches"], "{end}");
@@ -257,7 +237,7 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     let data_s = data.to_str().unwrap();
     let mut producer = env.spawn(&serve_data("bad", data_s, "1"));
     producer.expect("listening");
-    let mut c = env.spawn(&["consume", "bad"]);
+    let mut c = env.spawn("consume bad");
     assert!(c.finish().success());
     assert_eq!(c.events("epoch_end")[0]["samples"], 9);
     assert!(producer.finish().success());
@@ -266,9 +246,9 @@ fn serve_data_skips_a_corrupt_file_and_names_it() {
     assert!(err.contains(name), "the warning names the file: {err}");
 
     let err = env
-        .cmd(&["serve", "--name", "x", "--data", "/nonexistent/imagenet"])
+        .cmd("serve --name x --data /nonexistent/imagenet")
         .fail();
-    assert!(err.contains("/nonexistent/imagenet"), "{err}");
+    assert_says(&err, "/nonexistent/imagenet");
 }
 
 /// What a finished `serve` process cost, from wait4(2).
@@ -361,18 +341,7 @@ fn a_655_byte_jpeg_does_not_cost_1_3_gib() {
 fn bench_reports_every_cell_and_the_ratios() {
     let env = Env::new();
     let out = env
-        .cmd(&[
-            "bench",
-            "--batches",
-            "30",
-            "--sizes-mb",
-            "1",
-            "--consumers",
-            "1,2",
-            "--repeat",
-            "1",
-            "--json",
-        ])
+        .cmd("bench --batches 30 --sizes-mb 1 --consumers 1,2 --repeat 1 --json")
         .succeed();
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let cells = v["cells"].as_array().unwrap();
@@ -458,31 +427,12 @@ fn serve_epochs_0_serves_until_no_consumer_is_left() {
     let env = Env::new();
     // The consumer waits for the producer, so that it attaches well within
     // the idle timeout however slow the machine is to start a process.
-    let mut c = env.spawn(&[
-        "consume",
-        "untilidle",
-        "--verify",
-        "--epochs",
-        "3",
-        "--connect-timeout",
-        "60",
-    ]);
+    let mut c = env.spawn("consume untilidle --verify --epochs 3 --connect-timeout 60");
     let mut p = env.producer(
         "untilidle",
-        &[
-            "--epochs",
-            "0",
-            "--idle-timeout",
-            "3",
-            "--samples",
-            "64",
-            "--batch-size",
-            "16",
-        ],
+        "--epochs 0 --idle-timeout 3 --samples 64 --batch-size 16",
     );
-    assert!(c.finish().success(), "{}", c.stderr_text());
-    let ends = c.events("epoch_end");
-    assert_eq!(ends.len(), 3, "{ends:?}");
+    let ends = ends_after(&mut c, 3);
     for (epoch, end) in ends.iter().enumerate() {
         assert_eq!(end["epoch"], epoch as u64, "{end}");
         assert_full_epoch(end, 0, 63);
@@ -507,16 +457,8 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
     // attaches as soon as serve listens; serve's wait for the trainers
     // starts then too, so the idle timeout is the time a loaded machine
     // gets to start a consumer process's connection: 10 s, not a few.
-    let mut trainer = env.spawn(&["consume", "few", "--connect-timeout", "60"]);
-    let mut serve = env.cmd(&[
-        "serve",
-        "--name",
-        "few",
-        "--synthetic",
-        "--json",
-        "--idle-timeout",
-        "10",
-    ]);
+    let mut trainer = env.spawn("consume few --connect-timeout 60");
+    let mut serve = env.cmd("serve --name few --synthetic --json --idle-timeout 10");
     serve.env("BATCHCAST_CONSUMERS", "2");
     let mut serve = common::Proc::start(serve);
     assert_eq!(serve.finish().code(), Some(1));
@@ -529,7 +471,7 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         from_runner: true,
     };
     let stderr = serve.stderr_text();
-    assert!(stderr.contains(&format!("error: {runner}\n")), "{stderr}");
+    assert_says(&stderr, &format!("error: {runner}\n"));
 
     let asked = TooFewConsumers {
         attached: 0,
@@ -538,10 +480,10 @@ fn serve_with_too_few_consumers_prints_the_one_message_with_its_figures() {
         from_runner: false,
     };
     let stderr = env
-        .cmd(&["serve", "--name", "two", "--synthetic", "--consumers", "2"])
+        .cmd("serve --name two --synthetic --consumers 2")
         .args(["--idle-timeout", "0.3"])
         .fail();
-    assert!(stderr.contains(&format!("error: {asked}\n")), "{stderr}");
+    assert_says(&stderr, &format!("error: {asked}\n"));
 }
 
 /// `batchcast stalls` run with a Python that lacks batchcast says which
@@ -569,7 +511,7 @@ fn stalls_names_a_python_without_batchcast_and_the_fix() {
         "pip install batchcast",
         "BATCHCAST_PYTHON",
     ] {
-        assert!(stderr.contains(needle), "no {needle:?} in: {stderr}");
+        assert_says(&stderr, needle);
     }
     assert!(!stderr.contains("Traceback"), "{stderr}");
     assert!(!marker.exists(), "the training script ran");

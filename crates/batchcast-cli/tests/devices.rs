@@ -5,22 +5,14 @@
 
 mod common;
 
-use common::{connect, Env, Fail, Proc};
+use common::{assert_says, connect, Env, Fail, Proc};
 
 const STAND_IN: &str = "BATCHCAST_DEVICE_STAND_IN";
 
 fn serve(env: &Env, name: &str, device: &str, stand_ins: Option<&str>) -> Proc {
-    let mut cmd = env.cmd(&[
-        "serve",
-        "--name",
-        name,
-        "--synthetic",
-        "--json",
-        "--epochs",
-        "0",
-        "--device",
-        device,
-    ]);
+    let mut cmd = env.cmd(&format!(
+        "serve --name {name} --synthetic --json --epochs 0 --device {device}"
+    ));
     match stand_ins {
         Some(n) => cmd.env(STAND_IN, n),
         None => cmd.env_remove(STAND_IN),
@@ -45,7 +37,7 @@ fn serve_hands_consumers_the_mirror_of_the_gpu_it_names() {
     p.signal(libc::SIGINT);
     p.finish();
     let said = p.stderr_text();
-    assert!(said.contains("mirroring the arena on cuda:1"), "{said}");
+    assert_says(&said, "mirroring the arena on cuda:1");
 }
 
 #[test]
@@ -63,20 +55,14 @@ fn serve_without_a_driver_warns_and_serves_on_the_host_path() {
         return;
     }
     assert_eq!(mirrors, 0);
-    assert!(
-        said.contains("warning:") && said.contains("host path"),
-        "{said}"
-    );
+    assert_says(&said, "warning:");
+    assert_says(&said, "host path");
 }
 
 #[test]
 fn a_malformed_device_list_is_refused_with_what_to_write() {
     let env = Env::new();
-    let said = env
-        .cmd(&["serve", "--name", "bad", "--synthetic", "--device", "gpu0"])
-        .fail();
-    assert!(
-        said.contains("--device gpu0") && said.contains("cuda:N"),
-        "{said}"
-    );
+    let said = env.cmd("serve --name bad --synthetic --device gpu0").fail();
+    assert_says(&said, "--device gpu0");
+    assert_says(&said, "cuda:N");
 }

@@ -9,7 +9,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
-use common::{jpeg_dataset, Env, Fail, Proc, UNTIL_KILLED};
+use common::{assert_says, jpeg_dataset, Env, Fail, Proc, UNTIL_KILLED};
 use serde_json::Value;
 
 /// Consumers' per-batch delays in ms and batch sizes: a fast, a middling
@@ -192,9 +192,9 @@ fn a_restart_with_another_seed_is_refused_and_the_waiting_consumers_are_told() {
     let mut args = common::serve_data("seeds", data_str, "3");
     args.extend(["--seed", "8", "--epochs", "2"]);
     let err = env.cmd(&args).fail();
-    assert!(err.contains("seed: then 7, now 8"), "{err}");
+    assert_says(&err, "seed: then 7, now 8");
     assert!(!err.contains("dataset:"), "only the seed differs: {err}");
-    assert!(err.contains("--fresh"), "{err}");
+    assert_says(&err, "--fresh");
     for c in &mut cs {
         let e = c.expect("error");
         assert_eq!(e["kind"], "refused", "{e}");
@@ -228,15 +228,16 @@ fn a_damaged_state_file_is_refused_and_kept() {
     let data_str = data.to_str().unwrap();
     let args = common::serve_data("damaged", data_str, "3");
     let err = env.cmd(&args).fail();
-    assert!(err.contains("corrupt") && err.contains("--fresh"), "{err}");
+    assert_says(&err, "corrupt");
+    assert_says(&err, "--fresh");
     assert_eq!(std::fs::read_to_string(&state).unwrap(), damaged, "kept");
 }
 
 #[test]
 fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     let env = Env::new();
-    let mut producer = env.producer("late", &UNTIL_KILLED);
-    let mut c = env.spawn(&["consume", "late", "--each", "--reconnect-timeout", "1"]);
+    let mut producer = env.producer("late", UNTIL_KILLED);
+    let mut c = env.spawn("consume late --each --reconnect-timeout 1");
     c.expect("batch");
     producer.kill9();
     let killed_at = Instant::now();
@@ -244,12 +245,10 @@ fn consumers_give_up_after_the_reconnect_timeout_saying_how_long_they_waited() {
     let took = killed_at.elapsed();
     assert_eq!(e["kind"], "producer_gone", "{e}");
     let msg = e["message"].as_str().unwrap();
-    assert!(
-        msg.contains("within 1 s") && msg.contains("batchcast serve --name late"),
-        "{msg}"
-    );
+    assert_says(msg, "within 1 s");
+    assert_says(msg, "batchcast serve --name late");
     assert_eq!(c.finish().code(), Some(3));
     assert!(took.as_secs_f64() >= 0.9, "waited {took:?}");
     assert!(took.as_secs_f64() < 10.0, "waited {took:?}");
-    assert!(c.stderr_text().contains("waiting up to 1 s"));
+    assert_says(&c.stderr_text(), "waiting up to 1 s");
 }

@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Barrier;
 
 use batchcast::Event;
-use common::{jpeg_dataset, per_label, read_to_end, Env, Fail, Proc, Seen};
+use common::{assert_says, jpeg_dataset, per_label, read_to_end, Env, Fail, Proc, Seen};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: usize = 8;
@@ -60,36 +60,16 @@ fn add_images(stage: &Path, root: &Path) {
 /// Serves a dataset of 1,000 to three consumers for 4 epochs, adding 500
 /// images during epoch 1; returns what the first consumer saw and its
 /// lengths of epochs (the others saw the same), and the producer, finished.
-fn run_growing(select: &[&str]) -> (Seen, Vec<Option<u64>>, Proc) {
+fn run_growing(select: &str) -> (Seen, Vec<Option<u64>>, Proc) {
     let env = Env::new();
     let root = jpeg_dataset(&env.path().join("data"), 10, 100, (24, 32));
     let stage = jpeg_dataset(&env.path().join("stage"), 5, 100, (24, 32));
-    let side = SIDE.to_string();
-    let mut args = vec![
-        "serve",
-        "--name",
-        "grow",
-        "--data",
-        root.to_str().unwrap(),
-        "--watch",
-        "--trigger",
-        "amount=400",
-        "--decode-only",
-        "--store-size",
-        &side,
-        "--window",
-        "4",
-        "--batch-size",
-        "64",
-        "--consumers",
-        "3",
-        "--epochs",
-        "4",
-        "--workers",
-        "2",
-        "--json",
-    ];
-    args.extend_from_slice(select);
+    let options = format!(
+        "--watch --trigger amount=400 --decode-only --store-size {SIDE} --window 4 \
+         --batch-size 64 --consumers 3 --epochs 4 --workers 2 --json {select}"
+    );
+    let mut args = vec!["serve", "--name", "grow", "--data", root.to_str().unwrap()];
+    args.extend(options.split_whitespace());
     let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 1000, "{listening}");
     assert_eq!(listening["trigger"], "amount=400", "{listening}");
@@ -111,7 +91,7 @@ fn run_growing(select: &[&str]) -> (Seen, Vec<Option<u64>>, Proc) {
 
 #[test]
 fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
-    let (first, lens, producer) = run_growing(&[]);
+    let (first, lens, producer) = run_growing("");
     assert_eq!(
         first.events,
         [
@@ -164,7 +144,7 @@ fn serve_watch_admits_new_files_at_the_next_epoch_and_triggers_once_for_all() {
 /// `freshness:50` all 500 of them and 500 of the 1,000 seen before.
 #[test]
 fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
-    let (new, _, producer) = run_growing(&["--select", "new-data"]);
+    let (new, _, producer) = run_growing("--select new-data");
     assert_eq!(
         producer.events("finished")[0]["summary"]["decoded_per_epoch"],
         serde_json::json!([1000, 1000, 500, 500])
@@ -178,7 +158,7 @@ fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
         new.events
     );
 
-    let (fresh, _, _) = run_growing(&["--select", "freshness:50"]);
+    let (fresh, _, _) = run_growing("--select freshness:50");
     assert!(
         fresh.events.contains(&"start 2 Some(1000)".to_string()),
         "{:?}",
@@ -199,23 +179,12 @@ fn serve_selects_new_data_and_freshness_from_the_trigger_on() {
 fn serve_refuses_a_malformed_trigger_and_watch_without_a_folder() {
     let env = Env::new();
     let err = env
-        .cmd(&[
-            "serve",
-            "--name",
-            "t",
-            "--synthetic",
-            "--trigger",
-            "amount=lots",
-        ])
+        .cmd("serve --name t --synthetic --trigger amount=lots")
         .fail_with(2);
-    assert!(
-        err.contains("\"amount=lots\"") && err.contains("every-epoch"),
-        "{err}"
-    );
-    let err = env
-        .cmd(&["serve", "--name", "t", "--synthetic", "--watch"])
-        .fail();
-    assert!(err.contains("--watch applies to an image dataset"), "{err}");
+    assert_says(&err, "\"amount=lots\"");
+    assert_says(&err, "every-epoch");
+    let err = env.cmd("serve --name t --synthetic --watch").fail();
+    assert_says(&err, "--watch applies to an image dataset");
 }
 
 /// `batchcast-arrivals.csv` in the watched folder gives the files it
@@ -232,15 +201,7 @@ fn serve_watch_takes_arrival_times_from_the_sidecar() {
     args.extend(["--watch", "--trigger", "every-epoch", "--epochs", "3"]);
     args.extend(["--window", "2", "--max-lag", "1batches", "--workers", "1"]);
     let (mut producer, _) = env.listening(&args);
-    let mut consumer = env.spawn(&[
-        "consume",
-        "side",
-        "--each",
-        "--delay-ms",
-        "40",
-        "--connect-timeout",
-        "60",
-    ]);
+    let mut consumer = env.spawn("consume side --each --delay-ms 40 --connect-timeout 60");
     consumer.expect("batch");
     // Rows for the new files first, then the files (renamed in).
     let sidecar = root.join("batchcast-arrivals.csv");
@@ -274,8 +235,6 @@ fn serve_watch_takes_arrival_times_from_the_sidecar() {
     let mut args = common::serve_data("bad", data, "1");
     args.push("--watch");
     let err = env.cmd(&args).fail();
-    assert!(
-        err.contains("batchcast-arrivals.csv:2: ") && err.contains("not seconds"),
-        "{err}"
-    );
+    assert_says(&err, "batchcast-arrivals.csv:2: ");
+    assert_says(&err, "not seconds");
 }

@@ -8,44 +8,30 @@ mod common;
 use std::thread::sleep;
 use std::time::{Duration, Instant};
 
-use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Proc};
+use common::{assert_every_epoch_full_of, assert_full_epoch, assert_says, Env, Proc};
 
 /// How long the victim stays stopped: the length of the pause the test is
 /// about, not a wait for anything.
 const PAUSE: Duration = Duration::from_secs(3);
 /// A budget of 8 batches, past which a laggard is evicted after 0.5 s.
-const EVICT: &[&str] = &[
-    "--max-lag",
-    "8batches",
-    "--lag-policy",
-    "evict",
-    "--stall-timeout",
-    "0.5",
-];
+const EVICT: &str = "--max-lag 8batches --lag-policy evict --stall-timeout 0.5";
 
-/// 10 epochs of 100 batches; the others take 10 ms per batch, so they are
-/// still running well after the pause.
-fn producer(env: &Env, name: &str, extra: &[&str]) -> Proc {
-    let mut args = vec![
-        "--samples",
-        "1000",
-        "--batch-size",
-        "10",
-        "--epochs",
-        "10",
-        "--window",
-        "4",
-        "--consumers",
-        "3",
-    ];
-    args.extend_from_slice(extra);
-    env.producer(name, &args)
-}
-
-fn others(env: &Env, name: &str) -> Vec<Proc> {
-    (0..2)
-        .map(|_| env.spawn(&["consume", name, "--each", "--verify", "--delay-ms", "10"]))
-        .collect()
+/// Producer `name` (started with `extra`) of 10 epochs of 100 batches, a
+/// consumer to stop (`consume NAME --each --verify --delay-ms 2 VICTIM`) and
+/// two others that take 10 ms per batch, so they are still running well
+/// after the pause; and their environment.
+fn start(name: &str, extra: &str, victim: &str) -> (Env, Proc, Proc, Vec<Proc>) {
+    let env = Env::new();
+    let args =
+        format!("--samples 1000 --batch-size 10 --epochs 10 --window 4 --consumers 3 {extra}");
+    let producer = env.producer(name, &args);
+    let victim = env.spawn(&format!(
+        "consume {name} --each --verify --delay-ms 2 {victim}"
+    ));
+    let others = (0..2)
+        .map(|_| env.spawn(&format!("consume {name} --each --verify --delay-ms 10")))
+        .collect();
+    (env, producer, victim, others)
 }
 
 /// Stops `victim` once it has read a few batches; returns when it stopped
@@ -87,11 +73,8 @@ fn assert_every_epoch_full(p: &mut Proc, epochs: usize) {
 /// Producer `name` (started with `extra`), a consumer stopped for
 /// [`PAUSE`] and two others: each other's longest gap between batches
 /// while it was stopped, once all three have read every epoch, exact.
-fn gaps_while_one_pauses(name: &str, extra: &[&str]) -> Vec<Duration> {
-    let env = Env::new();
-    let mut producer = producer(&env, name, extra);
-    let mut victim = env.spawn(&["consume", name, "--each", "--verify", "--delay-ms", "2"]);
-    let mut others = others(&env, name);
+fn gaps_while_one_pauses(name: &str, extra: &str) -> Vec<Duration> {
+    let (_env, mut producer, mut victim, mut others) = start(name, extra, "");
     let (stopped, resumed) = pause(&mut victim, || {});
     let gaps = others
         .iter_mut()
@@ -110,7 +93,7 @@ fn gaps_while_one_pauses(name: &str, extra: &[&str]) -> Vec<Duration> {
 /// exactly once when it resumes.
 #[test]
 fn fault4_sigstopped_consumer_does_not_stall_others() {
-    for gap in gaps_while_one_pauses("stuck", &[]) {
+    for gap in gaps_while_one_pauses("stuck", "") {
         assert!(
             gap < Duration::from_secs(1),
             "a running consumer stalled {gap:?}"
@@ -122,7 +105,7 @@ fn fault4_sigstopped_consumer_does_not_stall_others() {
 /// stopped, and everyone resumes, exact, when it continues.
 #[test]
 fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
-    for gap in gaps_while_one_pauses("wait", &["--max-lag", "8batches"]) {
+    for gap in gaps_while_one_pauses("wait", "--max-lag 8batches") {
         assert!(
             gap > PAUSE / 2,
             "the others were not held back: longest gap {gap:?}"
@@ -135,13 +118,10 @@ fn fault4_past_the_budget_wait_holds_the_others_then_resumes() {
 /// fails with a message that names the budget and the ways out.
 #[test]
 fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
-    let env = Env::new();
-    let mut producer = producer(&env, "evict", EVICT);
-    let mut victim = env.spawn(&["consume", "evict", "--each", "--verify", "--delay-ms", "2"]);
-    let mut others = others(&env, "evict");
+    let (env, mut producer, mut victim, mut others) = start("evict", EVICT, "");
     let mut status = None;
     let (stopped, resumed) = pause(&mut victim, || {
-        let out = env.cmd(&["status", "evict", "--json"]).output().unwrap();
+        let out = env.cmd("status evict --json").output().unwrap();
         status = Some(serde_json::from_slice::<serde_json::Value>(&out.stdout).unwrap());
     });
     for o in &mut others {
@@ -164,7 +144,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
     assert_eq!(err["kind"], "fell_behind", "{err}");
     let msg = err["message"].as_str().unwrap();
     for needle in ["behind", "8 batches", "max_lag", "wait", "rejoin"] {
-        assert!(msg.contains(needle), "{needle:?} missing from: {msg}");
+        assert_says(msg, needle);
     }
     assert_eq!(victim.finish().code(), Some(5));
     for o in &mut others {
@@ -177,19 +157,7 @@ fn fault4_past_the_budget_evict_frees_the_others_and_the_laggard_fell_behind() {
 /// warning, and it then reads whole, exact epochs from the next one on.
 #[test]
 fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
-    let env = Env::new();
-    let mut producer = producer(&env, "rejoin", EVICT);
-    let mut victim = env.spawn(&[
-        "consume",
-        "rejoin",
-        "--each",
-        "--verify",
-        "--delay-ms",
-        "2",
-        "--on-evict",
-        "rejoin",
-    ]);
-    let mut others = others(&env, "rejoin");
+    let (_env, mut producer, mut victim, mut others) = start("rejoin", EVICT, "--on-evict rejoin");
     pause(&mut victim, || {});
     assert!(victim.finish().success());
     // Every epoch it was evicted from ends short (while stopped it may be
@@ -213,7 +181,7 @@ fn fault4_evicted_consumer_that_asked_to_rejoin_reads_exact_epochs_after() {
         assert_full_epoch(end, 0, 999);
     }
     assert_eq!(rest.last().unwrap()["epoch"], 9);
-    assert!(victim.stderr_text().contains("rejoins at the next epoch"));
+    assert_says(&victim.stderr_text(), "rejoins at the next epoch");
     for o in &mut others {
         assert_every_epoch_full(o, 10);
     }
@@ -228,23 +196,11 @@ const PACED_WINDOW: u64 = 4;
 /// A producer serving epochs for as long as anyone reads (its loader far
 /// faster than any trainer), for `trainers` trainers.
 fn paced_producer(env: &Env, name: &str, trainers: usize, max_lag: Option<&str>) -> Proc {
-    let trainers = trainers.to_string();
-    let mut args = vec![
-        "--samples",
-        "200",
-        "--batch-size",
-        "10",
-        "--epochs",
-        "0",
-        "--idle-timeout",
-        "0.5",
-        "--window",
-        "4",
-        "--consumers",
-        &trainers,
-    ];
+    let mut args = format!(
+        "--samples 200 --batch-size 10 --epochs 0 --idle-timeout 0.5 --window 4 --consumers {trainers}"
+    );
     if let Some(budget) = max_lag {
-        args.extend(["--max-lag", budget]);
+        args.push_str(&format!(" --max-lag {budget}"));
     }
     env.producer(name, &args)
 }
@@ -261,15 +217,9 @@ fn two_epochs_each(name: &str, delays_ms: &[u64], max_lag: Option<&str>) {
     let mut trainers: Vec<Proc> = delays_ms
         .iter()
         .map(|ms| {
-            env.spawn(&[
-                "consume",
-                name,
-                "--epochs",
-                "2",
-                "--verify",
-                "--delay-ms",
-                &ms.to_string(),
-            ])
+            env.spawn(&format!(
+                "consume {name} --epochs 2 --verify --delay-ms {ms}"
+            ))
         })
         .collect();
     for t in &mut trainers {

@@ -10,7 +10,7 @@ mod common;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use common::{jpeg_dataset, per_label, read_to_end, Env, Fail, Seen};
+use common::{assert_says, jpeg_dataset, per_label, read_to_end, Env, Fail, Seen};
 
 /// Side of the stored images (`--decode-only --store-size`).
 const SIDE: &str = "8";
@@ -41,29 +41,13 @@ fn trace(env: &Env, times: [&str; 3]) -> PathBuf {
 
 /// Serves `csv` for 4 epochs to two consumers; returns what the first saw
 /// (the second saw the same) and the producer's `finished` summary.
-fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_json::Value) {
-    let mut args = vec![
-        "serve",
-        "--name",
-        "replay",
-        "--replay",
-        csv.to_str().unwrap(),
-        "--trigger",
-        trigger,
-        "--decode-only",
-        "--store-size",
-        SIDE,
-        "--batch-size",
-        "8",
-        "--consumers",
-        "2",
-        "--epochs",
-        "4",
-        "--workers",
-        "2",
-        "--json",
-    ];
-    args.extend_from_slice(clock);
+fn replay(env: &Env, csv: &Path, trigger: &str, clock: &str) -> (Seen, serde_json::Value) {
+    let line = format!(
+        "serve --name replay --trigger {trigger} --decode-only --store-size {SIDE} --batch-size 8 \
+         --consumers 2 --epochs 4 --workers 2 --json {clock}"
+    );
+    let mut args: Vec<&str> = line.split_whitespace().collect();
+    args.extend(["--replay", csv.to_str().unwrap()]);
     let (mut producer, listening) = env.listening(&args);
     assert_eq!(listening["samples_per_epoch"], 20, "{listening}");
     assert_eq!(listening["replay"], csv.to_str().unwrap(), "{listening}");
@@ -89,7 +73,7 @@ fn replay(env: &Env, csv: &Path, trigger: &str, clock: &[&str]) -> (Seen, serde_
 /// the clock options `clock`: each epoch holds what the clock has passed,
 /// and the trigger fires once, before epoch 2, for the 40 rows that arrived
 /// at the second and third steps.
-fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &[&str]) {
+fn replays_the_trace(times: [&str; 3], trigger: &str, clock: &str) {
     let env = Env::new();
     let csv = trace(&env, times);
     let (seen, finished) = replay(&env, &csv, trigger, clock);
@@ -131,7 +115,7 @@ fn replay_per_epoch_grows_each_epoch_as_the_timestamps_say() {
     replays_the_trace(
         ["1000", "1010.5", "1020"],
         "amount=25",
-        &["--replay-per-epoch", "12"],
+        "--replay-per-epoch 12",
     );
 }
 
@@ -143,13 +127,13 @@ fn a_time_trigger_counts_the_replay_clock() {
     replays_the_trace(
         ["1000", "1010.5", "1020"],
         "time=20s",
-        &["--replay-per-epoch", "12"],
+        "--replay-per-epoch 12",
     );
 }
 
 #[test]
 fn replay_by_default_moves_one_time_step_per_epoch() {
-    replays_the_trace(["1700000000", "1700003600", "1800000000"], "amount=25", &[]);
+    replays_the_trace(["1700000000", "1700003600", "1800000000"], "amount=25", "");
 }
 
 #[test]
@@ -178,20 +162,15 @@ fn replay_refuses_bad_traces_with_the_line_and_other_sources() {
     }
     std::fs::write(&bad, text.replacen("path,label,timestamp", "path,label", 1)).unwrap();
     let err = serve(&bad, &[]).fail();
-    assert!(
-        err.contains("bad.csv:1: ") && err.contains("path,label,timestamp"),
-        "{err}"
-    );
+    assert_says(&err, "bad.csv:1: ");
+    assert_says(&err, "path,label,timestamp");
     let data = csv.parent().unwrap().to_str().unwrap();
     for extra in [&["--data", data][..], &["--watch"], &["--synthetic"]] {
         let err = serve(&csv, extra).fail_with(2);
         assert!(err.contains("cannot be used with"), "{extra:?}: {err}");
     }
     let err = serve(&csv, &["--replay-per-epoch", "0"]).fail();
-    assert!(
-        err.contains("--replay-per-epoch must be a positive number"),
-        "{err}"
-    );
+    assert_says(&err, "--replay-per-epoch must be a positive number");
 }
 
 /// examples/replay: the plan's two policies run on one small drifting
@@ -226,9 +205,9 @@ fn the_replay_example_plan_compares_two_policies() {
     batchcast_pipeline::generate_drifting_trace(&dir.join("data"), &config, &drift, &|_, _| {})
         .unwrap();
     let store = env.path().join("runs.sqlite");
-    let run = |args: &[&str]| {
+    let run = |line: &str| {
         let out = std::process::Command::new(bin)
-            .args(args)
+            .args(line.split_whitespace())
             .arg("--store")
             .arg(&store)
             .env("BATCHCAST_BIN", bin)
@@ -238,17 +217,11 @@ fn the_replay_example_plan_compares_two_policies() {
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout).into_owned();
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(out.status.success(), "{args:?}: {text}{err}");
+        assert!(out.status.success(), "{line}: {text}{err}");
         text
     };
-    run(&["run", "plan.yaml"]);
-    let compare = run(&[
-        "runs",
-        "compare",
-        "--experiment",
-        "replay-policies",
-        "--json",
-    ]);
+    run("run plan.yaml");
+    let compare = run("runs compare --experiment replay-policies --json");
     for workload in ["amount-new-data", "every-epoch-freshness"] {
         assert!(compare.contains(workload), "{workload}: {compare}");
     }
@@ -287,33 +260,14 @@ fn the_replay_example_plan_compares_two_policies() {
 /// `serve --replay` of the 20/10/30-row trace for 4 epochs in batches of
 /// 4, with `amount=25` and a fast-writing state file.
 fn durable_replay(env: &Env, csv: &Path) -> common::Proc {
-    let mut p = env.spawn(&[
-        "serve",
-        "--name",
-        "again",
-        "--replay",
-        csv.to_str().unwrap(),
-        "--trigger",
-        "amount=25",
-        "--decode-only",
-        "--store-size",
-        SIDE,
-        "--batch-size",
-        "4",
-        "--consumers",
-        "2",
-        "--epochs",
-        "4",
-        "--window",
-        "2",
-        "--max-lag",
-        "1batches",
-        "--workers",
-        "1",
-        "--state-interval",
-        "0.02",
-        "--json",
-    ]);
+    let line = format!(
+        "serve --name again --trigger amount=25 --decode-only --store-size {SIDE} --batch-size 4 \
+         --consumers 2 --epochs 4 --window 2 --max-lag 1batches --workers 1 \
+         --state-interval 0.02 --json"
+    );
+    let mut args: Vec<&str> = line.split_whitespace().collect();
+    args.extend(["--replay", csv.to_str().unwrap()]);
+    let mut p = env.spawn(&args);
     p.expect("listening");
     p
 }

@@ -10,7 +10,7 @@ mod common;
 
 use batchcast_proc::procfs::alive;
 use batchcast_runs::{keys, LogStream, RunFilter, RunStatus, Store};
-use common::{Fail, Succeed};
+use common::{assert_says, Fail, Succeed};
 
 const BIN: &str = env!("CARGO_BIN_EXE_batchcast");
 
@@ -135,7 +135,7 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         let (stdout, _) = store.log(r.run.id, LogStream::Stdout, None).unwrap();
         if r.run.name != keys::DATA_RUN {
             let text = String::from_utf8_lossy(&stdout);
-            assert!(text.contains("hello from"), "{text}");
+            assert_says(&text, "hello from");
             assert_eq!(
                 text.contains("BATCHCAST_NAME=none"),
                 r.workload == "own",
@@ -186,12 +186,9 @@ fn independent_then_shared_workloads_all_finish_and_are_recorded() {
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&show.stdout);
-    assert!(
-        text.contains("e/shared/a")
-            && text.contains("hello from sa")
-            && text.contains(keys::BATCHCAST_SAMPLES),
-        "{text}"
-    );
+    assert_says(&text, "e/shared/a");
+    assert_says(&text, "hello from sa");
+    assert_says(&text, keys::BATCHCAST_SAMPLES);
     // A second run of the same plan runs nothing.
     f.succeed(&[plan.to_str().unwrap()]);
     assert_eq!((f.starts("a"), f.starts("sa")), (1, 1));
@@ -279,10 +276,7 @@ fn a_runner_killed_with_sigkill_is_repaired_by_the_next_one() {
     let plan = f.path("plan.csv");
     let out = f.succeed(&[plan.to_str().unwrap()]);
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        err.contains("1 left RUNNING by a dead runner marked KILLED"),
-        "{err}"
-    );
+    assert_says(&err, "1 left RUNNING by a dead runner marked KILLED");
     assert_eq!(f.status("second", "wait"), RunStatus::Finished);
     assert_eq!(
         (f.starts("done"), f.starts("wait")),
@@ -337,7 +331,7 @@ fn ctrl_c_stops_the_jobs_and_records_them_killed() {
         .into_iter()
         .find(|r| r.run.name == "wait")
         .unwrap();
-    assert!(row.run.message.unwrap().contains("stopped by the runner"));
+    assert_says(&row.run.message.unwrap(), "stopped by the runner");
 }
 
 /// Ctrl-C while one job of a workload has finished and another runs: the
@@ -381,10 +375,8 @@ fn a_bad_plan_is_refused_before_anything_starts() {
     let f = Fixture::new();
     let plan = f.plan(&["e,w,a,,job.sh,a", "e,w,b,,missing.py,b"]);
     let err = f.fail(&[plan.to_str().unwrap()]);
-    assert!(
-        err.contains("plan.csv, row 2") && err.contains("missing.py does not exist"),
-        "{err}"
-    );
+    assert_says(&err, "plan.csv, row 2");
+    assert_says(&err, "missing.py does not exist");
     assert_eq!(f.starts("a"), 0);
     assert!(
         !f.path("runs.sqlite").exists(),
@@ -409,10 +401,9 @@ fn a_command_found_nowhere_is_refused_before_anything_starts() {
     ] {
         let plan = f.plan(&["e,w1,a,,job.sh,a", row]);
         let err = f.fail(&[plan.to_str().unwrap()]);
-        assert!(
-            err.contains("plan.csv, row 2") && err.contains(problem) && err.contains("PATH"),
-            "{err}"
-        );
+        assert_says(&err, "plan.csv, row 2");
+        assert_says(&err, problem);
+        assert_says(&err, "PATH");
         assert_eq!(f.starts("a"), 0, "{err}");
         assert!(!f.path("runs.sqlite").exists());
     }
@@ -457,7 +448,7 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
     let text = String::from_utf8_lossy(&log);
     assert!(log.len() < (1 << 20) + 1024, "{} bytes kept", log.len());
     assert!(text.starts_with("first\n") && text.ends_with("\nlast\n"));
-    assert!(text.contains("bytes of stdout dropped here"), "no note");
+    assert_says(&text, "bytes of stdout dropped here");
 }
 
 /// The runner stops a workload's producer with SIGTERM; one still waiting
@@ -466,14 +457,7 @@ fn log_cap_keeps_the_head_and_tail_of_a_long_output() {
 fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
     let f = Fixture::new();
     let mut serve = Command::new(BIN)
-        .args([
-            "serve",
-            "--name",
-            "waiting",
-            "--synthetic",
-            "--consumers",
-            "2",
-        ])
+        .args("serve --name waiting --synthetic --consumers 2".split_whitespace())
         .env("BATCHCAST_DIR", f.path("sockets"))
         .stderr(std::process::Stdio::null())
         .spawn()

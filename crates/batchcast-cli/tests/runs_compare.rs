@@ -3,7 +3,7 @@
 
 mod common;
 
-use common::{batchcast, Fail, Succeed};
+use common::{assert_says, batchcast, Fail, Succeed};
 
 use std::path::{Path, PathBuf};
 
@@ -71,10 +71,8 @@ fn a_missing_or_foreign_store_is_a_clear_error() {
         .args(["runs", "compare", "--store"])
         .arg(&missing)
         .fail();
-    assert!(
-        err.contains("no run store at") && err.contains("batchcast run"),
-        "{err}"
-    );
+    assert_says(&err, "no run store at");
+    assert_says(&err, "batchcast run");
     assert!(!missing.exists());
 
     let foreign = dir.path().join("notes.txt");
@@ -85,7 +83,7 @@ fn a_missing_or_foreign_store_is_a_clear_error() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("not a batchcast run store"), "{err}");
+    assert_says(&err, "not a batchcast run store");
 }
 
 #[test]
@@ -101,10 +99,8 @@ fn compare_prints_the_collocation_table() {
         .arg(&path)
         .succeed();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("exp/shared") && text.contains("25.0%"),
-        "{text}"
-    );
+    assert_says(&text, "exp/shared");
+    assert_says(&text, "25.0%");
     let out = batchcast()
         .args(["runs", "compare", "--json", "--store"])
         .arg(&path)
@@ -145,7 +141,7 @@ fn export_writes_every_point_as_csv_rows() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&none.stderr).contains("--csv FILE"));
+    assert_says(&String::from_utf8_lossy(&none.stderr), "--csv FILE");
 }
 
 /// An export that cannot make its file says which file and why, once.
@@ -186,7 +182,7 @@ fn a_failed_csv_export_leaves_the_earlier_file_whole() {
         .arg("--store")
         .arg(&path)
         .fail();
-    assert!(err.contains("run 99 not found"), "{err}");
+    assert_says(&err, "run 99 not found");
     assert_eq!(
         std::fs::read_to_string(&results).unwrap(),
         "yesterday's results\n"
@@ -262,11 +258,8 @@ fn an_mlflow_export_keeps_every_series_apart() {
             ("4".into(), 4)
         ]
     );
-    assert!(
-        err.contains("\"loss\" exported as \"loss_1\"")
-            && err.contains("\"a:b\" exported as \"a_b_1\""),
-        "{err}"
-    );
+    assert_says(&err, "\"loss\" exported as \"loss_1\"");
+    assert_says(&err, "\"a:b\" exported as \"a_b_1\"");
 }
 
 #[test]
@@ -309,7 +302,7 @@ fn plot_draws_each_run_with_its_name() {
         text.contains("batchcast/samples_per_s (per second)"),
         "the axis says the unit"
     );
-    assert!(text.contains("elapsed time since the run started (s)"));
+    assert_says(&text, "elapsed time since the run started (s)");
     // The runs' lines (and their legend marks) are the 2-pixel polylines;
     // the grid's are thinner.
     let thick = text
@@ -351,7 +344,7 @@ fn plot_draws_each_run_with_its_name() {
         .arg(&path)
         .output()
         .unwrap();
-    assert!(String::from_utf8_lossy(&jpg.stderr).contains(".svg or .png"));
+    assert_says(&String::from_utf8_lossy(&jpg.stderr), ".svg or .png");
 }
 
 /// Runs `batchcast ARGS` in `dir` as a user who cannot write there: as root
@@ -422,7 +415,7 @@ fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
     let store = path.to_str().unwrap();
 
     let list = read_outside(dir.path(), &["runs", "list", "--store", store]);
-    assert!(list.contains("copied"), "{list}");
+    assert_says(&list, "copied");
     read_outside(
         dir.path(),
         &["runs", "show", &r.to_string(), "--store", store],
@@ -445,5 +438,6 @@ fn a_store_in_a_directory_the_reader_cannot_write_is_read() {
     let out = batchcast_outside(dir.path(), &["runs", "list", "--store", store]);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(out.status.code(), Some(1), "{err}");
-    assert!(err.contains("-wal") && err.contains(".backup"), "{err}");
+    assert_says(&err, "-wal");
+    assert_says(&err, ".backup");
 }

@@ -13,7 +13,7 @@ use batchcast_pipeline::{
     write_scores, DType as PixelType, Dataset, Layout, OnError, OutputFormat, Pipeline, Selection,
     Transform,
 };
-use common::{connect, jpeg_dataset, Env, Fail};
+use common::{assert_says, connect, jpeg_dataset, Env, Fail};
 use serde_json::Value;
 
 /// Classes of 1,000, 900, ..., 100 images: 5,500.
@@ -108,29 +108,12 @@ fn serve(
     select: &[&str],
     epochs: u64,
 ) -> (Seen, Value, Value) {
-    let side = SIDE.to_string();
-    let epochs_s = epochs.to_string();
-    let mut args = vec![
-        "serve",
-        "--name",
-        name,
-        "--data",
-        root.to_str().unwrap(),
-        "--decode-only",
-        "--store-size",
-        &side,
-        "--batch-size",
-        "128",
-        "--epochs",
-        &epochs_s,
-        "--consumers",
-        "3",
-        "--workers",
-        "2",
-        "--seed",
-        "7",
-        "--json",
-    ];
+    let options = format!(
+        "--decode-only --store-size {SIDE} --batch-size 128 --epochs {epochs} --consumers 3 \
+         --workers 2 --seed 7 --json"
+    );
+    let mut args = vec!["serve", "--name", name, "--data", root.to_str().unwrap()];
+    args.extend(options.split_whitespace());
     args.extend_from_slice(select);
     let (mut producer, listening) = env.listening(&args);
     let seen: Vec<Seen> = std::thread::scope(|s| {
@@ -268,16 +251,9 @@ fn serve_select_refuses_bad_specs_with_the_fix() {
         );
     }
     let err = env
-        .cmd(&[
-            "serve",
-            "--name",
-            "bad",
-            "--synthetic",
-            "--select",
-            "random:0.5",
-        ])
+        .cmd("serve --name bad --synthetic --select random:0.5")
         .fail();
-    assert!(err.contains("--data PATH"), "{err}");
+    assert_says(&err, "--data PATH");
 }
 
 /// Measures the producer with and without `--select random:50%` on one
@@ -294,21 +270,10 @@ fn bench_select_random_half() {
     println!("select           samples/s  decoded/epoch  s/epoch  decoded/s");
     let runs = [None, None, Some("random:50%"), None, Some("random:50%")];
     for (run, select) in runs.into_iter().enumerate() {
-        let mut args = vec![
-            "serve",
-            "--name",
-            "bench",
-            "--data",
-            data,
-            "--image-size",
-            "64",
-            "--batch-size",
-            "64",
-            "--epochs",
-            "3",
-            "--no-wait",
-            "--json",
-        ];
+        let mut args = vec!["serve", "--name", "bench", "--data", data];
+        args.extend(
+            "--image-size 64 --batch-size 64 --epochs 3 --no-wait --json".split_whitespace(),
+        );
         if let Some(s) = select {
             args.extend(["--select", s]);
         }

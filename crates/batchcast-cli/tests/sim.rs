@@ -6,7 +6,7 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use common::{batchcast, Fail, Succeed};
+use common::{assert_says, batchcast, Fail, Succeed};
 
 /// What `batchcast sim FLAG PATH` says as it fails, `path` rewritten to
 /// hold `text`.
@@ -15,12 +15,13 @@ fn refusal(flag: &str, path: &Path, text: &str) -> String {
     batchcast().args(["sim", flag]).arg(path).fail()
 }
 
-/// Runs `batchcast sim ARGS --trace TRACE --out OUT`, which must succeed;
+/// Runs `batchcast sim OPTIONS --trace TRACE --out OUT` (`OPTIONS` a line
+/// as typed), which must succeed;
 /// returns its output and the `fifo.jobs.csv` it wrote.
-fn sim_writing(args: &[&str], trace: &Path, out: &Path) -> (Output, String) {
+fn sim_writing(options: &str, trace: &Path, out: &Path) -> (Output, String) {
     let o = batchcast()
         .arg("sim")
-        .args(args)
+        .args(options.split_whitespace())
         .arg("--trace")
         .arg(trace)
         .arg("--out")
@@ -57,26 +58,16 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
     );
     let out = dir.path().join("out");
     let (o, csv) = sim_writing(
-        &[
-            "--racks",
-            "1",
-            "--machines-per-rack",
-            "1",
-            "--gpus-per-machine",
-            "4",
-            "--policy",
-            "fifo,dally",
-            "--format",
-            "batchcast",
-        ],
+        "--racks 1 --machines-per-rack 1 --gpus-per-machine 4 \
+         --policy fifo,dally --format batchcast",
         &trace,
         &out,
     );
     let stdout = String::from_utf8_lossy(&o.stdout);
     // FIFO: job 1 runs 0-100, job 2 100-150 → mean JCT (100 + 140) / 2 s.
     let fifo = stdout.lines().find(|l| l.starts_with("| fifo")).unwrap();
-    assert!(fifo.contains("| 0.04 | 0.03 |"), "{fifo}");
-    assert!(stdout.contains("| dally"));
+    assert_says(fifo, "| 0.04 | 0.03 |");
+    assert_says(&stdout, "| dally");
     for f in [
         "fifo.jobs.csv",
         "dally.jobs.csv",
@@ -100,10 +91,7 @@ fn sim_compares_policies_on_a_trace_and_writes_outputs() {
         &trace,
         r#"[{"job_id": 1, "arrival_time": "soon", "total_iterations": 1, "time_per_iteration": 1, "max_parallelism": 1}]"#,
     );
-    assert!(
-        err.contains("jobs.json: record 1: field `arrival_time`"),
-        "{err}"
-    );
+    assert_says(&err, "jobs.json: record 1: field `arrival_time`");
 }
 
 #[test]
@@ -115,16 +103,7 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 2, "cpu_cores": 16}"#,
     );
     let o = batchcast()
-        .args([
-            "sim",
-            "--jobs",
-            "200",
-            "--interarrival",
-            "60",
-            "--policy",
-            "gandiva",
-            "--cluster",
-        ])
+        .args("sim --jobs 200 --interarrival 60 --policy gandiva --cluster".split_whitespace())
         .arg(&cluster)
         .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
@@ -138,9 +117,9 @@ fn sim_reads_a_cluster_file_and_refuses_bad_ones() {
         &cluster,
         r#"{"racks": 2, "machines_per_rack": 2, "gpus_per_machine": 4, "gpus_per_slot": 3, "cpu_cores": 16}"#,
     );
-    assert!(err.contains("do not divide"), "{err}");
+    assert_says(&err, "do not divide");
     let err = batchcast().args(["sim", "--policy", "lottery"]).fail();
-    assert!(err.contains("pick from"), "{err}");
+    assert_says(&err, "pick from");
 }
 
 #[test]
@@ -186,17 +165,14 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
         String::from_utf8_lossy(&o.stdout),
         String::from_utf8_lossy(&o.stderr),
     );
-    assert!(stderr.contains("skipped 1 records"), "{stderr}");
-    assert!(
-        stderr.contains("lease 20 s, restart cost 0 s, congestion 0 / 0"),
-        "{stderr}"
-    );
+    assert_says(&stderr, "skipped 1 records");
+    assert_says(&stderr, "lease 20 s, restart cost 0 s, congestion 0 / 0");
     let v: serde_json::Value = serde_json::from_str(&stdout).unwrap();
     assert_eq!(v[0]["jobs"], 2, "{stdout}");
     assert_mean_jct(&o, 245.0);
-    assert!(
-        stderr.contains("2 jobs rounded up to whole chunks of iteration_granularity 500"),
-        "{stderr}"
+    assert_says(
+        &stderr,
+        "2 jobs rounded up to whole chunks of iteration_granularity 500",
     );
 
     // The same trace as batchcast's own format is refused, naming dally.
@@ -204,7 +180,7 @@ fn sim_reads_the_published_simulators_trace_and_cluster_files() {
         .args(["sim", "--format", "batchcast", "--trace"])
         .arg(&trace)
         .fail();
-    assert!(err.contains("--format dally"), "{err}");
+    assert_says(&err, "--format dally");
 }
 
 #[test]
@@ -241,10 +217,7 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     };
     assert_mean_jct(&sim("gandiva").succeed(), 95.0);
     let err = sim("fifo").fail();
-    assert!(
-        err.contains("pick sjf, las, tiresias, gandiva or dally"),
-        "{err}"
-    );
+    assert_says(&err, "pick sjf, las, tiresias, gandiva or dally");
     // Dally (no `consolidate`: one GPU at a time) bids progress rates:
     // tied, each job takes one GPU (the fewer held wins a tie), loses it
     // when its lease ends at 20, 40, ... and wins it back: both end at 100.
@@ -253,7 +226,7 @@ fn sim_model_bidding_runs_the_published_per_gpu_auctions() {
     let o = sim("dally").args(["--dally-delays", "-1,-1,5"]).succeed();
     assert_mean_jct(&o, 100.0);
     let err = sim("dally").args(["--dally-delays", "1"]).fail();
-    assert!(err.contains("give RACK,NETWORK[,HISTORY]"), "{err}");
+    assert_says(&err, "give RACK,NETWORK[,HISTORY]");
 }
 
 #[test]
@@ -267,17 +240,12 @@ fn sim_model_bidding_refuses_the_gang_models_cpu_and_congestion_flags() {
         let err = batchcast()
             .args(["sim", "--model", "bidding", "--jobs", "10", flag, value])
             .fail();
-        assert!(
-            err.contains(&format!("{flag} does not apply to --model bidding"))
-                && err.contains("no CPU or congestion model")
-                && err.contains("--model gang"),
-            "{err}"
-        );
+        assert_says(&err, &format!("{flag} does not apply to --model bidding"));
+        assert_says(&err, "no CPU or congestion model");
+        assert_says(&err, "--model gang");
     }
     let o = batchcast()
-        .args([
-            "sim", "--model", "bidding", "--jobs", "20", "--racks", "1", "--policy", "sjf",
-        ])
+        .args("sim --model bidding --jobs 20 --racks 1 --policy sjf".split_whitespace())
         .succeed();
     let stdout = String::from_utf8_lossy(&o.stdout);
     let header = stdout.lines().next().unwrap_or_default();
@@ -310,18 +278,10 @@ fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
         std::fs::write(&trace, format!("[{}]", job(1, model))).unwrap();
         let out = dir.path().join(format!("out-{network}-{model}"));
         let (o, csv) = sim_writing(
-            &[
-                "--racks",
-                "1",
-                "--machines-per-rack",
-                "2",
-                "--gpus-per-machine",
-                "4",
-                "--policy",
-                "fifo",
-                "--network",
-                network,
-            ],
+            &format!(
+                "--racks 1 --machines-per-rack 2 --gpus-per-machine 4 \
+                 --policy fifo --network {network}"
+            ),
             &trace,
             &out,
         );
@@ -333,21 +293,15 @@ fn sim_network_standin_replaces_the_traces_slowdowns_for_known_models() {
     assert!((trace_finish - 200.0).abs() < 1e-3, "{trace_finish}");
     let (standin, err) = finish("standin", "VGG");
     assert!((standin - 1077.211).abs() < 1e-2, "{standin}");
-    assert!(
-        err.contains("stand-in network model: slowdowns of 1 jobs replaced"),
-        "{err}"
-    );
+    assert_says(&err, "stand-in network model: slowdowns of 1 jobs replaced");
     let (unknown, err) = finish("standin", "GPT");
     assert!((unknown - 200.0).abs() < 1e-3, "{unknown}");
-    assert!(
-        err.contains("1 keep the trace's, their model unknown to it: GPT (1)"),
-        "{err}"
+    assert_says(
+        &err,
+        "1 keep the trace's, their model unknown to it: GPT (1)",
     );
     let err = batchcast()
         .args(["sim", "--jobs", "5", "--network", "astra"])
         .fail();
-    assert!(
-        err.contains("unknown --network \"astra\"; pick trace or standin"),
-        "{err}"
-    );
+    assert_says(&err, "unknown --network \"astra\"; pick trace or standin");
 }

@@ -7,7 +7,9 @@ use std::io::Write;
 use std::os::unix::net::UnixStream;
 use std::time::{Duration, Instant};
 
-use common::{assert_every_epoch_full_of, assert_full_epoch, Env, Fail, UNTIL_KILLED};
+use common::{
+    assert_every_epoch_full_of, assert_full_epoch, assert_says, ends_after, Env, Fail, UNTIL_KILLED,
+};
 
 /// Three consumers with batch sizes that are neither multiples nor divisors
 /// of the producer's see every sample of every epoch exactly once, in order,
@@ -18,37 +20,20 @@ fn consumers_with_different_batch_sizes_see_every_sample_once() {
     let shm_before = shm_listing();
     let mut producer = env.producer(
         "sizes",
-        &[
-            "--samples",
-            "1000",
-            "--batch-size",
-            "64",
-            "--epochs",
-            "3",
-            "--window",
-            "4",
-            "--consumers",
-            "5",
-        ],
+        "--samples 1000 --batch-size 64 --epochs 3 --window 4 --consumers 5",
     );
     let mut consumers: Vec<_> = [
-        vec!["--batch-size", "32"],
-        vec!["--batch-size", "48"],
-        vec!["--batch-size", "100"],
-        vec![],
-        vec!["--batch-size", "48", "--drop-last"],
+        "--batch-size 32",
+        "--batch-size 48",
+        "--batch-size 100",
+        "",
+        "--batch-size 48 --drop-last",
     ]
     .into_iter()
-    .map(|extra| {
-        let mut args = vec!["consume", "sizes", "--verify"];
-        args.extend(extra);
-        env.spawn(&args)
-    })
+    .map(|extra| env.spawn(&format!("consume sizes --verify {extra}")))
     .collect();
     for c in &mut consumers {
-        assert!(c.finish().success());
-        let ends = c.events("epoch_end");
-        assert_eq!(ends.len(), 3);
+        let ends = ends_after(c, 3);
         for (e, end) in ends.iter().enumerate() {
             assert_eq!(end["epoch"], e as u64);
             if end["expected_batches"] == 20 {
@@ -77,25 +62,14 @@ fn consumers_with_different_batch_sizes_see_every_sample_once() {
 fn fault3_consumer_batch_larger_than_window() {
     for sizes in [&["1000"][..], &["1000", "7"][..]] {
         let env = Env::new();
-        let consumers = sizes.len().to_string();
-        let mut producer = env.producer(
-            "big",
-            &[
-                "--samples",
-                "4500",
-                "--batch-size",
-                "64",
-                "--window",
-                "8",
-                "--epochs",
-                "3",
-                "--consumers",
-                &consumers,
-            ],
+        let args = format!(
+            "--samples 4500 --batch-size 64 --window 8 --epochs 3 --consumers {}",
+            sizes.len()
         );
+        let mut producer = env.producer("big", &args);
         let mut procs: Vec<_> = sizes
             .iter()
-            .map(|bs| env.spawn(&["consume", "big", "--verify", "--batch-size", bs]))
+            .map(|bs| env.spawn(&format!("consume big --verify --batch-size {bs}")))
             .collect();
         for (c, bs) in procs.iter_mut().zip(sizes) {
             assert!(c.finish().success(), "batch size {bs}");
@@ -121,23 +95,12 @@ fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
     let env = Env::new();
     let mut producer = env.producer(
         "kill-consumer",
-        &[
-            "--samples",
-            "2000",
-            "--batch-size",
-            "50",
-            "--epochs",
-            "2",
-            "--window",
-            "4",
-            "--consumers",
-            "3",
-        ],
+        "--samples 2000 --batch-size 50 --epochs 2 --window 4 --consumers 3",
     );
     // The victim is slow, so it soon holds the whole window.
-    let mut victim = env.spawn(&["consume", "kill-consumer", "--each", "--delay-ms", "1000"]);
+    let mut victim = env.spawn("consume kill-consumer --each --delay-ms 1000");
     let mut others: Vec<_> = (0..2)
-        .map(|_| env.spawn(&["consume", "kill-consumer", "--verify"]))
+        .map(|_| env.spawn("consume kill-consumer --verify"))
         .collect();
     victim.expect_where("batch", |v| v["index"] == 1);
     let killed_at = Instant::now();
@@ -158,10 +121,10 @@ fn consumer_sigkilled_mid_epoch_does_not_stall_the_others() {
 #[test]
 fn producer_sigkilled_every_consumer_errors_promptly() {
     let env = Env::new();
-    let args = [&UNTIL_KILLED[..], &["--no-state", "--window", "4"]].concat();
+    let args = format!("{UNTIL_KILLED} --no-state --window 4");
     let mut producer = env.producer("kill-producer", &args);
     let mut consumers: Vec<_> = (0..3)
-        .map(|_| env.spawn(&["consume", "kill-producer", "--each", "--delay-ms", "5"]))
+        .map(|_| env.spawn("consume kill-producer --each --delay-ms 5"))
         .collect();
     for c in &mut consumers {
         c.expect("batch");
@@ -171,7 +134,7 @@ fn producer_sigkilled_every_consumer_errors_promptly() {
     for c in &mut consumers {
         let err = c.expect("error");
         assert_eq!(err["kind"], "producer_gone", "{err}");
-        assert!(err["message"].as_str().unwrap().contains("kill-producer"));
+        assert_says(err["message"].as_str().unwrap(), "kill-producer");
         assert_eq!(c.finish().code(), Some(3));
     }
     let took = killed_at.elapsed();
@@ -191,27 +154,11 @@ fn late_joiner_catch_up_replays_the_retained_epoch() {
     // while the slow first consumer holds the window.
     let mut producer = env.producer(
         "catch-up",
-        &[
-            "--samples",
-            "100",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "3",
-            "--window",
-            "16",
-        ],
+        "--samples 100 --batch-size 10 --epochs 3 --window 16",
     );
-    let mut first = env.spawn(&[
-        "consume",
-        "catch-up",
-        "--each",
-        "--delay-ms",
-        "30",
-        "--verify",
-    ]);
+    let mut first = env.spawn("consume catch-up --each --delay-ms 30 --verify");
     first.expect_where("batch", |v| v["index"] == 2);
-    let mut late = env.spawn(&["consume", "catch-up", "--verify", "--join", "catch-up"]);
+    let mut late = env.spawn("consume catch-up --verify --join catch-up");
     assert!(late.finish().success());
     let start = &late.events("epoch_start")[0];
     assert_eq!(start["partial"], false, "{start}");
@@ -234,18 +181,9 @@ fn late_joiner_waits_for_the_next_epoch_when_it_must() {
         let env = Env::new();
         let mut producer = env.producer(
             "next",
-            &[
-                "--samples",
-                "200",
-                "--batch-size",
-                "10",
-                "--epochs",
-                "3",
-                "--window",
-                "2",
-            ],
+            "--samples 200 --batch-size 10 --epochs 3 --window 2",
         );
-        let mut first = env.spawn(&["consume", "next", "--each", "--delay-ms", "20"]);
+        let mut first = env.spawn("consume next --each --delay-ms 20");
         // With a window of 2 the producer is at most a few batches past
         // batch 5 of epoch 0: mid-epoch, its start overwritten.
         first.expect_where("batch", |v| v["epoch"] == 0 && v["index"] == 5);
@@ -270,30 +208,10 @@ fn late_joiner_waits_for_the_next_epoch_when_it_must() {
 #[test]
 fn late_joiner_now_gets_a_partial_first_epoch_with_exact_len() {
     let env = Env::new();
-    let mut producer = env.producer(
-        "now",
-        &[
-            "--samples",
-            "200",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "2",
-            "--window",
-            "2",
-        ],
-    );
-    let mut first = env.spawn(&["consume", "now", "--each", "--delay-ms", "20"]);
+    let mut producer = env.producer("now", "--samples 200 --batch-size 10 --epochs 2 --window 2");
+    let mut first = env.spawn("consume now --each --delay-ms 20");
     first.expect_where("batch", |v| v["epoch"] == 0 && v["index"] == 5);
-    let mut late = env.spawn(&[
-        "consume",
-        "now",
-        "--verify",
-        "--join",
-        "now",
-        "--batch-size",
-        "7",
-    ]);
+    let mut late = env.spawn("consume now --verify --join now --batch-size 7");
     assert!(late.finish().success());
     let starts = late.events("epoch_start");
     let ends = late.events("epoch_end");
@@ -317,21 +235,10 @@ fn tensorsocket_fault_lockstep_fast_consumer_is_not_held_back() {
     // attached before the first batch.
     let mut producer = env.producer(
         "pace",
-        &[
-            "--samples",
-            "60",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "1",
-            "--window",
-            "8",
-            "--consumers",
-            "2",
-        ],
+        "--samples 60 --batch-size 10 --epochs 1 --window 8 --consumers 2",
     );
-    let mut slow = env.spawn(&["consume", "pace", "--each", "--delay-ms", "300"]);
-    let mut fast = env.spawn(&["consume", "pace", "--verify"]);
+    let mut slow = env.spawn("consume pace --each --delay-ms 300");
+    let mut fast = env.spawn("consume pace --verify");
     let end = fast.expect("epoch_end");
     assert_full_epoch(&end, 0, 59);
     // The slow one has not got far: 300 ms per batch.
@@ -353,25 +260,9 @@ fn garbage_on_the_socket_closes_only_that_connection() {
     let env = Env::new();
     let mut producer = env.producer(
         "garbage",
-        &[
-            "--samples",
-            "500",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "2",
-            "--window",
-            "4",
-        ],
+        "--samples 500 --batch-size 10 --epochs 2 --window 4",
     );
-    let mut good = env.spawn(&[
-        "consume",
-        "garbage",
-        "--each",
-        "--delay-ms",
-        "10",
-        "--verify",
-    ]);
+    let mut good = env.spawn("consume garbage --each --delay-ms 10 --verify");
     good.expect("batch");
     let sock = env.path().join("garbage.sock");
     let payloads: Vec<Vec<u8>> = vec![
@@ -401,7 +292,7 @@ fn garbage_on_the_socket_closes_only_that_connection() {
         assert!(n == 0 || n < 64, "expected the connection to close");
     }
     // The stream goes on for the good consumer and for a new one.
-    let mut newcomer = env.spawn(&["consume", "garbage", "--verify", "--join", "next-epoch"]);
+    let mut newcomer = env.spawn("consume garbage --verify --join next-epoch");
     assert!(newcomer.finish().success());
     assert!(good.finish().success());
     for end in good.events("epoch_end") {
@@ -414,13 +305,13 @@ fn garbage_on_the_socket_closes_only_that_connection() {
 #[test]
 fn second_producer_with_the_same_name_is_refused() {
     let env = Env::new();
-    let first = env.producer("dup", &["--samples", "100", "--epochs", "1"]);
-    let mut second = env.spawn(&["serve", "--name", "dup", "--synthetic"]);
+    let first = env.producer("dup", "--samples 100 --epochs 1");
+    let mut second = env.spawn("serve --name dup --synthetic");
     let status = second.finish();
     assert_eq!(status.code(), Some(1));
     let err = second.stderr_text();
-    assert!(err.contains("already running"), "{err}");
-    assert!(err.contains(&format!("pid {}", first.pid())), "{err}");
+    assert_says(&err, "already running");
+    assert_says(&err, &format!("pid {}", first.pid()));
 }
 
 /// A producer killed with SIGKILL leaves a stale socket; `status` removes
@@ -428,17 +319,17 @@ fn second_producer_with_the_same_name_is_refused() {
 #[test]
 fn restart_after_a_killed_producer_reuses_the_name() {
     let env = Env::new();
-    let mut first = env.producer("again", &["--samples", "100", "--epochs", "1"]);
+    let mut first = env.producer("again", "--samples 100 --epochs 1");
     first.kill9();
     assert!(env.path().join("again.sock").exists());
-    let out = env.cmd(&["status"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("no producer is running"));
-    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
-    let mut second = env.producer(
-        "again",
-        &["--samples", "100", "--batch-size", "10", "--epochs", "1"],
+    let out = env.cmd("status").output().unwrap();
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "no producer is running",
     );
-    let mut c = env.spawn(&["consume", "again", "--verify"]);
+    assert!(env.leftovers().is_empty(), "{:?}", env.leftovers());
+    let mut second = env.producer("again", "--samples 100 --batch-size 10 --epochs 1");
+    let mut c = env.spawn("consume again --verify");
     assert!(c.finish().success());
     assert_full_epoch(&c.events("epoch_end")[0], 0, 99);
     assert!(second.finish().success());
@@ -451,28 +342,11 @@ fn status_shows_live_figures_per_consumer() {
     let env = Env::new();
     let mut producer = env.producer(
         "stat",
-        &[
-            "--samples",
-            "1000",
-            "--batch-size",
-            "10",
-            "--epochs",
-            "1",
-            "--window",
-            "4",
-        ],
+        "--samples 1000 --batch-size 10 --epochs 1 --window 4",
     );
-    let mut c = env.spawn(&[
-        "consume",
-        "stat",
-        "--each",
-        "--delay-ms",
-        "20",
-        "--batch-size",
-        "5",
-    ]);
+    let mut c = env.spawn("consume stat --each --delay-ms 20 --batch-size 5");
     c.expect_where("batch", |v| v["index"] == 3);
-    let out = env.cmd(&["status", "--json"]).output().unwrap();
+    let out = env.cmd("status --json").output().unwrap();
     assert!(out.status.success());
     let reports: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let r = &reports[0];
@@ -487,13 +361,11 @@ fn status_shows_live_figures_per_consumer() {
     assert!(r["stream"]["first_batch"]["leaves"].as_array().is_some());
     assert_eq!(r["batch_size"], 10);
     assert_eq!(r["samples_per_epoch"], 1000);
-    let text = env.cmd(&["status", "stat"]).output().unwrap();
+    let text = env.cmd("status stat").output().unwrap();
     let text = String::from_utf8_lossy(&text.stdout);
-    assert!(text.contains("delivered"), "{text}");
-    assert!(
-        text.contains("stream: ") && text.contains("batch size 10, 1000 samples per epoch"),
-        "{text}"
-    );
+    assert_says(&text, "delivered");
+    assert_says(&text, "stream: ");
+    assert_says(&text, "batch size 10, 1000 samples per epoch");
     c.kill9();
     producer.kill9();
 }
@@ -502,71 +374,50 @@ fn status_shows_live_figures_per_consumer() {
 #[test]
 fn user_errors_name_the_problem_and_the_fix() {
     let env = Env::new();
-    let out = env.cmd(&["consume", "nosuch"]).output().unwrap();
+    let out = env.cmd("consume nosuch").output().unwrap();
     assert_eq!(out.status.code(), Some(2));
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(
-        text.contains("no producer named") && text.contains("nosuch.sock"),
-        "{text}"
+    assert_says(&text, "no producer named");
+    assert_says(&text, "nosuch.sock");
+
+    let out = env.cmd("consume bad/name").output().unwrap();
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "invalid producer name",
     );
 
-    let out = env.cmd(&["consume", "bad/name"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("invalid producer name"));
-
-    let out = env
-        .cmd(&["consume", "x", "--batch-size", "0"])
-        .output()
-        .unwrap();
-    assert!(String::from_utf8_lossy(&out.stdout).contains("batch_size must be at least 1"));
+    let out = env.cmd("consume x --batch-size 0").output().unwrap();
+    assert_says(
+        &String::from_utf8_lossy(&out.stdout),
+        "batch_size must be at least 1",
+    );
 
     // An arena larger than this machine's memory: refused before serving.
     let err = env
-        .cmd(&[
-            "serve",
-            "--name",
-            "huge",
-            "--synthetic",
-            "--slot-size",
-            "1000000000000",
-            "--window",
-            "8",
-        ])
+        .cmd("serve --name huge --synthetic --slot-size 1000000000000 --window 8")
         .fail();
-    assert!(
-        err.contains("cannot reserve") && err.contains("--window"),
-        "{err}"
-    );
+    assert_says(&err, "cannot reserve");
+    assert_says(&err, "--window");
 
     // A batch larger than a fixed slot names both sizes and the option.
-    let mut p = env.spawn(&[
-        "serve",
-        "--name",
-        "small",
-        "--synthetic",
-        "--slot-size",
-        "4096",
-        "--batch-size",
-        "64",
-        "--no-wait",
-    ]);
+    let mut p =
+        env.spawn("serve --name small --synthetic --slot-size 4096 --batch-size 64 --no-wait");
     assert_eq!(p.finish().code(), Some(1));
     let err = p.stderr_text();
-    assert!(
-        err.contains("does not fit in a slot of 4096 bytes") && err.contains("--slot-size"),
-        "{err}"
-    );
+    assert_says(&err, "does not fit in a slot of 4096 bytes");
+    assert_says(&err, "--slot-size");
 
-    let out = env.cmd(&["serve", "--name", "x"]).output().unwrap();
-    assert!(String::from_utf8_lossy(&out.stderr).contains("--data PATH"));
+    let out = env.cmd("serve --name x").output().unwrap();
+    assert_says(&String::from_utf8_lossy(&out.stderr), "--data PATH");
 }
 
 /// SIGINT stops the producer cleanly: consumers see a clean end.
 #[test]
 fn interrupted_producer_ends_cleanly_for_consumers() {
     let env = Env::new();
-    let args = [&UNTIL_KILLED[..], &["--window", "2"]].concat();
+    let args = format!("{UNTIL_KILLED} --window 2");
     let mut producer = env.producer("int", &args);
-    let mut c = env.spawn(&["consume", "int", "--each", "--delay-ms", "5"]);
+    let mut c = env.spawn("consume int --each --delay-ms 5");
     c.expect_where("batch", |v| v["index"] == 3);
     producer.signal(libc::SIGINT);
     c.expect_where("finished", |v| v["reason"] == "Interrupted");

@@ -8,7 +8,7 @@ use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Stdio};
 
-use common::{batchcast, Fail};
+use common::{assert_says, batchcast, Fail};
 
 /// A running `batchcast ui` and the address it printed; killed when
 /// dropped.
@@ -96,10 +96,7 @@ fn off_loopback_it_warns_and_prints_an_address_with_its_token() {
     assert!(get(port, "/").starts_with("HTTP/1.1 403"));
     assert!(get(port, &format!("/?token={token}")).starts_with("HTTP/1.1 200"));
     let err = ui.stop();
-    assert!(
-        err.contains("warning: serving the run store on 0.0.0.0"),
-        "{err}"
-    );
+    assert_says(&err, "warning: serving the run store on 0.0.0.0");
 }
 
 #[test]
@@ -114,7 +111,7 @@ fn a_missing_store_is_said_at_start_and_the_server_still_serves() {
         "{page}"
     );
     let err = ui.stop();
-    assert!(err.contains("warning: no run store at"), "{err}");
+    assert_says(&err, "warning: no run store at");
 }
 
 /// On loopback too, another local user without the printed address reads
@@ -144,18 +141,10 @@ fn on_loopback_the_printed_address_carries_a_token_unless_no_token() {
     assert!(get(port, "/").starts_with("HTTP/1.1 200"));
 
     let err = batchcast()
-        .args([
-            "ui",
-            "--port",
-            "0",
-            "--host",
-            "0.0.0.0",
-            "--no-token",
-            "--store",
-        ])
+        .args("ui --port 0 --host 0.0.0.0 --no-token --store".split_whitespace())
         .arg(&store)
         .fail();
-    assert!(err.contains("--no-token is refused on 0.0.0.0"), "{err}");
+    assert_says(&err, "--no-token is refused on 0.0.0.0");
 }
 
 #[test]
@@ -165,10 +154,9 @@ fn a_port_in_use_fails_with_the_address_and_what_to_do() {
     let err = batchcast()
         .args(["ui", "--store", "x.sqlite", "--port", &port])
         .fail();
-    assert!(
-        err.contains(&format!(
-            "error: cannot serve the dashboard on 127.0.0.1:{port}"
-        )) && err.contains("--port"),
-        "{err}"
+    assert_says(
+        &err,
+        &format!("error: cannot serve the dashboard on 127.0.0.1:{port}"),
     );
+    assert_says(&err, "--port");
 }

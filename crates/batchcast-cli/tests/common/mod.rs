@@ -19,14 +19,7 @@ pub const DEADLINE: Duration = Duration::from_secs(60);
 
 /// Arguments of a synthetic producer that outlasts any test unless killed:
 /// 100 epochs of 100,000 samples in batches of 10.
-pub const UNTIL_KILLED: [&str; 6] = [
-    "--samples",
-    "100000",
-    "--batch-size",
-    "10",
-    "--epochs",
-    "100",
-];
+pub const UNTIL_KILLED: &str = "--samples 100000 --batch-size 10 --epochs 100";
 
 /// The messages of the events `source` recorded for run `run`, in order.
 pub fn events_from(store: &batchcast_runs::Store, run: i64, source: &str) -> Vec<String> {
@@ -117,6 +110,13 @@ pub fn batchcast() -> Command {
     Command::new(env!("CARGO_BIN_EXE_batchcast"))
 }
 
+/// Insists that `text` (a command's output or a line of it) says `needle`;
+/// a failure shows both.
+#[track_caller]
+pub fn assert_says(text: &str, needle: &str) {
+    assert!(text.contains(needle), "expected {needle:?} in:\n{text}");
+}
+
 /// Runs a command to its end and insists that it succeeded.
 pub trait Succeed {
     /// The command's output; panics with its stderr if it failed.
@@ -196,6 +196,44 @@ impl Fail for Command {
     }
 }
 
+/// The arguments of a command: a line as the user types it, split on
+/// whitespace (`"consume pace --verify"`), or a slice for a line with an
+/// argument that contains a space or is built at run time.
+pub trait Args {
+    /// The arguments, in order.
+    fn args(&self) -> Vec<&str>;
+}
+
+impl Args for str {
+    fn args(&self) -> Vec<&str> {
+        self.split_whitespace().collect()
+    }
+}
+
+impl Args for [&str] {
+    fn args(&self) -> Vec<&str> {
+        self.to_vec()
+    }
+}
+
+impl Args for String {
+    fn args(&self) -> Vec<&str> {
+        self.as_str().args()
+    }
+}
+
+impl<const N: usize> Args for [&str; N] {
+    fn args(&self) -> Vec<&str> {
+        self.to_vec()
+    }
+}
+
+impl Args for Vec<&str> {
+    fn args(&self) -> Vec<&str> {
+        self.clone()
+    }
+}
+
 /// A private socket directory for one test.
 pub struct Env {
     pub dir: tempfile::TempDir,
@@ -216,9 +254,9 @@ impl Env {
     }
 
     /// A `batchcast` command in this environment.
-    pub fn cmd(&self, args: &[&str]) -> Command {
+    pub fn cmd(&self, args: &(impl Args + ?Sized)) -> Command {
         let mut c = batchcast();
-        c.args(args)
+        c.args(args.args())
             .env("BATCHCAST_DIR", self.path())
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
@@ -227,13 +265,13 @@ impl Env {
     }
 
     /// Starts `batchcast ARGS` and collects its stdout lines.
-    pub fn spawn(&self, args: &[&str]) -> Proc {
+    pub fn spawn(&self, args: &(impl Args + ?Sized)) -> Proc {
         Proc::start(self.cmd(args))
     }
 
     /// Starts producer `batchcast ARGS` (a `serve ... --json`) and waits
     /// until it listens: the process and its `listening` line.
-    pub fn listening(&self, args: &[&str]) -> (Proc, Value) {
+    pub fn listening(&self, args: &(impl Args + ?Sized)) -> (Proc, Value) {
         let mut p = self.spawn(args);
         let line = p.expect("listening");
         (p, line)
@@ -263,9 +301,9 @@ impl Env {
     }
 
     /// A synthetic producer; returns once it listens.
-    pub fn producer(&self, name: &str, extra: &[&str]) -> Proc {
+    pub fn producer(&self, name: &str, extra: &(impl Args + ?Sized)) -> Proc {
         let mut args = vec!["serve", "--name", name, "--synthetic", "--json"];
-        args.extend_from_slice(extra);
+        args.extend(extra.args());
         self.listening(&args).0
     }
 
@@ -432,12 +470,19 @@ pub fn assert_full_epoch(v: &Value, first: i64, last: i64) {
     assert_eq!(v["samples"], last - first + 1, "{v}");
 }
 
-/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
-pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+/// `p` ends well after reading `epochs` epochs; returns its `epoch_end`
+/// lines.
+#[track_caller]
+pub fn ends_after(p: &mut Proc, epochs: usize) -> Vec<Value> {
     assert!(p.finish().success(), "{}", p.stderr_text());
     let ends = p.events("epoch_end");
     assert_eq!(ends.len(), epochs, "{ends:?}");
-    for end in &ends {
+    ends
+}
+
+/// `p` ends well after reading `epochs` whole epochs of `samples` samples.
+pub fn assert_every_epoch_full_of(p: &mut Proc, epochs: usize, samples: i64) {
+    for end in &ends_after(p, epochs) {
         assert_full_epoch(end, 0, samples - 1);
     }
 }
