@@ -101,8 +101,14 @@ impl Fixture {
     }
 }
 
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(60);
+/// Waits until `cond` holds, failing the test after 60 s.
+fn wait_until(what: &str, cond: impl FnMut() -> bool) {
+    wait_within(what, Duration::from_secs(60), cond);
+}
+
+/// Waits until `cond` holds, failing the test after `within`.
+fn wait_within(what: &str, within: Duration, mut cond: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
     while !cond() {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         std::thread::sleep(Duration::from_millis(20));
@@ -465,15 +471,15 @@ fn a_producer_waiting_for_its_consumers_ends_on_sigterm() {
     wait_until("the socket", || f.path("sockets/waiting.sock").exists());
     let pid = rustix::process::Pid::from_raw(serve.id() as i32).unwrap();
     rustix::process::kill_process(pid, rustix::process::Signal::TERM).unwrap();
-    let sent = Instant::now();
     let mut status = None;
-    wait_until("serve to end", || {
+    let ended = || {
         status = serve.try_wait().unwrap();
         status.is_some()
-    });
-    assert!(
-        sent.elapsed() < Duration::from_secs(5),
-        "serve ignored SIGTERM while waiting for consumers"
+    };
+    wait_within(
+        "serve to end on SIGTERM while waiting for consumers",
+        Duration::from_secs(5),
+        ended,
     );
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
